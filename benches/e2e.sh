@@ -1,0 +1,507 @@
+#!/usr/bin/env bash
+# End-to-end throughput benchmark for redlock-proxy.
+#
+# Compares, with redis-benchmark issuing `SET lock:<rand> tok NX PX 30000`:
+#   direct     - one redis-server master, no proxy
+#   proxy-n1   - redlock-proxy in front of 1 master
+#   proxy-n5   - redlock-proxy in front of 5 masters (quorum 3)
+#   twemproxy  - nutcracker in front of 1 master
+# at pipeline depth P=1 and P=16, and prints a table of req/s and ratios
+# (also written as markdown to target/bench-e2e.md).
+#
+# Environment:
+#   BENCH_REQUESTS_P1    requests for P=1  (default 200000)
+#   BENCH_REQUESTS_P16   requests for P=16 (default 1000000)
+#   BENCH_QUICK=1        smoke run: 20000 requests each (explicit
+#                        BENCH_REQUESTS_* still win)
+#   BENCH_CLIENTS        redis-benchmark connections (default 50)
+#   BENCH_TARGETS        space/comma separated subset of
+#                        "direct proxy-n1 proxy-n5 twemproxy" (default: all)
+#   BENCH_NO_BUILD=1     skip `cargo build --release` (use existing binary)
+#   BENCH_STARTUP_TIMEOUT seconds to wait for a target to answer PING (default 20)
+#   BENCH_RUN_TIMEOUT    seconds before one redis-benchmark run is aborted (default 900)
+#   BENCH_KEEP_TMP=1     keep the temp dir (logs, configs) after exit
+#
+# Everything listens on 127.0.0.1 on kernel-chosen free ports; every process
+# started here is stopped on exit (including errors and Ctrl-C).
+set -Eeuo pipefail
+
+# ---------------------------------------------------------------- settings
+SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd -- "$SCRIPT_DIR/.." && pwd)
+if [[ ! -f "$REPO_ROOT/Cargo.toml" ]]; then
+    echo "e2e: cannot find Cargo.toml in $REPO_ROOT" >&2
+    exit 1
+fi
+cd "$REPO_ROOT"
+TARGET_DIR=${CARGO_TARGET_DIR:-$REPO_ROOT/target}
+PROXY_BIN="$TARGET_DIR/release/redlock-proxy"
+REPORT_MD="$TARGET_DIR/bench-e2e.md"
+
+if [[ "${BENCH_QUICK:-0}" == "1" ]]; then
+    N_P1=${BENCH_REQUESTS_P1:-20000}
+    N_P16=${BENCH_REQUESTS_P16:-20000}
+else
+    N_P1=${BENCH_REQUESTS_P1:-200000}
+    N_P16=${BENCH_REQUESTS_P16:-1000000}
+fi
+CLIENTS=${BENCH_CLIENTS:-50}
+STARTUP_TIMEOUT=${BENCH_STARTUP_TIMEOUT:-20}
+RUN_TIMEOUT=${BENCH_RUN_TIMEOUT:-900}
+ALL_TARGETS=(direct proxy-n1 proxy-n5 twemproxy)
+TARGETS_SPEC=${BENCH_TARGETS:-${ALL_TARGETS[*]}}
+read -r -a TARGETS <<<"${TARGETS_SPEC//,/ }"
+((${#TARGETS[@]})) || { echo "e2e: BENCH_TARGETS is empty" >&2; exit 1; }
+N_MASTERS=5
+BENCH_CMD=(SET 'lock:__rand_int__' tok NX PX 30000)
+
+for v in N_P1 N_P16 CLIENTS STARTUP_TIMEOUT RUN_TIMEOUT; do
+    if ! [[ "${!v}" =~ ^[1-9][0-9]*$ ]]; then
+        echo "e2e: $v must be a positive integer, got '${!v}'" >&2
+        exit 1
+    fi
+done
+for t in "${TARGETS[@]}"; do
+    case "$t" in
+        direct | proxy-n1 | proxy-n5 | twemproxy) ;;
+        *)
+            echo "e2e: unknown target '$t' (known: ${ALL_TARGETS[*]})" >&2
+            exit 1
+            ;;
+    esac
+done
+
+log() { printf '[e2e %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+die() {
+    log "ERROR: $*"
+    exit 1
+}
+
+# ------------------------------------------------------------- cleanup
+TMP_DIR=$(mktemp -d "${TMPDIR:-/tmp}/redlock-e2e.XXXXXX")
+PIDS=()      # every background process we started
+FAILED=1     # cleared just before a successful exit
+
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    local pid
+    for pid in "${PIDS[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    # Give them up to ~5 s to go away, then SIGKILL the stragglers.
+    local i alive
+    for ((i = 0; i < 50; i++)); do
+        alive=0
+        for pid in "${PIDS[@]}"; do
+            if kill -0 "$pid" 2>/dev/null; then alive=1; fi
+        done
+        ((alive)) || break
+        sleep 0.1
+    done
+    for pid in "${PIDS[@]}"; do
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    if ((FAILED)) || [[ "${BENCH_KEEP_TMP:-0}" == "1" ]]; then
+        echo "[e2e] logs and configs kept in $TMP_DIR" >&2
+    else
+        rm -rf -- "$TMP_DIR"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ------------------------------------------------------------ packages
+SUDO=()
+if [[ $(id -u) -ne 0 ]] && command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo)
+fi
+
+# nutcracker lives in /usr/sbin, which is not on a non-root user's PATH on Debian.
+find_cmd() {
+    local name=$1 d
+    if command -v "$name" >/dev/null 2>&1; then
+        command -v "$name"
+        return 0
+    fi
+    for d in /usr/sbin /sbin /usr/local/sbin; do
+        if [[ -x "$d/$name" ]]; then
+            echo "$d/$name"
+            return 0
+        fi
+    done
+    return 1
+}
+
+apt_install() {
+    command -v apt-get >/dev/null 2>&1 || die "missing packages ($*) and no apt-get to install them"
+    log "installing: $*"
+    if ! "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >"$TMP_DIR/apt.log" 2>&1; then
+        log "apt-get install failed; running apt-get update and retrying"
+        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q >>"$TMP_DIR/apt.log" 2>&1 ||
+            die "apt-get update failed (see $TMP_DIR/apt.log)"
+        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >>"$TMP_DIR/apt.log" 2>&1 ||
+            die "apt-get install $* failed (see $TMP_DIR/apt.log)"
+    fi
+}
+
+ensure_tools() {
+    local -A pkg_for=(
+        [redis-server]=redis-server
+        [redis-cli]=redis-tools
+        [redis-benchmark]=redis-tools
+        [nutcracker]=nutcracker
+        [python3]=python3
+        [timeout]=coreutils
+    )
+    local need=() cmd p
+    for cmd in "${!pkg_for[@]}"; do
+        if [[ "$cmd" == nutcracker ]] && ! want_target twemproxy; then continue; fi
+        if ! find_cmd "$cmd" >/dev/null; then
+            p=${pkg_for[$cmd]}
+            [[ " ${need[*]} " == *" $p "* ]] || need+=("$p")
+        fi
+    done
+    if ((${#need[@]})); then apt_install "${need[@]}"; fi
+    REDIS_SERVER=$(find_cmd redis-server) || die "redis-server not found"
+    REDIS_CLI=$(find_cmd redis-cli) || die "redis-cli not found"
+    REDIS_BENCHMARK=$(find_cmd redis-benchmark) || die "redis-benchmark not found"
+    if want_target twemproxy; then
+        NUTCRACKER=$(find_cmd nutcracker) || die "nutcracker not found"
+    fi
+}
+
+want_target() {
+    local t
+    for t in "${TARGETS[@]}"; do [[ "$t" == "$1" ]] && return 0; done
+    return 1
+}
+
+# --------------------------------------------------------------- helpers
+# Print N distinct free TCP ports on 127.0.0.1, chosen by the kernel. All
+# sockets are held open together so the ports are distinct; the window
+# between closing them and our servers binding them is tiny, and every
+# server start is verified (process alive + answers PING) anyway.
+free_ports() {
+    python3 - "$1" <<'PY'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+for s in socks:
+    s.close()
+PY
+}
+
+rcli() { # rcli PORT ARGS...   (bounded, never hangs)
+    local port=$1
+    shift
+    timeout 5 "$REDIS_CLI" -h 127.0.0.1 -p "$port" "$@"
+}
+
+# wait_ready NAME PID PORT LOGFILE: bounded wait until PORT answers PING.
+wait_ready() {
+    local name=$1 pid=$2 port=$3 logf=$4 deadline reply
+    deadline=$((SECONDS + STARTUP_TIMEOUT))
+    while :; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            tail -n 20 "$logf" >&2 || true
+            die "$name (pid $pid) exited during startup; log: $logf"
+        fi
+        reply=$(timeout 2 "$REDIS_CLI" -h 127.0.0.1 -p "$port" ping 2>/dev/null || true)
+        [[ "$reply" == PONG ]] && return 0
+        if ((SECONDS >= deadline)); then
+            tail -n 20 "$logf" >&2 || true
+            die "$name did not answer PING on 127.0.0.1:$port within ${STARTUP_TIMEOUT}s; log: $logf"
+        fi
+        sleep 0.1
+    done
+}
+
+# start_bg NAME LOGFILE CMD...: start CMD in the background, record its pid.
+LAST_PID=
+start_bg() {
+    local name=$1 logf=$2
+    shift 2
+    log "starting $name:$(printf ' %q' "$@")"
+    "$@" >"$logf" 2>&1 </dev/null &
+    LAST_PID=$!
+    PIDS+=("$LAST_PID")
+}
+
+stop_pid() {
+    local pid=$1 i
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for ((i = 0; i < 50; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
+flush_masters() {
+    local p out
+    for p in "${MASTER_PORTS[@]}"; do
+        out=$(rcli "$p" FLUSHALL) || die "FLUSHALL on master :$p failed"
+        [[ "$out" == OK ]] || die "FLUSHALL on master :$p replied '$out'"
+    done
+}
+
+dbsize() { rcli "$1" DBSIZE; }
+
+# Correctness smoke test through a target before benchmarking it:
+# first SET NX must reply OK, the second (same key) must reply nil.
+check_lock_semantics() {
+    local name=$1 port=$2 key first second
+    key="lock:e2e-check-$$-$RANDOM"
+    first=$(rcli "$port" SET "$key" tok NX PX 30000) || die "$name: SET NX failed"
+    second=$(rcli "$port" SET "$key" tok2 NX PX 30000) || die "$name: second SET NX failed"
+    [[ "$first" == OK ]] || die "$name: first SET NX replied '$first' (expected OK)"
+    [[ -z "$second" ]] || die "$name: second SET NX replied '$second' (expected nil)"
+}
+
+# Parse requests/s out of redis-benchmark --csv output. redis-benchmark >= 6.2
+# prints a header ("test","rps","avg_latency_ms",...) and one row per test, the
+# test name being the whole custom command line ("SET lock:__rand_int__ tok NX
+# PX 30000") in quotes; older versions print just "name","rps". Progress lines
+# may be \r-separated, so split on \r as well.
+parse_rps() {
+    python3 - "$1" <<'PY'
+import csv, io, sys
+text = open(sys.argv[1], encoding="utf-8", errors="replace").read().replace("\r", "\n")
+col, rps = 1, None
+for row in csv.reader(io.StringIO(text)):
+    if not row:
+        continue
+    if row[0] == "test" and "rps" in row:
+        col = row.index("rps")
+        continue
+    if len(row) > col:
+        try:
+            rps = float(row[col])
+        except ValueError:
+            pass
+if rps is None:
+    sys.exit(1)
+print("%.2f" % rps)
+PY
+}
+
+# run_bench NAME PORT PIPELINE REQUESTS -> sets BENCH_RPS.
+# redis-benchmark runs in the background and is waited for, so a TERM/INT to
+# this script is handled at once (cleanup kills the benchmark too).
+BENCH_RPS=
+run_bench() {
+    local name=$1 port=$2 pipeline=$3 n=$4 out err nerr bpid brc=0
+    out="$TMP_DIR/bench-$name-P$pipeline.csv"
+    err="$TMP_DIR/bench-$name-P$pipeline.err"
+    log "redis-benchmark $name P=$pipeline n=$n c=$CLIENTS"
+    # timeout: redis-benchmark has no I/O timeout of its own (e.g. its
+    # startup CONFIG GET blocks forever if a target swallows the command).
+    timeout --kill-after=10 "$RUN_TIMEOUT" "$REDIS_BENCHMARK" -h 127.0.0.1 -p "$port" -c "$CLIENTS" -n "$n" -r 100000000 \
+        -P "$pipeline" --csv "${BENCH_CMD[@]}" >"$out" 2>"$err" </dev/null &
+    bpid=$!
+    PIDS+=("$bpid")
+    wait "$bpid" || brc=$?
+    if ((brc == 124)); then
+        die "redis-benchmark against $name (P=$pipeline) timed out after ${RUN_TIMEOUT}s"
+    elif ((brc != 0)); then
+        cat "$out" "$err" >&2 || true
+        die "redis-benchmark against $name (P=$pipeline) failed (exit $brc)"
+    fi
+    # "WARNING: Could not fetch server CONFIG" is expected behind proxies
+    # (twemproxy/redlock-proxy don't implement CONFIG); real errors are not.
+    nerr=$(grep -c -i -E '^(Error|ERR)' "$err" || true)
+    if ((nerr > 0)); then
+        head -n 5 "$err" >&2
+        die "redis-benchmark against $name (P=$pipeline) reported $nerr server error line(s)"
+    fi
+    BENCH_RPS=$(parse_rps "$out") || {
+        cat "$out" >&2
+        die "could not parse requests/s from redis-benchmark output ($out)"
+    }
+    log "  $name P=$pipeline: $BENCH_RPS req/s"
+}
+
+# ------------------------------------------------------------------ main
+ensure_tools
+command -v python3 >/dev/null 2>&1 || die "python3 not found"
+
+if want_target proxy-n1 || want_target proxy-n5; then
+    if [[ "${BENCH_NO_BUILD:-0}" != "1" ]]; then
+        command -v cargo >/dev/null 2>&1 || die "cargo not found (install Rust, or set BENCH_NO_BUILD=1 with a prebuilt binary)"
+        log "cargo build --release"
+        cargo build --release --bin redlock-proxy >&2 || die "cargo build --release failed"
+    fi
+    [[ -x "$PROXY_BIN" ]] || die "proxy binary not found at $PROXY_BIN"
+    "$PROXY_BIN" --help >/dev/null 2>&1 || die "$PROXY_BIN --help failed"
+fi
+
+# 5 masters + proxy-n1 + proxy-n5 + nutcracker + nutcracker stats port.
+read -r -a PORTS <<<"$(free_ports $((N_MASTERS + 4)))"
+((${#PORTS[@]} == N_MASTERS + 4)) || die "could not allocate free ports"
+MASTER_PORTS=("${PORTS[@]:0:N_MASTERS}")
+PORT_PROXY_N1=${PORTS[N_MASTERS]}
+PORT_PROXY_N5=${PORTS[N_MASTERS + 1]}
+PORT_TWEM=${PORTS[N_MASTERS + 2]}
+PORT_TWEM_STATS=${PORTS[N_MASTERS + 3]}
+
+MASTER_PIDS=()
+for i in "${!MASTER_PORTS[@]}"; do
+    p=${MASTER_PORTS[i]}
+    mkdir -p "$TMP_DIR/redis-$p"
+    start_bg "master$((i + 1))" "$TMP_DIR/redis-$p.log" \
+        "$REDIS_SERVER" --port "$p" --bind 127.0.0.1 --daemonize no \
+        --save '' --appendonly no --dir "$TMP_DIR/redis-$p" --logfile '' \
+        --protected-mode yes --maxclients 10000
+    MASTER_PIDS+=("$LAST_PID")
+done
+for i in "${!MASTER_PORTS[@]}"; do
+    wait_ready "master$((i + 1))" "${MASTER_PIDS[i]}" "${MASTER_PORTS[i]}" "$TMP_DIR/redis-${MASTER_PORTS[i]}.log"
+done
+log "masters up on ports ${MASTER_PORTS[*]}"
+
+# Start one target; sets TARGET_PORT and TARGET_PID.
+start_target() {
+    local t=$1 backends i
+    case "$t" in
+        direct)
+            TARGET_PORT=${MASTER_PORTS[0]}
+            TARGET_PID=
+            ;;
+        proxy-n1 | proxy-n5)
+            if [[ "$t" == proxy-n1 ]]; then
+                TARGET_PORT=$PORT_PROXY_N1
+                backends="127.0.0.1:${MASTER_PORTS[0]}"
+            else
+                TARGET_PORT=$PORT_PROXY_N5
+                backends=
+                for i in "${!MASTER_PORTS[@]}"; do
+                    backends+="${backends:+,}127.0.0.1:${MASTER_PORTS[i]}"
+                done
+            fi
+            start_bg "$t" "$TMP_DIR/$t.log" \
+                "$PROXY_BIN" --listen "127.0.0.1:$TARGET_PORT" --backends "$backends"
+            TARGET_PID=$LAST_PID
+            wait_ready "$t" "$TARGET_PID" "$TARGET_PORT" "$TMP_DIR/$t.log"
+            ;;
+        twemproxy)
+            TARGET_PORT=$PORT_TWEM
+            local conf="$TMP_DIR/nutcracker.yml"
+            cat >"$conf" <<EOF
+bench:
+  listen: 127.0.0.1:$PORT_TWEM
+  hash: fnv1a_64
+  distribution: ketama
+  redis: true
+  preconnect: true
+  auto_eject_hosts: false
+  server_connections: 1
+  timeout: 30000
+  backlog: 1024
+  client_connections: 0
+  servers:
+   - 127.0.0.1:${MASTER_PORTS[0]}:1
+EOF
+            "$NUTCRACKER" --test-conf -c "$conf" >"$TMP_DIR/nutcracker-test.log" 2>&1 || {
+                cat "$TMP_DIR/nutcracker-test.log" >&2
+                die "nutcracker rejected $conf"
+            }
+            # -o: log file (default /var/log/nutcracker/...); -s/-a: the stats
+            # server otherwise binds 0.0.0.0:22222, a fixed port.
+            start_bg twemproxy "$TMP_DIR/twemproxy.log" \
+                "$NUTCRACKER" -c "$conf" -o "$TMP_DIR/nutcracker.log" -v 4 \
+                -s "$PORT_TWEM_STATS" -a 127.0.0.1
+            TARGET_PID=$LAST_PID
+            wait_ready twemproxy "$TARGET_PID" "$TARGET_PORT" "$TMP_DIR/nutcracker.log"
+            ;;
+    esac
+}
+
+declare -A RPS1 RPS16
+for t in "${TARGETS[@]}"; do
+    flush_masters
+    start_target "$t"
+    check_lock_semantics "$t" "$TARGET_PORT"
+    flush_masters
+    run_bench "$t" "$TARGET_PORT" 1 "$N_P1"
+    RPS1[$t]=$BENCH_RPS
+    keys=$(dbsize "${MASTER_PORTS[0]}")
+    ((keys > 0)) || die "$t: master1 holds no keys after the P=1 run; target did not write"
+    if [[ "$t" == proxy-n5 ]]; then
+        for p in "${MASTER_PORTS[@]:1}"; do
+            k=$(dbsize "$p")
+            ((k > 0)) || log "WARNING: proxy-n5 left master :$p empty"
+        done
+    fi
+    flush_masters
+    run_bench "$t" "$TARGET_PORT" 16 "$N_P16"
+    RPS16[$t]=$BENCH_RPS
+    if [[ -n "$TARGET_PID" ]]; then
+        kill -0 "$TARGET_PID" 2>/dev/null || die "$t died during the benchmark (log in $TMP_DIR)"
+        stop_pid "$TARGET_PID"
+    fi
+done
+
+# ---------------------------------------------------------------- report
+ratio() { # ratio A B -> "A/B" formatted, or "-" if not available
+    if [[ -z "${1:-}" || -z "${2:-}" ]]; then
+        echo "-"
+        return
+    fi
+    awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }'
+}
+fmt_int() { awk -v x="$1" 'BEGIN { printf "%.0f", x }'; }
+
+HEADERS=("target" "P=1 req/s" "P=16 req/s" "P=1 vs direct" "P=16 vs direct" "P=1 vs twemproxy" "P=16 vs twemproxy")
+ROWS=()
+for t in "${TARGETS[@]}"; do
+    ROWS+=("$t|$(fmt_int "${RPS1[$t]}")|$(fmt_int "${RPS16[$t]}")|$(ratio "${RPS1[$t]}" "${RPS1[direct]:-}")|$(ratio "${RPS16[$t]}" "${RPS16[direct]:-}")|$(ratio "${RPS1[$t]}" "${RPS1[twemproxy]:-}")|$(ratio "${RPS16[$t]}" "${RPS16[twemproxy]:-}")")
+done
+
+TABLE_FMT='%-10s  %11s  %11s  %13s  %14s  %16s  %17s\n'
+echo
+# shellcheck disable=SC2059  # the format string is ours
+printf "$TABLE_FMT" "${HEADERS[@]}"
+for r in "${ROWS[@]}"; do
+    IFS='|' read -r -a f <<<"$r"
+    # shellcheck disable=SC2059
+    printf "$TABLE_FMT" "${f[@]}"
+done
+echo
+
+md_row() { # md_row "a|b|c" -> "| a | b | c |"
+    local out="| ${1//|/ | } |"
+    echo "$out"
+}
+mkdir -p "$(dirname -- "$REPORT_MD")"
+{
+    echo "# redlock-proxy end-to-end benchmark"
+    echo
+    echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    echo "- commit: $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "- host: $(nproc) cores, $(uname -sr)"
+    echo "- $("$REDIS_SERVER" --version | cut -d' ' -f1-3)"
+    if want_target twemproxy; then
+        echo "- $("$NUTCRACKER" --version 2>&1 | head -n1)"
+    fi
+    echo "- command: \`redis-benchmark -c $CLIENTS -n <N> -r 100000000 -P <P> --csv ${BENCH_CMD[*]}\`"
+    echo "- requests: P=1: $N_P1, P=16: $N_P16"
+    echo "- targets: direct = 1 redis master; proxy-n1 / proxy-n5 = redlock-proxy over 1 / 5 masters; twemproxy = nutcracker over 1 master (server_connections: 1)"
+    echo
+    md_row "$(IFS='|'; echo "${HEADERS[*]}")"
+    md_row "$(IFS='|'; sep=("${HEADERS[@]/*/---}"); echo "${sep[*]}")"
+    for r in "${ROWS[@]}"; do
+        md_row "$r"
+    done
+} >"$REPORT_MD"
+log "markdown report written to $REPORT_MD"
+
+FAILED=0

@@ -1,0 +1,203 @@
+//! Connection handshakes: `PING`, `ECHO`, `HELLO`, `AUTH`, `SELECT`, `CLIENT`, `QUIT`, `RESET`.
+//!
+//! These never touch the masters; they answer the way one Redis 7 server would, so every
+//! client's connection set-up succeeds.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{Action, not_an_integer, parse_int, syntax_error, unknown_subcommand, wrong_arity};
+use crate::client::Conn;
+use crate::reply::Reply;
+use crate::server::Proxy;
+
+/// The Redis version the proxy presents. Clients use it to pick features (such as `HELLO`).
+pub const REDIS_VERSION: &str = "7.0.0";
+
+/// `PING [message]`
+pub fn ping(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    match args.len() {
+        1 => Reply::simple("PONG").into(),
+        2 => Reply::Bulk(args[1].clone()).into(),
+        _ => wrong_arity("ping").into(),
+    }
+}
+
+/// `ECHO message`
+pub fn echo(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    Reply::Bulk(args[1].clone()).into()
+}
+
+/// `HELLO [protover [AUTH username password] [SETNAME clientname]]`
+pub fn hello(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
+    let mut resp3 = conn.resp3;
+    if let Some(ver) = args.get(1) {
+        match parse_int(ver) {
+            Some(2) => resp3 = false,
+            Some(3) => resp3 = true,
+            Some(_) => return Reply::static_error("NOPROTO unsupported protocol version").into(),
+            None => {
+                return Reply::static_error(
+                    "ERR Protocol version is not an integer or out of range",
+                )
+                .into();
+            }
+        }
+    }
+    let mut name = None;
+    let mut i = 2;
+    while i < args.len() {
+        let opt = &args[i];
+        if opt.eq_ignore_ascii_case(b"AUTH") && i + 2 < args.len() {
+            if let Err(e) = check_password(proxy, &args[i + 2]) {
+                return e.into();
+            }
+            conn.authed = true;
+            i += 3;
+        } else if opt.eq_ignore_ascii_case(b"SETNAME") && i + 1 < args.len() {
+            if let Err(e) = valid_name(&args[i + 1]) {
+                return e.into();
+            }
+            name = Some(args[i + 1].clone());
+            i += 2;
+        } else {
+            return Reply::error(format!(
+                "ERR Syntax error in HELLO option '{}'",
+                String::from_utf8_lossy(opt)
+            ))
+            .into();
+        }
+    }
+    if !conn.authed {
+        return Reply::static_error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time").into();
+    }
+    conn.resp3 = resp3;
+    if name.is_some() {
+        conn.name = name;
+    }
+    let s = |t: &'static str| Reply::Bulk(Bytes::from_static(t.as_bytes()));
+    Reply::Map(vec![
+        (s("server"), s("redis")),
+        (s("version"), s(REDIS_VERSION)),
+        (s("proto"), Reply::Integer(if resp3 { 3 } else { 2 })),
+        (s("id"), Reply::Integer(conn.id as i64)),
+        (s("mode"), s("standalone")),
+        (s("role"), s("master")),
+        (s("modules"), Reply::Array(Vec::new())),
+    ])
+    .into()
+}
+
+fn check_password(proxy: &Proxy, given: &[u8]) -> Result<(), Reply> {
+    match &proxy.config.password {
+        Some(p) if p.as_bytes() == given => Ok(()),
+        Some(_) => Err(Reply::static_error(
+            "WRONGPASS invalid username-password pair or user is disabled.",
+        )),
+        None => Err(Reply::static_error(
+            "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+        )),
+    }
+}
+
+/// `AUTH [username] password`
+pub fn auth(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
+    if args.len() > 3 {
+        return syntax_error().into();
+    }
+    match check_password(proxy, &args[args.len() - 1]) {
+        Ok(()) => {
+            conn.authed = true;
+            Reply::ok().into()
+        }
+        Err(e) => e.into(),
+    }
+}
+
+/// `SELECT index`: only database 0 exists behind the proxy.
+pub fn select(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    match parse_int(&args[1]) {
+        Some(0) => Reply::ok().into(),
+        Some(_) => Reply::static_error(
+            "ERR DB index is out of range (redlock-proxy serves database 0 only)",
+        )
+        .into(),
+        None => not_an_integer().into(),
+    }
+}
+
+fn valid_name(name: &[u8]) -> Result<(), Reply> {
+    if name.iter().all(|c| (b'!'..=b'~').contains(c)) {
+        Ok(())
+    } else {
+        Err(Reply::static_error(
+            "ERR Client names cannot contain spaces, newlines or special characters.",
+        ))
+    }
+}
+
+/// `CLIENT SETNAME|GETNAME|ID|SETINFO|INFO|NO-EVICT|NO-TOUCH ...`
+pub fn client(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
+    let sub = args[1].to_ascii_uppercase();
+    let argc = args.len();
+    match (sub.as_slice(), argc) {
+        (b"SETNAME", 3) => match valid_name(&args[2]) {
+            Ok(()) => {
+                conn.name = (!args[2].is_empty()).then(|| args[2].clone());
+                Reply::ok().into()
+            }
+            Err(e) => e.into(),
+        },
+        (b"GETNAME", 2) => conn
+            .name
+            .clone()
+            .map(Reply::Bulk)
+            .unwrap_or(Reply::Nil)
+            .into(),
+        (b"ID", 2) => Reply::Integer(conn.id as i64).into(),
+        (b"SETINFO", 4) => {
+            let attr = args[2].to_ascii_uppercase();
+            if attr == b"LIB-NAME" || attr == b"LIB-VER" {
+                Reply::ok().into()
+            } else {
+                Reply::error(format!(
+                    "ERR Unrecognized option '{}'",
+                    String::from_utf8_lossy(&args[2])
+                ))
+                .into()
+            }
+        }
+        (b"INFO", 2) => Reply::Bulk(Bytes::from(format!(
+            "id={} addr=? laddr={} name={} db=0 resp={}\n",
+            conn.id,
+            proxy.listen_addr,
+            conn.name
+                .as_deref()
+                .map(String::from_utf8_lossy)
+                .unwrap_or_default(),
+            if conn.resp3 { 3 } else { 2 }
+        )))
+        .into(),
+        (b"NO-EVICT" | b"NO-TOUCH", 3) => Reply::ok().into(),
+        (b"SETNAME" | b"GETNAME" | b"ID" | b"SETINFO" | b"INFO" | b"NO-EVICT" | b"NO-TOUCH", _) => {
+            Reply::error(format!(
+                "ERR wrong number of arguments for 'client|{}' command",
+                String::from_utf8_lossy(&sub).to_ascii_lowercase()
+            ))
+            .into()
+        }
+        _ => unknown_subcommand("client", &args[1]).into(),
+    }
+}
+
+/// `QUIT`: answer, then close.
+pub fn quit(_: &Arc<Proxy>, _: &mut Conn, _: Vec<Bytes>) -> Action {
+    Action::Close(Reply::ok())
+}
+
+/// `RESET`: back to a new connection's state.
+pub fn reset(proxy: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
+    *conn = Conn::new(conn.id, proxy.config.password.is_some());
+    Reply::simple("RESET").into()
+}

@@ -1,0 +1,152 @@
+//! `COMMAND` and `INFO`: what the proxy serves and how it is doing.
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{Action, Spec, TABLE, lookup, unknown_subcommand};
+use crate::client::Conn;
+use crate::reply::Reply;
+use crate::server::Proxy;
+use crate::stats::Stats;
+
+fn bulk(s: &str) -> Reply {
+    Reply::Bulk(Bytes::copy_from_slice(s.as_bytes()))
+}
+
+/// The Redis 7 `COMMAND INFO` shape for one command.
+fn describe(spec: &Spec) -> Reply {
+    Reply::Array(vec![
+        bulk(spec.name),
+        Reply::Integer(spec.arity.into()),
+        Reply::Array(
+            spec.flags
+                .iter()
+                .map(|f| Reply::Simple(Bytes::from_static(f.as_bytes())))
+                .collect(),
+        ),
+        Reply::Integer(spec.keys.0.into()),
+        Reply::Integer(spec.keys.1.into()),
+        Reply::Integer(spec.keys.2.into()),
+        Reply::Array(Vec::new()),
+        Reply::Array(Vec::new()),
+        Reply::Array(Vec::new()),
+        Reply::Array(Vec::new()),
+    ])
+}
+
+fn docs(spec: &Spec) -> Reply {
+    Reply::Map(vec![
+        (
+            bulk("summary"),
+            bulk(&format!(
+                "{} (redlock-proxy)",
+                spec.name.to_ascii_uppercase()
+            )),
+        ),
+        (bulk("since"), bulk("1.0.0")),
+        (bulk("group"), bulk("generic")),
+    ])
+}
+
+/// `COMMAND [COUNT | LIST | INFO name... | DOCS [name...]]`
+pub fn command(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    let Some(sub) = args.get(1) else {
+        return Reply::Array(TABLE.iter().map(describe).collect()).into();
+    };
+    let named = || args[2..].iter().map(|n| lookup(n));
+    match sub.to_ascii_uppercase().as_slice() {
+        b"COUNT" => Reply::Integer(TABLE.len() as i64),
+        b"LIST" => Reply::Array(TABLE.iter().map(|s| bulk(s.name)).collect()),
+        b"INFO" if args.len() == 2 => Reply::Array(TABLE.iter().map(describe).collect()),
+        b"INFO" => Reply::Array(
+            named()
+                .map(|s| s.map(describe).unwrap_or(Reply::Nil))
+                .collect(),
+        ),
+        b"DOCS" if args.len() == 2 => {
+            Reply::Map(TABLE.iter().map(|s| (bulk(s.name), docs(s))).collect())
+        }
+        b"DOCS" => Reply::Map(named().flatten().map(|s| (bulk(s.name), docs(s))).collect()),
+        _ => unknown_subcommand("command", sub),
+    }
+    .into()
+}
+
+/// `INFO [section ...]`: Redis's server and clients sections, plus `redlock`, the proxy's own.
+pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    let wanted: Vec<String> = args[1..]
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
+        .collect();
+    let all = wanted.is_empty()
+        || wanted
+            .iter()
+            .any(|w| matches!(w.as_str(), "all" | "everything" | "default"));
+    let show = |name: &str| all || wanted.iter().any(|w| w == name);
+    let mut out = String::new();
+    if show("server") {
+        let _ = write!(
+            out,
+            "# Server\r\nredis_version:{}\r\nredis_mode:standalone\r\nproxy:redlock-proxy\r\nproxy_version:{}\r\nprocess_id:{}\r\nrun_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n\r\n",
+            super::connection::REDIS_VERSION,
+            env!("CARGO_PKG_VERSION"),
+            std::process::id(),
+            proxy.run_id,
+            proxy.listen_addr.port(),
+            proxy.started.elapsed().as_secs(),
+        );
+    }
+    if show("clients") {
+        let _ = write!(
+            out,
+            "# Clients\r\nconnected_clients:{}\r\n\r\n",
+            proxy.clients()
+        );
+    }
+    if show("replication") {
+        out.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n");
+    }
+    if show("stats") {
+        let s = &proxy.stats;
+        let _ = write!(
+            out,
+            "# Stats\r\ntotal_commands_processed:{}\r\n\r\n",
+            Stats::get(&s.commands)
+        );
+    }
+    if show("redlock") {
+        let s = &proxy.stats;
+        let up = proxy.masters.iter().filter(|m| m.is_up()).count();
+        let _ = write!(
+            out,
+            "# Redlock\r\nmasters:{}\r\nmasters_up:{}\r\nquorum:{}\r\nquorum_available:{}\r\nnode_timeout_ms:{}\r\ndrift_factor:{}\r\nmax_ttl_ms:{}\r\nlocks_granted:{}\r\nlocks_denied:{}\r\nlocks_rolled_back:{}\r\nlocks_released:{}\r\nkeys_in_flight:{}\r\nscripts_cached:{}\r\n",
+            proxy.masters.len(),
+            up,
+            proxy.quorum(),
+            u8::from(up >= proxy.quorum()),
+            proxy.config.node_timeout_ms,
+            proxy.config.drift_factor,
+            proxy.config.max_ttl_ms,
+            Stats::get(&s.grants),
+            Stats::get(&s.denials),
+            Stats::get(&s.rollbacks),
+            Stats::get(&s.releases),
+            proxy.keylocks.busy(),
+            proxy.scripts.len(),
+        );
+        for (i, m) in proxy.masters.iter().enumerate() {
+            let info = m.info();
+            let _ = write!(
+                out,
+                "master{i}:addr={},status={},run_id={}\r\n",
+                info.addr,
+                info.status().name(),
+                info.run_id().unwrap_or_default()
+            );
+        }
+        out.push_str("\r\n");
+    }
+    Reply::Bulk(Bytes::from(out)).into()
+}

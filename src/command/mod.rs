@@ -1,0 +1,291 @@
+//! Commands: the table of what the proxy understands, and dispatch from a request to an answer.
+//!
+//! Every command has one [`Spec`] row: its name, its arity (Redis's convention: positive means
+//! exact, negative means at least), its flags and key positions (for `COMMAND`), and the function
+//! that runs it. Arity is checked here, once, for all commands. A handler returns an [`Action`]:
+//! an immediate reply for connection bookkeeping, or a future for anything that talks to the
+//! masters. Futures are created synchronously during dispatch, and they queue their requests to
+//! the masters in dispatch order, so pipelined commands reach every master in the client's order.
+
+pub mod connection;
+pub mod introspect;
+pub mod keys;
+pub mod lock;
+pub mod script;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, LazyLock};
+
+use bytes::Bytes;
+
+use crate::client::Conn;
+use crate::reply::Reply;
+use crate::server::Proxy;
+use crate::stats::Stats;
+
+/// A reply still being computed.
+pub type Later = Pin<Box<dyn Future<Output = Reply> + Send + 'static>>;
+
+/// What dispatching a command produced.
+pub enum Action {
+    /// The reply is known now.
+    Reply(Reply),
+    /// The reply comes when the masters have answered.
+    Later(Later),
+    /// Send this reply, then close the connection (`QUIT`).
+    Close(Reply),
+}
+
+impl From<Reply> for Action {
+    fn from(r: Reply) -> Action {
+        Action::Reply(r)
+    }
+}
+
+/// A command handler. `args[0]` is the command name as the client spelled it.
+pub type Handler = fn(&Arc<Proxy>, &mut Conn, Vec<Bytes>) -> Action;
+
+/// One row of the command table.
+pub struct Spec {
+    /// Lower-case name.
+    pub name: &'static str,
+    /// Redis arity: `n` exactly n arguments (name included), `-n` at least n.
+    pub arity: i32,
+    /// Flags reported by `COMMAND`.
+    pub flags: &'static [&'static str],
+    /// First key position, last key position (-1 = last argument), step; 0,0,0 for no keys.
+    pub keys: (i32, i32, i32),
+    /// Runs the command.
+    pub run: Handler,
+    /// May run before `AUTH` when a password is configured.
+    pub before_auth: bool,
+}
+
+const fn spec(
+    name: &'static str,
+    arity: i32,
+    flags: &'static [&'static str],
+    keys: (i32, i32, i32),
+    run: Handler,
+) -> Spec {
+    Spec {
+        name,
+        arity,
+        flags,
+        keys,
+        run,
+        before_auth: false,
+    }
+}
+
+const fn open(mut s: Spec) -> Spec {
+    s.before_auth = true;
+    s
+}
+
+const NONE: (i32, i32, i32) = (0, 0, 0);
+const FIRST: (i32, i32, i32) = (1, 1, 1);
+const ALL: (i32, i32, i32) = (1, -1, 1);
+
+/// Every command the proxy serves.
+pub static TABLE: &[Spec] = &[
+    open(spec("ping", -1, &["fast", "stale"], NONE, connection::ping)),
+    spec("echo", 2, &["fast"], NONE, connection::echo),
+    open(spec(
+        "hello",
+        -1,
+        &["noscript", "fast", "no_auth"],
+        NONE,
+        connection::hello,
+    )),
+    open(spec(
+        "auth",
+        -2,
+        &["noscript", "fast", "no_auth"],
+        NONE,
+        connection::auth,
+    )),
+    spec("select", 2, &["fast"], NONE, connection::select),
+    spec("client", -2, &["noscript"], NONE, connection::client),
+    open(spec(
+        "quit",
+        -1,
+        &["fast", "no_auth"],
+        NONE,
+        connection::quit,
+    )),
+    open(spec(
+        "reset",
+        1,
+        &["noscript", "fast", "no_auth"],
+        NONE,
+        connection::reset,
+    )),
+    spec(
+        "command",
+        -1,
+        &["loading", "stale"],
+        NONE,
+        introspect::command,
+    ),
+    spec("info", -1, &["loading", "stale"], NONE, introspect::info),
+    spec("set", -3, &["write", "denyoom"], FIRST, lock::set),
+    spec("get", 2, &["readonly", "fast"], FIRST, keys::get),
+    spec("exists", -2, &["readonly", "fast"], ALL, keys::exists),
+    spec(
+        "eval",
+        -3,
+        &["noscript", "skip_monitor"],
+        NONE,
+        script::eval,
+    ),
+    spec(
+        "evalsha",
+        -3,
+        &["noscript", "skip_monitor"],
+        NONE,
+        script::evalsha,
+    ),
+    spec("script", -2, &["noscript"], NONE, script::script),
+];
+
+static BY_NAME: LazyLock<HashMap<&'static str, &'static Spec>> =
+    LazyLock::new(|| TABLE.iter().map(|s| (s.name, s)).collect());
+
+/// Finds a command by name, case-insensitively, without allocating.
+pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    let mut buf = [0u8; 32];
+    let lower = buf.get_mut(..name.len())?;
+    for (d, s) in lower.iter_mut().zip(name) {
+        *d = s.to_ascii_lowercase();
+    }
+    BY_NAME.get(std::str::from_utf8(lower).ok()?).copied()
+}
+
+/// Runs one request.
+pub fn dispatch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
+    Stats::bump(&proxy.stats.commands);
+    let Some(spec) = lookup(&args[0]) else {
+        return unknown_command(&args).into();
+    };
+    if !arity_ok(spec.arity, args.len()) {
+        return wrong_arity(spec.name).into();
+    }
+    if !conn.authed && !spec.before_auth {
+        return Reply::static_error("NOAUTH Authentication required.").into();
+    }
+    (spec.run)(proxy, conn, args)
+}
+
+fn arity_ok(arity: i32, argc: usize) -> bool {
+    if arity >= 0 {
+        argc == arity as usize
+    } else {
+        argc >= arity.unsigned_abs() as usize
+    }
+}
+
+/// `ERR wrong number of arguments for 'x' command`.
+pub fn wrong_arity(name: &str) -> Reply {
+    Reply::error(format!(
+        "ERR wrong number of arguments for '{name}' command"
+    ))
+}
+
+/// `ERR syntax error`.
+pub fn syntax_error() -> Reply {
+    Reply::static_error("ERR syntax error")
+}
+
+/// Redis's unknown-command error, quoting up to 128 bytes of arguments.
+pub fn unknown_command(args: &[Bytes]) -> Reply {
+    let mut quoted = String::new();
+    for arg in &args[1..] {
+        if quoted.len() >= 128 {
+            break;
+        }
+        let room = 128 - quoted.len();
+        let text = String::from_utf8_lossy(&arg[..arg.len().min(room)]);
+        quoted.push_str(&format!("'{text}' "));
+    }
+    let name = String::from_utf8_lossy(&args[0][..args[0].len().min(128)]);
+    Reply::error(format!(
+        "ERR unknown command '{name}', with args beginning with: {quoted}"
+    ))
+}
+
+/// `ERR unknown subcommand 'x'. Try NAME HELP.`
+pub fn unknown_subcommand(command: &str, sub: &[u8]) -> Reply {
+    Reply::error(format!(
+        "ERR unknown subcommand '{}'. Try {} HELP.",
+        String::from_utf8_lossy(&sub[..sub.len().min(128)]),
+        command.to_ascii_uppercase()
+    ))
+}
+
+/// Parses a base-10 integer argument the way Redis does.
+pub fn parse_int(arg: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(arg).ok()?;
+    if s.is_empty()
+        || s.starts_with('+')
+        || (s.len() > 1 && s.starts_with('0'))
+        || s.starts_with("-0")
+    {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// `ERR value is not an integer or out of range`.
+pub fn not_an_integer() -> Reply {
+    Reply::static_error("ERR value is not an integer or out of range")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(v: &[&str]) -> Vec<Bytes> {
+        v.iter()
+            .map(|s| Bytes::copy_from_slice(s.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn lookup_ignores_case() {
+        assert_eq!(lookup(b"SeT").map(|s| s.name), Some("set"));
+        assert!(lookup(b"nosuchcommand").is_none());
+        assert!(lookup(&[b'a'; 100]).is_none());
+    }
+
+    #[test]
+    fn unknown_command_wording() {
+        assert_eq!(
+            unknown_command(&b(&["foo", "a", "b"])),
+            Reply::error("ERR unknown command 'foo', with args beginning with: 'a' 'b' ")
+        );
+        assert_eq!(
+            unknown_command(&b(&["foo"])),
+            Reply::error("ERR unknown command 'foo', with args beginning with: ")
+        );
+    }
+
+    #[test]
+    fn arity_rules() {
+        assert!(arity_ok(2, 2));
+        assert!(!arity_ok(2, 3));
+        assert!(arity_ok(-3, 5));
+        assert!(!arity_ok(-3, 2));
+    }
+
+    #[test]
+    fn integers_parse_like_redis() {
+        assert_eq!(parse_int(b"10"), Some(10));
+        assert_eq!(parse_int(b"-1"), Some(-1));
+        assert_eq!(parse_int(b"010"), None);
+        assert_eq!(parse_int(b"1.5"), None);
+        assert_eq!(parse_int(b""), None);
+    }
+}

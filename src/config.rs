@@ -1,0 +1,277 @@
+//! Configuration: a TOML file, overridden by command-line flags, checked once at start-up.
+//!
+//! Every setting has a default except the list of masters. [`Config::validate`] turns every
+//! mistake into one readable line, so `main` can print it and exit non-zero.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// A configuration mistake, worded for the operator.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema (unknown keys included).
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// The parser's message, flattened to one line.
+        message: String,
+    },
+    /// A value is out of range or malformed.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// What to do with an `EVAL`/`EVALSHA` script whose meaning the proxy does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownScripts {
+    /// Run it on every master; answer only a reply that a majority agree on.
+    Majority,
+    /// Refuse it with an error.
+    Reject,
+}
+
+/// The proxy's settings. Field names are the TOML keys.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address the proxy listens on for clients.
+    pub listen: String,
+    /// The independent Redis masters, as `host:port`. Their number is the N of the quorum.
+    pub backends: Vec<String>,
+    /// How long to wait for one master's reply before counting it as a "no" (ms). Keep it small
+    /// compared with lock TTLs: the Redlock design suggests 5–50 ms for a 10 s TTL.
+    pub node_timeout_ms: u64,
+    /// Clock drift allowance as a fraction of the TTL. `drift = ttl × drift_factor + 2 ms`.
+    pub drift_factor: f64,
+    /// A lock is granted only if its remaining validity is above this (ms).
+    pub min_validity_ms: u64,
+    /// Time allowed to open and greet a master connection (ms).
+    pub connect_timeout_ms: u64,
+    /// A master that leaves a request unanswered this long is marked down and reconnected (ms).
+    pub stall_timeout_ms: u64,
+    /// First reconnect delay (ms); it doubles up to `reconnect_max_ms`, with jitter.
+    pub reconnect_min_ms: u64,
+    /// Longest reconnect delay (ms).
+    pub reconnect_max_ms: u64,
+    /// Largest TTL a lock may ask for (ms). Larger requests get an error. This bound is what
+    /// lets the proxy know how long a restarted master must sit out.
+    pub max_ttl_ms: u64,
+    /// Most client connections served at once; more are refused with an error.
+    pub max_clients: usize,
+    /// Largest bulk string a client may send (bytes).
+    pub max_bulk_len: usize,
+    /// Most commands one client may have in flight before the proxy stops reading from it.
+    pub max_pipeline: usize,
+    /// Scripts the proxy does not recognise: `majority` runs them everywhere and answers the
+    /// majority reply, `reject` refuses them.
+    pub unknown_scripts: UnknownScripts,
+    /// When set, clients must `AUTH` with this password (any user name) before other commands.
+    pub password: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:7777".into(),
+            backends: Vec::new(),
+            node_timeout_ms: 50,
+            drift_factor: 0.01,
+            min_validity_ms: 1,
+            connect_timeout_ms: 500,
+            stall_timeout_ms: 1000,
+            reconnect_min_ms: 50,
+            reconnect_max_ms: 2000,
+            max_ttl_ms: 300_000,
+            max_clients: 10_000,
+            max_bulk_len: 4 * 1024 * 1024,
+            max_pipeline: 1024,
+            unknown_scripts: UnknownScripts::Majority,
+            password: None,
+        }
+    }
+}
+
+impl Config {
+    /// Reads a TOML file. Unknown keys are errors.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::from_toml(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.display().to_string(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses TOML text.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: "<text>".into(),
+            message: e.message().replace('\n', " "),
+        })
+    }
+
+    /// Applies one `key=value` override, where the value is written as in the TOML file.
+    pub fn set(&mut self, assignment: &str) -> Result<(), ConfigError> {
+        let (key, value) = assignment.split_once('=').ok_or_else(|| {
+            ConfigError::Invalid(format!("--set expects KEY=VALUE, got '{assignment}'"))
+        })?;
+        let key = key.trim();
+        let value = value.trim();
+        // Accept bare words for strings, so `--set unknown_scripts=reject` works without quotes.
+        let parsed = toml::from_str::<toml::Table>(&format!("{key} = {value}"))
+            .or_else(|_| toml::from_str::<toml::Table>(&format!("{key} = {value:?}")))
+            .map_err(|e| {
+                ConfigError::Invalid(format!(
+                    "--set {assignment}: {}",
+                    e.message().replace('\n', " ")
+                ))
+            })?;
+        let mut table =
+            toml::Table::try_from(&*self).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        table.extend(parsed);
+        *self = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| {
+                ConfigError::Invalid(format!(
+                    "--set {assignment}: {}",
+                    e.message().replace('\n', " ")
+                ))
+            })?;
+        Ok(())
+    }
+
+    /// Checks ranges and addresses.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.backends.is_empty() {
+            return bad(
+                "no backends configured (use --backends HOST:PORT,... or `backends = [...]`)"
+                    .into(),
+            );
+        }
+        for b in &self.backends {
+            check_addr(b)
+                .map_err(|m| ConfigError::Invalid(format!("bad backend address '{b}': {m}")))?;
+        }
+        check_addr(&self.listen).map_err(|m| {
+            ConfigError::Invalid(format!("bad listen address '{}': {m}", self.listen))
+        })?;
+        for (name, v) in [
+            ("node_timeout_ms", self.node_timeout_ms),
+            ("connect_timeout_ms", self.connect_timeout_ms),
+            ("stall_timeout_ms", self.stall_timeout_ms),
+            ("reconnect_min_ms", self.reconnect_min_ms),
+            ("reconnect_max_ms", self.reconnect_max_ms),
+            ("max_ttl_ms", self.max_ttl_ms),
+            ("max_clients", self.max_clients as u64),
+            ("max_bulk_len", self.max_bulk_len as u64),
+            ("max_pipeline", self.max_pipeline as u64),
+        ] {
+            if v == 0 {
+                return bad(format!("{name} must be greater than 0"));
+            }
+        }
+        if !(0.0..0.5).contains(&self.drift_factor) {
+            return bad(format!(
+                "drift_factor must be in [0, 0.5), got {}",
+                self.drift_factor
+            ));
+        }
+        if self.reconnect_min_ms > self.reconnect_max_ms {
+            return bad("reconnect_min_ms must not exceed reconnect_max_ms".into());
+        }
+        Ok(())
+    }
+
+    /// The per-master reply timeout.
+    pub fn node_timeout(&self) -> Duration {
+        Duration::from_millis(self.node_timeout_ms)
+    }
+}
+
+fn check_addr(addr: &str) -> Result<(), String> {
+    if addr.parse::<SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    let (host, port) = addr.rsplit_once(':').ok_or("expected HOST:PORT")?;
+    if host.is_empty() {
+        return Err("empty host".into());
+    }
+    port.parse::<u16>()
+        .map_err(|_| format!("bad port '{port}'"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_backends(text: &str) -> Result<Config, ConfigError> {
+        let c = Config::from_toml(&format!("backends = [\"127.0.0.1:1\"]\n{text}"))?;
+        c.validate().map(|_| c)
+    }
+
+    #[test]
+    fn defaults_validate_once_backends_exist() {
+        assert!(with_backends("").is_ok());
+        assert!(
+            Config::default()
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("no backends")
+        );
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_errors() {
+        assert!(
+            with_backends("bogus = 1")
+                .unwrap_err()
+                .to_string()
+                .contains("unknown field")
+        );
+        assert!(
+            with_backends("node_timeout_ms = 0")
+                .unwrap_err()
+                .to_string()
+                .contains("node_timeout_ms")
+        );
+        let c = Config::from_toml("backends = [\"nohost\"]").unwrap();
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("bad backend address")
+        );
+    }
+
+    #[test]
+    fn set_overrides_by_key() {
+        let mut c = with_backends("").unwrap();
+        c.set("node_timeout_ms=7").unwrap();
+        c.set("unknown_scripts=reject").unwrap();
+        assert_eq!(c.node_timeout_ms, 7);
+        assert_eq!(c.unknown_scripts, UnknownScripts::Reject);
+        assert!(c.set("nope=1").is_err());
+    }
+}

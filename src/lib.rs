@@ -1,0 +1,34 @@
+//! # redlock-proxy
+//!
+//! A Redis-protocol server that turns the ordinary lock commands of unmodified clients into
+//! Redlock quorum operations across N independent Redis masters.
+//!
+//! # Layout
+//! Follow one `SET key token NX PX ttl` from top to bottom:
+//!
+//! - [`server`]: accept loop, client cap, and [`server::Proxy`], the state all clients share.
+//! - [`client`]: one connection: decode, dispatch, answer in request order.
+//! - [`request`]: RESP multibulk and inline request decoding, with size limits.
+//! - [`command`]: the command table, arity checks, and one module per command family.
+//! - [`keylock`]: per-key ordering so an operation's clean-up precedes the next one on its key.
+//! - [`quorum`]: quorum and validity arithmetic, and the one fan-out + majority rule.
+//! - [`backend`]: one pipelined connection per master: a cloneable handle plus a driver task.
+//! - [`scripts`]: the script cache and what a Lua script means.
+//! - [`reply`]: reply values and their RESP2/RESP3 encoding.
+//! - [`config`]: the TOML file and flags. [`stats`]: counters for `INFO`. [`dev`]: local masters.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod client;
+pub mod command;
+pub mod config;
+pub mod dev;
+pub mod keylock;
+pub mod quorum;
+pub mod reply;
+pub mod request;
+pub mod scripts;
+pub mod server;
+pub mod stats;

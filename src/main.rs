@@ -1,0 +1,123 @@
+//! The `redlock-proxy` binary: parse flags, load the configuration, start logging, serve.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use redlock_proxy::config::Config;
+use tracing_subscriber::EnvFilter;
+
+/// A Redis-protocol proxy that turns lock commands into Redlock quorum operations.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Cli {
+    /// TOML configuration file (see configs/redlock-proxy.toml).
+    #[arg(long, short = 'c')]
+    config: Option<PathBuf>,
+    /// Address to listen on, HOST:PORT.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Comma-separated masters, HOST:PORT,HOST:PORT,...
+    #[arg(long, value_delimiter = ',')]
+    backends: Option<Vec<String>>,
+    /// Per-master reply timeout in milliseconds.
+    #[arg(long)]
+    node_timeout_ms: Option<u64>,
+    /// Largest lock TTL accepted, in milliseconds.
+    #[arg(long)]
+    max_ttl_ms: Option<u64>,
+    /// Any other setting, as KEY=VALUE with the value written as in the TOML file. Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Start N local redis-server masters (no persistence) and use them; they stop on exit.
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "3")]
+    dev: Option<usize>,
+}
+
+fn build_config(cli: &Cli) -> Result<Config, redlock_proxy::config::ConfigError> {
+    let mut config = match &cli.config {
+        Some(path) => Config::from_file(path)?,
+        None => Config::default(),
+    };
+    if let Some(l) = &cli.listen {
+        config.listen = l.clone();
+    }
+    if let Some(b) = &cli.backends {
+        config.backends = b
+            .iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+    }
+    if let Some(t) = cli.node_timeout_ms {
+        config.node_timeout_ms = t;
+    }
+    if let Some(t) = cli.max_ttl_ms {
+        config.max_ttl_ms = t;
+    }
+    for s in &cli.set {
+        config.set(s)?;
+    }
+    Ok(config)
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+    let mut config = match build_config(&cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("redlock-proxy: {e}");
+            std::process::exit(2);
+        }
+    };
+    let _dev = match cli.dev {
+        Some(n) if n > 0 => match redlock_proxy::dev::start(n).await {
+            Ok(masters) => {
+                tracing::info!(masters = ?masters.addrs, "dev mode: started local redis-server masters");
+                config.backends = masters.addrs.clone();
+                Some(masters)
+            }
+            Err(e) => {
+                eprintln!("redlock-proxy: {e:#}");
+                std::process::exit(2);
+            }
+        },
+        _ => None,
+    };
+    if let Err(e) = config.validate() {
+        eprintln!("redlock-proxy: {e}");
+        std::process::exit(2);
+    }
+    tokio::select! {
+        r = redlock_proxy::server::run(config) => {
+            if let Err(e) = r {
+                eprintln!("redlock-proxy: {e:#}");
+                std::process::exit(1);
+            }
+        }
+        _ = shutdown_signal() => tracing::info!("shutting down"),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return ctrl_c.await.unwrap_or(()),
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

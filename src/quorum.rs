@@ -1,0 +1,231 @@
+//! The Redlock decision: quorum arithmetic, validity time, and one fan-out with one majority rule
+//! that every command shares.
+//!
+//! [`ask`] sends a request to all N masters at once and counts identical replies (after an
+//! optional projection, see [`Ballots::tally_by`]). It returns as soon as the outcome is known:
+//! when some reply has a quorum, or when the masters still pending can no longer give any reply
+//! a quorum, or at the per-node deadline. Masters that are down, slow or that failed simply cast
+//! no vote. The quorum is always `⌊N/2⌋ + 1` of the *configured* N.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep_until};
+
+use crate::backend::Backend;
+use crate::reply::Reply;
+
+/// `⌊n/2⌋ + 1`.
+pub fn quorum(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// Clock drift allowance for a TTL: `ttl × drift_factor + 2 ms` (Redis expires keys with 1 ms
+/// precision, plus 1 ms).
+pub fn drift(ttl: Duration, drift_factor: f64) -> Duration {
+    ttl.mul_f64(drift_factor) + Duration::from_millis(2)
+}
+
+/// Remaining validity of a lock: `ttl − elapsed − drift`, or `None` when nothing is left.
+pub fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> Option<Duration> {
+    ttl.checked_sub(elapsed)?
+        .checked_sub(drift(ttl, drift_factor))
+}
+
+/// The replies gathered from the masters, indexed by master. `None` means no vote: no reply yet,
+/// down, timed out, or connection lost.
+#[derive(Debug, Clone)]
+pub struct Ballots {
+    /// One entry per configured master.
+    pub replies: Vec<Option<Reply>>,
+    /// The quorum for this set of masters.
+    pub quorum: usize,
+}
+
+impl Ballots {
+    /// The reply that at least a quorum of masters gave, if any.
+    pub fn majority(&self) -> Option<&Reply> {
+        self.tally_by(|r| r).map(|(r, _)| r)
+    }
+
+    /// Groups replies by `key` and returns the key that a quorum share, with how many share it.
+    pub fn tally_by<'a, K: PartialEq + 'a>(
+        &'a self,
+        key: impl Fn(&'a Reply) -> K,
+    ) -> Option<(K, usize)> {
+        let keys: Vec<K> = self.replies.iter().flatten().map(key).collect();
+        for (i, k) in keys.iter().enumerate() {
+            if keys[..i].contains(k) {
+                continue;
+            }
+            let count = keys[i..].iter().filter(|o| *o == k).count();
+            if count >= self.quorum {
+                let winner = keys.into_iter().nth(i)?;
+                return Some((winner, count));
+            }
+        }
+        None
+    }
+
+    /// True when the outcome can no longer change: some reply has a quorum, or the largest
+    /// group plus the masters yet to answer is below the quorum.
+    fn decided(&self, pending: usize) -> bool {
+        let mut best = 0;
+        for (i, r) in self.replies.iter().enumerate() {
+            let Some(r) = r else { continue };
+            let same = self.replies[i..]
+                .iter()
+                .flatten()
+                .filter(|o| *o == r)
+                .count();
+            best = best.max(same);
+        }
+        best >= self.quorum || best + pending < self.quorum
+    }
+
+    /// Which masters answered with `reply`.
+    pub fn who_said(&self, reply: &Reply) -> impl Iterator<Item = usize> + '_ {
+        let reply = reply.clone();
+        self.replies
+            .iter()
+            .enumerate()
+            .filter(move |(_, r)| r.as_ref() == Some(&reply))
+            .map(|(i, _)| i)
+    }
+}
+
+/// How a request reaches each master.
+pub enum Request {
+    /// The same bytes to every master.
+    Same(Bytes),
+    /// Different bytes per master (index = master).
+    Each(Vec<Bytes>),
+}
+
+impl Request {
+    fn for_master(&self, i: usize) -> Bytes {
+        match self {
+            Request::Same(b) => b.clone(),
+            Request::Each(v) => v[i].clone(),
+        }
+    }
+}
+
+/// Sends `request` (holding `replies` commands per master) to every master at once and
+/// gathers replies until the outcome is decided or `deadline` passes.
+///
+/// The request is queued on every master before this function first awaits, so requests from
+/// one caller reach each master in the order the caller made them.
+pub fn ask(
+    masters: &[Backend],
+    request: Request,
+    replies: usize,
+    deadline: Instant,
+) -> impl Future<Output = Ballots> + use<> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    for (i, m) in masters.iter().enumerate() {
+        m.send(request.for_master(i), replies, Some((tx.clone(), i)));
+    }
+    drop(tx);
+    let n = masters.len();
+    async move {
+        let mut ballots = Ballots {
+            replies: vec![None; n],
+            quorum: quorum(n),
+        };
+        // A master that failed is a definite "no" and no longer pending.
+        let mut pending = n;
+        let sleep = sleep_until(deadline);
+        tokio::pin!(sleep);
+        while pending > 0 && !ballots.decided(pending) {
+            tokio::select! {
+                got = rx.recv() => match got {
+                    Some((i, result)) => {
+                        pending -= 1;
+                        ballots.replies[i] = result.ok();
+                    }
+                    None => break,
+                },
+                _ = &mut sleep => break,
+            }
+        }
+        ballots
+    }
+}
+
+/// Sends `request` to every master without waiting for replies (releases and rollbacks).
+pub fn tell_all(masters: &[Backend], request: Request, replies: usize) {
+    for (i, m) in masters.iter().enumerate() {
+        m.send(request.for_master(i), replies, None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quorum_of_configured_n() {
+        assert_eq!(quorum(1), 1);
+        assert_eq!(quorum(2), 2);
+        assert_eq!(quorum(3), 2);
+        assert_eq!(quorum(4), 3);
+        assert_eq!(quorum(5), 3);
+    }
+
+    #[test]
+    fn validity_subtracts_elapsed_and_drift() {
+        let ttl = Duration::from_millis(10_000);
+        assert_eq!(drift(ttl, 0.01), Duration::from_millis(102));
+        assert_eq!(
+            validity(ttl, Duration::from_millis(100), 0.01),
+            Some(Duration::from_millis(9_798))
+        );
+        assert_eq!(validity(ttl, Duration::from_millis(9_950), 0.01), None);
+        assert_eq!(
+            validity(Duration::from_millis(1), Duration::ZERO, 0.0),
+            None
+        );
+    }
+
+    fn ballots(v: Vec<Option<Reply>>) -> Ballots {
+        let n = v.len();
+        Ballots {
+            replies: v,
+            quorum: quorum(n),
+        }
+    }
+
+    #[test]
+    fn majority_needs_quorum_of_all_masters() {
+        let ok = Some(Reply::ok());
+        let b = ballots(vec![ok.clone(), ok.clone(), None, None, None]);
+        assert_eq!(
+            b.majority(),
+            None,
+            "2 of 5 is not a majority even if 3 are down"
+        );
+        let b = ballots(vec![
+            ok.clone(),
+            ok.clone(),
+            ok.clone(),
+            Some(Reply::Nil),
+            None,
+        ]);
+        assert_eq!(b.majority(), Some(&Reply::ok()));
+        assert_eq!(b.who_said(&Reply::ok()).collect::<Vec<_>>(), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn decides_early() {
+        let ok = Some(Reply::ok());
+        let nil = Some(Reply::Nil);
+        assert!(ballots(vec![ok.clone(), ok.clone(), None]).decided(1));
+        assert!(!ballots(vec![ok.clone(), nil.clone(), None]).decided(1));
+        assert!(ballots(vec![ok.clone(), nil.clone(), Some(Reply::Integer(1))]).decided(0));
+        assert!(!ballots(vec![ok.clone(), nil.clone(), nil.clone(), None, None]).decided(2));
+        // Two masters failed, two split: nobody can reach 3 of 5 any more.
+        assert!(ballots(vec![ok, nil, None, None, None]).decided(1));
+    }
+}

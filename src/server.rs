@@ -1,0 +1,123 @@
+//! The accept loop and the state every client shares.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::backend::{Backend, Settings};
+use crate::config::Config;
+use crate::keylock::KeyLocks;
+use crate::scripts::ScriptCache;
+use crate::stats::Stats;
+
+/// State shared by every client connection.
+pub struct Proxy {
+    /// The validated configuration.
+    pub config: Config,
+    /// One handle per configured master; the quorum is computed from `masters.len()`.
+    pub masters: Vec<Backend>,
+    /// Scripts loaded through the proxy.
+    pub scripts: ScriptCache,
+    /// Per-key ordering of operations.
+    pub keylocks: Arc<KeyLocks>,
+    /// Counters for `INFO`.
+    pub stats: Stats,
+    /// When the proxy started.
+    pub started: Instant,
+    /// The address clients connect to.
+    pub listen_addr: SocketAddr,
+    /// Random id of this proxy process, reported as `run_id`.
+    pub run_id: String,
+    clients: AtomicUsize,
+    next_client_id: AtomicU64,
+}
+
+impl Proxy {
+    /// Connects to the masters (in the background) and prepares the shared state.
+    pub fn new(config: Config, listen_addr: SocketAddr) -> Arc<Proxy> {
+        let settings = Settings {
+            connect_timeout: std::time::Duration::from_millis(config.connect_timeout_ms),
+            stall_timeout: std::time::Duration::from_millis(config.stall_timeout_ms),
+            reconnect_min: std::time::Duration::from_millis(config.reconnect_min_ms),
+            reconnect_max: std::time::Duration::from_millis(config.reconnect_max_ms),
+        };
+        let masters = config
+            .backends
+            .iter()
+            .map(|addr| Backend::spawn(addr.clone(), settings.clone()))
+            .collect();
+        let run_id = (0..40)
+            .map(|_| char::from_digit(rand::random_range(0..16), 16).unwrap_or('0'))
+            .collect();
+        Arc::new(Proxy {
+            config,
+            masters,
+            scripts: ScriptCache::default(),
+            keylocks: Arc::new(KeyLocks::default()),
+            stats: Stats::default(),
+            started: Instant::now(),
+            listen_addr,
+            run_id,
+            clients: AtomicUsize::new(0),
+            next_client_id: AtomicU64::new(1),
+        })
+    }
+
+    /// Number of connected clients.
+    pub fn clients(&self) -> usize {
+        self.clients.load(Ordering::Relaxed)
+    }
+
+    /// The quorum: `⌊N/2⌋ + 1` of the configured masters.
+    pub fn quorum(&self) -> usize {
+        crate::quorum::quorum(self.masters.len())
+    }
+}
+
+/// Binds the listener and serves clients until the task is dropped.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(&config.listen).await?;
+    serve(listener, config).await
+}
+
+/// Serves clients on an already bound listener (tests bind port 0 themselves).
+pub async fn serve(listener: TcpListener, config: Config) -> anyhow::Result<()> {
+    let addr = listener.local_addr()?;
+    info!(listen = %addr, masters = ?config.backends, quorum = crate::quorum::quorum(config.backends.len()), "redlock-proxy listening");
+    let proxy = Proxy::new(config, addr);
+    loop {
+        let (mut socket, peer) = match listener.accept().await {
+            Ok(pair) => pair,
+            Err(e) => {
+                // Running out of file descriptors must not end the server.
+                warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = socket.set_nodelay(true);
+        if proxy.clients.fetch_add(1, Ordering::AcqRel) >= proxy.config.max_clients {
+            proxy.clients.fetch_sub(1, Ordering::AcqRel);
+            let _ = socket
+                .write_all(b"-ERR max number of clients reached\r\n")
+                .await;
+            continue;
+        }
+        let id = proxy.next_client_id.fetch_add(1, Ordering::Relaxed);
+        let proxy = proxy.clone();
+        tokio::spawn(
+            async move {
+                if let Err(e) = crate::client::serve(socket, proxy.clone(), id).await {
+                    debug!(error = %e, "client connection ended");
+                }
+                proxy.clients.fetch_sub(1, Ordering::AcqRel);
+            }
+            .instrument(info_span!("client", client.addr = %peer)),
+        );
+    }
+}
