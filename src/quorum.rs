@@ -13,7 +13,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendError};
 use crate::reply::Reply;
 
 /// `⌊n/2⌋ + 1`.
@@ -39,6 +39,9 @@ pub fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> Option<D
 pub struct Ballots {
     /// One entry per configured master.
     pub replies: Vec<Option<Reply>>,
+    /// Why a master gave no reply, when it said so (down, connection lost); `None` together with
+    /// no reply means it has not answered (yet).
+    pub failed: Vec<Option<BackendError>>,
     /// The quorum for this set of masters.
     pub quorum: usize,
 }
@@ -84,6 +87,12 @@ impl Ballots {
         best >= self.quorum || best + pending < self.quorum
     }
 
+    /// True when master `i` may have executed the request: it replied, or it was sent the request
+    /// and has not answered (a timed-out or cut-off request may still have run).
+    pub fn may_have_run(&self, i: usize) -> bool {
+        self.failed[i] != Some(BackendError::Down)
+    }
+
     /// Which masters answered with `reply`.
     pub fn who_said(&self, reply: &Reply) -> impl Iterator<Item = usize> + '_ {
         let reply = reply.clone();
@@ -112,45 +121,73 @@ impl Request {
     }
 }
 
-/// Sends `request` (holding `replies` commands per master) to every master at once and
-/// gathers replies until the outcome is decided or `deadline` passes.
-///
-/// The request is queued on every master before this function first awaits, so requests from
-/// one caller reach each master in the order the caller made them.
-pub fn ask(
-    masters: &[Backend],
-    request: Request,
-    replies: usize,
+/// A vote in progress: requests are queued on every master; replies are gathered on demand.
+pub struct Vote {
+    rx: mpsc::UnboundedReceiver<(usize, Result<Reply, BackendError>)>,
+    ballots: Ballots,
+    pending: usize,
     deadline: Instant,
-) -> impl Future<Output = Ballots> + use<> {
-    let (tx, mut rx) = mpsc::unbounded_channel();
+}
+
+/// Sends `request` (holding `replies` commands per master) to every master at once. The
+/// request is queued on every master before this returns, so requests from one caller reach
+/// each master in the order the caller made them.
+pub fn ask(masters: &[Backend], request: Request, replies: usize, deadline: Instant) -> Vote {
+    let (tx, rx) = mpsc::unbounded_channel();
     for (i, m) in masters.iter().enumerate() {
         m.send(request.for_master(i), replies, Some((tx.clone(), i)));
     }
-    drop(tx);
     let n = masters.len();
-    async move {
-        let mut ballots = Ballots {
+    Vote {
+        rx,
+        ballots: Ballots {
             replies: vec![None; n],
+            failed: vec![None; n],
             quorum: quorum(n),
-        };
-        // A master that failed is a definite "no" and no longer pending.
-        let mut pending = n;
-        let sleep = sleep_until(deadline);
+        },
+        pending: n,
+        deadline,
+    }
+}
+
+impl Vote {
+    /// Gathers replies until the outcome is decided (see the module docs) or the deadline.
+    pub async fn decide(&mut self) -> &Ballots {
+        self.gather(true).await;
+        &self.ballots
+    }
+
+    /// Gathers every reply still due, until the deadline.
+    pub async fn finish(mut self) -> Ballots {
+        self.gather(false).await;
+        self.ballots
+    }
+
+    /// Decides and returns the ballots, dropping replies that arrive later.
+    pub async fn outcome(mut self) -> Ballots {
+        self.gather(true).await;
+        self.ballots
+    }
+
+    async fn gather(&mut self, stop_when_decided: bool) {
+        let sleep = sleep_until(self.deadline);
         tokio::pin!(sleep);
-        while pending > 0 && !ballots.decided(pending) {
+        while self.pending > 0 && !(stop_when_decided && self.ballots.decided(self.pending)) {
             tokio::select! {
-                got = rx.recv() => match got {
+                got = self.rx.recv() => match got {
                     Some((i, result)) => {
-                        pending -= 1;
-                        ballots.replies[i] = result.ok();
+                        // A master that failed is a definite "no" and no longer pending.
+                        self.pending -= 1;
+                        match result {
+                            Ok(r) => self.ballots.replies[i] = Some(r),
+                            Err(e) => self.ballots.failed[i] = Some(e),
+                        }
                     }
                     None => break,
                 },
                 _ = &mut sleep => break,
             }
         }
-        ballots
     }
 }
 
@@ -193,6 +230,7 @@ mod tests {
         let n = v.len();
         Ballots {
             replies: v,
+            failed: vec![None; n],
             quorum: quorum(n),
         }
     }

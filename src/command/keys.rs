@@ -34,6 +34,7 @@ pub fn forward(
             1,
             Instant::now() + proxy.config.node_timeout(),
         )
+        .outcome()
         .await;
         decide(&ballots)
     }))
@@ -88,11 +89,13 @@ mod tests {
                 None,
                 Some(Reply::Integer(2)),
             ],
+            failed: vec![None; 5],
             quorum: 3,
         };
         assert_eq!(quorum_floor(&b), Reply::Integer(1));
         let b = Ballots {
             replies: vec![Some(Reply::Integer(2)), None, None],
+            failed: vec![None; 3],
             quorum: 2,
         };
         assert_eq!(quorum_floor(&b), no_quorum());

@@ -116,7 +116,7 @@ pub fn acquire(proxy: &Arc<Proxy>, key: Bytes, token: Bytes, ttl_ms: i64) -> Act
     let ticket = proxy.keylocks.enqueue(std::slice::from_ref(&key));
     let proxy = proxy.clone();
     Action::Later(Box::pin(async move {
-        let _held = ticket.ready().await;
+        let held = ticket.ready().await;
         if ttl_ms <= 0 {
             // An absolute expiry in the past: the lock would be born expired.
             Stats::bump(&proxy.stats.denials);
@@ -126,13 +126,9 @@ pub fn acquire(proxy: &Arc<Proxy>, key: Bytes, token: Bytes, ttl_ms: i64) -> Act
         let ttl_arg = itoa::Buffer::new().format(ttl_ms).to_owned();
         let set = command(&[b"SET", &key, &token, b"NX", b"PX", ttl_arg.as_bytes()]);
         let start = Instant::now();
-        let ballots = ask(
-            &proxy.masters,
-            Request::Same(set),
-            1,
-            start + proxy.config.node_timeout(),
-        )
-        .await;
+        let deadline = start + proxy.config.node_timeout();
+        let mut vote = ask(&proxy.masters, Request::Same(set), 1, deadline);
+        let ballots = vote.decide().await;
         let left = validity(ttl, start.elapsed(), proxy.config.drift_factor);
         let quorum_ok = ballots.majority().is_some_and(Reply::is_ok);
         let min = Duration::from_millis(proxy.config.min_validity_ms);
@@ -143,19 +139,27 @@ pub fn acquire(proxy: &Arc<Proxy>, key: Bytes, token: Bytes, ttl_ms: i64) -> Act
         }
         debug!(quorum_ok, "lock refused");
         Stats::bump(&proxy.stats.denials);
-        roll_back(&proxy, &ballots, &key, &token);
+        // Answer now; the key stays ours (`held`) until the late replies are in and the
+        // rollback is queued, so no later operation on the key can overtake it.
+        tokio::spawn(async move {
+            let ballots = vote.finish().await;
+            roll_back(&proxy, &ballots, &key, &token);
+            drop(held);
+        });
         Reply::Nil
     }))
 }
 
-/// Deletes `key` where it still holds `token`, on every master that may hold what the failed
-/// attempt wrote. Fire-and-forget: the requests are queued before this returns, so they reach
-/// each master ahead of any later operation on the key.
+/// Deletes `key` where it still holds `token`, on every master that may hold what the refused
+/// attempt wrote: those that said `OK` and those that never answered. A master that answered
+/// "exists" wrote nothing, and its key (even with the same token) belongs to someone else's
+/// grant, or an earlier one of this client's, so it is left alone.
 fn roll_back(proxy: &Proxy, ballots: &Ballots, key: &Bytes, token: &Bytes) {
     let release = command(&[b"EVAL", RELEASE.as_bytes(), b"1", key, token]);
     let mut sent = false;
-    for (m, reply) in proxy.masters.iter().zip(&ballots.replies) {
-        if *reply != Some(Reply::Nil) {
+    for (i, m) in proxy.masters.iter().enumerate() {
+        let wrote_nothing = matches!(&ballots.replies[i], Some(r) if !r.is_ok());
+        if !wrote_nothing && ballots.may_have_run(i) {
             m.send(release.clone(), 1, None);
             sent = true;
         }
@@ -179,6 +183,7 @@ pub fn release(proxy: &Arc<Proxy>, key: Bytes, token: Bytes) -> Action {
             1,
             Instant::now() + proxy.config.node_timeout(),
         )
+        .outcome()
         .await;
         if ballots.majority() == Some(&Reply::Integer(1)) {
             Stats::bump(&proxy.stats.releases);

@@ -88,6 +88,7 @@ fn unknown(proxy: &Arc<Proxy>, script: &Script, keys: &[Bytes], args: &[Bytes]) 
             1,
             Instant::now() + proxy.config.node_timeout(),
         )
+        .outcome()
         .await;
         match ballots.majority() {
             Some(r) => r.clone(),
