@@ -1,0 +1,96 @@
+//! Micro-benchmarks of the per-request hot path: decoding a lock request, finding its command,
+//! recognising a script, the majority rule, and encoding the reply.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use criterion::{Criterion, criterion_group, criterion_main};
+use redlock_proxy::quorum::{Ballots, validity};
+use redlock_proxy::reply::{Reply, command};
+use redlock_proxy::request::{self, Limits};
+
+const UNLOCK: &str = r#"if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end"#;
+
+fn hot(c: &mut Criterion) {
+    let set = command(&[
+        b"SET",
+        b"lock:12345678",
+        b"0123456789abcdef0123",
+        b"NX",
+        b"PX",
+        b"30000",
+    ]);
+    let limits = Limits::default();
+    c.bench_function("decode SET NX PX (multibulk)", |b| {
+        b.iter(|| {
+            let mut buf = BytesMut::from(&set[..]);
+            black_box(request::decode(&mut buf, &limits).unwrap())
+        })
+    });
+    c.bench_function("decode SET NX PX (inline)", |b| {
+        b.iter(|| {
+            let mut buf =
+                BytesMut::from(&b"SET lock:12345678 0123456789abcdef0123 NX PX 30000\r\n"[..]);
+            black_box(request::decode(&mut buf, &limits).unwrap())
+        })
+    });
+    c.bench_function("command lookup", |b| {
+        b.iter(|| black_box(redlock_proxy::command::lookup(black_box(b"SeT"))))
+    });
+    c.bench_function("recognise unlock script", |b| {
+        b.iter(|| {
+            black_box(redlock_proxy::scripts::recognise(black_box(
+                UNLOCK.as_bytes(),
+            )))
+        })
+    });
+    let ballots = Ballots {
+        replies: vec![
+            Some(Reply::ok()),
+            Some(Reply::Nil),
+            Some(Reply::ok()),
+            None,
+            Some(Reply::ok()),
+        ],
+        failed: vec![None; 5],
+        quorum: 3,
+    };
+    c.bench_function("majority of 5", |b| {
+        b.iter(|| black_box(black_box(&ballots).majority().cloned()))
+    });
+    c.bench_function("validity", |b| {
+        b.iter(|| {
+            validity(
+                black_box(Duration::from_millis(30_000)),
+                black_box(Duration::from_micros(250)),
+                0.01,
+            )
+        })
+    });
+    c.bench_function("encode SET NX PX for a master", |b| {
+        let key = Bytes::from_static(b"lock:12345678");
+        b.iter(|| {
+            black_box(command(&[
+                b"SET",
+                &key,
+                b"0123456789abcdef0123",
+                b"NX",
+                b"PX",
+                b"30000",
+            ]))
+        })
+    });
+    c.bench_function("encode +OK and nil replies", |b| {
+        let mut out = BytesMut::with_capacity(64);
+        b.iter(|| {
+            out.clear();
+            Reply::ok().encode(&mut out, false);
+            Reply::Nil.encode(&mut out, true);
+            black_box(out.len())
+        })
+    });
+}
+
+criterion_group!(benches, hot);
+criterion_main!(benches);
