@@ -73,7 +73,7 @@ async fn a_grant_leaves_token_and_ttl_on_a_quorum() {
             }
         }
         assert!(
-            holding >= n / 2 + 1,
+            holding >= redlock_proxy::quorum::quorum(n),
             "only {holding} of {n} masters hold the lock"
         );
     }
