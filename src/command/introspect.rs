@@ -150,3 +150,17 @@ pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     }
     Reply::Bulk(Bytes::from(out)).into()
 }
+
+/// `CONFIG GET pattern...` answers an empty map: the proxy has no Redis parameters to show, and
+/// tools such as redis-benchmark only read them for display. Other subcommands are refused.
+pub fn config(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    match args[1].to_ascii_uppercase().as_slice() {
+        b"GET" if args.len() >= 3 => Reply::Map(Vec::new()),
+        b"GET" => super::wrong_arity("config|get"),
+        _ => Reply::error(format!(
+            "ERR redlock-proxy does not support CONFIG {}",
+            String::from_utf8_lossy(&args[1]).to_ascii_uppercase()
+        )),
+    }
+    .into()
+}

@@ -131,6 +131,13 @@ pub static TABLE: &[Spec] = &[
         introspect::command,
     ),
     spec("info", -1, &["loading", "stale"], NONE, introspect::info),
+    spec(
+        "config",
+        -2,
+        &["admin", "noscript", "loading", "stale"],
+        NONE,
+        introspect::config,
+    ),
     spec("set", -3, &["write", "denyoom"], FIRST, lock::set),
     spec("get", 2, &["readonly", "fast"], FIRST, keys::get),
     spec("exists", -2, &["readonly", "fast"], ALL, keys::exists),
