@@ -15,6 +15,7 @@
 #   BENCH_QUICK=1        smoke run: 20000 requests each (explicit
 #                        BENCH_REQUESTS_* still win)
 #   BENCH_CLIENTS        redis-benchmark connections (default 50)
+#   BENCH_PROXY_ARGS     extra arguments for the proxy (e.g. "--set threads=1")
 #   BENCH_TARGETS        space/comma separated subset of
 #                        "direct proxy-n1 proxy-n5 twemproxy" (default: all)
 #   BENCH_NO_BUILD=1     skip `cargo build --release` (use existing binary)
@@ -388,7 +389,8 @@ start_target() {
                 done
             fi
             start_bg "$t" "$TMP_DIR/$t.log" \
-                "$PROXY_BIN" --listen "127.0.0.1:$TARGET_PORT" --backends "$backends"
+                "$PROXY_BIN" --listen "127.0.0.1:$TARGET_PORT" --backends "$backends" \
+                ${BENCH_PROXY_ARGS:-}
             TARGET_PID=$LAST_PID
             wait_ready "$t" "$TARGET_PID" "$TARGET_PORT" "$TMP_DIR/$t.log"
             ;;

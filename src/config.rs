@@ -79,6 +79,8 @@ pub struct Config {
     /// Scripts the proxy does not recognise: `majority` runs them everywhere and answers the
     /// majority reply, `reject` refuses them.
     pub unknown_scripts: UnknownScripts,
+    /// Worker threads for the proxy's runtime; 0 means one per CPU core.
+    pub threads: usize,
     /// When set, clients must `AUTH` with this password (any user name) before other commands.
     pub password: Option<String>,
 }
@@ -101,6 +103,7 @@ impl Default for Config {
             max_pipeline: 1024,
             unknown_scripts: UnknownScripts::Majority,
             password: None,
+            threads: 0,
         }
     }
 }

@@ -60,9 +60,28 @@ fn build_config(cli: &Cli) -> Result<Config, redlock_proxy::config::ConfigError>
     Ok(config)
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let cli = Cli::parse();
+    let threads = build_config(&cli).map(|c| c.threads).unwrap_or(0);
+    let mut runtime = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        if threads > 1 {
+            b.worker_threads(threads);
+        }
+        b
+    };
+    match runtime.enable_all().build() {
+        Ok(rt) => rt.block_on(run(cli)),
+        Err(e) => {
+            eprintln!("redlock-proxy: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+async fn run(cli: Cli) {
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
