@@ -10,6 +10,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::scripts::{Answer, Op};
+
 /// A configuration mistake, worded for the operator.
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -83,6 +85,58 @@ pub struct Config {
     pub threads: usize,
     /// When set, clients must `AUTH` with this password (any user name) before other commands.
     pub password: Option<String>,
+    /// TTL (ms) given to `SET key token NX` sent without any expiry (redis-py's `Lock` with
+    /// `timeout=None` sends that). 0, the default, refuses such a `SET` with an error instead:
+    /// a lock that cannot expire would deadlock forever after a crash, and a TTL the holder
+    /// does not know about could expire under it.
+    pub default_ttl_ms: u64,
+    /// The meaning of the operator's own lock scripts, as `[[scripts]]` tables (see
+    /// [`ScriptDecl`]). They take precedence over the built-in library scripts.
+    pub scripts: Vec<ScriptDecl>,
+}
+
+/// One `[[scripts]]` entry: a script the proxy should treat as a lock operation.
+///
+/// ```toml
+/// [[scripts]]
+/// text = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+/// meaning = "release"     # acquire | acquire_or_refresh | extend | extend_add | release
+/// reply = "one_zero"      # one_zero | count | ok_nil | one_minus_one | tristate
+/// token_arg = 1           # ARGV index of the token
+/// ttl_arg = 2             # ARGV index of the TTL in ms (acquire / extend)
+/// all_keys = false        # true: works on every key in KEYS, false: only KEYS[1]
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptDecl {
+    /// SHA1 (40 hex digits) of the script's exact text. Give this or `text`.
+    pub sha: Option<String>,
+    /// The script's text. Matched after normalisation, so spacing, line endings, quote style,
+    /// comments and the names of locals may differ.
+    pub text: Option<String>,
+    /// The lock operation it performs.
+    pub meaning: Op,
+    /// The reply its caller expects.
+    #[serde(default)]
+    pub reply: Answer,
+    /// 1-based `ARGV` index of the lock token.
+    #[serde(default = "first_arg")]
+    pub token_arg: usize,
+    /// 1-based `ARGV` index of the TTL in milliseconds (acquire and extend only).
+    #[serde(default = "second_arg")]
+    pub ttl_arg: usize,
+    /// True when the script works on every key in `KEYS`, all or nothing; false when it only
+    /// touches `KEYS[1]`.
+    #[serde(default)]
+    pub all_keys: bool,
+}
+
+fn first_arg() -> usize {
+    1
+}
+
+fn second_arg() -> usize {
+    2
 }
 
 impl Default for Config {
@@ -104,6 +158,8 @@ impl Default for Config {
             unknown_scripts: UnknownScripts::Majority,
             password: None,
             threads: 0,
+            default_ttl_ms: 0,
+            scripts: Vec::new(),
         }
     }
 }
@@ -202,12 +258,43 @@ impl Config {
         if self.reconnect_min_ms > self.reconnect_max_ms {
             return bad("reconnect_min_ms must not exceed reconnect_max_ms".into());
         }
+        if self.default_ttl_ms > self.max_ttl_ms {
+            return bad(format!(
+                "default_ttl_ms ({}) must not exceed max_ttl_ms ({})",
+                self.default_ttl_ms, self.max_ttl_ms
+            ));
+        }
+        for (i, d) in self.scripts.iter().enumerate() {
+            d.validate()
+                .map_err(|m| ConfigError::Invalid(format!("scripts[{i}]: {m}")))?;
+        }
         Ok(())
     }
 
     /// The per-master reply timeout.
     pub fn node_timeout(&self) -> Duration {
         Duration::from_millis(self.node_timeout_ms)
+    }
+}
+
+impl ScriptDecl {
+    fn validate(&self) -> Result<(), String> {
+        match (&self.sha, &self.text) {
+            (Some(_), Some(_)) | (None, None) => {
+                return Err("give exactly one of `sha` and `text`".into());
+            }
+            (Some(sha), None) if sha.len() != 40 || !sha.bytes().all(|c| c.is_ascii_hexdigit()) => {
+                return Err(format!("sha '{sha}' is not 40 hex digits"));
+            }
+            _ => {}
+        }
+        if self.token_arg == 0 || self.ttl_arg == 0 {
+            return Err("token_arg and ttl_arg count from 1, like ARGV".into());
+        }
+        if self.meaning != Op::Release && self.token_arg == self.ttl_arg {
+            return Err("token_arg and ttl_arg must differ".into());
+        }
+        Ok(())
     }
 }
 
@@ -276,5 +363,41 @@ mod tests {
         assert_eq!(c.node_timeout_ms, 7);
         assert_eq!(c.unknown_scripts, UnknownScripts::Reject);
         assert!(c.set("nope=1").is_err());
+        c.set("default_ttl_ms=30000").unwrap();
+        assert_eq!(c.default_ttl_ms, 30000);
+    }
+
+    #[test]
+    fn declared_scripts_are_checked() {
+        let c = with_backends(
+            "[[scripts]]\ntext = \"return 1\"\nmeaning = \"release\"\nreply = \"tristate\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.scripts[0].meaning, Op::Release);
+        assert_eq!(c.scripts[0].reply, Answer::Tristate);
+        assert_eq!((c.scripts[0].token_arg, c.scripts[0].ttl_arg), (1, 2));
+        let mut c2 = c.clone();
+        c2.set("node_timeout_ms=9").unwrap();
+        assert_eq!(c2.scripts, c.scripts, "--set keeps declared scripts");
+        for (bad, why) in [
+            ("meaning = \"release\"", "exactly one"),
+            ("sha = \"abc\"\nmeaning = \"release\"", "40 hex"),
+            (
+                "text = \"x\"\nmeaning = \"extend\"\nttl_arg = 1",
+                "must differ",
+            ),
+            ("text = \"x\"\nmeaning = \"lock\"", "unknown variant"),
+        ] {
+            let err = with_backends(&format!("[[scripts]]\n{bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+        assert!(
+            with_backends("default_ttl_ms = 400000")
+                .unwrap_err()
+                .to_string()
+                .contains("default_ttl_ms")
+        );
     }
 }

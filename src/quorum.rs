@@ -87,6 +87,21 @@ impl Ballots {
         best >= self.quorum || best + pending < self.quorum
     }
 
+    /// [`Ballots::decided`] for replies grouped by `key` (e.g. "did this master say yes?").
+    fn decided_by<K: PartialEq>(&self, pending: usize, key: &impl Fn(&Reply) -> K) -> bool {
+        let keys: Vec<K> = self.replies.iter().flatten().map(key).collect();
+        let best = (0..keys.len())
+            .map(|i| keys[i..].iter().filter(|k| **k == keys[i]).count())
+            .max()
+            .unwrap_or(0);
+        best >= self.quorum || best + pending < self.quorum
+    }
+
+    /// How many masters gave a reply for which `pred` holds.
+    pub fn count(&self, pred: impl Fn(&Reply) -> bool) -> usize {
+        self.replies.iter().flatten().filter(|r| pred(r)).count()
+    }
+
     /// True when master `i` may have executed the request: it replied, or it was sent the request
     /// and has not answered (a timed-out or cut-off request may still have run).
     pub fn may_have_run(&self, i: usize) -> bool {
@@ -153,26 +168,34 @@ pub fn ask(masters: &[Backend], request: Request, replies: usize, deadline: Inst
 impl Vote {
     /// Gathers replies until the outcome is decided (see the module docs) or the deadline.
     pub async fn decide(&mut self) -> &Ballots {
-        self.gather(true).await;
+        self.gather(|b, pending| b.decided(pending)).await;
+        &self.ballots
+    }
+
+    /// Like [`Vote::decide`], but replies that `key` maps to the same value count as the same
+    /// vote (e.g. every "yes" of an acquisition, whatever detail each master added).
+    pub async fn decide_by<K: PartialEq>(&mut self, key: impl Fn(&Reply) -> K) -> &Ballots {
+        self.gather(|b, pending| b.decided_by(pending, &key)).await;
         &self.ballots
     }
 
     /// Gathers every reply still due, until the deadline.
     pub async fn finish(mut self) -> Ballots {
-        self.gather(false).await;
+        self.gather(|_, _| false).await;
         self.ballots
     }
 
     /// Decides and returns the ballots, dropping replies that arrive later.
     pub async fn outcome(mut self) -> Ballots {
-        self.gather(true).await;
+        self.gather(|b, pending| b.decided(pending)).await;
         self.ballots
     }
 
-    async fn gather(&mut self, stop_when_decided: bool) {
+    /// Gathers replies until `done(ballots, pending)` holds, nothing is pending, or the deadline.
+    async fn gather(&mut self, done: impl Fn(&Ballots, usize) -> bool) {
         let sleep = sleep_until(self.deadline);
         tokio::pin!(sleep);
-        while self.pending > 0 && !(stop_when_decided && self.ballots.decided(self.pending)) {
+        while self.pending > 0 && !done(&self.ballots, self.pending) {
             tokio::select! {
                 got = self.rx.recv() => match got {
                     Some((i, result)) => {
@@ -265,5 +288,18 @@ mod tests {
         assert!(!ballots(vec![ok.clone(), nil.clone(), nil.clone(), None, None]).decided(2));
         // Two masters failed, two split: nobody can reach 3 of 5 any more.
         assert!(ballots(vec![ok, nil, None, None, None]).decided(1));
+    }
+
+    #[test]
+    fn decides_early_by_projection() {
+        let yes = |r: &Reply| matches!(r, Reply::Integer(n) if *n > 0);
+        let b = ballots(vec![
+            Some(Reply::Integer(900)),
+            Some(Reply::Integer(901)),
+            None,
+        ]);
+        assert!(!b.decided(1), "different replies");
+        assert!(b.decided_by(1, &yes), "but both are yes");
+        assert_eq!(b.count(yes), 2);
     }
 }

@@ -54,10 +54,11 @@ impl Proxy {
         let run_id = (0..40)
             .map(|_| char::from_digit(rand::random_range(0..16), 16).unwrap_or('0'))
             .collect();
+        let scripts = ScriptCache::new(&config.scripts);
         Arc::new(Proxy {
             config,
             masters,
-            scripts: ScriptCache::default(),
+            scripts,
             keylocks: Arc::new(KeyLocks::default()),
             stats: Stats::default(),
             started: Instant::now(),

@@ -1,11 +1,25 @@
-//! Lock acquisition (`SET key token NX PX ttl`) and release, as Redlock quorum operations.
+//! Lock operations as Redlock quorum operations: acquire, extend and release, over one key or
+//! many, whether they arrive as `SET key token NX PX ttl` or as a library's Lua script.
 //!
-//! Acquire follows the algorithm exactly: read the monotonic clock, send `SET NX PX` to all N
-//! masters at once, stop as soon as the outcome is known or the per-node timeout passes, and
-//! grant only with a quorum of `OK`s and validity (`ttl − elapsed − drift`) above the minimum.
-//! A refused attempt is rolled back on every master that may hold what it wrote: all of them
-//! except those that answered "key exists", which certainly wrote nothing (and whose key, if it
-//! carries the same token, belongs to an earlier grant that must not be touched).
+//! Every operation is a [`LockOp`]: what to do ([`Op`]), the keys, the token, the TTL, and the
+//! reply shape the caller expects ([`Answer`]). The masters run the proxy's canonical scripts
+//! (see [`crate::scripts`]), which work on all the keys at once, all or nothing, so a master's
+//! vote counts only when it did the whole operation.
+//!
+//! - **Acquire** follows the algorithm exactly: read the monotonic clock, send to all N masters
+//!   at once, stop as soon as the outcome is known or the per-node timeout passes, and grant
+//!   only with a quorum of "yes" and validity (`ttl − elapsed − drift`) above the minimum. A
+//!   refused attempt is rolled back where it may have written: on every master that said yes
+//!   (only the keys it created there) and on every master that never answered. A master that
+//!   said "taken" wrote nothing, and its key (even with the same token) belongs to someone
+//!   else's grant, or an earlier one of this client's, so it is left alone.
+//! - **Extend** succeeds only when a quorum extended and the new TTL they agree on, minus the
+//!   elapsed time and drift, is still valid. Nothing is undone on failure: a longer TTL on a
+//!   minority delays other clients but never lets two hold the lock.
+//! - **Release** runs compare-and-delete on all N masters; a key counts as released when a
+//!   quorum deleted it, and as already gone (expired) when a quorum no longer had it.
+//!
+//! Every TTL is capped by `max_ttl_ms`: larger requests get an error, never a silent cut.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -18,7 +32,7 @@ use super::{Action, not_an_integer, parse_int, syntax_error};
 use crate::client::Conn;
 use crate::quorum::{Ballots, Request, ask, validity};
 use crate::reply::{Reply, command};
-use crate::scripts::RELEASE;
+use crate::scripts::{ACQUIRE, Answer, EXTEND, Op, RELEASE};
 use crate::server::Proxy;
 use crate::stats::Stats;
 
@@ -95,72 +109,197 @@ pub fn set(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         )
         .into();
     }
-    let Some(ttl) = opts.ttl_ms else {
-        return Reply::static_error(
-            "ERR redlock-proxy refuses SET NX without an expiry: the lock could never expire (add PX or EX)",
-        )
-        .into();
+    let ttl = match opts.ttl_ms {
+        Some(ttl) => ttl,
+        None if proxy.config.default_ttl_ms > 0 => proxy.config.default_ttl_ms as i64,
+        None => {
+            return Reply::static_error(
+                "ERR redlock-proxy refuses SET NX without an expiry: the lock could never expire (add PX or EX, or set default_ttl_ms)",
+            )
+            .into();
+        }
     };
-    if ttl > proxy.config.max_ttl_ms as i64 {
-        return Reply::error(format!(
-            "ERR lock TTL {ttl} ms exceeds the proxy's max_ttl_ms ({} ms)",
-            proxy.config.max_ttl_ms
-        ))
-        .into();
-    }
     acquire(proxy, args[1].clone(), args[2].clone(), ttl)
+}
+
+/// A lock operation, ready to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockOp {
+    /// What to do.
+    pub op: Op,
+    /// The keys, all or nothing (at least one).
+    pub keys: Vec<Bytes>,
+    /// The lock token, compared byte for byte.
+    pub token: Bytes,
+    /// TTL in ms (acquire, extend), or the time to add (`ExtendAdd`); unused by release.
+    pub ttl_ms: i64,
+    /// The reply shape the caller expects.
+    pub answer: Answer,
 }
 
 /// Runs a Redlock acquisition of `key` for `token` with `ttl_ms`; answers `OK` or nil.
 pub fn acquire(proxy: &Arc<Proxy>, key: Bytes, token: Bytes, ttl_ms: i64) -> Action {
-    let ticket = proxy.keylocks.enqueue(std::slice::from_ref(&key));
+    run(
+        proxy,
+        LockOp {
+            op: Op::Acquire,
+            keys: vec![key],
+            token,
+            ttl_ms,
+            answer: Answer::OkNil,
+        },
+    )
+}
+
+/// Runs compare-and-delete of `key`/`token` on all N masters; answers 1 when a quorum deleted
+/// the key, else 0.
+pub fn release(proxy: &Arc<Proxy>, key: Bytes, token: Bytes) -> Action {
+    run(
+        proxy,
+        LockOp {
+            op: Op::Release,
+            keys: vec![key],
+            token,
+            ttl_ms: 0,
+            answer: Answer::OneZero,
+        },
+    )
+}
+
+/// Runs any lock operation as a quorum operation.
+pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
+    if op.keys.is_empty() {
+        return Reply::static_error("ERR redlock-proxy: a lock operation needs at least one key")
+            .into();
+    }
+    let max = proxy.config.max_ttl_ms;
+    if op.op != Op::Release && op.ttl_ms > max as i64 {
+        return Reply::error(format!(
+            "ERR lock TTL {} ms exceeds the proxy's max_ttl_ms ({max} ms)",
+            op.ttl_ms
+        ))
+        .into();
+    }
+    let ticket = proxy.keylocks.enqueue(&op.keys);
     let proxy = proxy.clone();
     Action::Later(Box::pin(async move {
         let held = ticket.ready().await;
-        if ttl_ms <= 0 {
-            // An absolute expiry in the past: the lock would be born expired.
-            Stats::bump(&proxy.stats.denials);
-            return Reply::Nil;
+        match op.op {
+            Op::Acquire | Op::AcquireOrRefresh => run_acquire(proxy, op, held).await,
+            Op::Extend | Op::ExtendAdd => run_extend(&proxy, &op).await,
+            Op::Release => run_release(&proxy, &op).await,
         }
-        let ttl = Duration::from_millis(ttl_ms as u64);
-        let ttl_arg = itoa::Buffer::new().format(ttl_ms).to_owned();
-        let set = command(&[b"SET", &key, &token, b"NX", b"PX", ttl_arg.as_bytes()]);
-        let start = Instant::now();
-        let deadline = start + proxy.config.node_timeout();
-        let mut vote = ask(&proxy.masters, Request::Same(set), 1, deadline);
-        let ballots = vote.decide().await;
-        let left = validity(ttl, start.elapsed(), proxy.config.drift_factor);
-        let quorum_ok = ballots.majority().is_some_and(Reply::is_ok);
-        let min = Duration::from_millis(proxy.config.min_validity_ms);
-        if quorum_ok && left.is_some_and(|v| v > min) {
-            trace!(validity_ms = left.map(|v| v.as_millis()), "lock granted");
-            Stats::bump(&proxy.stats.grants);
-            return Reply::ok();
-        }
-        debug!(quorum_ok, "lock refused");
-        Stats::bump(&proxy.stats.denials);
-        // Answer now; the key stays ours (`held`) until the late replies are in and the
-        // rollback is queued, so no later operation on the key can overtake it.
-        tokio::spawn(async move {
-            let ballots = vote.finish().await;
-            roll_back(&proxy, &ballots, &key, &token);
-            drop(held);
-        });
-        Reply::Nil
     }))
 }
 
-/// Deletes `key` where it still holds `token`, on every master that may hold what the refused
-/// attempt wrote: those that said `OK` and those that never answered. A master that answered
-/// "exists" wrote nothing, and its key (even with the same token) belongs to someone else's
-/// grant, or an earlier one of this client's, so it is left alone.
-fn roll_back(proxy: &Proxy, ballots: &Ballots, key: &Bytes, token: &Bytes) {
-    let release = command(&[b"EVAL", RELEASE.as_bytes(), b"1", key, token]);
+/// `EVAL script numkeys keys... args...`
+fn eval<K: AsRef<[u8]>>(script: &str, keys: &[K], args: &[&[u8]]) -> Bytes {
+    let n = itoa::Buffer::new().format(keys.len()).to_owned();
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(3 + keys.len() + args.len());
+    parts.extend([b"EVAL".as_slice(), script.as_bytes(), n.as_bytes()]);
+    parts.extend(keys.iter().map(|k| k.as_ref()));
+    parts.extend(args);
+    command(&parts)
+}
+
+/// A master's "yes" to an acquisition: `+OK` from `SET NX`, or the per-key codes of [`ACQUIRE`].
+fn wrote(r: &Reply) -> bool {
+    r.is_ok() || matches!(r, Reply::Array(_))
+}
+
+/// A master's "yes" to an extension: the new TTL.
+fn extended(r: &Reply) -> bool {
+    matches!(r, Reply::Integer(n) if *n > 0)
+}
+
+/// The reply for a granted (`ok`) or refused operation over `keys` keys.
+fn answer(shape: Answer, ok: bool, keys: usize) -> Reply {
+    match (shape, ok) {
+        (Answer::OkNil, true) => Reply::ok(),
+        (Answer::OkNil, false) => Reply::Nil,
+        (Answer::Count, true) => Reply::Integer(keys as i64),
+        (Answer::OneMinusOne, false) => Reply::Integer(-1),
+        (_, ok) => Reply::Integer(i64::from(ok)),
+    }
+}
+
+async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) -> Reply {
+    let k = op.keys.len();
+    if op.ttl_ms <= 0 {
+        // An absolute expiry in the past: the lock would be born expired.
+        Stats::bump(&proxy.stats.denials);
+        return answer(op.answer, false, k);
+    }
+    let reentrant = op.op == Op::AcquireOrRefresh;
+    let ttl_arg = itoa::Buffer::new().format(op.ttl_ms).to_owned();
+    // One key, only if absent: a plain SET NX PX is the same operation and cheaper to run.
+    let req = if k == 1 && !reentrant {
+        command(&[
+            b"SET",
+            &op.keys[0],
+            &op.token,
+            b"NX",
+            b"PX",
+            ttl_arg.as_bytes(),
+        ])
+    } else {
+        let flag: &[u8] = if reentrant { b"1" } else { b"0" };
+        eval(ACQUIRE, &op.keys, &[&op.token, ttl_arg.as_bytes(), flag])
+    };
+    let ttl = Duration::from_millis(op.ttl_ms as u64);
+    let start = Instant::now();
+    let deadline = start + proxy.config.node_timeout();
+    let mut vote = ask(&proxy.masters, Request::Same(req), 1, deadline);
+    let ballots = vote.decide_by(wrote).await;
+    let yes = ballots.count(wrote);
+    let quorum = ballots.quorum;
+    let left = validity(ttl, start.elapsed(), proxy.config.drift_factor);
+    let min = Duration::from_millis(proxy.config.min_validity_ms);
+    if yes >= quorum && left.is_some_and(|v| v > min) {
+        trace!(
+            validity_ms = left.map(|v| v.as_millis()),
+            keys = k,
+            "lock granted"
+        );
+        Stats::bump(&proxy.stats.grants);
+        return answer(op.answer, true, k);
+    }
+    debug!(yes, quorum, keys = k, "lock refused");
+    Stats::bump(&proxy.stats.denials);
+    // Answer now; the keys stay ours (`held`) until the late replies are in and the rollback
+    // is queued, so no later operation on them can overtake it.
+    let shape = op.answer;
+    tokio::spawn(async move {
+        let ballots = vote.finish().await;
+        roll_back(&proxy, &ballots, &op);
+        drop(held);
+    });
+    answer(shape, false, k)
+}
+
+/// Deletes (where they still hold the token) the keys a refused acquisition may have created:
+/// on a master that said yes, the keys it reports as created (a reentrant attempt leaves keys
+/// that already held the token alone); on a master that never answered, every key, unless the
+/// attempt was reentrant, where the key may belong to the caller's earlier, still valid grant.
+fn roll_back(proxy: &Proxy, ballots: &Ballots, op: &LockOp) {
+    let reentrant = op.op == Op::AcquireOrRefresh;
     let mut sent = false;
     for (i, m) in proxy.masters.iter().enumerate() {
-        let wrote_nothing = matches!(&ballots.replies[i], Some(r) if !r.is_ok());
-        if !wrote_nothing && ballots.may_have_run(i) {
-            m.send(release.clone(), 1, None);
+        let keys: Vec<&Bytes> = match &ballots.replies[i] {
+            Some(r) if r.is_ok() => op.keys.iter().collect(),
+            Some(Reply::Array(codes)) => op
+                .keys
+                .iter()
+                .zip(codes)
+                .filter(|(_, c)| **c == Reply::Integer(1))
+                .map(|(key, _)| key)
+                .collect(),
+            Some(_) => continue,
+            None if ballots.may_have_run(i) && !reentrant => op.keys.iter().collect(),
+            None => continue,
+        };
+        if !keys.is_empty() {
+            m.send(eval(RELEASE, &keys, &[&op.token]), 1, None);
             sent = true;
         }
     }
@@ -169,29 +308,104 @@ fn roll_back(proxy: &Proxy, ballots: &Ballots, key: &Bytes, token: &Bytes) {
     }
 }
 
-/// Runs compare-and-delete of `key`/`token` on all N masters; answers how many masters'
-/// majority deleted it: 1 when a quorum deleted the key, else 0.
-pub fn release(proxy: &Arc<Proxy>, key: Bytes, token: Bytes) -> Action {
-    let ticket = proxy.keylocks.enqueue(std::slice::from_ref(&key));
-    let proxy = proxy.clone();
-    Action::Later(Box::pin(async move {
-        let _held = ticket.ready().await;
-        let req = command(&[b"EVAL", RELEASE.as_bytes(), b"1", &key, &token]);
-        let ballots = ask(
-            &proxy.masters,
-            Request::Same(req),
-            1,
-            Instant::now() + proxy.config.node_timeout(),
+async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
+    let k = op.keys.len();
+    if op.ttl_ms < 0 || (op.ttl_ms == 0 && op.op == Op::Extend) {
+        return Reply::static_error("ERR invalid expire time in lock extension");
+    }
+    let ttl_arg = itoa::Buffer::new().format(op.ttl_ms).to_owned();
+    let max = itoa::Buffer::new()
+        .format(proxy.config.max_ttl_ms)
+        .to_owned();
+    let add: &[u8] = if op.op == Op::ExtendAdd { b"1" } else { b"0" };
+    let req = eval(
+        EXTEND,
+        &op.keys,
+        &[&op.token, ttl_arg.as_bytes(), add, max.as_bytes()],
+    );
+    let start = Instant::now();
+    let deadline = start + proxy.config.node_timeout();
+    let mut vote = ask(&proxy.masters, Request::Same(req), 1, deadline);
+    let ballots = vote.decide_by(extended).await;
+    // The TTL a quorum of masters now hold at least.
+    let mut ttls: Vec<i64> = ballots
+        .replies
+        .iter()
+        .flatten()
+        .filter_map(|r| match r {
+            Reply::Integer(n) if *n > 0 => Some(*n),
+            _ => None,
+        })
+        .collect();
+    ttls.sort_unstable_by(|a, b| b.cmp(a));
+    let min = Duration::from_millis(proxy.config.min_validity_ms);
+    let valid = ttls.get(ballots.quorum - 1).is_some_and(|&t| {
+        validity(
+            Duration::from_millis(t as u64),
+            start.elapsed(),
+            proxy.config.drift_factor,
         )
+        .is_some_and(|v| v > min)
+    });
+    if valid {
+        return answer(op.answer, true, k);
+    }
+    if ballots.count(|r| *r == Reply::Integer(-2)) > 0 {
+        return Reply::error(format!(
+            "ERR lock TTL would exceed the proxy's max_ttl_ms ({} ms)",
+            proxy.config.max_ttl_ms
+        ));
+    }
+    debug!(extended = ttls.len(), keys = k, "extension refused");
+    answer(op.answer, false, k)
+}
+
+async fn run_release(proxy: &Proxy, op: &LockOp) -> Reply {
+    let k = op.keys.len();
+    let req = eval(RELEASE, &op.keys, &[&op.token]);
+    let deadline = Instant::now() + proxy.config.node_timeout();
+    let ballots = ask(&proxy.masters, Request::Same(req), 1, deadline)
         .outcome()
         .await;
-        if ballots.majority() == Some(&Reply::Integer(1)) {
-            Stats::bump(&proxy.stats.releases);
-            Reply::Integer(1)
-        } else {
-            Reply::Integer(0)
+    let codes: Vec<&[Reply]> = ballots
+        .replies
+        .iter()
+        .flatten()
+        .filter_map(|r| match r {
+            Reply::Array(c) if c.len() == k => Some(c.as_slice()),
+            _ => None,
+        })
+        .collect();
+    if codes.len() < ballots.quorum {
+        return Reply::static_error(
+            "CLUSTERDOWN redlock-proxy: fewer than a quorum of masters answered the release",
+        );
+    }
+    let (mut released, mut gone) = (0, 0);
+    for i in 0..k {
+        let said = |code: i64| {
+            codes
+                .iter()
+                .filter(|c| c[i] == Reply::Integer(code))
+                .count()
+        };
+        let (deleted, missing) = (said(1), said(-1));
+        if deleted >= ballots.quorum {
+            released += 1;
+        } else if deleted + missing >= ballots.quorum {
+            gone += 1;
         }
-    }))
+    }
+    if released == k {
+        Stats::bump(&proxy.stats.releases);
+    }
+    match op.answer {
+        Answer::Count => Reply::Integer(released as i64),
+        Answer::Tristate if released == k => Reply::Integer(1),
+        Answer::Tristate if released + gone == k => Reply::Integer(-1),
+        Answer::Tristate => Reply::Integer(0),
+        shape => answer(shape, released == k, k),
+    }
 }
 
 #[cfg(test)]

@@ -1,21 +1,29 @@
 //! `EVAL`, `EVALSHA` and `SCRIPT`: scripts are looked up in the proxy's own cache and run by
 //! meaning (see [`crate::scripts`]).
 //!
-//! A recognised lock script becomes the matching quorum operation. A script the proxy does not
-//! understand follows the `unknown_scripts` policy: `majority` runs it on every master and
-//! answers the reply a quorum agree on (or an error when they disagree); `reject` refuses it.
+//! The cache has Redis's semantics: a script's name is the SHA1 of its exact text, `EVAL` and
+//! `SCRIPT LOAD` add to it, `EVALSHA` of an unknown SHA1 answers `NOSCRIPT`, and `SCRIPT FLUSH`
+//! empties it. It lives in the proxy, so a master that restarts and forgets its scripts never
+//! makes a client see `NOSCRIPT`.
+//!
+//! A recognised lock script becomes the matching quorum operation ([`super::lock::run`]),
+//! bound to this call's keys and arguments. A script the proxy does not understand (or a lock
+//! script called with arguments it cannot use) follows the `unknown_scripts` policy:
+//! `majority` runs it on every master and answers the reply a quorum agree on (or an error when
+//! they disagree); `reject` refuses it.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use super::lock::LockOp;
 use super::{Action, not_an_integer, parse_int, unknown_subcommand, wrong_arity};
 use crate::client::Conn;
 use crate::config::UnknownScripts;
 use crate::quorum::{Request, ask};
 use crate::reply::{Reply, command};
-use crate::scripts::{Meaning, Script};
+use crate::scripts::{LockScript, Meaning, Op, Script};
 use crate::server::Proxy;
 
 /// `EVAL script numkeys [key ...] [arg ...]`
@@ -23,7 +31,7 @@ pub fn eval(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     let script = proxy
         .scripts
         .insert(args[1].clone())
-        .unwrap_or_else(|| Arc::new(Script::new(args[1].clone())));
+        .unwrap_or_else(|| Arc::new(proxy.scripts.script(args[1].clone())));
     run(proxy, &script, args)
 }
 
@@ -56,12 +64,51 @@ fn run(proxy: &Arc<Proxy>, script: &Script, args: Vec<Bytes>) -> Action {
         Ok(split) => split,
         Err(e) => return e.into(),
     };
-    match script.meaning {
-        Meaning::Release if keys.len() == 1 && !argv.is_empty() => {
-            super::lock::release(proxy, keys[0].clone(), argv[0].clone())
+    if let Meaning::Lock(lock) = &script.meaning {
+        match bind(lock, keys, argv) {
+            Some(Ok(op)) => return super::lock::run(proxy, op),
+            Some(Err(e)) => return e.into(),
+            None => {}
         }
-        _ => unknown(proxy, script, keys, &args),
     }
+    unknown(proxy, script, keys, &args)
+}
+
+/// Binds a lock script to one call's keys and arguments. `None` when the call does not fit the
+/// script's layout (too few keys or arguments): the script then runs as written, as Redis would
+/// run it, under the unknown-script policy.
+fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<LockOp, Reply>> {
+    let op = lock.op(argv);
+    let keys = if lock.all_keys {
+        keys.to_vec()
+    } else {
+        keys.first().cloned().into_iter().collect()
+    };
+    if keys.is_empty() {
+        return None;
+    }
+    let token = argv.get(lock.token_arg.checked_sub(1)?)?.clone();
+    let ttl_ms = if op == Op::Release {
+        0
+    } else {
+        let arg = argv.get(lock.ttl_arg.checked_sub(1)?)?;
+        match parse_int(arg) {
+            Some(ms) if ms > 0 || (ms == 0 && op == Op::ExtendAdd) => ms,
+            Some(_) => {
+                return Some(Err(Reply::static_error(
+                    "ERR invalid expire time in lock script: the TTL must be a positive number of milliseconds",
+                )));
+            }
+            None => return Some(Err(not_an_integer())),
+        }
+    };
+    Some(Ok(LockOp {
+        op,
+        keys,
+        token,
+        ttl_ms,
+        answer: lock.answer,
+    }))
 }
 
 /// Runs a script the proxy does not understand on every master, by the configured policy.
@@ -99,7 +146,7 @@ fn unknown(proxy: &Arc<Proxy>, script: &Script, keys: &[Bytes], args: &[Bytes]) 
     }))
 }
 
-/// `SCRIPT LOAD | EXISTS | FLUSH` on the proxy's cache.
+/// `SCRIPT LOAD | EXISTS | FLUSH | KILL | HELP` on the proxy's cache.
 pub fn script(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     let sub = args[1].to_ascii_uppercase();
     match sub.as_slice() {
@@ -120,10 +167,109 @@ pub fn script(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         ),
         b"EXISTS" => wrong_arity("script|exists"),
         b"FLUSH" if args.len() <= 3 => {
-            proxy.scripts.flush();
-            Reply::ok()
+            let mode_ok = args.get(2).is_none_or(|m| {
+                m.eq_ignore_ascii_case(b"SYNC") || m.eq_ignore_ascii_case(b"ASYNC")
+            });
+            if mode_ok {
+                proxy.scripts.flush();
+                Reply::ok()
+            } else {
+                Reply::static_error("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
+            }
         }
+        b"FLUSH" => wrong_arity("script|flush"),
+        // The proxy never leaves a script running on a master that a client could kill.
+        b"KILL" if args.len() == 2 => {
+            Reply::static_error("NOTBUSY No scripts in execution right now.")
+        }
+        b"KILL" => wrong_arity("script|kill"),
+        b"HELP" if args.len() == 2 => Reply::Array(
+            [
+                "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "EXISTS <sha1> [<sha1> ...]",
+                "    Return information about the existence of the scripts in the script cache.",
+                "FLUSH [ASYNC|SYNC]",
+                "    Flush the Lua scripts cache.",
+                "KILL",
+                "    Kill the currently executing Lua script.",
+                "LOAD <script>",
+                "    Load a script into the scripts cache without executing it.",
+                "HELP",
+                "    Print this help.",
+            ]
+            .iter()
+            .map(|l| Reply::Simple(Bytes::from_static(l.as_bytes())))
+            .collect(),
+        ),
         _ => unknown_subcommand("script", &args[1]),
     }
     .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scripts::{Answer, Choice};
+
+    fn b(v: &[&str]) -> Vec<Bytes> {
+        v.iter()
+            .map(|s| Bytes::copy_from_slice(s.as_bytes()))
+            .collect()
+    }
+
+    fn script(choice: Choice, all_keys: bool) -> LockScript {
+        LockScript {
+            choice,
+            token_arg: 1,
+            ttl_arg: 2,
+            all_keys,
+            answer: Answer::Count,
+        }
+    }
+
+    #[test]
+    fn binds_keys_token_and_ttl() {
+        let multi = script(Choice::Always(Op::Acquire), true);
+        let op = bind(&multi, &b(&["a", "b"]), &b(&["tok", "1000"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(op.keys, b(&["a", "b"]));
+        assert_eq!((op.token.as_ref(), op.ttl_ms), (&b"tok"[..], 1000));
+        let single = script(Choice::Always(Op::Release), false);
+        let op = bind(&single, &b(&["a", "b"]), &b(&["tok"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(op.keys, b(&["a"]), "a one-key script touches KEYS[1] only");
+    }
+
+    #[test]
+    fn calls_that_do_not_fit_run_as_written() {
+        let extend = script(Choice::Always(Op::Extend), false);
+        assert!(bind(&extend, &[], &b(&["tok", "10"])).is_none(), "no key");
+        assert!(bind(&extend, &b(&["k"]), &b(&["tok"])).is_none(), "no TTL");
+        assert_eq!(
+            bind(&extend, &b(&["k"]), &b(&["tok", "soon"])),
+            Some(Err(not_an_integer()))
+        );
+        assert!(matches!(
+            bind(&extend, &b(&["k"]), &b(&["tok", "0"])),
+            Some(Err(_))
+        ));
+    }
+
+    #[test]
+    fn the_switch_argument_picks_the_operation() {
+        let s = script(
+            Choice::IfArg {
+                arg: 3,
+                value: b"0",
+                then: Op::ExtendAdd,
+                otherwise: Op::Extend,
+            },
+            false,
+        );
+        let add = bind(&s, &b(&["k"]), &b(&["t", "5", "0"])).unwrap().unwrap();
+        let replace = bind(&s, &b(&["k"]), &b(&["t", "5", "1"])).unwrap().unwrap();
+        assert_eq!((add.op, replace.op), (Op::ExtendAdd, Op::Extend));
+    }
 }
