@@ -1,0 +1,331 @@
+//! Real lock libraries, unmodified, pointed at the proxy backed by real masters (N = 3 and 5):
+//! redis-py's `Lock` and node-redlock v5 with ioredis (installed from their registries by
+//! `scripts/deps.sh test` into tests/clients), redsync's wire behaviour reproduced with a raw
+//! client, and redis-cli. Each library also runs a contention test: workers compete for a few
+//! resources and do read–sleep–write on a counter kept in a Redis the proxy does not use; no
+//! update may be lost, and the same run with the lock bypassed must lose some (so the test can
+//! fail).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use redlock_proxy::reply::Reply;
+use tokio::process::Command;
+
+fn clients_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+}
+
+fn python() -> PathBuf {
+    let p = clients_dir().join(".venv/bin/python");
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/deps.sh test (it installs redis-py)",
+        p.display()
+    );
+    p
+}
+
+fn node() -> Command {
+    let modules = clients_dir().join("node_modules/redlock");
+    assert!(
+        modules.exists(),
+        "{} is missing: run scripts/deps.sh test (it runs npm ci)",
+        modules.display()
+    );
+    let mut c = Command::new("node");
+    c.arg(clients_dir().join("node_redlock.js"));
+    c
+}
+
+/// Runs a driver to completion (at most 60 s) and returns its stdout; fails the test with its
+/// stderr when it exits non-zero.
+async fn drive(mut cmd: Command) -> String {
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("driver finished within 60 s")
+        .expect("driver started");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "driver failed ({}):\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn py(args: &[String]) -> Command {
+    let mut c = Command::new(python());
+    c.arg(clients_dir().join("redis_py.py")).args(args);
+    c
+}
+
+fn ports(ms: &[Master]) -> Vec<String> {
+    ms.iter().map(|m| m.port.to_string()).collect()
+}
+
+/// `{"expected": E, "got": G, "errors": [...]}` from a contention driver, as (E, G, line).
+fn tally(out: &str) -> (u64, u64, String) {
+    let line = out.lines().last().unwrap_or_default().replace(' ', "");
+    let num = |field: &str| -> u64 {
+        let key = format!("\"{field}\":");
+        let at = line
+            .find(&key)
+            .unwrap_or_else(|| panic!("no {field} in {line}"));
+        line[at + key.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .expect("number")
+    };
+    (num("expected"), num("got"), line.clone())
+}
+
+/// Runs one contention scenario with and without the lock: with it no update is lost, without
+/// it some are (the negative control that shows the test can fail).
+async fn contention(make: impl Fn(&str, &str, &str) -> Command) {
+    let ms = masters(3);
+    let proxy = proxy_for(&ms).await;
+    let counter = Master::start();
+    let p = proxy.port().to_string();
+    let c = counter.port.to_string();
+
+    let (expected, got, line) = tally(&drive(make(&p, &c, "lock")).await);
+    assert!(line.contains("\"errors\":[]"), "{line}");
+    assert_eq!(got, expected, "updates lost under the lock: {line}");
+    eprintln!("with the lock: {line}");
+
+    let (expected, got, line) = tally(&drive(make(&p, &c, "nolock")).await);
+    eprintln!("without the lock: {line}");
+    assert!(
+        got < expected,
+        "without the lock updates should be lost, or the test proves nothing: {line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_py_lock_works_unmodified() {
+    for n in [3, 5] {
+        let ms = masters(n);
+        let proxy = proxy_for(&ms).await;
+        let mut args = vec!["api".to_string(), proxy.port().to_string()];
+        args.extend(ports(&ms));
+        assert_eq!(drive(py(&args)).await.trim(), "ok", "N = {n}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_py_contention_loses_no_update() {
+    contention(|proxy, counter, mode| {
+        py(&[
+            "contention".into(),
+            proxy.into(),
+            counter.into(),
+            mode.into(),
+        ])
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_redlock_works_unmodified() {
+    for n in [3, 5] {
+        let ms = masters(n);
+        let proxy = proxy_for(&ms).await;
+        let mut cmd = node();
+        cmd.arg("api")
+            .arg(proxy.port().to_string())
+            .args(ports(&ms));
+        assert_eq!(drive(cmd).await.trim(), "ok", "N = {n}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_redlock_contention_loses_no_update() {
+    contention(|proxy, counter, mode| {
+        let mut cmd = node();
+        cmd.args(["contention", proxy, counter, mode]);
+        cmd
+    })
+    .await;
+}
+
+/// redsync's scripts, byte for byte.
+const REDSYNC_DELETE: &str = include_str!("clients/lua/redsync_deleteScript.lua");
+const REDSYNC_TOUCH: &str = include_str!("clients/lua/redsync_touchScript.lua");
+const REDSYNC_DELETE_SHA: &str = "e950836ed1e694540c503ef9972b8de518044d3b";
+const REDSYNC_TOUCH_SHA: &str = "d75bb8b5bd13532ddedd17762e772346e39b321e";
+
+/// What redsync's go-redis adapter does to run a script: `EVALSHA`, and `EVAL` when the
+/// error contains "NOSCRIPT ".
+async fn redsync_eval(c: &mut Client, sha: &str, src: &str, args: &[&str]) -> Reply {
+    let mut cmd = vec!["evalsha", sha, "1"];
+    cmd.extend(args);
+    match c.cmd(&cmd).await {
+        Reply::Error(e) if String::from_utf8_lossy(&e).contains("NOSCRIPT ") => {
+            let mut cmd = vec!["eval", src, "1"];
+            cmd.extend(args);
+            c.cmd(&cmd).await
+        }
+        other => other,
+    }
+}
+
+#[tokio::test]
+async fn redsync_behaviour_through_a_raw_client() {
+    for n in [3, 5] {
+        let ms = masters(n);
+        let proxy = proxy_for(&ms).await.to_string();
+        let mut c = Client::connect(&proxy).await;
+        // Acquire as go-redis sends it for the default 8 s expiry: lowercase, EX seconds.
+        let value = "q7GmBQ+Hk/2mYv4e9Ib1Ww==";
+        assert_eq!(
+            c.cmd(&["set", "rs:mutex", value, "ex", "8", "nx"]).await,
+            Reply::ok()
+        );
+        assert_eq!(
+            c.cmd(&["set", "rs:mutex", "other", "ex", "8", "nx"]).await,
+            Reply::Nil
+        );
+        let held = values_on(&ms, "rs:mutex").await;
+        assert!(held.iter().flatten().filter(|v| *v == value).count() > n / 2);
+        // The first EVALSHA meets NOSCRIPT (exact prefix with the space) and falls back to EVAL.
+        assert_eq!(
+            c.raw(&["evalsha", REDSYNC_TOUCH_SHA, "1", "rs:mutex", value, "8000"])
+                .await,
+            "-NOSCRIPT No matching script. Please use EVAL.\r\n"
+        );
+        assert_eq!(
+            redsync_eval(
+                &mut c,
+                REDSYNC_TOUCH_SHA,
+                REDSYNC_TOUCH,
+                &["rs:mutex", value, "8000"]
+            )
+            .await,
+            Reply::Integer(1)
+        );
+        // Now cached: EVALSHA alone works.
+        assert_eq!(
+            c.cmd(&[
+                "evalsha",
+                REDSYNC_TOUCH_SHA,
+                "1",
+                "rs:mutex",
+                "other",
+                "8000"
+            ])
+            .await,
+            Reply::Integer(0),
+            "touch by another value"
+        );
+        assert_eq!(
+            redsync_eval(
+                &mut c,
+                REDSYNC_DELETE_SHA,
+                REDSYNC_DELETE,
+                &["rs:mutex", "other"]
+            )
+            .await,
+            Reply::Integer(0),
+            "delete by another value: taken"
+        );
+        assert_eq!(
+            redsync_eval(
+                &mut c,
+                REDSYNC_DELETE_SHA,
+                REDSYNC_DELETE,
+                &["rs:mutex", value]
+            )
+            .await,
+            Reply::Integer(1)
+        );
+        // Releasing an expired lock answers -1 (ErrLockAlreadyExpired in redsync).
+        assert_eq!(
+            c.cmd(&["set", "rs:short", value, "px", "150", "nx"]).await,
+            Reply::ok()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert_eq!(
+            redsync_eval(
+                &mut c,
+                REDSYNC_DELETE_SHA,
+                REDSYNC_DELETE,
+                &["rs:short", value]
+            )
+            .await,
+            Reply::Integer(-1)
+        );
+        assert_eq!(
+            redsync_eval(
+                &mut c,
+                REDSYNC_TOUCH_SHA,
+                REDSYNC_TOUCH,
+                &["rs:short", value, "8000"]
+            )
+            .await,
+            Reply::Integer(0),
+            "extend of an expired lock"
+        );
+    }
+}
+
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cli_scripts_and_locks() {
+    let ms = masters(3);
+    let port = proxy_for(&ms).await.port();
+    let unlock = include_str!("clients/lua/redsync_old_deleteScript.lua");
+    let sha = redis_cli(port, &["SCRIPT", "LOAD", unlock]);
+    assert_eq!(sha, "00583931c4e4d483f6233879c133c71ed5393f9d");
+    assert_eq!(redis_cli(port, &["SCRIPT", "EXISTS", &sha, "ffff"]), "1\n0");
+    assert_eq!(
+        redis_cli(port, &["SET", "cli:l", "me", "EX", "10", "NX"]),
+        "OK"
+    );
+    assert_eq!(
+        redis_cli(port, &["SET", "cli:l", "you", "NX", "PX", "10000"]),
+        ""
+    );
+    assert_eq!(redis_cli(port, &["GET", "cli:l"]), "me");
+    assert_eq!(
+        redis_cli(port, &["EVALSHA", &sha, "1", "cli:l", "you"]),
+        "0"
+    );
+    assert_eq!(redis_cli(port, &["EVALSHA", &sha, "1", "cli:l", "me"]), "1");
+    assert_eq!(redis_cli(port, &["SCRIPT", "FLUSH"]), "OK");
+    assert_eq!(
+        redis_cli(port, &["EVALSHA", &sha, "1", "cli:l", "me"]),
+        "NOSCRIPT No matching script. Please use EVAL."
+    );
+    // redis-cli --eval: keys and arguments separated by a comma.
+    let file = std::env::temp_dir().join(format!("redlock-proxy-unlock-{port}.lua"));
+    std::fs::write(&file, unlock).unwrap();
+    assert_eq!(
+        redis_cli(port, &["SET", "cli:e", "tok", "PX", "5000", "NX"]),
+        "OK"
+    );
+    let out = redis_cli(
+        port,
+        &["--eval", file.to_str().unwrap(), "cli:e", ",", "tok"],
+    );
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(out, "1");
+}
