@@ -31,5 +31,23 @@ if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet redis-ser
   as_root systemctl stop redis-server || true
 fi
 if [ "$mode" = "test" ]; then
-  :
+  # The lock-library tests (tests/libraries.rs) drive the real libraries from their registries:
+  # redis-py into tests/clients/.venv, node-redlock + ioredis into tests/clients/node_modules.
+  # Each is reinstalled only when its pinned list changed.
+  clients="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/clients"
+  command -v python3 >/dev/null 2>&1 || apt_need python3
+  python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || apt_need python3-venv
+  if ! cmp -s "$clients/requirements.txt" "$clients/.venv/.installed" 2>/dev/null; then
+    echo "deps: installing tests/clients/requirements.txt into tests/clients/.venv" >&2
+    rm -rf "$clients/.venv"
+    python3 -m venv "$clients/.venv"
+    "$clients/.venv/bin/python" -m pip install -q --disable-pip-version-check -r "$clients/requirements.txt"
+    cp "$clients/requirements.txt" "$clients/.venv/.installed"
+  fi
+  command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || apt_need nodejs npm
+  if ! cmp -s "$clients/package-lock.json" "$clients/node_modules/.installed" 2>/dev/null; then
+    echo "deps: npm ci in tests/clients" >&2
+    (cd "$clients" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+    cp "$clients/package-lock.json" "$clients/node_modules/.installed"
+  fi
 fi
