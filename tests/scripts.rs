@@ -1,0 +1,639 @@
+//! Scripts through the proxy: Redis's script-cache semantics and every loading pattern, masters
+//! that forget their scripts, each library script answering exactly what one Redis answers,
+//! multi-key and reentrant acquisitions with exact rollback, extension rules, the TTL cap and
+//! default TTL, unknown and declared scripts, binary tokens and the SET forms lock owners use.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use common::*;
+use redlock_proxy::config::{Config, UnknownScripts};
+use redlock_proxy::reply::{Reply, command};
+
+const NOSCRIPT: &str = "-NOSCRIPT No matching script. Please use EVAL.\r\n";
+
+fn sha1(text: &str) -> String {
+    redlock_proxy::scripts::sha1_hex(text.as_bytes())
+}
+
+fn lua(name: &str) -> String {
+    let path = format!(
+        "{}/tests/clients/lua/{name}.lua",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+async fn proxy_with(ms: &[Master], edit: impl FnOnce(&mut Config)) -> String {
+    let addrs: Vec<String> = ms.iter().map(|m| m.addr()).collect();
+    let refs: Vec<&str> = addrs.iter().map(|s| s.as_str()).collect();
+    let mut c = config_for(&refs);
+    edit(&mut c);
+    proxy(c).await.to_string()
+}
+
+/// Sends a command whose arguments may be any bytes and decodes the reply.
+async fn cmd_bytes(c: &mut Client, args: &[&[u8]]) -> Reply {
+    c.send_raw(&command(args)).await;
+    let raw = c.read_raw().await;
+    let mut b = BytesMut::from(&raw[..]);
+    match redis_protocol::resp2::decode::decode_bytes_mut(&mut b) {
+        Ok(Some((f, _, _))) => Reply::from_resp2(f),
+        other => panic!("undecodable {raw:?}: {other:?}"),
+    }
+}
+
+async fn lock(c: &mut Client, key: &str) {
+    assert_eq!(
+        c.cmd(&["SET", key, "tok", "NX", "PX", "10000"]).await,
+        Reply::ok()
+    );
+}
+
+#[tokio::test]
+async fn every_loading_pattern_works() {
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut c = Client::connect(&p).await;
+    let release = lua("redispy_release");
+    let sha = sha1(&release);
+    assert_eq!(sha, "c3f8721cbb97f72bc19e972846bd7aaf91901658");
+
+    // EVALSHA, NOSCRIPT, then EVAL (node-redlock, redsync); EVAL caches, as in Redis.
+    lock(&mut c, "lp:1").await;
+    assert_eq!(
+        c.raw(&["EVALSHA", &sha, "1", "lp:1", "tok"]).await,
+        NOSCRIPT
+    );
+    assert_eq!(
+        c.raw(&["EVAL", &release, "1", "lp:1", "tok"]).await,
+        ":1\r\n"
+    );
+    assert_eq!(
+        c.raw(&["EVALSHA", &sha, "1", "lp:1", "tok"]).await,
+        ":0\r\n"
+    );
+    assert_eq!(c.cmd(&["SCRIPT", "FLUSH"]).await, Reply::ok());
+
+    // EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA (redis-py, redlock-rb, rslock).
+    lock(&mut c, "lp:2").await;
+    assert_eq!(
+        c.raw(&["EVALSHA", &sha, "1", "lp:2", "tok"]).await,
+        NOSCRIPT
+    );
+    assert_eq!(c.text(&["SCRIPT", "LOAD", &release]).await, sha);
+    assert_eq!(
+        c.raw(&["EVALSHA", &sha, "1", "lp:2", "tok"]).await,
+        ":1\r\n"
+    );
+    assert_eq!(c.cmd(&["SCRIPT", "FLUSH", "ASYNC"]).await, Reply::ok());
+
+    // SCRIPT LOAD first, then EVALSHA (RedLock.net), pipelined; the SHA1 in any case.
+    lock(&mut c, "lp:3").await;
+    c.send(&["SCRIPT", "LOAD", &release]).await;
+    c.send(&["EVALSHA", &sha.to_uppercase(), "1", "lp:3", "tok"])
+        .await;
+    assert_eq!(
+        String::from_utf8_lossy(&c.read_raw().await),
+        format!("$40\r\n{sha}\r\n")
+    );
+    assert_eq!(String::from_utf8_lossy(&c.read_raw().await), ":1\r\n");
+
+    // Plain EVAL only (PHP), with CRLF line endings: another SHA1, the same meaning.
+    lock(&mut c, "lp:4").await;
+    let crlf = release.replace('\n', "\r\n");
+    assert_eq!(
+        c.raw(&["EVAL", &crlf, "1", "lp:4", "other"]).await,
+        ":0\r\n"
+    );
+    assert_eq!(c.raw(&["EVAL", &crlf, "1", "lp:4", "tok"]).await, ":1\r\n");
+    assert_eq!(
+        c.cmd(&["SCRIPT", "EXISTS", &sha, &sha1(&crlf), "0000"])
+            .await,
+        Reply::Array(vec![
+            Reply::Integer(1),
+            Reply::Integer(1),
+            Reply::Integer(0)
+        ])
+    );
+    // The masters never saw the client's text: their caches are empty.
+    for m in &ms {
+        let mut d = m.client().await;
+        assert_eq!(
+            d.cmd(&["SCRIPT", "EXISTS", &sha]).await,
+            Reply::Array(vec![Reply::Integer(0)])
+        );
+    }
+}
+
+#[tokio::test]
+async fn script_command_errors_read_like_redis() {
+    let ms = masters(1);
+    let p = proxy_for(&ms).await.to_string();
+    let mut c = Client::connect(&p).await;
+    for (args, want) in [
+        (
+            vec!["SCRIPT", "FLUSH", "LATER"],
+            "-ERR SCRIPT FLUSH only support SYNC|ASYNC option\r\n",
+        ),
+        (
+            vec!["SCRIPT", "KILL"],
+            "-NOTBUSY No scripts in execution right now.\r\n",
+        ),
+        (
+            vec!["SCRIPT", "LOAD"],
+            "-ERR wrong number of arguments for 'script|load' command\r\n",
+        ),
+        (
+            vec!["SCRIPT", "NOPE"],
+            "-ERR unknown subcommand 'NOPE'. Try SCRIPT HELP.\r\n",
+        ),
+        (
+            vec!["EVAL", "return 1", "x"],
+            "-ERR value is not an integer or out of range\r\n",
+        ),
+        (
+            vec!["EVAL", "return 1", "-1"],
+            "-ERR Number of keys can't be negative\r\n",
+        ),
+        (
+            vec!["EVAL", "return 1", "2", "k"],
+            "-ERR Number of keys can't be greater than number of args\r\n",
+        ),
+        (vec!["EVALSHA", "nope", "0"], NOSCRIPT),
+    ] {
+        assert_eq!(c.raw(&args).await, want, "{args:?}");
+    }
+}
+
+#[tokio::test]
+async fn masters_that_forget_their_scripts_never_cause_noscript() {
+    let mut ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut c = Client::connect(&p).await;
+    let extend = lua("redispy_extend");
+    let release = lua("redispy_release");
+    let other = "return 'plain'";
+    let shas: Vec<String> = [&extend, &release, &other.to_string()]
+        .iter()
+        .map(|s| sha1(s))
+        .collect();
+    for s in [&extend, &release, &other.to_string()] {
+        c.text(&["SCRIPT", "LOAD", s]).await;
+    }
+    // One master restarts empty; the others flush their script caches.
+    ms[0].restart();
+    for m in &ms[1..] {
+        assert_eq!(
+            m.client().await.cmd(&["SCRIPT", "FLUSH"]).await,
+            Reply::ok()
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        c.cmd(&["SET", "fg", "tok", "NX", "PX", "10000"]).await,
+        Reply::ok()
+    );
+    assert_eq!(
+        c.raw(&["EVALSHA", &shas[0], "1", "fg", "tok", "5000", "1"])
+            .await,
+        ":1\r\n"
+    );
+    assert_eq!(
+        c.raw(&["EVALSHA", &shas[1], "1", "fg", "tok"]).await,
+        ":1\r\n"
+    );
+    assert_eq!(c.raw(&["EVALSHA", &shas[2], "0"]).await, "$5\r\nplain\r\n");
+}
+
+/// How a key stands before a script runs.
+#[derive(Clone, Copy, Debug)]
+enum Held {
+    Mine,
+    Other,
+    Missing,
+}
+
+/// The outcome on one Redis: the reply and, per key, its value and TTL in whole seconds.
+type Outcome = (String, Vec<(Option<String>, i64)>);
+
+fn ttl_bucket(pttl: &Reply) -> i64 {
+    match pttl {
+        Reply::Integer(t) if *t > 0 => (t + 999) / 1000,
+        Reply::Integer(t) => *t,
+        other => panic!("PTTL answered {other:?}"),
+    }
+}
+
+async fn state(c: &mut Client, key: &str) -> (Option<String>, i64) {
+    let v = match c.cmd(&["GET", key]).await {
+        Reply::Bulk(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+        _ => None,
+    };
+    (v, ttl_bucket(&c.cmd(&["PTTL", key]).await))
+}
+
+/// Runs `script` on one plain Redis and through the proxy, from the same starting state, and
+/// returns both outcomes (for the proxy: the state a majority of masters agree on).
+async fn both(
+    reference: &Master,
+    ms: &[Master],
+    proxy: &str,
+    script: &str,
+    keys: &[String],
+    held: &[Held],
+    argv: &[&str],
+) -> (Outcome, Outcome) {
+    let mut r = reference.client().await;
+    let mut p = Client::connect(proxy).await;
+    for (key, h) in keys.iter().zip(held) {
+        let token = match h {
+            Held::Mine => "tok",
+            Held::Other => "other",
+            Held::Missing => continue,
+        };
+        assert_eq!(
+            r.cmd(&["SET", key, token, "PX", "10000"]).await,
+            Reply::ok()
+        );
+        assert_eq!(
+            p.cmd(&["SET", key, token, "NX", "PX", "10000"]).await,
+            Reply::ok()
+        );
+    }
+    let n = keys.len().to_string();
+    let mut args: Vec<&str> = vec!["EVAL", script, &n];
+    args.extend(keys.iter().map(|k| k.as_str()));
+    args.extend(argv);
+    let want = r.raw(&args).await;
+    let got = p.raw(&args).await;
+    let mut want_state = Vec::new();
+    let mut got_state = Vec::new();
+    for key in keys {
+        want_state.push(state(&mut r, key).await);
+        let mut per_master = Vec::new();
+        for m in ms {
+            per_master.push(state(&mut m.client().await, key).await);
+        }
+        let agreed = per_master
+            .iter()
+            .find(|s| per_master.iter().filter(|o| o == s).count() > ms.len() / 2)
+            .cloned()
+            .unwrap_or((Some("no majority".into()), 0));
+        got_state.push(agreed);
+    }
+    ((want, want_state), (got, got_state))
+}
+
+#[tokio::test]
+async fn library_scripts_answer_what_one_redis_answers() {
+    use Held::*;
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let single: &[&[Held]] = &[&[Mine], &[Other], &[Missing]];
+    let multi: &[&[Held]] = &[
+        &[Mine, Mine],
+        &[Mine, Missing],
+        &[Other, Missing],
+        &[Missing, Missing],
+    ];
+    let cases: &[(&str, &[&str], &[&[Held]])] = &[
+        ("redispy_release", &["tok"], single),
+        ("redispy_extend", &["tok", "20000", "0"], single),
+        ("redispy_extend", &["tok", "20000", "1"], single),
+        ("redispy_reacquire", &["tok", "20000"], single),
+        ("redlock5_ACQUIRE_SCRIPT", &["tok", "20000"], multi),
+        ("redlock5_EXTEND_SCRIPT", &["tok", "20000"], multi),
+        ("redlock5_RELEASE_SCRIPT", &["tok"], multi),
+        ("redlock4_lockScript", &["tok", "20000"], multi),
+        ("redsync_deleteScript", &["tok"], single),
+        ("redsync_old_deleteScript", &["tok"], single),
+        ("redsync_touchScript", &["tok", "20000"], single),
+        ("redsync_touchWithSetNXScript", &["tok", "20000"], single),
+        ("redlocknet_Unlock_lua", &["tok"], single),
+        ("redlocknet_Extend_lua", &["tok", "20000"], single),
+        ("redlockrb_UNLOCK_SCRIPT", &["tok"], single),
+        ("redlockrb_LOCK_SCRIPT", &["tok", "20000", "yes"], single),
+        ("redlockrb_LOCK_SCRIPT", &["tok", "20000", "no"], single),
+        ("php_ronnylt_unlock", &["tok"], single),
+        ("rslock_UNLOCK_SCRIPT", &["tok"], single),
+        ("rslock_EXTEND_SCRIPT", &["tok", "20000"], single),
+        ("redlockcrate2_UNLOCK_SCRIPT", &["tok"], single),
+    ];
+    let mut case = 0;
+    for (name, argv, states) in cases {
+        let script = lua(name);
+        for held in *states {
+            case += 1;
+            let keys: Vec<String> = (0..held.len()).map(|i| format!("lib:{case}:{i}")).collect();
+            let (want, got) = both(&reference, &ms, &p, &script, &keys, held, argv).await;
+            assert_eq!(got, want, "{name} {argv:?} with keys {held:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_refused_multi_key_acquire_undoes_exactly_what_it_wrote() {
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut c = Client::connect(&p).await;
+    let acquire = lua("redlock5_ACQUIRE_SCRIPT");
+    // Another client holds `b` on two masters: a quorum refuses [a, b, c].
+    for m in &ms[..2] {
+        m.client()
+            .await
+            .cmd(&["SET", "mk:b", "other", "PX", "10000"])
+            .await;
+    }
+    assert_eq!(
+        c.raw(&[
+            "EVAL", &acquire, "3", "mk:a", "mk:b", "mk:c", "tok", "10000"
+        ])
+        .await,
+        ":0\r\n"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(values_on(&ms, "mk:a").await, vec![None, None, None]);
+    assert_eq!(values_on(&ms, "mk:c").await, vec![None, None, None]);
+    let other = Some("other".to_string());
+    assert_eq!(
+        values_on(&ms, "mk:b").await,
+        vec![other.clone(), other, None],
+        "the other holder's keys stay"
+    );
+    // With `b` held on one master only, a quorum grants all three keys.
+    ms[0].client().await.cmd(&["DEL", "mk:b"]).await;
+    assert_eq!(
+        c.raw(&[
+            "EVAL", &acquire, "3", "mk:a", "mk:b", "mk:c", "tok", "10000"
+        ])
+        .await,
+        ":3\r\n"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_reentrant_acquire_keeps_keys_that_were_already_mine() {
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut c = Client::connect(&p).await;
+    let touch_or_take = lua("redsync_touchWithSetNXScript");
+    // Mine on master 0, someone else's on 1 and 2: refused; my key on 0 must not be deleted
+    // by the rollback (it may belong to my earlier, still valid grant).
+    let set = |i: usize, v: &'static str| {
+        let addr = ms[i].addr();
+        async move {
+            Client::connect(&addr)
+                .await
+                .cmd(&["SET", "re:k", v, "PX", "10000"])
+                .await
+        }
+    };
+    set(0, "tok").await;
+    set(1, "other").await;
+    set(2, "other").await;
+    assert_eq!(
+        c.raw(&["EVAL", &touch_or_take, "1", "re:k", "tok", "20000"])
+            .await,
+        ":0\r\n"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(values_on(&ms, "re:k").await[0].as_deref(), Some("tok"));
+    // Missing on master 0 this time: the attempt created it there, so the rollback removes it.
+    ms[0].client().await.cmd(&["DEL", "re:k"]).await;
+    assert_eq!(
+        c.raw(&["EVAL", &touch_or_take, "1", "re:k", "tok", "20000"])
+            .await,
+        ":0\r\n"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(values_on(&ms, "re:k").await[0], None);
+}
+
+#[tokio::test]
+async fn extend_needs_a_majority() {
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut c = Client::connect(&p).await;
+    let extend = lua("redispy_extend");
+    assert_eq!(
+        c.cmd(&["SET", "ex:k", "tok", "NX", "PX", "10000"]).await,
+        Reply::ok()
+    );
+    // The lock expired on two masters: extending on the third alone is not an extension.
+    for m in &ms[..2] {
+        m.client().await.cmd(&["DEL", "ex:k"]).await;
+    }
+    assert_eq!(
+        c.raw(&["EVAL", &extend, "1", "ex:k", "tok", "20000", "1"])
+            .await,
+        ":0\r\n"
+    );
+    // With two of three it is.
+    ms[0]
+        .client()
+        .await
+        .cmd(&["SET", "ex:k", "tok", "PX", "10000"])
+        .await;
+    assert_eq!(
+        c.raw(&["EVAL", &extend, "1", "ex:k", "tok", "20000", "1"])
+            .await,
+        ":1\r\n"
+    );
+    let mut d = ms[0].client().await;
+    assert!(matches!(d.cmd(&["PTTL", "ex:k"]).await, Reply::Integer(t) if t > 19_000));
+}
+
+#[tokio::test]
+async fn the_ttl_cap_and_the_default_ttl() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.max_ttl_ms = 10_000).await;
+    let mut c = Client::connect(&p).await;
+    let cap = "-ERR lock TTL 20000 ms exceeds the proxy's max_ttl_ms (10000 ms)\r\n";
+    assert_eq!(c.raw(&["SET", "cap", "t", "NX", "PX", "20000"]).await, cap);
+    assert_eq!(c.raw(&["SET", "cap", "t", "NX", "EX", "20"]).await, cap);
+    let acquire = lua("redlock5_ACQUIRE_SCRIPT");
+    assert_eq!(
+        c.raw(&["EVAL", &acquire, "1", "cap", "t", "20000"]).await,
+        cap
+    );
+    assert_eq!(
+        c.raw(&["SET", "cap", "t", "NX", "PX", "8000"]).await,
+        "+OK\r\n"
+    );
+    let extend = lua("redispy_extend");
+    // Replace: over the cap up front. Add: 8 s left + 5 s would exceed it on the masters.
+    assert_eq!(
+        c.raw(&["EVAL", &extend, "1", "cap", "t", "20000", "1"])
+            .await,
+        cap
+    );
+    assert_eq!(
+        c.raw(&["EVAL", &extend, "1", "cap", "t", "5000", "0"])
+            .await,
+        "-ERR lock TTL would exceed the proxy's max_ttl_ms (10000 ms)\r\n"
+    );
+    assert_eq!(
+        c.raw(&["EVAL", &extend, "1", "cap", "t", "1000", "0"])
+            .await,
+        ":1\r\n"
+    );
+    // SET NX without a TTL: refused by default, never a lock that cannot expire.
+    let refused = c.raw(&["SET", "forever", "t", "NX"]).await;
+    assert!(
+        refused.starts_with("-ERR") && refused.contains("expir"),
+        "{refused}"
+    );
+    assert_eq!(values_on(&ms, "forever").await, vec![None, None, None]);
+    // With default_ttl_ms it gets that TTL.
+    let p = proxy_with(&ms, |c| c.default_ttl_ms = 3000).await;
+    let mut c = Client::connect(&p).await;
+    assert_eq!(c.raw(&["SET", "forever", "t", "NX"]).await, "+OK\r\n");
+    for m in &ms {
+        let t = m.client().await.cmd(&["PTTL", "forever"]).await;
+        assert!(
+            matches!(t, Reply::Integer(t) if t > 2000 && t <= 3000),
+            "{t:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn unknown_scripts_need_a_majority_or_are_rejected_in_strict_mode() {
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut c = Client::connect(&p).await;
+    assert_eq!(c.raw(&["EVAL", "return 7", "0"]).await, ":7\r\n");
+    // Two masters agree, one differs: the majority answer.
+    for (m, v) in ms.iter().zip(["a", "a", "b"]) {
+        m.client().await.cmd(&["SET", "u:k", v]).await;
+    }
+    let read = "return redis.call('get', KEYS[1])";
+    assert_eq!(c.raw(&["EVAL", read, "1", "u:k"]).await, "$1\r\na\r\n");
+    // No two agree: a clear error.
+    ms[1].client().await.cmd(&["SET", "u:k", "c"]).await;
+    let no_majority = c.raw(&["EVAL", read, "1", "u:k"]).await;
+    assert!(
+        no_majority.starts_with("-ERR") && no_majority.contains("majority"),
+        "{no_majority}"
+    );
+    // Strict mode refuses what it does not understand, and still runs lock scripts.
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let mut c = Client::connect(&p).await;
+    let refused = c.raw(&["EVAL", "return 7", "0"]).await;
+    assert!(
+        refused.starts_with("-ERR") && refused.contains("reject"),
+        "{refused}"
+    );
+    assert_eq!(
+        c.cmd(&["SET", "u:l", "t", "NX", "PX", "5000"]).await,
+        Reply::ok()
+    );
+    assert_eq!(
+        c.raw(&["EVAL", &lua("redispy_release"), "1", "u:l", "t"])
+            .await,
+        ":1\r\n"
+    );
+}
+
+#[tokio::test]
+async fn declared_scripts_get_their_meaning() {
+    let ms = masters(3);
+    // An in-house release that answers strings; declared as a release that answers 1/0.
+    let own = "local v = redis.call('get', KEYS[2]) if v == ARGV[2] then redis.call('del', KEYS[2]) return 'gone' end return 'kept'";
+    let p = proxy_with(&ms, |c| {
+        c.unknown_scripts = UnknownScripts::Reject;
+        c.scripts = vec![redlock_proxy::config::ScriptDecl {
+            sha: Some(sha1(own)),
+            text: None,
+            meaning: redlock_proxy::scripts::Op::Release,
+            reply: redlock_proxy::scripts::Answer::OneZero,
+            token_arg: 2,
+            ttl_arg: 1,
+            all_keys: false,
+        }];
+    })
+    .await;
+    let mut c = Client::connect(&p).await;
+    assert_eq!(
+        c.cmd(&["SET", "own", "t", "NX", "PX", "5000"]).await,
+        Reply::ok()
+    );
+    // KEYS[1] is what a one-key declaration uses.
+    assert_eq!(c.raw(&["EVAL", own, "1", "own", "x", "t"]).await, ":1\r\n");
+    assert_eq!(values_on(&ms, "own").await, vec![None, None, None]);
+}
+
+#[tokio::test]
+async fn tokens_are_binary_safe() {
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut c = Client::connect(&p).await;
+    // 20 raw bytes, as rslock makes them: not UTF-8, with CR, LF and NUL inside.
+    let token: Vec<u8> = vec![
+        0xff, 0x00, 0x0d, 0x0a, 0x80, 0xfe, 0x41, 0x00, 0x0a, 0xc3, 0x28, 0x01, 0x02, 0x03, 0x7f,
+        0x90, 0xaa, 0xbb, 0x0d, 0xee,
+    ];
+    assert_eq!(
+        cmd_bytes(&mut c, &[b"SET", b"bin", &token, b"NX", b"PX", b"5000"]).await,
+        Reply::ok()
+    );
+    for m in &ms {
+        assert_eq!(
+            cmd_bytes(&mut m.client().await, &[b"GET", b"bin"]).await,
+            Reply::Bulk(token.clone().into())
+        );
+    }
+    let mut almost = token.clone();
+    almost[19] ^= 1;
+    let unlock = lua("rslock_UNLOCK_SCRIPT");
+    let eval = |t: Vec<u8>| {
+        let unlock = unlock.clone();
+        let p = p.clone();
+        async move {
+            let mut c = Client::connect(&p).await;
+            cmd_bytes(&mut c, &[b"EVAL", unlock.as_bytes(), b"1", b"bin", &t]).await
+        }
+    };
+    assert_eq!(eval(almost).await, Reply::Integer(0));
+    assert_eq!(eval(token).await, Reply::Integer(1));
+}
+
+#[tokio::test]
+async fn set_forms_lock_owners_use() {
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut c = Client::connect(&p).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let exat = (now.as_secs() + 10).to_string();
+    let pxat = (now.as_millis() + 10_000).to_string();
+    for (i, form) in [
+        vec!["NX", "PX", "10000"],
+        vec!["px", "10000", "nx"],
+        vec!["nx", "ex", "10"],
+        vec!["EX", "10", "NX"],
+        vec!["NX", "EXAT", &exat],
+        vec!["pxat", &pxat, "nx"],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let key = format!("form:{i}");
+        let mut args = vec!["SET", &key, "tok"];
+        args.extend(&form);
+        assert_eq!(c.cmd(&args).await, Reply::ok(), "{form:?}");
+        assert_eq!(c.cmd(&args).await, Reply::Nil, "{form:?} again");
+        for m in &ms {
+            let t = m.client().await.cmd(&["PTTL", &key]).await;
+            assert!(
+                matches!(t, Reply::Integer(t) if t > 8000 && t <= 10_000),
+                "{form:?}: {t:?}"
+            );
+        }
+    }
+}
