@@ -300,7 +300,9 @@ async fn library_scripts_answer_what_one_redis_answers() {
         &[Other, Missing],
         &[Missing, Missing],
     ];
-    let cases: &[(&str, &[&str], &[&[Held]])] = &[
+    /// Script fixture, ARGV, starting states to try.
+    type Case<'a> = (&'a str, &'a [&'a str], &'a [&'a [Held]]);
+    let cases: &[Case] = &[
         ("redispy_release", &["tok"], single),
         ("redispy_extend", &["tok", "20000", "0"], single),
         ("redispy_extend", &["tok", "20000", "1"], single),
