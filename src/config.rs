@@ -368,6 +368,23 @@ mod tests {
     }
 
     #[test]
+    fn the_example_file_parses_with_its_script_declaration() {
+        let text = include_str!("../configs/redlock-proxy.toml");
+        let at = text
+            .find("# [[scripts]]")
+            .expect("example declares a script");
+        let uncommented: String = text[at..]
+            .lines()
+            .map(|l| l.strip_prefix("# ").unwrap_or(l))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let c = Config::from_toml(&format!("{}{uncommented}\n", &text[..at])).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.scripts.len(), 1);
+        assert_eq!(c.scripts[0].meaning, Op::Release);
+    }
+
+    #[test]
     fn declared_scripts_are_checked() {
         let c = with_backends(
             "[[scripts]]\ntext = \"return 1\"\nmeaning = \"release\"\nreply = \"tristate\"\n",
