@@ -100,7 +100,7 @@ pub struct Config {
 /// ```toml
 /// [[scripts]]
 /// text = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
-/// meaning = "release"     # acquire | acquire_or_refresh | extend | extend_add | release
+/// meaning = "release"     # acquire | acquire_or_refresh | extend | extend_add | release | inspect
 /// reply = "one_zero"      # one_zero | count | ok_nil | one_minus_one | tristate
 /// token_arg = 1           # ARGV index of the token
 /// ttl_arg = 2             # ARGV index of the TTL in ms (acquire / extend)

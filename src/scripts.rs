@@ -38,6 +38,9 @@ pub enum Op {
     ExtendAdd,
     /// Delete every key that holds the token.
     Release,
+    /// Read `KEYS[1]`: the value a majority of masters agree on and how long a majority still
+    /// hold it, answered as `[value, pttl]` (redlock-rb's `PTTL_SCRIPT`; any `reply` is ignored).
+    Inspect,
 }
 
 /// The reply shape a library expects from its script.
@@ -564,6 +567,11 @@ fn known() -> Vec<(&'static str, LockScript)> {
                else return -1 end"#,
             one(AcquireOrRefresh, OneMinusOne),
         ),
+        // redlock-rb PTTL_SCRIPT (locked?, valid_lock?, remaining TTL).
+        (
+            r#"return { redis.call("get", KEYS[1]), redis.call("pttl", KEYS[1]) }"#,
+            one(Inspect, OneZero),
+        ),
         // redlock-rb LOCK_SCRIPT: ARGV[3] "yes" may take a free lock, anything else only extends.
         (
             r#"if (redis.call("exists", KEYS[1]) == 0 and ARGV[3] == "yes") or redis.call("get", KEYS[1]) == ARGV[1] then
@@ -672,6 +680,9 @@ pub const EXTEND: &str = "local ttl = {} local least = nil \
     end \
     for i, key in ipairs(KEYS) do redis.call('pexpire', key, ttl[i]) end \
     return least";
+
+/// Inspect: the value of `KEYS[1]` and its PTTL, as `{value or nil, pttl}`.
+pub const INSPECT: &str = "return { redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1]) }";
 
 /// Release: `KEYS` = the keys, `ARGV[1]` = token. Answers one code per key: 1 deleted,
 /// 0 held by another token, -1 missing.
@@ -952,12 +963,11 @@ mod tests {
     }
 
     #[test]
-    fn hash_based_and_read_scripts_stay_unknown() {
+    fn hash_based_scripts_stay_unknown() {
         for body in [
             lua!("redisson_lock"),
             lua!("redisson_unlock"),
             lua!("redisson_renew"),
-            lua!("redlockrb_PTTL_SCRIPT"),
         ] {
             assert_eq!(recognise(body), Meaning::Unknown);
         }

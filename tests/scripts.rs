@@ -639,3 +639,44 @@ async fn set_forms_lock_owners_use() {
         }
     }
 }
+
+#[tokio::test]
+async fn redlock_rb_reads_what_a_majority_hold() {
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut c = Client::connect(&p).await;
+    let pttl = lua("redlockrb_PTTL_SCRIPT");
+    assert_eq!(
+        c.raw(&["EVAL", &pttl, "1", "rb:k"]).await,
+        "*2\r\n$-1\r\n:-2\r\n",
+        "a free lock"
+    );
+    // Held on two masters with 10 s and 4 s left, someone else's on the third: a majority
+    // hold `tok` for at least 4 s.
+    for (m, (v, ttl)) in ms
+        .iter()
+        .zip([("tok", "10000"), ("tok", "4000"), ("x", "20000")])
+    {
+        m.client().await.cmd(&["SET", "rb:k", v, "PX", ttl]).await;
+    }
+    match c.cmd(&["EVAL", &pttl, "1", "rb:k"]).await {
+        Reply::Array(pair) => {
+            assert_eq!(pair[0], Reply::bulk("tok"));
+            assert!(
+                matches!(pair[1], Reply::Integer(t) if t > 3000 && t <= 4000),
+                "{pair:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // No value on a majority: not locked.
+    ms[1]
+        .client()
+        .await
+        .cmd(&["SET", "rb:k", "y", "PX", "10000"])
+        .await;
+    assert_eq!(
+        c.raw(&["EVAL", &pttl, "1", "rb:k"]).await,
+        "*2\r\n$-1\r\n:-2\r\n"
+    );
+}

@@ -19,6 +19,9 @@
 //! - **Release** runs compare-and-delete on all N masters; a key counts as released when a
 //!   quorum deleted it, and as already gone (expired) when a quorum no longer had it.
 //!
+//! - **Inspect** (a read) answers the value a quorum agree on and how long a quorum still hold
+//!   it: the quorum-th largest TTL among the masters holding that value.
+//!
 //! Every TTL is capped by `max_ttl_ms`: larger requests get an error, never a silent cut.
 
 use std::sync::Arc;
@@ -32,7 +35,7 @@ use super::{Action, not_an_integer, parse_int, syntax_error};
 use crate::client::Conn;
 use crate::quorum::{Ballots, Request, ask, validity};
 use crate::reply::{Reply, command};
-use crate::scripts::{ACQUIRE, Answer, EXTEND, Op, RELEASE};
+use crate::scripts::{ACQUIRE, Answer, EXTEND, INSPECT, Op, RELEASE};
 use crate::server::Proxy;
 use crate::stats::Stats;
 
@@ -173,7 +176,7 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
             .into();
     }
     let max = proxy.config.max_ttl_ms;
-    if op.op != Op::Release && op.ttl_ms > max as i64 {
+    if !matches!(op.op, Op::Release | Op::Inspect) && op.ttl_ms > max as i64 {
         return Reply::error(format!(
             "ERR lock TTL {} ms exceeds the proxy's max_ttl_ms ({max} ms)",
             op.ttl_ms
@@ -188,6 +191,7 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
             Op::Acquire | Op::AcquireOrRefresh => run_acquire(proxy, op, held).await,
             Op::Extend | Op::ExtendAdd => run_extend(&proxy, &op).await,
             Op::Release => run_release(&proxy, &op).await,
+            Op::Inspect => run_inspect(&proxy, &op).await,
         }
     }))
 }
@@ -405,6 +409,47 @@ async fn run_release(proxy: &Proxy, op: &LockOp) -> Reply {
         Answer::Tristate if released + gone == k => Reply::Integer(-1),
         Answer::Tristate => Reply::Integer(0),
         shape => answer(shape, released == k, k),
+    }
+}
+
+async fn run_inspect(proxy: &Proxy, op: &LockOp) -> Reply {
+    let req = eval(INSPECT, &op.keys[..1], &[]);
+    let deadline = Instant::now() + proxy.config.node_timeout();
+    let ballots = ask(&proxy.masters, Request::Same(req), 1, deadline)
+        .decide_by(|r| match r {
+            Reply::Array(pair) => pair.first().cloned(),
+            _ => None,
+        })
+        .await
+        .clone();
+    let pairs: Vec<(&Reply, i64)> = ballots
+        .replies
+        .iter()
+        .flatten()
+        .filter_map(|r| match r {
+            Reply::Array(pair) => match pair.as_slice() {
+                [value, Reply::Integer(ttl)] => Some((value, *ttl)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    let value = pairs
+        .iter()
+        .map(|(v, _)| *v)
+        .find(|v| pairs.iter().filter(|(o, _)| o == v).count() >= ballots.quorum);
+    match value {
+        Some(Reply::Bulk(v)) => {
+            let mut ttls: Vec<i64> = pairs
+                .iter()
+                .filter(|(o, _)| matches!(o, Reply::Bulk(b) if b == v))
+                .map(|(_, t)| *t)
+                .collect();
+            ttls.sort_unstable_by(|a, b| b.cmp(a));
+            let ttl = ttls.get(ballots.quorum - 1).copied().unwrap_or(-2);
+            Reply::Array(vec![Reply::Bulk(v.clone()), Reply::Integer(ttl)])
+        }
+        _ => Reply::Array(vec![Reply::Nil, Reply::Integer(-2)]),
     }
 }
 

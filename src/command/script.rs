@@ -87,8 +87,12 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
     if keys.is_empty() {
         return None;
     }
-    let token = argv.get(lock.token_arg.checked_sub(1)?)?.clone();
-    let ttl_ms = if op == Op::Release {
+    let token = if op == Op::Inspect {
+        Bytes::new()
+    } else {
+        argv.get(lock.token_arg.checked_sub(1)?)?.clone()
+    };
+    let ttl_ms = if matches!(op, Op::Release | Op::Inspect) {
         0
     } else {
         let arg = argv.get(lock.ttl_arg.checked_sub(1)?)?;
