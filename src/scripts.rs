@@ -7,7 +7,7 @@
 //! parentheses and the names of local variables do not matter. That way a reworded or
 //! CRLF-edited copy of a library's script keeps its meaning.
 //!
-//! A recognised script becomes a [`LockScript`]: one of five operations ([`Op`]), where its
+//! A recognised script becomes a [`LockScript`]: one of the operations in [`Op`], where its
 //! token and TTL sit in `ARGV`, whether it works on one key or on all of `KEYS`, and the reply
 //! shape its library expects ([`Answer`]). The masters never run client scripts that the proxy
 //! understands; they run the proxy's canonical scripts below ([`ACQUIRE`], [`EXTEND`],
