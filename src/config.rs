@@ -85,6 +85,33 @@ pub struct Config {
     pub threads: usize,
     /// When set, clients must `AUTH` with this password (any user name) before other commands.
     pub password: Option<String>,
+    /// Restart quarantine. A master whose `run_id` changed (it restarted, and without
+    /// persistence came back empty) takes no part in any quorum for the quarantine window,
+    /// `max_ttl_ms` plus its drift, so every lock it may have lost has expired everywhere first.
+    /// On the first connect, a master that has been up for less than the window sits out the
+    /// rest of it: another proxy, or this one before a restart, may have granted locks it lost.
+    /// Switch off only for masters known to start empty with no lock ever granted on them.
+    pub quarantine: bool,
+    /// Declares that every master persists every write (`appendonly yes` + `appendfsync
+    /// always`), so a restart loses nothing and needs no quarantine. The proxy checks each
+    /// master on connect and quarantines any that does not.
+    pub masters_persist: bool,
+    /// Clock watch. Every master's `TIME` is compared with the proxy's monotonic clock on each
+    /// probe and in the same round trip as each acquisition. A master whose clock jumps by more
+    /// than `clock_jump_ms`, or runs faster or slower than `drift_factor` (at least 0.1 %)
+    /// allows, is clock-suspect: its votes do not count until it has been steady for the
+    /// quarantine window.
+    pub clock_watch: bool,
+    /// Clock jumps up to this (ms), beyond the allowed rate error, are tolerated. Keep it below
+    /// the drift allowance of the shortest TTL in use (`ttl × drift_factor + 2 ms`).
+    pub clock_jump_ms: u64,
+    /// How often an idle master connection is probed with `TIME` (or `PING` without clock
+    /// watch), in ms. A probe left unanswered for `stall_timeout_ms` marks the master down.
+    pub probe_interval_ms: u64,
+    /// Set by `--dev`: the proxy started the masters itself, empty, so a young master needs no
+    /// quarantine on the first connect. Not a file setting.
+    #[serde(skip)]
+    pub masters_started_here: bool,
     /// TTL (ms) given to `SET key token NX` sent without any expiry (redis-py's `Lock` with
     /// `timeout=None` sends that). 0, the default, refuses such a `SET` with an error instead:
     /// a lock that cannot expire would deadlock forever after a crash, and a TTL the holder
@@ -160,6 +187,12 @@ impl Default for Config {
             threads: 0,
             default_ttl_ms: 0,
             scripts: Vec::new(),
+            quarantine: true,
+            masters_persist: false,
+            clock_watch: true,
+            clock_jump_ms: 5,
+            probe_interval_ms: 1000,
+            masters_started_here: false,
         }
     }
 }
@@ -244,6 +277,8 @@ impl Config {
             ("max_clients", self.max_clients as u64),
             ("max_bulk_len", self.max_bulk_len as u64),
             ("max_pipeline", self.max_pipeline as u64),
+            ("clock_jump_ms", self.clock_jump_ms),
+            ("probe_interval_ms", self.probe_interval_ms),
         ] {
             if v == 0 {
                 return bad(format!("{name} must be greater than 0"));
@@ -274,6 +309,14 @@ impl Config {
     /// The per-master reply timeout.
     pub fn node_timeout(&self) -> Duration {
         Duration::from_millis(self.node_timeout_ms)
+    }
+
+    /// How long a restarted master sits out, and how long a jumped clock must stay steady:
+    /// the longest lock's TTL plus its drift allowance, `max_ttl × (1 + drift_factor) + 2 ms`.
+    /// Every lock a master held before is expired on every other master by then.
+    pub fn quarantine_window(&self) -> Duration {
+        let max_ttl = Duration::from_millis(self.max_ttl_ms);
+        max_ttl + crate::quorum::drift(max_ttl, self.drift_factor)
     }
 }
 
@@ -363,6 +406,8 @@ mod tests {
         assert_eq!(c.node_timeout_ms, 7);
         assert_eq!(c.unknown_scripts, UnknownScripts::Reject);
         assert!(c.set("nope=1").is_err());
+        c.set("quarantine=false").unwrap();
+        assert!(!c.quarantine);
         c.set("default_ttl_ms=30000").unwrap();
         assert_eq!(c.default_ttl_ms, 30000);
     }
@@ -415,6 +460,34 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("default_ttl_ms")
+        );
+    }
+
+    #[test]
+    fn the_example_file_is_valid_and_shows_the_defaults() {
+        let c = Config::from_toml(include_str!("../configs/redlock-proxy.toml")).unwrap();
+        c.validate().unwrap();
+        let d = Config::default();
+        assert_eq!(c.quarantine, d.quarantine);
+        assert_eq!(c.masters_persist, d.masters_persist);
+        assert_eq!(c.clock_watch, d.clock_watch);
+        assert_eq!(c.clock_jump_ms, d.clock_jump_ms);
+        assert_eq!(c.probe_interval_ms, d.probe_interval_ms);
+        assert!(
+            Config::from_toml("masters_started_here = true").is_err(),
+            "set by --dev only"
+        );
+    }
+
+    #[test]
+    fn quarantine_window_is_max_ttl_plus_drift() {
+        let c = with_backends("max_ttl_ms = 10000\ndrift_factor = 0.01").unwrap();
+        assert_eq!(c.quarantine_window(), Duration::from_millis(10_102));
+        assert!(
+            with_backends("probe_interval_ms = 0")
+                .unwrap_err()
+                .to_string()
+                .contains("probe_interval_ms")
         );
     }
 }

@@ -99,6 +99,8 @@ async fn run(cli: Cli) {
             Ok(masters) => {
                 tracing::info!(masters = ?masters.addrs, "dev mode: started local redis-server masters");
                 config.backends = masters.addrs.clone();
+                // They start empty and only this proxy knows them: nothing to quarantine.
+                config.masters_started_here = true;
                 Some(masters)
             }
             Err(e) => {

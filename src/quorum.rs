@@ -6,6 +6,13 @@
 //! when some reply has a quorum, or when the masters still pending can no longer give any reply
 //! a quorum, or at the per-node deadline. Masters that are down, slow or that failed simply cast
 //! no vote. The quorum is always `⌊N/2⌋ + 1` of the *configured* N.
+//!
+//! Only trusted masters vote. A master that is quarantined (it restarted and may have lost
+//! locks) or clock-suspect (its clock jumped) still receives every request, so writes and
+//! clean-ups reach all N, but its reply is recorded as [`BackendError::Excluded`] instead of a
+//! vote. Trust is judged twice: when the request is sent and when the reply arrives, so a reply
+//! counts only if its master was trusted throughout. The quorum does not shrink with the
+//! excluded masters: with too many of them, nothing is granted.
 
 use std::time::Duration;
 
@@ -102,8 +109,9 @@ impl Ballots {
         self.replies.iter().flatten().filter(|r| pred(r)).count()
     }
 
-    /// True when master `i` may have executed the request: it replied, or it was sent the request
-    /// and has not answered (a timed-out or cut-off request may still have run).
+    /// True when master `i` may have executed the request: it replied (counted or not), or it
+    /// was sent the request and has not answered (a timed-out or cut-off request may still have
+    /// run).
     pub fn may_have_run(&self, i: usize) -> bool {
         self.failed[i] != Some(BackendError::Down)
     }
@@ -142,15 +150,42 @@ pub struct Vote {
     ballots: Ballots,
     pending: usize,
     deadline: Instant,
+    /// The masters, to ask whether each is still trusted when its reply comes.
+    masters: Vec<Backend>,
+    /// Whether each master was trusted when the request was sent.
+    trusted: Vec<bool>,
 }
 
 /// Sends `request` (holding `replies` commands per master) to every master at once. The
 /// request is queued on every master before this returns, so requests from one caller reach
 /// each master in the order the caller made them.
 pub fn ask(masters: &[Backend], request: Request, replies: usize, deadline: Instant) -> Vote {
+    fan_out(masters, request, replies, deadline, false)
+}
+
+/// Like [`ask`], and each master also reads its clock in the same round trip
+/// ([`Backend::send_timed`]): a master whose clock just leapt casts no vote. Acquisitions use
+/// this, so a clock jump is caught no later than the first acquisition it could affect.
+pub fn ask_timed(masters: &[Backend], request: Request, replies: usize, deadline: Instant) -> Vote {
+    fan_out(masters, request, replies, deadline, true)
+}
+
+fn fan_out(
+    masters: &[Backend],
+    request: Request,
+    replies: usize,
+    deadline: Instant,
+    timed: bool,
+) -> Vote {
     let (tx, rx) = mpsc::unbounded_channel();
+    let trusted = masters.iter().map(Backend::is_trusted).collect();
     for (i, m) in masters.iter().enumerate() {
-        m.send(request.for_master(i), replies, Some((tx.clone(), i)));
+        let reply_to = Some((tx.clone(), i));
+        if timed {
+            m.send_timed(request.for_master(i), replies, reply_to);
+        } else {
+            m.send(request.for_master(i), replies, reply_to);
+        }
     }
     let n = masters.len();
     Vote {
@@ -162,6 +197,8 @@ pub fn ask(masters: &[Backend], request: Request, replies: usize, deadline: Inst
         },
         pending: n,
         deadline,
+        masters: masters.to_vec(),
+        trusted,
     }
 }
 
@@ -202,7 +239,10 @@ impl Vote {
                         // A master that failed is a definite "no" and no longer pending.
                         self.pending -= 1;
                         match result {
-                            Ok(r) => self.ballots.replies[i] = Some(r),
+                            Ok(r) if self.trusted[i] && self.masters[i].is_trusted() => {
+                                self.ballots.replies[i] = Some(r)
+                            }
+                            Ok(_) => self.ballots.failed[i] = Some(BackendError::Excluded),
                             Err(e) => self.ballots.failed[i] = Some(e),
                         }
                     }

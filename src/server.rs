@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use crate::backend::clock::Rules as ClockRules;
 use crate::backend::{Backend, Settings};
 use crate::config::Config;
 use crate::keylock::KeyLocks;
@@ -40,11 +41,22 @@ pub struct Proxy {
 impl Proxy {
     /// Connects to the masters (in the background) and prepares the shared state.
     pub fn new(config: Config, listen_addr: SocketAddr) -> Arc<Proxy> {
+        let ms = std::time::Duration::from_millis;
+        let window = config.quarantine_window();
         let settings = Settings {
-            connect_timeout: std::time::Duration::from_millis(config.connect_timeout_ms),
-            stall_timeout: std::time::Duration::from_millis(config.stall_timeout_ms),
-            reconnect_min: std::time::Duration::from_millis(config.reconnect_min_ms),
-            reconnect_max: std::time::Duration::from_millis(config.reconnect_max_ms),
+            connect_timeout: ms(config.connect_timeout_ms),
+            stall_timeout: ms(config.stall_timeout_ms),
+            reconnect_min: ms(config.reconnect_min_ms),
+            reconnect_max: ms(config.reconnect_max_ms),
+            probe_every: ms(config.probe_interval_ms),
+            quarantine: config.quarantine.then_some(window),
+            quarantine_young: !config.masters_started_here,
+            masters_persist: config.masters_persist,
+            clock: config.clock_watch.then_some(ClockRules {
+                rate: config.drift_factor.max(0.001),
+                tolerance: ms(config.clock_jump_ms),
+                span: window,
+            }),
         };
         let masters = config
             .backends

@@ -123,7 +123,7 @@ async fn majority_killed_refuses_and_leaves_no_stray_keys() {
 }
 
 #[tokio::test]
-async fn refused_attempt_does_not_delete_an_earlier_grant_with_the_same_token() {
+async fn a_retry_with_the_same_token_is_granted_again_and_keeps_the_lock() {
     let ms = masters(3);
     let p = proxy_for(&ms).await.to_string();
     let mut c = Client::connect(&p).await;
@@ -131,10 +131,14 @@ async fn refused_attempt_does_not_delete_an_earlier_grant_with_the_same_token() 
         c.cmd(&["SET", "same", "tok", "NX", "PX", "10000"]).await,
         Reply::ok()
     );
-    // A second attempt by the same token is refused (the key exists), and its rollback must
-    // not remove the lock the first grant holds.
+    // A retry by the same token (say its first reply was lost) is the same holder: it is
+    // granted again rather than locked out until the TTL runs out. Another token is not.
     assert_eq!(
         c.cmd(&["SET", "same", "tok", "NX", "PX", "10000"]).await,
+        Reply::ok()
+    );
+    assert_eq!(
+        c.cmd(&["SET", "same", "other", "NX", "PX", "10000"]).await,
         nil()
     );
     let held = values_on(&ms, "same").await;

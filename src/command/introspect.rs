@@ -119,16 +119,19 @@ pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     if show("redlock") {
         let s = &proxy.stats;
         let up = proxy.masters.iter().filter(|m| m.is_up()).count();
+        let trusted = proxy.masters.iter().filter(|m| m.is_trusted()).count();
         let _ = write!(
             out,
-            "# Redlock\r\nmasters:{}\r\nmasters_up:{}\r\nquorum:{}\r\nquorum_available:{}\r\nnode_timeout_ms:{}\r\ndrift_factor:{}\r\nmax_ttl_ms:{}\r\nlocks_granted:{}\r\nlocks_denied:{}\r\nlocks_rolled_back:{}\r\nlocks_released:{}\r\nkeys_in_flight:{}\r\nscripts_cached:{}\r\n",
+            "# Redlock\r\nmasters:{}\r\nmasters_up:{}\r\nmasters_trusted:{}\r\nquorum:{}\r\nquorum_available:{}\r\nnode_timeout_ms:{}\r\ndrift_factor:{}\r\nmax_ttl_ms:{}\r\nquarantine_window_ms:{}\r\nlocks_granted:{}\r\nlocks_denied:{}\r\nlocks_rolled_back:{}\r\nlocks_released:{}\r\nkeys_in_flight:{}\r\nscripts_cached:{}\r\n",
             proxy.masters.len(),
             up,
+            trusted,
             proxy.quorum(),
-            u8::from(up >= proxy.quorum()),
+            u8::from(trusted >= proxy.quorum()),
             proxy.config.node_timeout_ms,
             proxy.config.drift_factor,
             proxy.config.max_ttl_ms,
+            proxy.config.quarantine_window().as_millis(),
             Stats::get(&s.grants),
             Stats::get(&s.denials),
             Stats::get(&s.rollbacks),
@@ -137,14 +140,7 @@ pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
             proxy.scripts.len(),
         );
         for (i, m) in proxy.masters.iter().enumerate() {
-            let info = m.info();
-            let _ = write!(
-                out,
-                "master{i}:addr={},status={},run_id={}\r\n",
-                info.addr,
-                info.status().name(),
-                info.run_id().unwrap_or_default()
-            );
+            let _ = write!(out, "master{i}:{}\r\n", m.info().describe());
         }
         out.push_str("\r\n");
     }

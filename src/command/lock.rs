@@ -33,7 +33,7 @@ use tracing::{debug, trace};
 
 use super::{Action, not_an_integer, parse_int, syntax_error};
 use crate::client::Conn;
-use crate::quorum::{Ballots, Request, ask, validity};
+use crate::quorum::{Ballots, Request, ask, ask_timed, validity};
 use crate::reply::{Reply, command};
 use crate::scripts::{ACQUIRE, Answer, EXTEND, INSPECT, Op, RELEASE};
 use crate::server::Proxy;
@@ -140,12 +140,15 @@ pub struct LockOp {
     pub answer: Answer,
 }
 
-/// Runs a Redlock acquisition of `key` for `token` with `ttl_ms`; answers `OK` or nil.
+/// Runs a Redlock acquisition of `key` for `token` with `ttl_ms`; answers `OK` or nil. A
+/// retry with the same token (its first reply was lost, or its first attempt failed after
+/// writing) is the same holder: a key that already holds the token counts as free and gets the
+/// new TTL, so the client neither locks itself out until the TTL ends nor holds two grants.
 pub fn acquire(proxy: &Arc<Proxy>, key: Bytes, token: Bytes, ttl_ms: i64) -> Action {
     run(
         proxy,
         LockOp {
-            op: Op::Acquire,
+            op: Op::AcquireOrRefresh,
             keys: vec![key],
             token,
             ttl_ms,
@@ -253,7 +256,7 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
     let ttl = Duration::from_millis(op.ttl_ms as u64);
     let start = Instant::now();
     let deadline = start + proxy.config.node_timeout();
-    let mut vote = ask(&proxy.masters, Request::Same(req), 1, deadline);
+    let mut vote = ask_timed(&proxy.masters, Request::Same(req), 1, deadline);
     let ballots = vote.decide_by(wrote).await;
     let yes = ballots.count(wrote);
     let quorum = ballots.quorum;
@@ -270,21 +273,21 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
     }
     debug!(yes, quorum, keys = k, "lock refused");
     Stats::bump(&proxy.stats.denials);
-    // Answer now; the keys stay ours (`held`) until the late replies are in and the rollback
-    // is queued, so no later operation on them can overtake it.
-    let shape = op.answer;
-    tokio::spawn(async move {
-        let ballots = vote.finish().await;
-        roll_back(&proxy, &ballots, &op);
-        drop(held);
-    });
-    answer(shape, false, k)
+    // Roll back before the keys are free (`held`), so no later operation on them can overtake
+    // the clean-up, and without waiting for late replies: a master that has not answered gets
+    // its clean-up queued behind the attempt on the same connection, so nothing waits for a
+    // slow master (see `roll_back` for the reentrant case).
+    roll_back(&proxy, ballots, &op);
+    drop(held);
+    answer(op.answer, false, k)
 }
 
 /// Deletes (where they still hold the token) the keys a refused acquisition may have created:
 /// on a master that said yes, the keys it reports as created (a reentrant attempt leaves keys
-/// that already held the token alone); on a master that never answered, every key, unless the
-/// attempt was reentrant, where the key may belong to the caller's earlier, still valid grant.
+/// that already held the token alone); on a master that has not answered (or whose answer did
+/// not count: excluded, clock jump), every key, unless the attempt was reentrant, where the key
+/// may belong to the caller's earlier, still valid grant. What a reentrant attempt created on
+/// a master that had not answered is left to expire with its TTL.
 fn roll_back(proxy: &Proxy, ballots: &Ballots, op: &LockOp) {
     let reentrant = op.op == Op::AcquireOrRefresh;
     let mut sent = false;

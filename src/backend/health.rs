@@ -1,0 +1,221 @@
+//! What the proxy knows about a master, and whether its votes count.
+//!
+//! A master is *connected* or not, and separately it may be *excluded* for a while:
+//! quarantined after a restart (it may have lost locks), or clock-suspect after its clock
+//! jumped (it may have expired locks early). An excluded master still gets every request, so
+//! its data stays as close as possible to the others', but quorum counting ignores its replies
+//! until the exclusion ends. Exclusions only ever grow: a new reason never shortens an old one.
+//!
+//! Deadlines are kept as milliseconds since the handle was made, in atomics, because every
+//! reply of every vote asks whether its master is trusted.
+
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Health of a master, as `INFO` and the logs name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Not connected: requests fail at once and count as "no".
+    Down,
+    /// Connected and trusted.
+    Up,
+    /// Connected, but restarted (or started) recently: it may have lost locks.
+    Quarantined,
+    /// Connected, but its clock jumped or drifted: it may have expired locks early.
+    ClockSuspect,
+}
+
+impl Status {
+    /// Lower-case name for `INFO` and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Down => "down",
+            Status::Up => "up",
+            Status::Quarantined => "quarantined",
+            Status::ClockSuspect => "clock-suspect",
+        }
+    }
+}
+
+/// Shared state of one master: written by its driver, read by votes and `INFO`.
+#[derive(Debug)]
+pub struct MasterInfo {
+    /// `host:port`.
+    pub addr: String,
+    epoch: Instant,
+    connected: AtomicBool,
+    /// Milliseconds since `epoch` until which the master is quarantined (0: never was).
+    quarantine_until: AtomicU64,
+    /// Milliseconds since `epoch` until which the master's clock is not trusted.
+    clock_until: AtomicU64,
+    /// Set while an exclusion is in force, so its end is logged once.
+    excluded: AtomicBool,
+    run_id: Mutex<Option<String>>,
+    restarts: AtomicU64,
+    clock_jumps: AtomicU64,
+}
+
+impl MasterInfo {
+    /// A master not connected yet.
+    pub fn new(addr: String) -> MasterInfo {
+        MasterInfo {
+            addr,
+            epoch: Instant::now(),
+            connected: AtomicBool::new(false),
+            quarantine_until: AtomicU64::new(0),
+            clock_until: AtomicU64::new(0),
+            excluded: AtomicBool::new(false),
+            run_id: Mutex::new(None),
+            restarts: AtomicU64::new(0),
+            clock_jumps: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Time left on a deadline stored in `slot`.
+    fn left(&self, slot: &AtomicU64) -> Duration {
+        Duration::from_millis(slot.load(Ordering::Acquire).saturating_sub(self.now_ms()))
+    }
+
+    /// Current status; an exclusion shows only while connected (a down master is down).
+    pub fn status(&self) -> Status {
+        if !self.is_connected() {
+            Status::Down
+        } else if !self.quarantine_left().is_zero() {
+            Status::Quarantined
+        } else if !self.clock_suspect_left().is_zero() {
+            Status::ClockSuspect
+        } else {
+            Status::Up
+        }
+    }
+
+    /// True when the connection is open.
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Acquire)
+    }
+
+    pub(super) fn set_connected(&self, up: bool) {
+        self.connected.store(up, Ordering::Release);
+    }
+
+    /// True when the master's replies count as votes: connected and not excluded.
+    pub fn is_trusted(&self) -> bool {
+        let now = self.now_ms();
+        self.is_connected()
+            && self.quarantine_until.load(Ordering::Acquire) <= now
+            && self.clock_until.load(Ordering::Acquire) <= now
+    }
+
+    /// Quarantine time left.
+    pub fn quarantine_left(&self) -> Duration {
+        self.left(&self.quarantine_until)
+    }
+
+    /// Clock-suspect time left.
+    pub fn clock_suspect_left(&self) -> Duration {
+        self.left(&self.clock_until)
+    }
+
+    fn extend(&self, slot: &AtomicU64, for_: Duration) {
+        let until = self.now_ms() + for_.as_millis() as u64;
+        slot.fetch_max(until, Ordering::AcqRel);
+        self.excluded.store(true, Ordering::Release);
+    }
+
+    /// Keeps the master out of every quorum for at least `for_`.
+    pub(super) fn quarantine(&self, for_: Duration) {
+        self.extend(&self.quarantine_until, for_);
+    }
+
+    /// Distrusts the master's clock for at least `for_`.
+    pub(super) fn distrust_clock(&self, for_: Duration) {
+        self.clock_jumps.fetch_add(1, Ordering::Relaxed);
+        self.extend(&self.clock_until, for_);
+    }
+
+    pub(super) fn count_restart(&self) {
+        self.restarts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// True once, when an exclusion that was in force has ended (for the log line).
+    pub(super) fn exclusion_ended(&self) -> bool {
+        self.quarantine_left().is_zero()
+            && self.clock_suspect_left().is_zero()
+            && self.excluded.swap(false, Ordering::AcqRel)
+    }
+
+    /// The master's `run_id`, learnt on the last connect.
+    pub fn run_id(&self) -> Option<String> {
+        self.run_id.lock().ok().and_then(|g| g.clone())
+    }
+
+    /// Records the `run_id` seen on connect and returns the one seen before.
+    pub(super) fn replace_run_id(&self, id: Option<String>) -> Option<String> {
+        match self.run_id.lock() {
+            Ok(mut g) => std::mem::replace(&mut *g, id),
+            Err(_) => None,
+        }
+    }
+
+    /// One `INFO` line body: `addr=…,status=…,run_id=…,…`.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        let _ = write!(
+            out,
+            "addr={},status={},run_id={},quarantine_ms={},clock_suspect_ms={},restarts={},clock_jumps={}",
+            self.addr,
+            self.status().name(),
+            self.run_id().unwrap_or_default(),
+            self.quarantine_left().as_millis(),
+            self.clock_suspect_left().as_millis(),
+            self.restarts.load(Ordering::Relaxed),
+            self.clock_jumps.load(Ordering::Relaxed),
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn exclusions_end_on_time_and_never_shrink() {
+        let m = MasterInfo::new("127.0.0.1:1".into());
+        assert_eq!(m.status(), Status::Down);
+        assert!(!m.is_trusted());
+        m.set_connected(true);
+        assert_eq!(m.status(), Status::Up);
+        assert!(m.is_trusted());
+
+        m.quarantine(Duration::from_millis(3000));
+        m.quarantine(Duration::from_millis(1000));
+        assert_eq!(m.status(), Status::Quarantined);
+        assert!(!m.is_trusted());
+        tokio::time::advance(Duration::from_millis(2000)).await;
+        assert_eq!(
+            m.status(),
+            Status::Quarantined,
+            "the shorter one did not win"
+        );
+        m.distrust_clock(Duration::from_millis(2500));
+        tokio::time::advance(Duration::from_millis(1001)).await;
+        assert_eq!(m.status(), Status::ClockSuspect);
+        assert!(!m.exclusion_ended());
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        assert_eq!(m.status(), Status::Up);
+        assert!(m.is_trusted());
+        assert!(m.exclusion_ended());
+        assert!(!m.exclusion_ended(), "logged once");
+        assert!(m.describe().contains("status=up"), "{}", m.describe());
+        assert!(m.describe().contains("clock_jumps=1"), "{}", m.describe());
+    }
+}

@@ -1,0 +1,699 @@
+//! The fault suite: the proxy never grants a lock twice while masters fail, stall, restart
+//! empty or have their clocks moved, or while the proxy itself is killed.
+//!
+//! Each load scenario runs many lock clients on a few contended resources through the proxy
+//! (see `support::load`), injects its faults, and asks two checkers: overlapping grant
+//! intervals, and lost updates on a counter only the lock protects. The two scenarios whose
+//! protection could be taken for granted (restart quarantine, clock watch, and quarantine of a
+//! young master on first connect) also run with that protection switched off, and there the
+//! checkers must find the double grant: that is what shows they can.
+//!
+//! Run it with `cargo test --test faults` (after `scripts/deps.sh test`); add
+//! `-- --nocapture` to see one `FAULTS` line of figures per scenario. Every timing here is a
+//! generous bound: these tests run on a small shared machine.
+
+mod common;
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Client, Master, UNLOCK, config_for, field, masters, proxy, values_on};
+use redlock_proxy::config::Config;
+use redlock_proxy::reply::Reply;
+use support::fault::{Fault, FaultProxy};
+use support::load::{Checker, Load, Spec, Targets, Verdict};
+use support::{ClockMaster, master_status, redlock_info, report, wait_status, wait_trusted};
+use tokio::time::{Instant, sleep};
+
+/// The proxy's `max_ttl_ms`; clients ask for half of it (`Spec::default`).
+const TTL: Duration = Duration::from_millis(2000);
+/// Longer than the quarantine window (max TTL 2000 ms + drift 22 ms), with a margin.
+const WINDOW_AND_MARGIN: Duration = Duration::from_millis(2400);
+/// A partition longer than the clients' TTL (1000 ms), so the cut-off master has lost every
+/// key it held before (releases could not reach it; the keys expired) when it comes back.
+const PARTITION: Duration = Duration::from_millis(1300);
+/// Contended resources in every load scenario.
+const RESOURCES: usize = 4;
+const SETTLE: Duration = Duration::from_secs(6);
+
+/// Fault-suite settings: short TTLs so quarantines are short, a per-node timeout well below
+/// the TTL, quick stall detection and reconnects, frequent probes; every protection on.
+fn fault_config(backends: &[String]) -> Config {
+    support::init_logs();
+    let refs: Vec<&str> = backends.iter().map(String::as_str).collect();
+    let mut c = config_for(&refs);
+    c.max_ttl_ms = TTL.as_millis() as u64;
+    c.node_timeout_ms = 100;
+    c.stall_timeout_ms = 500;
+    c.connect_timeout_ms = 300;
+    c.probe_interval_ms = 100;
+    c.quarantine = true;
+    c.clock_watch = true;
+    c
+}
+
+/// A fault proxy in front of each address.
+async fn front(upstreams: &[String]) -> Vec<FaultProxy> {
+    let mut out = Vec::new();
+    for u in upstreams {
+        out.push(FaultProxy::start(u.clone()).await);
+    }
+    out
+}
+
+fn addrs_of(ms: &[Master]) -> Vec<String> {
+    ms.iter().map(Master::addr).collect()
+}
+
+fn fault_addrs(fx: &[FaultProxy]) -> Vec<String> {
+    fx.iter().map(|f| f.addr.clone()).collect()
+}
+
+/// Runs a blocking master operation (kill, restart: they wait for the process) off the
+/// runtime's async path.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+fn assert_safe(v: &Verdict, min_grants: usize) {
+    assert_eq!(v.overlaps, 0, "double grants: {v:?}");
+    assert_eq!(v.lost_updates, 0, "lost updates: {v:?}");
+    assert!(v.grants >= min_grants, "too few grants to judge: {v:?}");
+}
+
+fn assert_caught(v: &Verdict) {
+    assert!(
+        v.violations() > 0,
+        "with the protection off the checkers must see a double grant: {v:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minority_killed_and_restarted_empty() {
+    let mut ms = masters(3);
+    let p = proxy(fault_config(&addrs_of(&ms))).await.to_string();
+    wait_trusted(&p, 3, SETTLE).await;
+    let checker = Checker::new("minority", RESOURCES);
+    let load = Load::start(
+        "c",
+        checker.clone(),
+        Targets::new(std::slice::from_ref(&p)),
+        Spec::default(),
+    );
+    sleep(Duration::from_millis(700)).await;
+
+    blocking(|| ms[2].kill());
+    let killed = Instant::now();
+    sleep(Duration::from_millis(1500)).await;
+    let during = checker.grants_between(killed + Duration::from_millis(300), Instant::now());
+    assert!(during > 0, "a minority down must not stop grants");
+
+    blocking(|| ms[2].restart());
+    wait_status(&p, 2, "quarantined", Duration::from_secs(3)).await;
+    let info = redlock_info(&p).await;
+    assert!(field(&info, "master2").contains("restarts=1"), "{info}");
+    sleep(Duration::from_millis(1000)).await;
+    wait_trusted(&p, 3, SETTLE).await;
+    load.stop().await;
+    let v = report("minority down: SIGKILL, restart empty", "on", 2, &checker);
+    assert_safe(&v, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn majority_paused_grants_nothing_then_grants_resume() {
+    let ms = masters(3);
+    let p = proxy(fault_config(&addrs_of(&ms))).await.to_string();
+    wait_trusted(&p, 3, SETTLE).await;
+    let checker = Checker::new("majority", RESOURCES);
+    let load = Load::start(
+        "c",
+        checker.clone(),
+        Targets::new(std::slice::from_ref(&p)),
+        Spec::default(),
+    );
+    sleep(Duration::from_millis(700)).await;
+
+    ms[0].pause();
+    ms[1].pause();
+    let paused = Instant::now();
+    sleep(Duration::from_millis(1500)).await;
+    let resumed = Instant::now();
+    ms[0].resume();
+    ms[1].resume();
+    // Grants that began once the pause had surely taken effect: there must be none.
+    let during = checker.grants_between(paused + Duration::from_millis(300), resumed);
+    assert_eq!(during, 0, "granted with a majority of masters stopped");
+
+    // Old requests still queued on the stopped masters run on resume and may leave keys, but
+    // those expire within the TTL: every resource is granted again.
+    let deadline = resumed + TTL + Duration::from_secs(4);
+    for r in 0..RESOURCES {
+        while checker.first_grant_after(r, resumed).is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "resource {r} never granted again"
+            );
+            sleep(Duration::from_millis(50)).await;
+        }
+    }
+    load.stop().await;
+    let v = report("majority down: SIGSTOP 2 of 3, SIGCONT", "on", 2, &checker);
+    assert_safe(&v, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_slower_than_the_node_timeout_neither_votes_nor_delays() {
+    let ms = masters(3);
+    let fx = front(&addrs_of(&ms)).await;
+    let p = proxy(fault_config(&fault_addrs(&fx))).await.to_string();
+    wait_trusted(&p, 3, SETTLE).await;
+    // 350 ms per reply against a 100 ms node timeout (and a 500 ms stall timeout, so it
+    // stays connected and keeps receiving every write).
+    fx[0].set(Fault::Delay(Duration::from_millis(350)));
+    let checker = Checker::new("slow", RESOURCES);
+    let load = Load::start(
+        "c",
+        checker.clone(),
+        Targets::new(std::slice::from_ref(&p)),
+        Spec::default(),
+    );
+    sleep(Duration::from_millis(3000)).await;
+    assert_eq!(master_status(&p, 0).await, "up");
+    load.stop().await;
+    let median = checker.median_grant_latency();
+    let v = report("one master slower than the node timeout", "on", 1, &checker);
+    assert_safe(&v, 10);
+    assert!(
+        median < Duration::from_millis(250),
+        "grants waited for the slow master: median {median:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_replies_partitions_and_resets_grant_nothing_twice() {
+    let ms = masters(3);
+    let fx = front(&addrs_of(&ms)).await;
+    let p = proxy(fault_config(&fault_addrs(&fx))).await.to_string();
+    wait_trusted(&p, 3, SETTLE).await;
+    let checker = Checker::new("network", RESOURCES);
+    let load = Load::start(
+        "c",
+        checker.clone(),
+        Targets::new(std::slice::from_ref(&p)),
+        Spec::default(),
+    );
+    sleep(Duration::from_millis(500)).await;
+    let mut faults = 0;
+    for _ in 0..3 {
+        // A reply swallowed and its connection reset: the request ran, nobody knows how.
+        fx[1].drop_replies(1);
+        faults += 1;
+        sleep(Duration::from_millis(300)).await;
+    }
+    fx[0].set(Fault::Blackhole);
+    faults += 1;
+    sleep(Duration::from_millis(800)).await;
+    fx[0].heal();
+    fx[2].set(Fault::Reset);
+    faults += 1;
+    sleep(Duration::from_millis(400)).await;
+    fx[2].heal();
+    fx[1].set(Fault::Delay(Duration::from_millis(200)));
+    faults += 1;
+    sleep(Duration::from_millis(600)).await;
+    fx[1].heal();
+    wait_trusted(&p, 3, SETTLE).await;
+    sleep(Duration::from_millis(500)).await;
+    load.stop().await;
+    let v = report(
+        "lost replies, blackhole, reset, delay",
+        "on",
+        faults,
+        &checker,
+    );
+    assert_safe(&v, 10);
+}
+
+/// The restart-empty scenario. Master C is cut off (longer than the TTL, so it holds nothing
+/// when it returns), so locks granted meanwhile live on A and B only; then B is killed and
+/// restarts empty, and C comes back. Those holders' keys now exist
+/// on A alone, so B and C together would grant the same resources again, unless B sits out.
+/// Done twice.
+async fn restart_scenario(quarantine: bool) -> (Arc<Checker>, usize) {
+    let mut ms = masters(3);
+    let fx = front(&addrs_of(&ms)).await;
+    let mut config = fault_config(&fault_addrs(&fx));
+    config.quarantine = quarantine;
+    let p = proxy(config).await.to_string();
+    wait_trusted(&p, 3, SETTLE).await;
+    let checker = Checker::new("restart", RESOURCES);
+    let load = Load::start(
+        "c",
+        checker.clone(),
+        Targets::new(std::slice::from_ref(&p)),
+        Spec::default(),
+    );
+    sleep(Duration::from_millis(700)).await;
+    let mut faults = 0;
+    for _ in 0..2 {
+        fx[2].set(Fault::Reset);
+        sleep(PARTITION).await;
+        blocking(|| ms[1].restart());
+        fx[2].heal();
+        faults += 2;
+        if quarantine {
+            wait_status(&p, 1, "quarantined", Duration::from_secs(3)).await;
+        }
+        sleep(WINDOW_AND_MARGIN).await;
+    }
+    load.stop().await;
+    (checker, faults)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_quarantine_prevents_a_double_grant() {
+    let (checker, faults) = restart_scenario(true).await;
+    let v = report(
+        "master holding locks restarted empty",
+        "on",
+        faults,
+        &checker,
+    );
+    assert_safe(&v, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_restart_quarantine_the_same_restart_double_grants() {
+    let (checker, faults) = restart_scenario(false).await;
+    let v = report(
+        "master holding locks restarted empty",
+        "off",
+        faults,
+        &checker,
+    );
+    assert_caught(&v);
+}
+
+/// The clock-jump scenario: as the restart one, but B's clock jumps forward an hour instead,
+/// which expires every lock it holds.
+async fn clock_scenario(clock_watch: bool) -> (Arc<Checker>, usize) {
+    let a = Master::start();
+    let b = ClockMaster::start();
+    let c = Master::start();
+    let fx = front(&[a.addr(), b.addr(), c.addr()]).await;
+    let mut config = fault_config(&fault_addrs(&fx));
+    config.clock_watch = clock_watch;
+    let p = proxy(config).await.to_string();
+    wait_trusted(&p, 3, SETTLE).await;
+    let checker = Checker::new("clock", RESOURCES);
+    let load = Load::start(
+        "c",
+        checker.clone(),
+        Targets::new(std::slice::from_ref(&p)),
+        Spec::default(),
+    );
+    sleep(Duration::from_millis(700)).await;
+    let mut faults = 0;
+    for offset in ["+3600", "+7200"] {
+        fx[2].set(Fault::Reset);
+        sleep(PARTITION).await;
+        b.set_offset(offset);
+        fx[2].heal();
+        faults += 2;
+        if clock_watch {
+            wait_status(&p, 1, "clock-suspect", Duration::from_secs(3)).await;
+        }
+        sleep(WINDOW_AND_MARGIN).await;
+    }
+    if clock_watch {
+        let info = redlock_info(&p).await;
+        assert!(field(&info, "master1").contains("clock_jumps=2"), "{info}");
+    }
+    load.stop().await;
+    (checker, faults)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clock_watch_prevents_a_double_grant_after_a_clock_jump() {
+    let (checker, faults) = clock_scenario(true).await;
+    let v = report("master clock jumps forward 1 h", "on", faults, &checker);
+    assert_safe(&v, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_clock_watch_the_same_jump_double_grants() {
+    let (checker, faults) = clock_scenario(false).await;
+    let v = report("master clock jumps forward 1 h", "off", faults, &checker);
+    assert_caught(&v);
+}
+
+/// Two proxies on the same masters see B restart, each on its own; a third starts right after
+/// the restart and must tell from B's uptime alone that B may have lost locks. With
+/// `young_rule` off the third trusts B at once (as a proxy without the uptime rule would).
+async fn proxies_scenario(young_rule: bool) -> (Arc<Checker>, usize) {
+    let mut ms = masters(3);
+    let fx = front(&addrs_of(&ms)).await;
+    let config = fault_config(&fault_addrs(&fx));
+    let p1 = proxy(config.clone()).await.to_string();
+    let p2 = proxy(config.clone()).await.to_string();
+    wait_trusted(&p1, 3, SETTLE).await;
+    wait_trusted(&p2, 3, SETTLE).await;
+    let checker = Checker::new("proxies", RESOURCES);
+    let early = Load::start(
+        "early",
+        checker.clone(),
+        Targets::new(&[p1.clone(), p2.clone()]),
+        Spec::default(),
+    );
+    sleep(Duration::from_millis(700)).await;
+    fx[2].set(Fault::Reset);
+    sleep(PARTITION).await;
+    blocking(|| ms[1].restart());
+    fx[2].heal();
+    let mut late_config = config.clone();
+    late_config.masters_started_here = !young_rule;
+    let p3 = proxy(late_config).await.to_string();
+    let late = Load::start(
+        "late",
+        checker.clone(),
+        Targets::new(std::slice::from_ref(&p3)),
+        Spec {
+            clients: 6,
+            ..Spec::default()
+        },
+    );
+    for p in [&p1, &p2] {
+        wait_status(p, 1, "quarantined", Duration::from_secs(3)).await;
+    }
+    if young_rule {
+        assert_eq!(master_status(&p3, 1).await, "quarantined");
+        let info = redlock_info(&p3).await;
+        assert!(field(&info, "master1").contains("restarts=0"), "{info}");
+    }
+    sleep(WINDOW_AND_MARGIN).await;
+    early.stop().await;
+    late.stop().await;
+    (checker, 2)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxies_detect_a_restart_on_their_own_even_one_started_after_it() {
+    let (checker, faults) = proxies_scenario(true).await;
+    let v = report(
+        "3 proxies, restart seen live and by uptime",
+        "on",
+        faults,
+        &checker,
+    );
+    assert_safe(&v, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_proxy_without_the_uptime_rule_double_grants() {
+    let (checker, faults) = proxies_scenario(false).await;
+    let v = report(
+        "3 proxies, restart seen live and by uptime",
+        "off (uptime rule)",
+        faults,
+        &checker,
+    );
+    assert_caught(&v);
+}
+
+/// The real binary, killed with SIGKILL when dropped.
+struct ProxyProcess {
+    child: Child,
+    addr: String,
+}
+
+impl ProxyProcess {
+    fn start(backends: &[String]) -> ProxyProcess {
+        let port = redlock_proxy::dev::free_port().expect("free port");
+        let addr = format!("127.0.0.1:{port}");
+        let child = Command::new(env!("CARGO_BIN_EXE_redlock-proxy"))
+            .args(["--listen", &addr, "--backends", &backends.join(",")])
+            .args(["--max-ttl-ms", &TTL.as_millis().to_string()])
+            .args(["--node-timeout-ms", "100"])
+            .args(["--set", "probe_interval_ms=100"])
+            .args([
+                "--set",
+                "reconnect_min_ms=10",
+                "--set",
+                "reconnect_max_ms=100",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redlock-proxy");
+        ProxyProcess { child, addr }
+    }
+
+    async fn wait_listening(&self) {
+        for _ in 0..200 {
+            if Client::try_connect(&self.addr).await.is_some() {
+                return;
+            }
+            sleep(Duration::from_millis(20)).await;
+        }
+        panic!("redlock-proxy did not start on {}", self.addr);
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_killed_mid_acquisition_leaves_keys_that_expire_and_grants_resume() {
+    let ms = masters(3);
+    let backends = addrs_of(&ms);
+    let mut first = ProxyProcess::start(&backends);
+    first.wait_listening().await;
+    wait_trusted(&first.addr, 3, SETTLE).await;
+    let checker = Checker::new("killed", RESOURCES);
+    let targets = Targets::new(std::slice::from_ref(&first.addr));
+    let load = Load::start("c", checker.clone(), targets.clone(), Spec::default());
+    sleep(Duration::from_millis(1500)).await;
+
+    blocking(|| first.kill());
+    let killed = Instant::now();
+    // Every lock key now on a master was written through the dead proxy: held, or a
+    // half-finished acquisition whose roll-back will never come. Tokens are unique.
+    let mut orphans = Vec::new();
+    for r in 0..RESOURCES {
+        let key = checker.key(r);
+        for (i, v) in values_on(&ms, &key).await.into_iter().enumerate() {
+            if let Some(v) = v {
+                orphans.push((i, key.clone(), v));
+            }
+        }
+    }
+    assert!(
+        !orphans.is_empty(),
+        "the proxy died holding nothing; the test proves nothing"
+    );
+
+    let second = ProxyProcess::start(&backends);
+    second.wait_listening().await;
+    targets.repoint(0, &second.addr);
+    let deadline = killed + TTL + Duration::from_secs(4);
+    for r in 0..RESOURCES {
+        while checker.first_grant_after(r, killed).is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "resource {r} never granted again"
+            );
+            sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let expired = killed + TTL + Duration::from_millis(300);
+    tokio::time::sleep_until(expired).await;
+    for (i, key, token) in &orphans {
+        let now = values_on(&ms[*i..=*i], key).await;
+        assert_ne!(
+            now[0].as_ref(),
+            Some(token),
+            "orphan {key}={token} outlived its TTL on master {i}"
+        );
+    }
+    load.stop().await;
+    let v = report(
+        "proxy SIGKILLed mid-acquisition, restarted",
+        "on",
+        1,
+        &checker,
+    );
+    assert_safe(&v, 10);
+}
+
+// Single-request cases: the ambiguous outcomes, one at a time.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_that_timed_out_but_landed_is_cleaned_up() {
+    let ms = masters(3);
+    let fx = front(&addrs_of(&ms)).await;
+    let mut config = fault_config(&fault_addrs(&fx));
+    config.quarantine = false;
+    let p = proxy(config).await.to_string();
+    wait_trusted(&p, 3, SETTLE).await;
+    let mut direct = ms[1].client().await;
+    assert_eq!(
+        direct.cmd(&["SET", "amb", "other", "PX", "10000"]).await,
+        Reply::ok()
+    );
+    fx[0].set(Fault::Delay(Duration::from_millis(400)));
+    let mut c = Client::connect(&p).await;
+    // Master 0 answers too late, master 1 holds another token, master 2 says OK: refused.
+    assert_eq!(
+        c.cmd(&["SET", "amb", "tok", "NX", "PX", "2000"]).await,
+        Reply::Nil
+    );
+    // The late SET did land on master 0; the roll-back queued behind it removes it, and the
+    // one on master 2, without waiting for the TTL.
+    sleep(Duration::from_millis(900)).await;
+    assert_eq!(
+        values_on(&ms, "amb").await,
+        vec![None, Some("other".to_string()), None]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_retrying_with_its_token_after_lost_replies_gets_its_lock_once() {
+    let ms = masters(3);
+    let fx = front(&addrs_of(&ms)).await;
+    let mut config = fault_config(&fault_addrs(&fx));
+    config.quarantine = false;
+    // No probes whose replies the fault could swallow instead, and reconnects slow enough
+    // that the refused attempt's roll-back finds every master still down.
+    config.probe_interval_ms = 60_000;
+    config.reconnect_min_ms = 300;
+    config.reconnect_max_ms = 300;
+    let p = proxy(config).await.to_string();
+    wait_trusted(&p, 3, SETTLE).await;
+    for f in &fx {
+        f.drop_replies(1);
+    }
+    let mut c = Client::connect(&p).await;
+    // Every reply is lost: the proxy cannot know, and answers nil. The SETs did land; the
+    // roll-back could reach at most the last master to fail (it was still connected when the
+    // first two failures decided the vote), so the client's token now sits on at least two.
+    assert_eq!(
+        c.cmd(&["SET", "retry", "tok", "NX", "PX", "2000"]).await,
+        Reply::Nil
+    );
+    let left = values_on(&ms, "retry").await;
+    let landed = left.iter().filter(|v| v.as_deref() == Some("tok")).count();
+    assert!(landed >= 2, "{left:?}");
+    wait_trusted(&p, 3, SETTLE).await;
+    // The retry with the same token is granted (no self-deadlock until the TTL runs out)...
+    assert_eq!(
+        c.cmd(&["SET", "retry", "tok", "NX", "PX", "2000"]).await,
+        Reply::ok()
+    );
+    // ...and nobody else is.
+    assert_eq!(
+        c.cmd(&["SET", "retry", "other", "NX", "PX", "2000"]).await,
+        Reply::Nil
+    );
+    assert_eq!(
+        c.cmd(&["EVAL", UNLOCK, "1", "retry", "tok"]).await,
+        Reply::Integer(1)
+    );
+    assert_eq!(values_on(&ms, "retry").await, vec![None, None, None]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_retry_leaves_the_earlier_grant_of_its_token_alone() {
+    let ms = masters(3);
+    let fx = front(&addrs_of(&ms)).await;
+    let mut config = fault_config(&fault_addrs(&fx));
+    config.quarantine = false;
+    let p = proxy(config).await.to_string();
+    wait_trusted(&p, 3, SETTLE).await;
+    let mut c = Client::connect(&p).await;
+    assert_eq!(
+        c.cmd(&["SET", "held", "tok", "NX", "PX", "2000"]).await,
+        Reply::ok()
+    );
+    // Two masters now answer after the node timeout: the retry is refused, with master 0's
+    // "renewed" in hand. Master 0's key is the earlier grant's, not the retry's: it stays.
+    fx[1].set(Fault::Delay(Duration::from_millis(400)));
+    fx[2].set(Fault::Delay(Duration::from_millis(400)));
+    assert_eq!(
+        c.cmd(&["SET", "held", "tok", "NX", "PX", "2000"]).await,
+        Reply::Nil
+    );
+    sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        values_on(&ms[..1], "held").await,
+        vec![Some("tok".to_string())]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_backend_is_refused_and_counts_as_down() {
+    let ms = masters(2);
+    let replica = Master::start_with(&["--replicaof", "127.0.0.1", &ms[0].port.to_string()]);
+    let mut config = fault_config(&[ms[0].addr(), replica.addr(), ms[1].addr()]);
+    config.quarantine = false;
+    let p = proxy(config).await.to_string();
+    wait_trusted(&p, 2, SETTLE).await;
+    sleep(Duration::from_millis(300)).await;
+    assert_eq!(master_status(&p, 1).await, "down");
+    let info = redlock_info(&p).await;
+    assert_eq!(field(&info, "masters_up"), "2", "{info}");
+    let mut c = Client::connect(&p).await;
+    assert_eq!(
+        c.cmd(&["SET", "r", "tok", "NX", "PX", "2000"]).await,
+        Reply::ok()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn masters_persist_is_checked_on_each_master() {
+    let dir = std::env::temp_dir().join(format!("rlp-aof-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir_s = dir.to_string_lossy().into_owned();
+    let mut durable = Master::start_with(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--dir",
+        &dir_s,
+    ]);
+    let mut plain = Master::start();
+    let mut config = fault_config(&[durable.addr(), plain.addr()]);
+    config.masters_persist = true;
+    let p = proxy(config).await.to_string();
+    sleep(Duration::from_millis(300)).await;
+    // First connect: the durable master lost nothing, however young; the plain one may have.
+    assert_eq!(master_status(&p, 0).await, "up");
+    assert_eq!(master_status(&p, 1).await, "quarantined");
+    wait_trusted(&p, 2, SETTLE).await;
+    let mut c = Client::connect(&p).await;
+    assert_eq!(
+        c.cmd(&["SET", "d", "tok", "NX", "PX", "2000"]).await,
+        Reply::ok()
+    );
+    blocking(|| durable.restart());
+    wait_status(&p, 0, "up", Duration::from_secs(3)).await;
+    assert_eq!(
+        values_on(std::slice::from_ref(&durable), "d").await,
+        vec![Some("tok".to_string())]
+    );
+    let info = redlock_info(&p).await;
+    assert!(field(&info, "master0").contains("restarts=1"), "{info}");
+    blocking(|| plain.restart());
+    wait_status(&p, 1, "quarantined", Duration::from_secs(3)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
