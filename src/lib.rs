@@ -12,7 +12,8 @@
 //! - [`command`]: the command table, arity checks, and one module per command family.
 //! - [`keylock`]: per-key ordering so an operation's clean-up precedes the next one on its key.
 //! - [`quorum`]: quorum and validity arithmetic, and the one fan-out + majority rule.
-//! - [`backend`]: one pipelined connection per master: a cloneable handle plus a driver task.
+//! - [`backend`]: one pipelined connection per master: a cloneable handle plus a driver task,
+//!   and the master's health (down, restart quarantine, clock watch).
 //! - [`scripts`]: the script cache and what a Lua script means.
 //! - [`reply`]: reply values and their RESP2/RESP3 encoding.
 //! - [`config`]: the TOML file and flags. [`stats`]: counters for `INFO`. [`dev`]: local masters.

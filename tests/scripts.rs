@@ -629,7 +629,12 @@ async fn set_forms_lock_owners_use() {
         let mut args = vec!["SET", &key, "tok"];
         args.extend(&form);
         assert_eq!(c.cmd(&args).await, Reply::ok(), "{form:?}");
-        assert_eq!(c.cmd(&args).await, Reply::Nil, "{form:?} again");
+        // A retry with the same token is the same holder (granted again, TTL renewed);
+        // another token is refused.
+        assert_eq!(c.cmd(&args).await, Reply::ok(), "{form:?} again");
+        let mut other = args.clone();
+        other[2] = "other";
+        assert_eq!(c.cmd(&other).await, Reply::Nil, "{form:?} by another token");
         for m in &ms {
             let t = m.client().await.cmd(&["PTTL", &key]).await;
             assert!(

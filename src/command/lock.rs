@@ -284,12 +284,12 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
 
 /// Deletes (where they still hold the token) the keys a refused acquisition may have created:
 /// on a master that said yes, the keys it reports as created (a reentrant attempt leaves keys
-/// that already held the token alone); on a master that has not answered (or whose answer did
-/// not count: excluded, clock jump), every key, unless the attempt was reentrant, where the key
-/// may belong to the caller's earlier, still valid grant. What a reentrant attempt created on
-/// a master that had not answered is left to expire with its TTL.
+/// that already held the token alone); on a master whose outcome is unknown (no answer yet, or
+/// an answer that did not count: excluded, clock jump, connection lost), every key, unless an
+/// earlier grant of this token may live there (see [`earlier_grant_possible`]); then what the
+/// attempt may have created there is left to expire with its TTL.
 fn roll_back(proxy: &Proxy, ballots: &Ballots, op: &LockOp) {
-    let reentrant = op.op == Op::AcquireOrRefresh;
+    let reentrant = op.op == Op::AcquireOrRefresh && earlier_grant_possible(ballots, op);
     let mut sent = false;
     for (i, m) in proxy.masters.iter().enumerate() {
         let keys: Vec<&Bytes> = match &ballots.replies[i] {
@@ -313,6 +313,25 @@ fn roll_back(proxy: &Proxy, ballots: &Ballots, op: &LockOp) {
     if sent {
         Stats::bump(&proxy.stats.rollbacks);
     }
+}
+
+/// Whether a still valid earlier grant of this token may hold the key on a master whose outcome
+/// is unknown, so that deleting the token there could take that grant's key away.
+///
+/// A valid grant holds its key on a quorum of masters. For one key, every trusted master that
+/// answered a reentrant attempt would have reported such a key as "already mine" (code 2). So
+/// when no answer says 2 and the masters that gave no counted answer are fewer than a quorum,
+/// no valid earlier grant exists, and the unknown masters can be cleaned up like any others.
+/// With several keys a master stops at the first key taken by someone else without reporting
+/// the rest, so nothing can be concluded.
+fn earlier_grant_possible(ballots: &Ballots, op: &LockOp) -> bool {
+    let renewed = ballots
+        .replies
+        .iter()
+        .flatten()
+        .any(|r| matches!(r, Reply::Array(codes) if codes.contains(&Reply::Integer(2))));
+    let unknown = ballots.replies.iter().filter(|r| r.is_none()).count();
+    op.keys.len() > 1 || renewed || unknown >= ballots.quorum
 }
 
 async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
