@@ -23,7 +23,9 @@ for p in "${ports[@]:0:5}"; do
   pids+=($!)
   backends+="${backends:+,}127.0.0.1:$p"
 done
-target/release/redlock-proxy --listen "127.0.0.1:$proxy_port" --backends "$backends" >"$tmp/proxy.log" 2>&1 &
+# Fresh empty masters: restart quarantine would keep them out of the quorum for max_ttl_ms first.
+target/release/redlock-proxy --listen "127.0.0.1:$proxy_port" --backends "$backends" \
+  --set quarantine=false >"$tmp/proxy.log" 2>&1 &
 pids+=($!)
 for p in "${ports[@]}"; do
   for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
