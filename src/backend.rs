@@ -251,6 +251,8 @@ async fn drive(
 struct Hello {
     stream: TcpStream,
     run_id: Option<String>,
+    /// `redis_version` from `INFO server`.
+    version: Option<String>,
     uptime_s: Option<u64>,
     /// `appendonly yes` and `appendfsync always`: every acknowledged write survives a restart.
     persists: bool,
@@ -353,6 +355,7 @@ async fn connect(info: &MasterInfo, settings: &Settings) -> Result<Hello, Refuse
     Ok(Hello {
         stream,
         run_id: info_field(&server, "run_id").map(str::to_owned),
+        version: info_field(&server, "redis_version").map(str::to_owned),
         uptime_s: info_field(&server, "uptime_in_seconds").and_then(|u| u.parse().ok()),
         persists,
         time,
@@ -361,6 +364,7 @@ async fn connect(info: &MasterInfo, settings: &Settings) -> Result<Hello, Refuse
 
 /// Applies what the greeting told: restart quarantine and the clock baseline.
 fn admit(info: &MasterInfo, settings: &Settings, hello: &Hello, clock: Option<&mut ClockWatch>) {
+    info.set_version(hello.version.as_deref());
     let previous = info.replace_run_id(hello.run_id.clone());
     let first = previous.is_none();
     let restarted = !first && previous != hello.run_id;

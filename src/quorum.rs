@@ -133,13 +133,16 @@ pub enum Request {
     Same(Bytes),
     /// Different bytes per master (index = master).
     Each(Vec<Bytes>),
+    /// Only to some masters; the others are not asked and count as not sent (`Down`).
+    Some(Vec<Option<Bytes>>),
 }
 
 impl Request {
-    fn for_master(&self, i: usize) -> Bytes {
+    fn for_master(&self, i: usize) -> Option<Bytes> {
         match self {
-            Request::Same(b) => b.clone(),
-            Request::Each(v) => v[i].clone(),
+            Request::Same(b) => Some(b.clone()),
+            Request::Each(v) => Some(v[i].clone()),
+            Request::Some(v) => v[i].clone(),
         }
     }
 }
@@ -179,23 +182,30 @@ fn fan_out(
 ) -> Vote {
     let (tx, rx) = mpsc::unbounded_channel();
     let trusted = masters.iter().map(Backend::is_trusted).collect();
+    let n = masters.len();
+    let mut failed = vec![None; n];
+    let mut pending = n;
     for (i, m) in masters.iter().enumerate() {
+        let Some(bytes) = request.for_master(i) else {
+            failed[i] = Some(BackendError::Down);
+            pending -= 1;
+            continue;
+        };
         let reply_to = Some((tx.clone(), i));
         if timed {
-            m.send_timed(request.for_master(i), replies, reply_to);
+            m.send_timed(bytes, replies, reply_to);
         } else {
-            m.send(request.for_master(i), replies, reply_to);
+            m.send(bytes, replies, reply_to);
         }
     }
-    let n = masters.len();
     Vote {
         rx,
         ballots: Ballots {
             replies: vec![None; n],
-            failed: vec![None; n],
+            failed,
             quorum: quorum(n),
         },
-        pending: n,
+        pending,
         deadline,
         masters: masters.to_vec(),
         trusted,
@@ -257,7 +267,9 @@ impl Vote {
 /// Sends `request` to every master without waiting for replies (releases and rollbacks).
 pub fn tell_all(masters: &[Backend], request: Request, replies: usize) {
     for (i, m) in masters.iter().enumerate() {
-        m.send(request.for_master(i), replies, None);
+        if let Some(bytes) = request.for_master(i) {
+            m.send(bytes, replies, None);
+        }
     }
 }
 

@@ -57,6 +57,8 @@ pub struct MasterInfo {
     run_id: Mutex<Option<String>>,
     restarts: AtomicU64,
     clock_jumps: AtomicU64,
+    /// Redis 7.0 or later: `SET ... NX GET` is allowed, so an acquisition needs no script.
+    set_nx_get: AtomicBool,
 }
 
 impl MasterInfo {
@@ -72,7 +74,22 @@ impl MasterInfo {
             run_id: Mutex::new(None),
             restarts: AtomicU64::new(0),
             clock_jumps: AtomicU64::new(0),
+            set_nx_get: AtomicBool::new(false),
         }
+    }
+
+    /// True when the master accepts `SET key value NX PX ms GET` (Redis 7.0 or later).
+    pub fn set_nx_get(&self) -> bool {
+        self.set_nx_get.load(Ordering::Relaxed)
+    }
+
+    /// Records the master's version, from `redis_version` of `INFO server`.
+    pub fn set_version(&self, version: Option<&str>) {
+        let major = version
+            .and_then(|v| v.split('.').next())
+            .and_then(|m| m.parse::<u32>().ok());
+        self.set_nx_get
+            .store(major.is_some_and(|m| m >= 7), Ordering::Relaxed);
     }
 
     fn now_ms(&self) -> u64 {

@@ -209,9 +209,22 @@ fn eval<K: AsRef<[u8]>>(script: &str, keys: &[K], args: &[&[u8]]) -> Bytes {
     command(&parts)
 }
 
-/// A master's "yes" to an acquisition: `+OK` from `SET NX`, or the per-key codes of [`ACQUIRE`].
+/// A master's "yes" to an acquisition: the per-key codes of [`ACQUIRE`] (after [`codes`]).
 fn wrote(r: &Reply) -> bool {
-    r.is_ok() || matches!(r, Reply::Array(_))
+    matches!(r, Reply::Array(_))
+}
+
+/// Turns a master's answer to `SET key token NX PX ttl GET` into the reply [`ACQUIRE`] would
+/// have given: nil (it created the key) becomes `[1]`; another holder's value becomes 0. The
+/// caller's own token is kept as it is: the key is already theirs but was not refreshed, which
+/// a reentrant acquisition settles in a second round.
+fn codes(r: Reply, token: &[u8]) -> Reply {
+    match r {
+        Reply::Nil => Reply::Array(vec![Reply::Integer(1)]),
+        Reply::Bulk(v) if v.as_ref() == token => Reply::Bulk(v),
+        Reply::Bulk(_) => Reply::Integer(0),
+        other => other,
+    }
 }
 
 /// A master's "yes" to an extension: the new TTL.
@@ -239,25 +252,70 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
     }
     let reentrant = op.op == Op::AcquireOrRefresh;
     let ttl_arg = itoa::Buffer::new().format(op.ttl_ms).to_owned();
-    // One key, only if absent: a plain SET NX PX is the same operation and cheaper to run.
-    let req = if k == 1 && !reentrant {
-        command(&[
+    let flag: &[u8] = if reentrant { b"1" } else { b"0" };
+    let script = || eval(ACQUIRE, &op.keys, &[&op.token, ttl_arg.as_bytes(), flag]);
+    // One key: `SET NX PX GET` creates the key or names its holder in one plain command,
+    // much cheaper for a master than a script (Redis 7.0 and later; older masters get the
+    // script).
+    let req = if k == 1 {
+        let set = command(&[
             b"SET",
             &op.keys[0],
             &op.token,
             b"NX",
             b"PX",
             ttl_arg.as_bytes(),
-        ])
+            b"GET",
+        ]);
+        if proxy.masters.iter().all(|m| m.info().set_nx_get()) {
+            Request::Same(set)
+        } else {
+            Request::Each(
+                proxy
+                    .masters
+                    .iter()
+                    .map(|m| {
+                        if m.info().set_nx_get() {
+                            set.clone()
+                        } else {
+                            script()
+                        }
+                    })
+                    .collect(),
+            )
+        }
     } else {
-        let flag: &[u8] = if reentrant { b"1" } else { b"0" };
-        eval(ACQUIRE, &op.keys, &[&op.token, ttl_arg.as_bytes(), flag])
+        Request::Same(script())
     };
     let ttl = Duration::from_millis(op.ttl_ms as u64);
     let start = Instant::now();
     let deadline = start + proxy.config.node_timeout();
-    let mut vote = ask_timed(&proxy.masters, Request::Same(req), 1, deadline);
-    let ballots = vote.decide_by(wrote).await;
+    let mut vote = ask_timed(&proxy.masters, req, 1, deadline);
+    let token = op.token.clone();
+    let created = |r: &Reply| matches!(r, Reply::Nil | Reply::Array(_));
+    let mut ballots = vote.decide_by(created).await.clone();
+    normalise(&mut ballots, &token, reentrant);
+    let mine = |b: &Ballots| b.count(|r| *r == Reply::Bulk(token.clone()));
+    if reentrant && mine(&ballots) > 0 && ballots.count(wrote) < ballots.quorum {
+        // A retry by the same token found the key already its own on some masters: refresh it
+        // there (the script answers `[2]`), so the retry is granted with a full TTL rather
+        // than refused until the first attempt's keys expire.
+        ballots = vote.finish().await;
+        normalise(&mut ballots, &token, reentrant);
+        let again: Vec<Option<Bytes>> = ballots
+            .replies
+            .iter()
+            .map(|r| (*r == Some(Reply::Bulk(token.clone()))).then(script))
+            .collect();
+        let refreshed = ask_timed(&proxy.masters, Request::Some(again), 1, deadline)
+            .outcome()
+            .await;
+        for (i, r) in refreshed.replies.into_iter().enumerate() {
+            if let Some(r) = r {
+                ballots.replies[i] = Some(r);
+            }
+        }
+    }
     let yes = ballots.count(wrote);
     let quorum = ballots.quorum;
     let left = validity(ttl, start.elapsed(), proxy.config.drift_factor);
@@ -277,9 +335,23 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
     // the clean-up, and without waiting for late replies: a master that has not answered gets
     // its clean-up queued behind the attempt on the same connection, so nothing waits for a
     // slow master (see `roll_back` for the reentrant case).
-    roll_back(&proxy, ballots, &op);
+    roll_back(&proxy, &ballots, &op);
     drop(held);
     answer(op.answer, false, k)
+}
+
+/// Rewrites `SET NX GET` answers as [`ACQUIRE`] answers (see [`codes`]); for an acquisition
+/// that is not reentrant, the caller's own token counts as taken.
+fn normalise(ballots: &mut Ballots, token: &[u8], reentrant: bool) {
+    for r in ballots.replies.iter_mut() {
+        if let Some(reply) = r.take() {
+            let c = codes(reply, token);
+            *r = Some(match c {
+                Reply::Bulk(_) if !reentrant => Reply::Integer(0),
+                c => c,
+            });
+        }
+    }
 }
 
 /// Deletes (where they still hold the token) the keys a refused acquisition may have created:
