@@ -62,8 +62,7 @@ pub enum BackendError {
     Excluded,
 }
 
-/// Where a master's reply goes: a fan-out's channel and this master's slot in it.
-pub type ReplyTx = mpsc::UnboundedSender<(usize, Result<Reply, BackendError>)>;
+pub use crate::inbox::ReplyTx;
 
 /// Connection and health settings for a master.
 #[derive(Debug, Clone)]
@@ -93,8 +92,11 @@ pub struct Settings {
 pub struct Pending {
     bytes: Bytes,
     replies: usize,
-    /// `TIME` follows the request on the wire; its reply is checked and not delivered.
+    /// The reply counts only if the master's clock is steady: `TIME` is read in the same round
+    /// trip (once per write batch, after the batch) and checked before the reply is delivered.
     time: bool,
+    /// Set by the writer: this request's reply waits for its batch's `TIME`.
+    hold: bool,
     reply_to: Option<(ReplyTx, usize)>,
 }
 
@@ -106,7 +108,7 @@ impl Pending {
 
     fn deliver(&mut self, result: Result<Reply, BackendError>) {
         if let Some((tx, slot)) = self.reply_to.take() {
-            let _ = tx.send((slot, result));
+            tx.send(slot, result);
         }
     }
 
@@ -117,6 +119,7 @@ impl Pending {
                 bytes: Bytes::new(),
                 replies: 0,
                 time: true,
+                hold: false,
                 reply_to: None,
             }
         } else {
@@ -124,6 +127,7 @@ impl Pending {
                 bytes: command(&[b"PING"]),
                 replies: 1,
                 time: false,
+                hold: false,
                 reply_to: None,
             }
         }
@@ -192,6 +196,7 @@ impl Backend {
             bytes,
             replies,
             time,
+            hold: false,
             reply_to,
         };
         if !self.is_up() {
@@ -530,23 +535,19 @@ async fn write_loop(
         };
         let now = Instant::now();
         let mut next = Some(first);
-        while let Some(pending) = next {
+        // Timed requests in this batch share one `TIME`, written after all of them: it is read
+        // after each of their commands ran, so a clock that leapt before any of them shows.
+        let mut batch_timed = false;
+        while let Some(mut pending) = next.take() {
             if !pending.abandoned() {
                 buf.extend_from_slice(&pending.bytes);
-                if pending.time {
+                if pending.time && pending.replies > 0 {
+                    pending.hold = true;
+                    batch_timed = true;
+                } else if pending.time {
                     buf.extend_from_slice(&time);
                 }
-                let frames = pending.replies + usize::from(pending.time);
-                let got = Vec::with_capacity(if frames > 1 { frames } else { 0 });
-                // The reader owns the order of replies; if it is gone the connection is failing.
-                if flight
-                    .send(InFlight {
-                        pending,
-                        sent: now,
-                        got,
-                    })
-                    .is_err()
-                {
+                if !send_flight(&flight, pending, now) {
                     return Ended::Failed("reader stopped".into());
                 }
             }
@@ -555,12 +556,24 @@ async fn write_loop(
             } else {
                 None
             };
+            if next.is_none() && batch_timed {
+                batch_timed = false;
+                next = Some(Pending::probe(true));
+            }
         }
         if let Err(e) = wr.write_all(&buf).await {
             return Ended::Failed(format!("write: {e}"));
         }
         buf.clear();
     }
+}
+
+/// Hands a written request to the reader, which owns the order of replies; false when the
+/// reader is gone (the connection is failing).
+fn send_flight(flight: &mpsc::UnboundedSender<InFlight>, pending: Pending, sent: Instant) -> bool {
+    let frames = pending.replies + usize::from(pending.time && !pending.hold);
+    let got = Vec::with_capacity(if frames > 1 { frames } else { 0 });
+    flight.send(InFlight { pending, sent, got }).is_ok()
 }
 
 async fn read_loop(
@@ -573,12 +586,14 @@ async fn read_loop(
     let stall = settings.stall_timeout;
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut queue: VecDeque<InFlight> = VecDeque::new();
+    // Timed replies waiting for their batch's `TIME`.
+    let mut held: Vec<(Pending, Reply)> = Vec::new();
     loop {
         loop {
-            let frame = match redis_protocol::resp2::decode::decode_bytes_mut(&mut buf) {
-                Ok(Some((frame, _, _))) => frame,
+            let reply = match Reply::decode_resp2(&mut buf) {
+                Ok(Some(reply)) => reply,
                 Ok(None) => break,
-                Err(e) => return Ended::Failed(format!("bad reply from master: {e:?}")),
+                Err(e) => return Ended::Failed(format!("bad reply from master: {e}")),
             };
             while let Ok(f) = flight.try_recv() {
                 queue.push_back(f);
@@ -586,7 +601,6 @@ async fn read_loop(
             let Some(front) = queue.front_mut() else {
                 return Ended::Failed("reply without a request".into());
             };
-            let reply = Reply::from_resp2(frame);
             let p = &mut front.pending;
             if p.replies == 1 && !p.time {
                 p.deliver(Ok(reply));
@@ -594,12 +608,24 @@ async fn read_loop(
                 continue;
             }
             front.got.push(reply);
-            if front.got.len() < front.pending.replies + usize::from(front.pending.time) {
+            let own_time = front.pending.time && !front.pending.hold;
+            if front.got.len() < front.pending.replies + usize::from(own_time) {
                 continue;
             }
             let mut got = std::mem::take(&mut front.got);
+            if front.pending.hold {
+                // Complete, but it waits for its batch's `TIME` before it counts.
+                let answer = match front.pending.replies {
+                    1 => got.pop().unwrap_or(Reply::Nil),
+                    _ => Reply::Array(got),
+                };
+                if let Some(f) = queue.pop_front() {
+                    held.push((f.pending, answer));
+                }
+                continue;
+            }
             let mut steady = true;
-            if front.pending.time {
+            if own_time {
                 let reading = match got.pop() {
                     Some(r) => match parse_time(&r) {
                         Some(master_us) => Ok(Sample {
@@ -614,6 +640,13 @@ async fn read_loop(
                 if let (Some(watch), Some(rules)) = (clock.as_deref_mut(), settings.clock) {
                     steady = judge_clock(info, watch, rules.span, reading);
                 }
+            }
+            for (mut p, answer) in held.drain(..) {
+                p.deliver(if steady {
+                    Ok(answer)
+                } else {
+                    Err(BackendError::ClockJump)
+                });
             }
             let p = &mut front.pending;
             if !steady {
@@ -680,9 +713,9 @@ mod tests {
     async fn down_master_answers_at_once() {
         // Port 1 on loopback refuses connections.
         let b = Backend::spawn("127.0.0.1:1".into(), settings());
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut rx) = crate::inbox::inbox(1);
         b.send(command(&[b"PING"]), 1, Some((tx, 3)));
-        assert_eq!(rx.recv().await, Some((3, Err(BackendError::Down))));
+        assert_eq!(rx.recv().await, (3, Err(BackendError::Down)));
     }
 
     /// What a fake master says about itself; tests change it between connections.
@@ -791,9 +824,9 @@ mod tests {
     }
 
     async fn ask_timed(b: &Backend) -> Result<Reply, BackendError> {
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut rx) = crate::inbox::inbox(1);
         b.send_timed(command(&[b"SET", b"k", b"v"]), 1, Some((tx, 0)));
-        rx.recv().await.unwrap().1
+        rx.recv().await.1
     }
 
     #[tokio::test]

@@ -6,8 +6,11 @@
 //! the memory one client can use. A malformed request gets Redis's protocol error and the
 //! connection closes after the replies before it have been written.
 
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::future::{Either, FutureExt, Ready, ready};
@@ -46,7 +49,21 @@ impl Conn {
 }
 
 type InFlight = Either<Ready<(Reply, bool)>, Tagged>;
-type Tagged = futures_util::future::Map<Later, Box<dyn FnOnce(Reply) -> (Reply, bool) + Send>>;
+
+/// A reply still being computed, with the protocol to encode it in.
+struct Tagged {
+    later: Later,
+    resp3: bool,
+}
+
+impl Future for Tagged {
+    type Output = (Reply, bool);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<(Reply, bool)> {
+        let resp3 = self.resp3;
+        self.later.as_mut().poll(cx).map(|r| (r, resp3))
+    }
+}
 
 /// Serves one client until it disconnects, sends `QUIT`, or breaks the protocol.
 pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<()> {
@@ -74,7 +91,7 @@ pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<
                             closing = true;
                             Either::Left(ready((r, resp3)))
                         }
-                        Action::Later(f) => Either::Right(f.map(Box::new(move |r| (r, resp3)))),
+                        Action::Later(later) => Either::Right(Tagged { later, resp3 }),
                     });
                 }
                 Ok(None) => break,

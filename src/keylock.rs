@@ -5,123 +5,173 @@
 //! the next operation on that key starts. Without this, a rollback decided late could delete
 //! the keys of a later acquisition by the same token. Different keys never wait for each other.
 //!
-//! A place in line is taken synchronously at dispatch ([`KeyLocks::enqueue`]), so pipelined
-//! commands from one client keep their order even though they run as separate futures. Taking
-//! all keys of a multi-key command in one step under one mutex means every waiter waits only on
-//! earlier tickets, so there can be no deadlock.
+//! Each busy key has a ticket counter, like a bakery: [`KeyLocks::enqueue`] takes the next
+//! number synchronously at dispatch, so pipelined commands from one client keep their order even
+//! though they run as separate futures; a ticket is served when the key's "now serving" counter
+//! reaches it. Taking all keys of a multi-key command in one step under one mutex means every
+//! waiter waits only on earlier tickets, so there can be no deadlock. The uncontended path (the
+//! common one) allocates nothing beyond the table entry; a waker list exists only while someone
+//! waits.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use tokio::sync::oneshot;
+use tokio::sync::Notify;
 
 /// The table of keys with operations in progress.
 #[derive(Default)]
 pub struct KeyLocks {
-    table: Mutex<Table>,
+    // Keys come from clients, so the hasher is keyed at random (no chosen collisions), and
+    // cheaper than SipHash on this per-request path.
+    table: Mutex<HashMap<Bytes, Turn, ahash::RandomState>>,
 }
 
-#[derive(Default)]
-struct Table {
-    next_id: u64,
-    /// For each busy key: the id of the latest ticket and the signal that it finished.
-    tail: HashMap<Bytes, (u64, oneshot::Receiver<()>)>,
+/// One busy key's counters.
+struct Turn {
+    /// The next ticket to hand out.
+    next: u64,
+    /// The ticket allowed to run.
+    serving: u64,
+    /// Wakes waiters when `serving` moves; made on first contention.
+    notify: Option<Arc<Notify>>,
+    /// Tickets given up before their turn; skipped when the turn reaches them.
+    abandoned: Vec<u64>,
 }
 
 /// A place in line for some keys. [`Ticket::ready`] waits for earlier holders; dropping the
-/// [`Held`] it returns lets the next one in.
+/// [`Held`] it returns (or the ticket itself) lets the next one in.
 pub struct Ticket {
-    locks: Arc<KeyLocks>,
-    id: u64,
-    keys: Vec<Bytes>,
-    wait: Vec<oneshot::Receiver<()>>,
-    /// Dropping these tells the next ticket on each key that this one finished.
-    done: Vec<oneshot::Sender<()>>,
+    held: Option<Held>,
 }
 
 /// Exclusive use of some keys until dropped.
 pub struct Held {
     locks: Arc<KeyLocks>,
-    id: u64,
-    keys: Vec<Bytes>,
-    _done: Vec<oneshot::Sender<()>>,
+    /// Each key with this operation's ticket number for it.
+    keys: Vec<(Bytes, u64)>,
 }
 
 impl KeyLocks {
     /// Takes a place in line for `keys` now; waiting happens in [`Ticket::ready`].
     pub fn enqueue(self: &Arc<Self>, keys: &[Bytes]) -> Ticket {
+        let mut mine: Vec<(Bytes, u64)> = Vec::with_capacity(keys.len());
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        table.next_id += 1;
-        let id = table.next_id;
-        let mut wait = Vec::with_capacity(keys.len());
-        let mut done = Vec::with_capacity(keys.len());
-        let mut unique: Vec<Bytes> = Vec::with_capacity(keys.len());
         for key in keys {
-            if unique.contains(key) {
+            if mine.iter().any(|(k, _)| k == key) {
                 continue;
             }
-            unique.push(key.clone());
-            let (tx, rx) = oneshot::channel();
-            done.push(tx);
-            if let Some((_, prev)) = table.tail.insert(key.clone(), (id, rx)) {
-                wait.push(prev);
-            }
+            let turn = table.entry(key.clone()).or_insert(Turn {
+                next: 0,
+                serving: 0,
+                notify: None,
+                abandoned: Vec::new(),
+            });
+            mine.push((key.clone(), turn.next));
+            turn.next += 1;
         }
         drop(table);
         Ticket {
-            locks: self.clone(),
-            id,
-            keys: unique,
-            wait,
-            done,
+            held: Some(Held {
+                locks: self.clone(),
+                keys: mine,
+            }),
         }
     }
 
     /// Number of keys with operations in progress (for `INFO`).
     pub fn busy(&self) -> usize {
-        self.table.lock().map(|t| t.tail.len()).unwrap_or(0)
+        self.table.lock().map(|t| t.len()).unwrap_or(0)
+    }
+
+    /// The notifier to wait on for `key`, or `None` when `ticket` may run now.
+    fn wait_for(&self, key: &Bytes, ticket: u64) -> Option<Arc<Notify>> {
+        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        let turn = table.get_mut(key)?;
+        if turn.serving >= ticket {
+            return None;
+        }
+        Some(
+            turn.notify
+                .get_or_insert_with(|| Arc::new(Notify::new()))
+                .clone(),
+        )
     }
 }
 
 impl Ticket {
     /// Waits until every earlier operation on these keys has finished.
     pub async fn ready(mut self) -> Held {
-        for rx in self.wait.drain(..) {
-            // An error means the earlier holder was dropped, which also means it finished.
-            let _ = rx.await;
+        let Some(held) = self.held.take() else {
+            unreachable!("a ticket is readied once");
+        };
+        // Should this future be dropped while waiting, the keys are given up, not finished.
+        let mut guard = Ticket { held: Some(held) };
+        if let Some(Held { locks, keys }) = guard.held.as_ref() {
+            for (key, ticket) in keys {
+                while let Some(notify) = locks.wait_for(key, *ticket) {
+                    let woken = notify.notified();
+                    tokio::pin!(woken);
+                    // Register before looking again, so a turn that passes in between is not
+                    // missed.
+                    woken.as_mut().enable();
+                    if locks.wait_for(key, *ticket).is_none() {
+                        break;
+                    }
+                    woken.await;
+                }
+            }
         }
-        Held {
-            locks: self.locks.clone(),
-            id: self.id,
-            keys: std::mem::take(&mut self.keys),
-            _done: std::mem::take(&mut self.done),
+        match guard.held.take() {
+            Some(h) => h,
+            None => unreachable!("the guard still holds the keys"),
         }
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        forget(&self.locks, self.id, &self.keys);
+        if let Some(mut held) = self.held.take() {
+            held.finish(true);
+        }
+    }
+}
+
+impl Held {
+    /// Moves each key's turn on. An abandoned ticket whose turn has not come yet is only
+    /// marked, so it cannot let a later ticket overtake an earlier one still running.
+    fn finish(&mut self, abandoned: bool) {
+        if self.keys.is_empty() {
+            return;
+        }
+        let mut table = self.locks.table.lock().unwrap_or_else(|p| p.into_inner());
+        for (key, ticket) in self.keys.drain(..) {
+            let Entry::Occupied(mut entry) = table.entry(key) else {
+                continue;
+            };
+            let turn = entry.get_mut();
+            if abandoned && turn.serving != ticket {
+                turn.abandoned.push(ticket);
+                continue;
+            }
+            turn.serving += 1;
+            while let Some(i) = turn.abandoned.iter().position(|t| *t == turn.serving) {
+                turn.abandoned.swap_remove(i);
+                turn.serving += 1;
+            }
+            if turn.serving == turn.next {
+                entry.remove();
+            } else if let Some(n) = &turn.notify {
+                n.notify_waiters();
+            }
+        }
     }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        forget(&self.locks, self.id, &self.keys);
-    }
-}
-
-/// Removes table entries that still point at ticket `id`; later tickets keep theirs.
-fn forget(locks: &KeyLocks, id: u64, keys: &[Bytes]) {
-    if keys.is_empty() {
-        return;
-    }
-    let mut table = locks.table.lock().unwrap_or_else(|p| p.into_inner());
-    for key in keys {
-        if matches!(table.tail.get(key), Some((owner, _)) if *owner == id) {
-            table.tail.remove(key);
-        }
+        self.finish(false);
     }
 }
 
@@ -136,8 +186,13 @@ mod tests {
         let k = Bytes::from_static(b"k");
         let first = locks.enqueue(std::slice::from_ref(&k));
         let second = locks.enqueue(std::slice::from_ref(&k));
+        let third = locks.enqueue(std::slice::from_ref(&k));
         let order = Arc::new(Mutex::new(Vec::new()));
-        let o2 = order.clone();
+        let (o2, o3) = (order.clone(), order.clone());
+        let t3 = tokio::spawn(async move {
+            let _h = third.ready().await;
+            o3.lock().unwrap().push(3);
+        });
         let t2 = tokio::spawn(async move {
             let _h = second.ready().await;
             o2.lock().unwrap().push(2);
@@ -145,13 +200,14 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(
             order.lock().unwrap().is_empty(),
-            "second must wait for first"
+            "later tickets wait for the first"
         );
         let h = first.ready().await;
         order.lock().unwrap().push(1);
         drop(h);
         t2.await.unwrap();
-        assert_eq!(*order.lock().unwrap(), vec![1, 2]);
+        t3.await.unwrap();
+        assert_eq!(*order.lock().unwrap(), vec![1, 2, 3]);
         assert_eq!(locks.busy(), 0, "table is empty when nothing is in flight");
     }
 
@@ -163,5 +219,37 @@ mod tests {
         let _hb = b.ready().await;
         let _ha = a.ready().await;
         assert_eq!(locks.busy(), 2);
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_ticket_cannot_let_a_later_one_overtake() {
+        let locks = Arc::new(KeyLocks::default());
+        let k = [Bytes::from_static(b"k")];
+        let first = locks.enqueue(&k).ready().await;
+        let second = locks.enqueue(&k);
+        let third = locks.enqueue(&k);
+        drop(third);
+        let waiting = tokio::spawn(second.ready());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "the second waits for the first");
+        drop(first);
+        drop(waiting.await.unwrap());
+        assert_eq!(locks.busy(), 0);
+        let fourth = locks.enqueue(&k);
+        let _h = tokio::time::timeout(Duration::from_secs(1), fourth.ready())
+            .await
+            .expect("nothing left blocking the key");
+    }
+
+    #[tokio::test]
+    async fn a_dropped_ticket_lets_the_next_one_in() {
+        let locks = Arc::new(KeyLocks::default());
+        let k = [Bytes::from_static(b"k")];
+        let first = locks.enqueue(&k);
+        let second = locks.enqueue(&k);
+        drop(first);
+        let _h = tokio::time::timeout(Duration::from_secs(1), second.ready())
+            .await
+            .expect("not blocked by a dropped ticket");
     }
 }

@@ -26,6 +26,7 @@ pub mod client;
 pub mod command;
 pub mod config;
 pub mod dev;
+pub mod inbox;
 pub mod keylock;
 pub mod quorum;
 pub mod reply;

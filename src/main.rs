@@ -6,6 +6,11 @@ use clap::Parser;
 use redlock_proxy::config::Config;
 use tracing_subscriber::EnvFilter;
 
+// Every lock operation allocates a few small, short-lived buffers; mimalloc serves those
+// several times cheaper than the system allocator (measured with callgrind, see README).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A Redis-protocol proxy that turns lock commands into Redlock quorum operations.
 #[derive(Parser, Debug)]
 #[command(version, about)]

@@ -14,13 +14,14 @@
 //! counts only if its master was trusted throughout. The quorum does not shrink with the
 //! excluded masters: with too many of them, nothing is granted.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 
 use crate::backend::{Backend, BackendError};
+use crate::inbox::{Delivery, ReplyRx, inbox};
 use crate::reply::Reply;
 
 /// `⌊n/2⌋ + 1`.
@@ -149,12 +150,14 @@ impl Request {
 
 /// A vote in progress: requests are queued on every master; replies are gathered on demand.
 pub struct Vote {
-    rx: mpsc::UnboundedReceiver<(usize, Result<Reply, BackendError>)>,
+    rx: ReplyRx,
+    /// Replies taken from the inbox, not yet counted.
+    arrived: Vec<Delivery>,
     ballots: Ballots,
     pending: usize,
     deadline: Instant,
     /// The masters, to ask whether each is still trusted when its reply comes.
-    masters: Vec<Backend>,
+    masters: Arc<[Backend]>,
     /// Whether each master was trusted when the request was sent.
     trusted: Vec<bool>,
 }
@@ -162,25 +165,30 @@ pub struct Vote {
 /// Sends `request` (holding `replies` commands per master) to every master at once. The
 /// request is queued on every master before this returns, so requests from one caller reach
 /// each master in the order the caller made them.
-pub fn ask(masters: &[Backend], request: Request, replies: usize, deadline: Instant) -> Vote {
+pub fn ask(masters: &Arc<[Backend]>, request: Request, replies: usize, deadline: Instant) -> Vote {
     fan_out(masters, request, replies, deadline, false)
 }
 
 /// Like [`ask`], and each master also reads its clock in the same round trip
 /// ([`Backend::send_timed`]): a master whose clock just leapt casts no vote. Acquisitions use
 /// this, so a clock jump is caught no later than the first acquisition it could affect.
-pub fn ask_timed(masters: &[Backend], request: Request, replies: usize, deadline: Instant) -> Vote {
+pub fn ask_timed(
+    masters: &Arc<[Backend]>,
+    request: Request,
+    replies: usize,
+    deadline: Instant,
+) -> Vote {
     fan_out(masters, request, replies, deadline, true)
 }
 
 fn fan_out(
-    masters: &[Backend],
+    masters: &Arc<[Backend]>,
     request: Request,
     replies: usize,
     deadline: Instant,
     timed: bool,
 ) -> Vote {
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = inbox(masters.len());
     let trusted = masters.iter().map(Backend::is_trusted).collect();
     let n = masters.len();
     let mut failed = vec![None; n];
@@ -200,6 +208,7 @@ fn fan_out(
     }
     Vote {
         rx,
+        arrived: Vec::with_capacity(n),
         ballots: Ballots {
             replies: vec![None; n],
             failed,
@@ -207,7 +216,7 @@ fn fan_out(
         },
         pending,
         deadline,
-        masters: masters.to_vec(),
+        masters: masters.clone(),
         trusted,
     }
 }
@@ -243,21 +252,21 @@ impl Vote {
         let sleep = sleep_until(self.deadline);
         tokio::pin!(sleep);
         while self.pending > 0 && !done(&self.ballots, self.pending) {
-            tokio::select! {
-                got = self.rx.recv() => match got {
-                    Some((i, result)) => {
-                        // A master that failed is a definite "no" and no longer pending.
-                        self.pending -= 1;
-                        match result {
-                            Ok(r) if self.trusted[i] && self.masters[i].is_trusted() => {
-                                self.ballots.replies[i] = Some(r)
-                            }
-                            Ok(_) => self.ballots.failed[i] = Some(BackendError::Excluded),
-                            Err(e) => self.ballots.failed[i] = Some(e),
-                        }
+            if let Some((i, result)) = self.arrived.pop() {
+                // A master that failed is a definite "no" and no longer pending.
+                self.pending -= 1;
+                match result {
+                    Ok(r) if self.trusted[i] && self.masters[i].is_trusted() => {
+                        self.ballots.replies[i] = Some(r)
                     }
-                    None => break,
-                },
+                    Ok(_) => self.ballots.failed[i] = Some(BackendError::Excluded),
+                    Err(e) => self.ballots.failed[i] = Some(e),
+                }
+                continue;
+            }
+            let (rx, arrived) = (&mut self.rx, &mut self.arrived);
+            tokio::select! {
+                _ = std::future::poll_fn(|cx| rx.poll_drain(cx, arrived)) => {}
                 _ = &mut sleep => break,
             }
         }

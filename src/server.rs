@@ -21,7 +21,7 @@ pub struct Proxy {
     /// The validated configuration.
     pub config: Config,
     /// One handle per configured master; the quorum is computed from `masters.len()`.
-    pub masters: Vec<Backend>,
+    pub masters: Arc<[Backend]>,
     /// Scripts loaded through the proxy.
     pub scripts: ScriptCache,
     /// Per-key ordering of operations.

@@ -59,9 +59,10 @@ pub fn parse_set(args: &[Bytes]) -> Result<SetOptions, Reply> {
     let mut o = SetOptions::default();
     let mut expiry_seen = false;
     let mut i = 3;
+    let mut upper = [0u8; 8];
     while i < args.len() {
-        let opt = args[i].to_ascii_uppercase();
-        match opt.as_slice() {
+        let opt = super::upper(&args[i], &mut upper);
+        match opt {
             b"NX" if !o.xx => o.nx = true,
             b"XX" if !o.nx => o.xx = true,
             b"GET" => o.get = true,
@@ -82,7 +83,7 @@ pub fn parse_set(args: &[Bytes]) -> Result<SetOptions, Reply> {
                         .map(|d| d.as_millis() as i64)
                         .unwrap_or(0)
                 };
-                let ms = match opt.as_slice() {
+                let ms = match opt {
                     b"EX" => n.checked_mul(1000),
                     b"PX" => Some(n),
                     b"EXAT" => n.checked_mul(1000).map(|at| at - now_ms()),

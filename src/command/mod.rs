@@ -232,6 +232,18 @@ pub fn unknown_subcommand(command: &str, sub: &[u8]) -> Reply {
     ))
 }
 
+/// Upper-cases a short keyword into `buf` without allocating; anything longer than `buf` (so no
+/// keyword) comes back empty.
+pub fn upper<'a>(arg: &[u8], buf: &'a mut [u8; 8]) -> &'a [u8] {
+    let Some(dst) = buf.get_mut(..arg.len()) else {
+        return &[];
+    };
+    for (d, c) in dst.iter_mut().zip(arg) {
+        *d = c.to_ascii_uppercase();
+    }
+    dst
+}
+
 /// Parses a base-10 integer argument the way Redis does.
 pub fn parse_int(arg: &[u8]) -> Option<i64> {
     let s = std::str::from_utf8(arg).ok()?;
