@@ -297,11 +297,12 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
     let mut ballots = vote.decide_by(created).await.clone();
     normalise(&mut ballots, &token, reentrant);
     let mine = |b: &Ballots| b.count(|r| *r == Reply::Bulk(token.clone()));
+    let mut vote = Some(vote);
     if reentrant && mine(&ballots) > 0 && ballots.count(wrote) < ballots.quorum {
         // A retry by the same token found the key already its own on some masters: refresh it
         // there (the script answers `[2]`), so the retry is granted with a full TTL rather
         // than refused until the first attempt's keys expire.
-        ballots = vote.finish().await;
+        ballots = vote.take().expect("first round").finish().await;
         normalise(&mut ballots, &token, reentrant);
         let again: Vec<Option<Bytes>> = ballots
             .replies
@@ -332,13 +333,28 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
     }
     debug!(yes, quorum, keys = k, "lock refused");
     Stats::bump(&proxy.stats.denials);
+    let refused = answer(op.answer, false, k);
+    if let Some(vote) = vote.filter(|_| reentrant && ballots.replies.iter().any(Option::is_none)) {
+        // Decided early, with masters yet to answer. For a reentrant attempt an answer still
+        // due tells whether the key there was already this token's (keep it: it may be an
+        // earlier grant's) or was created by this attempt (delete it), so the clean-up waits
+        // for those answers (until the node deadline). The client has its answer now; the
+        // keys stay held until the clean-up is queued.
+        tokio::spawn(async move {
+            let mut ballots = vote.finish().await;
+            normalise(&mut ballots, &op.token, reentrant);
+            roll_back(&proxy, &ballots, &op);
+            drop(held);
+        });
+        return refused;
+    }
     // Roll back before the keys are free (`held`), so no later operation on them can overtake
-    // the clean-up, and without waiting for late replies: a master that has not answered gets
-    // its clean-up queued behind the attempt on the same connection, so nothing waits for a
-    // slow master (see `roll_back` for the reentrant case).
+    // the clean-up. Every answer is in, or the attempt is not reentrant: then a master that has
+    // not answered gets its clean-up queued behind the attempt on the same connection, so
+    // nothing waits for a slow master (see `roll_back`).
     roll_back(&proxy, &ballots, &op);
     drop(held);
-    answer(op.answer, false, k)
+    refused
 }
 
 /// Rewrites `SET NX GET` answers as [`ACQUIRE`] answers (see [`codes`]); for an acquisition
