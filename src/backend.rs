@@ -101,11 +101,6 @@ pub struct Pending {
 }
 
 impl Pending {
-    /// True when nobody waits for the reply any more, so the request need not be sent.
-    fn abandoned(&self) -> bool {
-        matches!(&self.reply_to, Some((tx, _)) if tx.is_closed())
-    }
-
     fn deliver(&mut self, result: Result<Reply, BackendError>) {
         if let Some((tx, slot)) = self.reply_to.take() {
             tx.send(slot, result);
@@ -274,12 +269,15 @@ enum Refused {
 
 /// Opens the connection and learns who the master is.
 async fn connect(info: &MasterInfo, settings: &Settings) -> Result<Hello, Refused> {
-    let mut asks: Vec<&[&[u8]]> = vec![&[b"INFO", b"server"], &[b"ROLE"]];
+    let mut asks: Vec<&[&[u8]]> = vec![
+        &[b"INFO", b"server"],
+        &[b"ROLE"],
+        &[b"INFO", b"persistence"],
+    ];
     if settings.clock.is_some() {
         asks.push(&[b"TIME"]);
     }
     if settings.masters_persist {
-        asks.push(&[b"INFO", b"persistence"]);
         asks.push(&[b"CONFIG", b"GET", b"appendfsync"]);
     }
     let greet = async {
@@ -337,7 +335,13 @@ async fn connect(info: &MasterInfo, settings: &Settings) -> Result<Hello, Refuse
              (point the proxy at independent masters)"
         )));
     }
-    let mut next = 2;
+    // A master still loading its dataset (a restart reading its AOF) answers writes with
+    // `-LOADING` and may not report its persistence settings yet: come back when it is done.
+    let persistence = text(&replies[2])?;
+    if info_field(&persistence, "loading") == Some("1") {
+        return Err(Refused::Quietly("still loading its dataset".into()));
+    }
+    let mut next = 3;
     let time = settings.clock.map(|_| {
         let r = &replies[next];
         let at = times[next];
@@ -352,9 +356,8 @@ async fn connect(info: &MasterInfo, settings: &Settings) -> Result<Hello, Refuse
     });
     let persists = settings.masters_persist
         && {
-            let aof = text(&replies[next]).ok();
-            let fsync = &replies[next + 1];
-            aof.as_deref().and_then(|t| info_field(t, "aof_enabled")) == Some("1")
+            let fsync = &replies[next];
+            info_field(&persistence, "aof_enabled") == Some("1")
                 && matches!(fsync, Reply::Array(kv) if kv.get(1) == Some(&Reply::Bulk(Bytes::from_static(b"always"))))
         };
     Ok(Hello {
@@ -539,17 +542,17 @@ async fn write_loop(
         // after each of their commands ran, so a clock that leapt before any of them shows.
         let mut batch_timed = false;
         while let Some(mut pending) = next.take() {
-            if !pending.abandoned() {
-                buf.extend_from_slice(&pending.bytes);
-                if pending.time && pending.replies > 0 {
-                    pending.hold = true;
-                    batch_timed = true;
-                } else if pending.time {
-                    buf.extend_from_slice(&time);
-                }
-                if !send_flight(&flight, pending, now) {
-                    return Ended::Failed("reader stopped".into());
-                }
+            // Sent even when its caller has stopped waiting (decided early, or gone): a write
+            // must reach every master, not only the ones that answered first.
+            buf.extend_from_slice(&pending.bytes);
+            if pending.time && pending.replies > 0 {
+                pending.hold = true;
+                batch_timed = true;
+            } else if pending.time {
+                buf.extend_from_slice(&time);
+            }
+            if !send_flight(&flight, pending, now) {
+                return Ended::Failed("reader stopped".into());
             }
             next = if buf.len() < 1 << 20 {
                 rx.try_recv().ok()

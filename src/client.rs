@@ -24,7 +24,7 @@ use crate::request::{self, Limits};
 use crate::server::Proxy;
 
 /// Per-connection state that commands may read and change.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Conn {
     /// Client id, as `CLIENT ID` reports it.
     pub id: u64,
@@ -34,6 +34,12 @@ pub struct Conn {
     pub name: Option<Bytes>,
     /// False until `AUTH` succeeds, when a password is configured.
     pub authed: bool,
+    /// The commands queued since `MULTI`; `None` outside a transaction.
+    pub multi: Option<Vec<Vec<Bytes>>>,
+    /// A command queued since `MULTI` was refused, so `EXEC` must abort.
+    pub multi_failed: bool,
+    /// The keys under `WATCH`, with what the majority held when each was watched.
+    pub watched: Vec<crate::command::transaction::Watched>,
 }
 
 impl Conn {
@@ -44,6 +50,9 @@ impl Conn {
             resp3: false,
             name: None,
             authed: !needs_auth,
+            multi: None,
+            multi_failed: false,
+            watched: Vec::new(),
         }
     }
 }

@@ -46,6 +46,18 @@ pub enum UnknownScripts {
     Reject,
 }
 
+/// How the legacy key commands (`SETNX`, `GETSET`, `GET`, `DEL`, ...) turn the masters'
+/// replies into one answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LegacyDecision {
+    /// The majority rule of each command (see README, "Legacy SETNX code").
+    Majority,
+    /// Master 0's reply alone, as a plain proxy in front of one Redis would answer. Unsafe: it
+    /// exists so the tests can show what the majority rule prevents.
+    FirstMaster,
+}
+
 /// The proxy's settings. Field names are the TOML keys.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -117,6 +129,15 @@ pub struct Config {
     /// a lock that cannot expire would deadlock forever after a crash, and a TTL the holder
     /// does not know about could expire under it.
     pub default_ttl_ms: u64,
+    /// Deadlock guard (ms): the TTL given to a key that a legacy write would otherwise leave with
+    /// no expiry (`SETNX`, `GETSET`, `SET` without `EX`/`PX`/`KEEPTTL`), so a client that dies
+    /// between `SETNX` and `EXPIRE` cannot block the resource forever. Keep it longer than any
+    /// legacy lock is held. 0 switches the guard off (keys then live until deleted, like on
+    /// Redis, and outlast the restart quarantine). Capped at `max_ttl_ms`.
+    pub legacy_guard_ttl_ms: u64,
+    /// How legacy key commands decide: `majority` (the default) or `first-master` (unsafe; a
+    /// negative control for tests).
+    pub legacy_decision: LegacyDecision,
     /// The meaning of the operator's own lock scripts, as `[[scripts]]` tables (see
     /// [`ScriptDecl`]). They take precedence over the built-in library scripts.
     pub scripts: Vec<ScriptDecl>,
@@ -186,6 +207,8 @@ impl Default for Config {
             password: None,
             threads: 0,
             default_ttl_ms: 0,
+            legacy_guard_ttl_ms: 300_000,
+            legacy_decision: LegacyDecision::Majority,
             scripts: Vec::new(),
             quarantine: true,
             masters_persist: false,
@@ -304,6 +327,11 @@ impl Config {
                 .map_err(|m| ConfigError::Invalid(format!("scripts[{i}]: {m}")))?;
         }
         Ok(())
+    }
+
+    /// The deadlock guard's TTL in ms (0 = off): `legacy_guard_ttl_ms`, capped at `max_ttl_ms`.
+    pub fn legacy_guard_ttl_ms(&self) -> u64 {
+        self.legacy_guard_ttl_ms.min(self.max_ttl_ms)
     }
 
     /// The per-master reply timeout.

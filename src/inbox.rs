@@ -3,8 +3,8 @@
 //! A fan-out sends one request to each of N masters and waits for up to N replies. A general
 //! channel is more than that needs and costs allocations on every lock operation; an inbox is
 //! one shared vector behind a mutex (never contended for long: a push or a drain) and a waker.
-//! The receiver's side tells senders when nobody waits any more, so a master's driver can skip
-//! requests whose caller has gone.
+//! The receiver's side tells senders when nobody waits any more (replies are then dropped; the
+//! requests are still sent, since a write must reach every master).
 
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};

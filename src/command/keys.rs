@@ -1,48 +1,139 @@
-//! Reads that lock owners use, answered by the majority rule.
+//! The key commands that lock owners and legacy `SETNX` lock code use, each answered by a
+//! majority rule.
 //!
-//! `GET` answers the value a quorum of masters agree on, or nil when no value has a quorum
-//! (so a caller checking "is this lock still mine?" never gets a false yes). `EXISTS` answers
-//! the largest count that a quorum of masters reach.
+//! Every command here goes to all N masters at once ([`forward`]), and one rule per command turns
+//! the N replies into the answer ([`decide`]). Where the masters disagree, the answer is the
+//! conservative one, so that no two clients can both come away believing they hold a lock:
+//!
+//! - `GET`: the value a quorum agree on, else nil.
+//! - `EXISTS`, `DEL`, `EXPIRE`, `PEXPIRE`, `PEXPIREAT`: the largest count that a quorum of
+//!   masters reach ([`quorum_floor`]).
+//! - `TTL`, `PTTL`: the longest time a quorum of masters still keep the key ([`ttl_floor`]).
+//! - `SETNX`: 1 when a quorum created the key. Otherwise 0, and the value it wrote is deleted
+//!   again (compare-and-delete) on every master where it may have landed.
+//! - `GETSET` and `SET ... GET`: the old value a quorum agree on; otherwise the value just
+//!   written, so a legacy takeover ("whoever gets back the expired timestamp owns the lock")
+//!   cannot be won without a majority, and that value is deleted again where it landed.
+//! - `SET` (plain or `XX`): the reply a quorum agree on; otherwise nil for `XX` and an error
+//!   for a plain `SET`.
+//!
+//! A reply that fewer than a quorum of masters gave at all is the `CLUSTERDOWN` error, except
+//! where the rule above names a safe answer.
+//!
+//! **Deadlock guard.** A write that would leave a key with no expiry (`SETNX`, `GETSET`, `SET`
+//! without `EX`/`PX`/`KEEPTTL`) gives it `legacy_guard_ttl_ms` (capped at `max_ttl_ms`) instead,
+//! so a client that dies between `SETNX` and `EXPIRE` does not block the resource forever.
+//! Expiries are capped at `max_ttl_ms`, which the restart quarantine relies on.
 
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::Action;
+use super::lock::{SetOptions, eval};
+use super::{Action, not_an_integer, parse_int};
 use crate::client::Conn;
+use crate::config::LegacyDecision;
 use crate::quorum::{Ballots, Request, ask};
 use crate::reply::{Reply, command};
+use crate::scripts::RELEASE;
 use crate::server::Proxy;
 
-/// Sends the client's command verbatim to every master and maps the ballots to a reply.
-pub fn forward(
+/// Deletes `KEYS[i]` unconditionally when `ARGV[2i-1]` is `0`, or only while it holds
+/// `ARGV[2i]` when that is `1`; answers how many keys it deleted.
+pub const DEL_IF: &str = "local n = 0 \
+    for i, key in ipairs(KEYS) do \
+      if ARGV[2 * i - 1] == '0' or redis.call('get', key) == ARGV[2 * i] then \
+        n = n + redis.call('del', key) \
+      end \
+    end \
+    return n";
+
+/// A rule that turns the masters' replies into one answer. It runs while the command's keys
+/// are still held, so clean-ups it queues reach each master before any later command on them.
+pub type Rule = Box<dyn FnOnce(&Proxy, &Ballots) -> Reply + Send>;
+
+/// Sends `request` to every master once the keys are free and answers what `rule` makes of
+/// the replies.
+pub fn forward(proxy: &Arc<Proxy>, request: Bytes, keys: &[Bytes], rule: Rule) -> Action {
+    forward_with(proxy, request, keys, Gather::Outcome, rule)
+}
+
+/// How many replies a command waits for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Gather {
+    /// Until the outcome is known (early decision).
+    Outcome,
+    /// Every master's, until the node deadline: a rule that cleans up needs to know what each
+    /// master did, not guess it.
+    All,
+}
+
+/// [`forward`], waiting for `gather` replies.
+pub fn forward_with(
     proxy: &Arc<Proxy>,
-    args: &[Bytes],
+    request: Bytes,
     keys: &[Bytes],
-    decide: fn(&Ballots) -> Reply,
+    gather: Gather,
+    rule: Rule,
 ) -> Action {
-    let parts: Vec<&[u8]> = args.iter().map(|a| a.as_ref()).collect();
-    let req = command(&parts);
     let ticket = proxy.keylocks.enqueue(keys);
     let proxy = proxy.clone();
     Action::Later(Box::pin(async move {
         let _held = ticket.ready().await;
-        let ballots = ask(
-            &proxy.masters,
-            Request::Same(req),
-            1,
-            Instant::now() + proxy.config.node_timeout(),
-        )
-        .outcome()
-        .await;
-        decide(&ballots)
+        let ballots = vote(&proxy, request, gather).await;
+        decide(&proxy, ballots, rule)
     }))
 }
 
+/// Sends `request` to every master and gathers the replies.
+pub async fn vote(proxy: &Proxy, request: Bytes, gather: Gather) -> Ballots {
+    let deadline = Instant::now() + proxy.config.node_timeout();
+    let v = ask(&proxy.masters, Request::Same(request), 1, deadline);
+    // With the first-master rule, master 0's reply is needed even when the others decided.
+    if gather == Gather::All || proxy.config.legacy_decision == LegacyDecision::FirstMaster {
+        v.finish().await
+    } else {
+        v.outcome().await
+    }
+}
+
+/// Applies `rule`; with the `first-master` negative control, to master 0's reply alone (a
+/// quorum of one), as a plain proxy in front of a single Redis would answer.
+pub fn decide(proxy: &Proxy, mut ballots: Ballots, rule: Rule) -> Reply {
+    if proxy.config.legacy_decision == LegacyDecision::FirstMaster {
+        for i in 1..ballots.replies.len() {
+            ballots.replies[i] = None;
+            ballots.failed[i] = Some(crate::backend::BackendError::Down);
+        }
+        ballots.quorum = 1;
+    }
+    rule(proxy, &ballots)
+}
+
+/// The client's command, as it came.
+fn verbatim(args: &[Bytes]) -> Bytes {
+    let parts: Vec<&[u8]> = args.iter().map(|a| a.as_ref()).collect();
+    command(&parts)
+}
+
 /// The largest integer that at least a quorum of masters reported (each master's reply counts
-/// for every value up to it). Nil when fewer than a quorum answered with an integer.
+/// for every value up to it). The `CLUSTERDOWN` error when fewer than a quorum answered with an
+/// integer; a majority's error (e.g. `WRONGTYPE`) is passed on.
 pub fn quorum_floor(ballots: &Ballots) -> Reply {
+    ranked(ballots, |n| n)
+}
+
+/// The `TTL`/`PTTL` rule: the remaining time that a quorum of masters still keep the key for,
+/// where "no expiry" (-1) outranks every time and "missing" (-2) ranks below every time. It is
+/// the time after which fewer than a majority may still hold the key.
+pub fn ttl_floor(ballots: &Ballots) -> Reply {
+    ranked(ballots, |n| if n == -1 { i64::MAX } else { n })
+}
+
+/// The quorum-th largest integer reply, ordered by `rank`.
+fn ranked(ballots: &Ballots, rank: fn(i64) -> i64) -> Reply {
     let mut values: Vec<i64> = ballots
         .replies
         .iter()
@@ -51,53 +142,288 @@ pub fn quorum_floor(ballots: &Ballots) -> Reply {
             _ => None,
         })
         .collect();
-    values.sort_unstable_by(|a, b| b.cmp(a));
+    values.sort_unstable_by_key(|v| std::cmp::Reverse(rank(*v)));
     match values.get(ballots.quorum - 1) {
         Some(v) => Reply::Integer(*v),
-        None => no_quorum(),
+        None => majority_error(ballots).unwrap_or_else(no_quorum),
     }
 }
 
-/// The error for a read that fewer than a quorum of masters answered.
+/// The error a quorum of masters answered, if any.
+fn majority_error(ballots: &Ballots) -> Option<Reply> {
+    ballots.majority().filter(|r| r.is_error()).cloned()
+}
+
+/// The error for a command that fewer than a quorum of masters answered alike.
 pub fn no_quorum() -> Reply {
     Reply::static_error("CLUSTERDOWN redlock-proxy: fewer than a quorum of masters answered")
 }
 
 /// `GET key`
 pub fn get(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
-    forward(proxy, &args, &args[1..2], |b| {
-        b.majority().cloned().unwrap_or(Reply::Nil)
-    })
+    forward(
+        proxy,
+        verbatim(&args),
+        &args[1..2],
+        Box::new(|_, b| b.majority().cloned().unwrap_or(Reply::Nil)),
+    )
 }
 
 /// `EXISTS key [key ...]`
 pub fn exists(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
-    forward(proxy, &args, &args[1..], quorum_floor)
+    forward(
+        proxy,
+        verbatim(&args),
+        &args[1..],
+        Box::new(|_, b| quorum_floor(b)),
+    )
+}
+
+/// `DEL key [key ...]`: deleted on every master; answers how many keys a quorum deleted.
+pub fn del(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    forward(
+        proxy,
+        verbatim(&args),
+        &args[1..],
+        Box::new(|_, b| quorum_floor(b)),
+    )
+}
+
+/// `DEL` of `keys` where some keys may only be deleted while they still hold a value known
+/// only when the command runs (`expected[i]`, read then; `None` deletes unconditionally).
+/// `EXEC` uses it for watched keys, which makes the compare-then-delete release atomic on
+/// every master.
+pub fn del_if(
+    proxy: &Arc<Proxy>,
+    keys: Vec<Bytes>,
+    expected: Vec<Box<dyn FnOnce() -> Option<Bytes> + Send>>,
+) -> Action {
+    let ticket = proxy.keylocks.enqueue(&keys);
+    let proxy = proxy.clone();
+    Action::Later(Box::pin(async move {
+        let _held = ticket.ready().await;
+        let mut argv: Vec<Bytes> = Vec::with_capacity(2 * keys.len());
+        for want in expected {
+            match want() {
+                Some(v) => argv.extend([Bytes::from_static(b"1"), v]),
+                None => argv.extend([Bytes::from_static(b"0"), Bytes::new()]),
+            }
+        }
+        let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_ref()).collect();
+        let ballots = vote(&proxy, eval(DEL_IF, &keys, &argv), Gather::Outcome).await;
+        decide(&proxy, ballots, Box::new(|_, b| quorum_floor(b)))
+    }))
+}
+
+/// `SETNX key value`: 1 when a quorum of masters created the key; otherwise 0, and the value is
+/// deleted again wherever this `SETNX` may have written it (and only while it holds that value).
+/// It waits for every master's answer first: legacy values are timestamps, and two clients
+/// often write the same one, so a master that has not answered may hold the same value for the
+/// lock's real holder.
+pub fn setnx(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    let (key, value) = (args[1].clone(), args[2].clone());
+    let guard = proxy.config.legacy_guard_ttl_ms();
+    let request = if guard > 0 {
+        let ttl = itoa::Buffer::new().format(guard).to_owned();
+        command(&[b"SET", &key, &value, b"NX", b"PX", ttl.as_bytes()])
+    } else {
+        command(&[b"SETNX", &key, &value])
+    };
+    let rule = move |proxy: &Proxy, b: &Ballots| {
+        let created = |r: &Reply| r.is_ok() || *r == Reply::Integer(1);
+        if b.count(created) >= b.quorum {
+            return Reply::Integer(1);
+        }
+        undo_write(proxy, b, &key, &value, created);
+        majority_error(b).unwrap_or(Reply::Integer(0))
+    };
+    forward_with(proxy, request, &args[1..2], Gather::All, Box::new(rule))
+}
+
+/// Deletes `value` from `key` (only while the key still holds it) on every master that
+/// `wrote` it, or that may have written it without a counted answer.
+fn undo_write(
+    proxy: &Proxy,
+    b: &Ballots,
+    key: &Bytes,
+    value: &Bytes,
+    wrote: impl Fn(&Reply) -> bool,
+) {
+    let undo = eval(RELEASE, &[key], &[value]);
+    for (i, m) in proxy.masters.iter().enumerate() {
+        let maybe = match &b.replies[i] {
+            Some(r) => wrote(r),
+            None => b.may_have_run(i),
+        };
+        if maybe {
+            m.send(undo.clone(), 1, None);
+        }
+    }
+}
+
+/// The old-value rule of `GETSET` and `SET ... GET`: the old value a quorum agree on. Without
+/// one, the caller gets the value it just wrote (a legacy takeover cannot be won without a
+/// majority), and that value is deleted again wherever it landed: two takeovers that split the
+/// masters between them would otherwise leave no majority value behind, and the lock blocked
+/// until the deadlock guard ran out.
+fn old_value(proxy: &Proxy, b: &Ballots, key: &Bytes, written: Bytes) -> Reply {
+    if let Some(r) = b.majority() {
+        return r.clone();
+    }
+    undo_write(proxy, b, key, &written, |r| !r.is_error());
+    Reply::Bulk(written)
+}
+
+/// `GETSET key value`: written on every master (with the deadlock guard); answers the old
+/// value a quorum agree on, else the value just written (see [`old_value`]).
+pub fn getset(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    let guard = proxy.config.legacy_guard_ttl_ms();
+    let request = if guard > 0 {
+        let ttl = itoa::Buffer::new().format(guard).to_owned();
+        command(&[b"SET", &args[1], &args[2], b"PX", ttl.as_bytes(), b"GET"])
+    } else {
+        verbatim(&args)
+    };
+    let (key, written) = (args[1].clone(), args[2].clone());
+    forward_with(
+        proxy,
+        request,
+        &args[1..2],
+        Gather::All,
+        Box::new(move |proxy, b| old_value(proxy, b, &key, written)),
+    )
+}
+
+/// `SET key value [XX] [GET] [EX|PX|EXAT|PXAT|KEEPTTL]` (any `SET` without `NX`).
+pub fn set(proxy: &Arc<Proxy>, args: Vec<Bytes>, opts: SetOptions) -> Action {
+    if let Some(e) = opts.ttl_ms.and_then(|ms| too_long(proxy, ms)) {
+        return e.into();
+    }
+    let guard = proxy.config.legacy_guard_ttl_ms();
+    let mut parts: Vec<&[u8]> = args.iter().map(|a| a.as_ref()).collect();
+    let ttl = itoa::Buffer::new().format(guard).to_owned();
+    if opts.ttl_ms.is_none() && !opts.keep_ttl && guard > 0 {
+        parts.extend([b"PX".as_slice(), ttl.as_bytes()]);
+    }
+    let (key, written) = (args[1].clone(), args[2].clone());
+    let rule = move |proxy: &Proxy, b: &Ballots| match b.majority() {
+        Some(r) => r.clone(),
+        None if opts.get => old_value(proxy, b, &key, written),
+        None if opts.xx => Reply::Nil,
+        None => no_quorum(),
+    };
+    let gather = if opts.get {
+        Gather::All
+    } else {
+        Gather::Outcome
+    };
+    forward_with(proxy, command(&parts), &args[1..2], gather, Box::new(rule))
+}
+
+/// The error for an expiry beyond `max_ttl_ms`, if `ms` is one.
+fn too_long(proxy: &Proxy, ms: i64) -> Option<Reply> {
+    let max = proxy.config.max_ttl_ms;
+    (ms > max as i64).then(|| {
+        Reply::error(format!(
+            "ERR expiry of {ms} ms exceeds the proxy's max_ttl_ms ({max} ms)"
+        ))
+    })
+}
+
+/// `EXPIRE key seconds`, `PEXPIRE key ms`, `PEXPIREAT key unix-ms` (with Redis 7's
+/// `NX|XX|GT|LT`): on every master; answers 1 when a quorum set the expiry.
+pub fn expire(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    let Some(n) = parse_int(&args[2]) else {
+        return not_an_integer().into();
+    };
+    let name = args[0].to_ascii_lowercase();
+    let ms = match name.as_slice() {
+        b"expire" => n.saturating_mul(1000),
+        b"pexpire" => n,
+        _ => {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0);
+            n.saturating_sub(now)
+        }
+    };
+    if let Some(e) = too_long(proxy, ms) {
+        return e.into();
+    }
+    forward(
+        proxy,
+        verbatim(&args),
+        &args[1..2],
+        Box::new(|_, b| quorum_floor(b)),
+    )
+}
+
+/// `TTL key`, `PTTL key`: see [`ttl_floor`].
+pub fn ttl(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    forward(
+        proxy,
+        verbatim(&args),
+        &args[1..2],
+        Box::new(|_, b| ttl_floor(b)),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn ballots(replies: Vec<Option<Reply>>) -> Ballots {
+        let n = replies.len();
+        Ballots {
+            replies,
+            failed: vec![None; n],
+            quorum: n / 2 + 1,
+        }
+    }
+
     #[test]
     fn quorum_floor_counts_what_a_majority_reach() {
-        let b = Ballots {
-            replies: vec![
-                Some(Reply::Integer(2)),
-                Some(Reply::Integer(1)),
-                Some(Reply::Integer(0)),
-                None,
-                Some(Reply::Integer(2)),
-            ],
-            failed: vec![None; 5],
-            quorum: 3,
-        };
-        assert_eq!(quorum_floor(&b), Reply::Integer(1));
-        let b = Ballots {
-            replies: vec![Some(Reply::Integer(2)), None, None],
-            failed: vec![None; 3],
-            quorum: 2,
-        };
-        assert_eq!(quorum_floor(&b), no_quorum());
+        use Reply::Integer as I;
+        let b = ballots(vec![Some(I(2)), Some(I(1)), Some(I(0)), None, Some(I(2))]);
+        assert_eq!(quorum_floor(&b), I(1));
+        assert_eq!(
+            quorum_floor(&ballots(vec![Some(I(2)), None, None])),
+            no_quorum()
+        );
+    }
+
+    #[test]
+    fn ttl_floor_ranks_no_expiry_highest_and_missing_lowest() {
+        use Reply::Integer as I;
+        assert_eq!(
+            ttl_floor(&ballots(vec![Some(I(-1)), Some(I(5000)), Some(I(-2))])),
+            I(5000)
+        );
+        assert_eq!(
+            ttl_floor(&ballots(vec![Some(I(-1)), Some(I(-1)), Some(I(7))])),
+            I(-1)
+        );
+        assert_eq!(
+            ttl_floor(&ballots(vec![Some(I(-2)), Some(I(-2)), Some(I(7))])),
+            I(-2)
+        );
+        assert_eq!(
+            ttl_floor(&ballots(vec![Some(I(9)), None, None])),
+            no_quorum()
+        );
+    }
+
+    #[test]
+    fn a_majority_error_is_passed_on() {
+        let wrong = Reply::static_error(
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        );
+        let b = ballots(vec![
+            Some(wrong.clone()),
+            Some(wrong.clone()),
+            Some(Reply::Integer(1)),
+        ]);
+        assert_eq!(quorum_floor(&b), wrong);
     }
 }

@@ -107,9 +107,13 @@ pub fn set(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         Ok(o) => o,
         Err(e) => return e.into(),
     };
-    if !opts.nx || opts.get || opts.keep_ttl {
+    if !opts.nx {
+        // Not a lock acquisition: a plain, `XX` or `GET` write under the majority rule.
+        return super::keys::set(proxy, args, opts);
+    }
+    if opts.get || opts.keep_ttl {
         return Reply::static_error(
-            "ERR redlock-proxy supports SET only as a lock: SET key token NX PX milliseconds (or EX seconds)",
+            "ERR redlock-proxy supports SET NX only as a lock: SET key token NX PX milliseconds (or EX seconds)",
         )
         .into();
     }
@@ -201,7 +205,7 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
 }
 
 /// `EVAL script numkeys keys... args...`
-fn eval<K: AsRef<[u8]>>(script: &str, keys: &[K], args: &[&[u8]]) -> Bytes {
+pub(crate) fn eval<K: AsRef<[u8]>>(script: &str, keys: &[K], args: &[&[u8]]) -> Bytes {
     let n = itoa::Buffer::new().format(keys.len()).to_owned();
     let mut parts: Vec<&[u8]> = Vec::with_capacity(3 + keys.len() + args.len());
     parts.extend([b"EVAL".as_slice(), script.as_bytes(), n.as_bytes()]);

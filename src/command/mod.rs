@@ -12,6 +12,7 @@ pub mod introspect;
 pub mod keys;
 pub mod lock;
 pub mod script;
+pub mod transaction;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -142,6 +143,61 @@ pub static TABLE: &[Spec] = &[
     spec("get", 2, &["readonly", "fast"], FIRST, keys::get),
     spec("exists", -2, &["readonly", "fast"], ALL, keys::exists),
     spec(
+        "setnx",
+        3,
+        &["write", "denyoom", "fast"],
+        FIRST,
+        keys::setnx,
+    ),
+    spec(
+        "getset",
+        3,
+        &["write", "denyoom", "fast"],
+        FIRST,
+        keys::getset,
+    ),
+    spec("del", -2, &["write"], ALL, keys::del),
+    spec("expire", -3, &["write", "fast"], FIRST, keys::expire),
+    spec("pexpire", -3, &["write", "fast"], FIRST, keys::expire),
+    spec("pexpireat", -3, &["write", "fast"], FIRST, keys::expire),
+    spec("ttl", 2, &["readonly", "fast"], FIRST, keys::ttl),
+    spec("pttl", 2, &["readonly", "fast"], FIRST, keys::ttl),
+    spec(
+        "watch",
+        -2,
+        &["noscript", "loading", "stale", "fast"],
+        ALL,
+        transaction::watch,
+    ),
+    spec(
+        "unwatch",
+        1,
+        &["noscript", "loading", "stale", "fast"],
+        NONE,
+        transaction::unwatch,
+    ),
+    spec(
+        "multi",
+        1,
+        &["noscript", "loading", "stale", "fast"],
+        NONE,
+        transaction::multi,
+    ),
+    spec(
+        "exec",
+        1,
+        &["noscript", "loading", "stale", "skip_slowlog"],
+        NONE,
+        transaction::exec,
+    ),
+    spec(
+        "discard",
+        1,
+        &["noscript", "loading", "stale", "fast"],
+        NONE,
+        transaction::discard,
+    ),
+    spec(
         "eval",
         -3,
         &["noscript", "skip_monitor"],
@@ -175,13 +231,18 @@ pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
 pub fn dispatch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     Stats::bump(&proxy.stats.commands);
     let Some(spec) = lookup(&args[0]) else {
+        conn.multi_failed |= conn.multi.is_some();
         return unknown_command(&args).into();
     };
     if !arity_ok(spec.arity, args.len()) {
+        conn.multi_failed |= conn.multi.is_some();
         return wrong_arity(spec.name).into();
     }
     if !conn.authed && !spec.before_auth {
         return Reply::static_error("NOAUTH Authentication required.").into();
+    }
+    if conn.multi.is_some() && !transaction::runs_at_once(spec.name) {
+        return transaction::queue(conn, args);
     }
     (spec.run)(proxy, conn, args)
 }

@@ -1,0 +1,184 @@
+//! `WATCH`/`UNWATCH`/`MULTI`/`EXEC`/`DISCARD`, run by the proxy for the compare-then-delete
+//! release pattern: `WATCH lock`, `GET lock`, compare the token, `MULTI`, `DEL lock`, `EXEC`.
+//!
+//! A transaction cannot be handed to the masters as it is: each master would judge the watch on
+//! its own, and the masters' connections are shared by every client. So the proxy does it:
+//!
+//! - `WATCH key` records the value a quorum of masters hold (read in the key's turn, after
+//!   every earlier command on it).
+//! - `MULTI` starts queueing; each command is checked (name, arity) and answered `QUEUED`; a
+//!   refused one makes `EXEC` answer `EXECABORT`, as Redis does.
+//! - `EXEC` reads every watched key again, in its turn. If the value a quorum hold is not the
+//!   one seen at `WATCH` (or no value has a quorum, either time), the transaction aborts with a
+//!   nil reply. Otherwise the queued commands run in order, each under its own majority rule,
+//!   and nothing from other clients of this proxy comes between the check and them. A queued
+//!   `DEL` of a watched key deletes it on each master only while it still holds the watched
+//!   value, so the release stays atomic on every master even against other proxies.
+//!
+//! A key "changed" when the value a quorum hold differs: unlike Redis, writing the same value
+//! again or changing only the TTL does not abort `EXEC`.
+
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+
+use super::{Action, dispatch, keys, lookup};
+use crate::client::Conn;
+use crate::reply::{Reply, command};
+use crate::server::Proxy;
+
+/// A key under `WATCH`.
+#[derive(Debug, Clone)]
+pub struct Watched {
+    /// The key.
+    pub key: Bytes,
+    /// What a quorum held at `WATCH` (`Some(reply)`, nil included), or `None` when no reply had
+    /// a quorum; unset until the read is done.
+    seen: Arc<OnceLock<Option<Reply>>>,
+}
+
+impl Watched {
+    /// The value seen at `WATCH`, when a quorum held one.
+    fn value(&self) -> Option<Bytes> {
+        match self.seen.get() {
+            Some(Some(Reply::Bulk(v))) => Some(v.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// Commands that act at once inside `MULTI` instead of being queued.
+pub fn runs_at_once(name: &str) -> bool {
+    matches!(
+        name,
+        "exec" | "discard" | "multi" | "watch" | "unwatch" | "quit" | "reset"
+    )
+}
+
+/// Queues a checked command inside `MULTI`.
+pub fn queue(conn: &mut Conn, args: Vec<Bytes>) -> Action {
+    if let Some(q) = conn.multi.as_mut() {
+        q.push(args);
+    }
+    Reply::simple("QUEUED").into()
+}
+
+/// The majority value of `key`: `Some(reply)` when a quorum answered alike.
+async fn read(proxy: &Proxy, key: &Bytes) -> Option<Reply> {
+    let ballots = keys::vote(proxy, command(&[b"GET", key]), keys::Gather::Outcome).await;
+    let rule: keys::Rule = Box::new(|_, b| b.majority().cloned().unwrap_or(keys::no_quorum()));
+    Some(keys::decide(proxy, ballots, rule)).filter(|r| !r.is_error())
+}
+
+/// `WATCH key [key ...]`
+pub fn watch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
+    if conn.multi.is_some() {
+        return Reply::static_error("ERR WATCH inside MULTI is not allowed").into();
+    }
+    let watched: Vec<Watched> = args[1..]
+        .iter()
+        .map(|key| Watched {
+            key: key.clone(),
+            seen: Arc::default(),
+        })
+        .collect();
+    conn.watched.extend(watched.iter().cloned());
+    let ticket = proxy.keylocks.enqueue(&args[1..]);
+    let proxy = proxy.clone();
+    Action::Later(Box::pin(async move {
+        let _held = ticket.ready().await;
+        for w in &watched {
+            let _ = w.seen.set(read(&proxy, &w.key).await);
+        }
+        Reply::ok()
+    }))
+}
+
+/// `UNWATCH`
+pub fn unwatch(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
+    conn.watched.clear();
+    Reply::ok().into()
+}
+
+/// `MULTI`
+pub fn multi(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
+    if conn.multi.is_some() {
+        return Reply::static_error("ERR MULTI calls can not be nested").into();
+    }
+    conn.multi = Some(Vec::new());
+    Reply::ok().into()
+}
+
+/// `DISCARD`
+pub fn discard(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
+    if conn.multi.take().is_none() {
+        return Reply::static_error("ERR DISCARD without MULTI").into();
+    }
+    conn.multi_failed = false;
+    conn.watched.clear();
+    Reply::ok().into()
+}
+
+/// `EXEC`
+pub fn exec(proxy: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
+    let Some(queued) = conn.multi.take() else {
+        return Reply::static_error("ERR EXEC without MULTI").into();
+    };
+    let watched = std::mem::take(&mut conn.watched);
+    if std::mem::take(&mut conn.multi_failed) {
+        return Reply::static_error("EXECABORT Transaction discarded because of previous errors.")
+            .into();
+    }
+    // Everything is put in line now, in order: the check of the watched keys, then each
+    // queued command; the commands only run if the check passes.
+    let keys: Vec<Bytes> = watched.iter().map(|w| w.key.clone()).collect();
+    let check = (!keys.is_empty()).then(|| proxy.keylocks.enqueue(&keys));
+    let mut scratch = conn.clone();
+    let actions: Vec<Action> = queued
+        .into_iter()
+        .map(|args| queued_action(proxy, &mut scratch, args, &watched))
+        .collect();
+    let proxy = proxy.clone();
+    Action::Later(Box::pin(async move {
+        if let Some(ticket) = check {
+            let _held = ticket.ready().await;
+            for w in &watched {
+                let now = read(&proxy, &w.key).await;
+                if now.is_none() || w.seen.get() != Some(&now) {
+                    return Reply::NilArray;
+                }
+            }
+        }
+        let mut replies = Vec::with_capacity(actions.len());
+        for action in actions {
+            replies.push(match action {
+                Action::Reply(r) | Action::Close(r) => r,
+                Action::Later(later) => later.await,
+            });
+        }
+        Reply::Array(replies)
+    }))
+}
+
+/// A queued command, made ready to run: a `DEL` that names watched keys deletes those only
+/// while they hold the watched value; anything else runs as it would outside `MULTI`.
+fn queued_action(
+    proxy: &Arc<Proxy>,
+    conn: &mut Conn,
+    args: Vec<Bytes>,
+    watched: &[Watched],
+) -> Action {
+    let is_del = lookup(&args[0]).is_some_and(|s| s.name == "del");
+    if is_del && args[1..].iter().any(|k| watched.iter().any(|w| w.key == k)) {
+        let expected = args[1..]
+            .iter()
+            .map(|k| {
+                let w = watched.iter().find(|w| w.key == k).cloned();
+                Box::new(move || w.and_then(|w| w.value()))
+                    as Box<dyn FnOnce() -> Option<Bytes> + Send>
+            })
+            .collect();
+        return keys::del_if(proxy, args[1..].to_vec(), expected);
+    }
+    dispatch(proxy, conn, args)
+}
