@@ -32,6 +32,13 @@ fn cfg(ms: &[Master]) -> Config {
     config_for(&refs)
 }
 
+/// Three masters and a proxy in front of them, with the test defaults.
+async fn three_masters() -> (Vec<Master>, String) {
+    let ms = masters(3);
+    let p = proxy(cfg(&ms)).await.to_string();
+    (ms, p)
+}
+
 fn bulk(r: &Reply) -> Option<String> {
     match r {
         Reply::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
@@ -233,8 +240,7 @@ async fn takeover_race_has_exactly_one_winner() {
 
 #[tokio::test]
 async fn watch_multi_exec_releases_and_aborts_when_the_lock_changed() {
-    let ms = masters(3);
-    let p = proxy(cfg(&ms)).await.to_string();
+    let (ms, p) = three_masters().await;
     let mut holder = Client::connect(&p).await;
     let mut other = Client::connect(&p).await;
 
@@ -277,8 +283,7 @@ async fn watch_multi_exec_releases_and_aborts_when_the_lock_changed() {
 
 #[tokio::test]
 async fn exec_deletes_a_watched_key_only_where_it_still_holds_the_watched_value() {
-    let ms = masters(3);
-    let p = proxy(cfg(&ms)).await.to_string();
+    let (ms, p) = three_masters().await;
     let mut c = Client::connect(&p).await;
     assert_eq!(c.raw(&["SETNX", "tx:cas", "mine"]).await, ":1\r\n");
     assert_eq!(c.raw(&["WATCH", "tx:cas"]).await, "+OK\r\n");
@@ -330,8 +335,7 @@ async fn negative_control_without_the_guard_the_lock_stays_blocked() {
 
 #[tokio::test]
 async fn expiries_beyond_max_ttl_are_refused() {
-    let ms = masters(3);
-    let p = proxy(cfg(&ms)).await.to_string();
+    let (_ms, p) = three_masters().await;
     let mut c = Client::connect(&p).await;
     c.cmd(&["SETNX", "cap", "1"]).await;
     let ttl = c.cmd(&["PTTL", "cap"]).await;
@@ -367,8 +371,7 @@ async fn plant(ms: &[Master], key: &str, values: &[Option<&str>]) {
 
 #[tokio::test]
 async fn disagreeing_masters_get_conservative_answers() {
-    let ms = masters(3);
-    let p = proxy(cfg(&ms)).await.to_string();
+    let (ms, p) = three_masters().await;
     let mut c = Client::connect(&p).await;
     let s = |v: &str| Some(v.to_string());
 
@@ -426,8 +429,7 @@ async fn disagreeing_masters_get_conservative_answers() {
 async fn a_refused_setnx_never_removes_the_same_value_written_by_the_holder() {
     // Legacy values are timestamps: clients racing in the same millisecond write the same one.
     // The losers' clean-up must leave the winner's key alone on every master.
-    let ms = masters(3);
-    let p = proxy(cfg(&ms)).await.to_string();
+    let (ms, p) = three_masters().await;
     for round in 0..10 {
         let key = format!("same:{round}");
         let mut cs = Vec::new();
@@ -601,8 +603,7 @@ async fn differential_transactions() {
 
 #[tokio::test]
 async fn documented_differences_from_one_redis() {
-    let ms = masters(3);
-    let p = proxy(cfg(&ms)).await.to_string();
+    let (_ms, p) = three_masters().await;
     let mut c = Client::connect(&p).await;
     let mut other = Client::connect(&p).await;
     // 1. The deadlock guard: a legacy write with no expiry gets one (Redis: TTL -1).

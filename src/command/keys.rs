@@ -26,7 +26,6 @@
 //! Expiries are capped at `max_ttl_ms`, which the restart quarantine relies on.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use tokio::time::Instant;
@@ -39,16 +38,6 @@ use crate::quorum::{Ballots, Request, ask};
 use crate::reply::{Reply, command};
 use crate::scripts::RELEASE;
 use crate::server::Proxy;
-
-/// Deletes `KEYS[i]` unconditionally when `ARGV[2i-1]` is `0`, or only while it holds
-/// `ARGV[2i]` when that is `1`; answers how many keys it deleted.
-pub const DEL_IF: &str = "local n = 0 \
-    for i, key in ipairs(KEYS) do \
-      if ARGV[2 * i - 1] == '0' or redis.call('get', key) == ARGV[2 * i] then \
-        n = n + redis.call('del', key) \
-      end \
-    end \
-    return n";
 
 /// A rule that turns the masters' replies into one answer. It runs while the command's keys
 /// are still held, so clean-ups it queues reach each master before any later command on them.
@@ -189,30 +178,10 @@ pub fn del(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     )
 }
 
-/// `DEL` of `keys` where some keys may only be deleted while they still hold a value known
-/// only when the command runs (`expected[i]`, read then; `None` deletes unconditionally).
-/// `EXEC` uses it for watched keys, which makes the compare-then-delete release atomic on
-/// every master.
-pub fn del_if(
-    proxy: &Arc<Proxy>,
-    keys: Vec<Bytes>,
-    expected: Vec<Box<dyn FnOnce() -> Option<Bytes> + Send>>,
-) -> Action {
-    let ticket = proxy.keylocks.enqueue(&keys);
-    let proxy = proxy.clone();
-    Action::Later(Box::pin(async move {
-        let _held = ticket.ready().await;
-        let mut argv: Vec<Bytes> = Vec::with_capacity(2 * keys.len());
-        for want in expected {
-            match want() {
-                Some(v) => argv.extend([Bytes::from_static(b"1"), v]),
-                None => argv.extend([Bytes::from_static(b"0"), Bytes::new()]),
-            }
-        }
-        let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_ref()).collect();
-        let ballots = vote(&proxy, eval(DEL_IF, &keys, &argv), Gather::Outcome).await;
-        decide(&proxy, ballots, Box::new(|_, b| quorum_floor(b)))
-    }))
+/// `PX <ms>` of the deadlock guard as text, or `None` when the guard is off.
+fn guard_px(proxy: &Proxy) -> Option<String> {
+    let guard = proxy.config.legacy_guard_ttl_ms();
+    (guard > 0).then(|| itoa::Buffer::new().format(guard).to_owned())
 }
 
 /// `SETNX key value`: 1 when a quorum of masters created the key; otherwise 0, and the value is
@@ -222,12 +191,9 @@ pub fn del_if(
 /// lock's real holder.
 pub fn setnx(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     let (key, value) = (args[1].clone(), args[2].clone());
-    let guard = proxy.config.legacy_guard_ttl_ms();
-    let request = if guard > 0 {
-        let ttl = itoa::Buffer::new().format(guard).to_owned();
-        command(&[b"SET", &key, &value, b"NX", b"PX", ttl.as_bytes()])
-    } else {
-        command(&[b"SETNX", &key, &value])
+    let request = match guard_px(proxy) {
+        Some(ttl) => command(&[b"SET", &key, &value, b"NX", b"PX", ttl.as_bytes()]),
+        None => command(&[b"SETNX", &key, &value]),
     };
     let rule = move |proxy: &Proxy, b: &Ballots| {
         let created = |r: &Reply| r.is_ok() || *r == Reply::Integer(1);
@@ -277,12 +243,9 @@ fn old_value(proxy: &Proxy, b: &Ballots, key: &Bytes, written: Bytes) -> Reply {
 /// `GETSET key value`: written on every master (with the deadlock guard); answers the old
 /// value a quorum agree on, else the value just written (see [`old_value`]).
 pub fn getset(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
-    let guard = proxy.config.legacy_guard_ttl_ms();
-    let request = if guard > 0 {
-        let ttl = itoa::Buffer::new().format(guard).to_owned();
-        command(&[b"SET", &args[1], &args[2], b"PX", ttl.as_bytes(), b"GET"])
-    } else {
-        verbatim(&args)
+    let request = match guard_px(proxy) {
+        Some(ttl) => command(&[b"SET", &args[1], &args[2], b"PX", ttl.as_bytes(), b"GET"]),
+        None => verbatim(&args),
     };
     let (key, written) = (args[1].clone(), args[2].clone());
     forward_with(
@@ -299,10 +262,9 @@ pub fn set(proxy: &Arc<Proxy>, args: Vec<Bytes>, opts: SetOptions) -> Action {
     if let Some(e) = opts.ttl_ms.and_then(|ms| too_long(proxy, ms)) {
         return e.into();
     }
-    let guard = proxy.config.legacy_guard_ttl_ms();
     let mut parts: Vec<&[u8]> = args.iter().map(|a| a.as_ref()).collect();
-    let ttl = itoa::Buffer::new().format(guard).to_owned();
-    if opts.ttl_ms.is_none() && !opts.keep_ttl && guard > 0 {
+    let guard = guard_px(proxy).filter(|_| opts.ttl_ms.is_none() && !opts.keep_ttl);
+    if let Some(ttl) = &guard {
         parts.extend([b"PX".as_slice(), ttl.as_bytes()]);
     }
     let (key, written) = (args[1].clone(), args[2].clone());
@@ -340,13 +302,7 @@ pub fn expire(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     let ms = match name.as_slice() {
         b"expire" => n.saturating_mul(1000),
         b"pexpire" => n,
-        _ => {
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as i64)
-                .unwrap_or(0);
-            n.saturating_sub(now)
-        }
+        _ => n.saturating_sub(super::unix_ms()),
     };
     if let Some(e) = too_long(proxy, ms) {
         return e.into();

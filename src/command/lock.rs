@@ -25,7 +25,7 @@
 //! Every TTL is capped by `max_ttl_ms`: larger requests get an error, never a silent cut.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
@@ -77,17 +77,11 @@ pub fn parse_set(args: &[Bytes]) -> Result<SetOptions, Reply> {
                         "ERR invalid expire time in 'set' command",
                     ));
                 }
-                let now_ms = || {
-                    SystemTime::now()
-                        .duration_since(UNIX_EPOCH)
-                        .map(|d| d.as_millis() as i64)
-                        .unwrap_or(0)
-                };
                 let ms = match opt {
                     b"EX" => n.checked_mul(1000),
                     b"PX" => Some(n),
-                    b"EXAT" => n.checked_mul(1000).map(|at| at - now_ms()),
-                    _ => Some(n - now_ms()),
+                    b"EXAT" => n.checked_mul(1000).map(|at| at - super::unix_ms()),
+                    _ => Some(n - super::unix_ms()),
                 }
                 .ok_or_else(|| Reply::static_error("ERR invalid expire time in 'set' command"))?;
                 o.ttl_ms = Some(ms);
@@ -301,12 +295,12 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
     let mut ballots = vote.decide_by(created).await.clone();
     normalise(&mut ballots, &token, reentrant);
     let mine = |b: &Ballots| b.count(|r| *r == Reply::Bulk(token.clone()));
-    let mut vote = Some(vote);
-    if reentrant && mine(&ballots) > 0 && ballots.count(wrote) < ballots.quorum {
+    // The first round's vote, while answers may still be due (see the refusal below).
+    let unfinished = if reentrant && mine(&ballots) > 0 && ballots.count(wrote) < ballots.quorum {
         // A retry by the same token found the key already its own on some masters: refresh it
         // there (the script answers `[2]`), so the retry is granted with a full TTL rather
         // than refused until the first attempt's keys expire.
-        ballots = vote.take().expect("first round").finish().await;
+        ballots = vote.finish().await;
         normalise(&mut ballots, &token, reentrant);
         let again: Vec<Option<Bytes>> = ballots
             .replies
@@ -321,7 +315,10 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
                 ballots.replies[i] = Some(r);
             }
         }
-    }
+        None
+    } else {
+        Some(vote)
+    };
     let yes = ballots.count(wrote);
     let quorum = ballots.quorum;
     let left = validity(ttl, start.elapsed(), proxy.config.drift_factor);
@@ -338,7 +335,9 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
     debug!(yes, quorum, keys = k, "lock refused");
     Stats::bump(&proxy.stats.denials);
     let refused = answer(op.answer, false, k);
-    if let Some(vote) = vote.filter(|_| reentrant && ballots.replies.iter().any(Option::is_none)) {
+    if let Some(vote) =
+        unfinished.filter(|_| reentrant && ballots.replies.iter().any(Option::is_none))
+    {
         // Decided early, with masters yet to answer. For a reentrant attempt an answer still
         // due tells whether the key there was already this token's (keep it: it may be an
         // earlier grant's) or was created by this attempt (delete it), so the clean-up waits
@@ -603,8 +602,8 @@ mod tests {
 
     #[test]
     fn absolute_expiry_becomes_relative() {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_millis() as i64;
         let o = parse_set(&args(&format!("SET k v NX PXAT {}", now + 5000))).unwrap();

@@ -86,6 +86,9 @@ const fn open(mut s: Spec) -> Spec {
     s
 }
 
+/// Flags Redis reports for `WATCH`, `UNWATCH`, `MULTI` and `DISCARD`.
+const TX: &[&str] = &["noscript", "loading", "stale", "fast"];
+
 const NONE: (i32, i32, i32) = (0, 0, 0);
 const FIRST: (i32, i32, i32) = (1, 1, 1);
 const ALL: (i32, i32, i32) = (1, -1, 1);
@@ -162,27 +165,9 @@ pub static TABLE: &[Spec] = &[
     spec("pexpireat", -3, &["write", "fast"], FIRST, keys::expire),
     spec("ttl", 2, &["readonly", "fast"], FIRST, keys::ttl),
     spec("pttl", 2, &["readonly", "fast"], FIRST, keys::ttl),
-    spec(
-        "watch",
-        -2,
-        &["noscript", "loading", "stale", "fast"],
-        ALL,
-        transaction::watch,
-    ),
-    spec(
-        "unwatch",
-        1,
-        &["noscript", "loading", "stale", "fast"],
-        NONE,
-        transaction::unwatch,
-    ),
-    spec(
-        "multi",
-        1,
-        &["noscript", "loading", "stale", "fast"],
-        NONE,
-        transaction::multi,
-    ),
+    spec("watch", -2, TX, ALL, transaction::watch),
+    spec("unwatch", 1, TX, NONE, transaction::unwatch),
+    spec("multi", 1, TX, NONE, transaction::multi),
     spec(
         "exec",
         1,
@@ -190,13 +175,7 @@ pub static TABLE: &[Spec] = &[
         NONE,
         transaction::exec,
     ),
-    spec(
-        "discard",
-        1,
-        &["noscript", "loading", "stale", "fast"],
-        NONE,
-        transaction::discard,
-    ),
+    spec("discard", 1, TX, NONE, transaction::discard),
     spec(
         "eval",
         -3,
@@ -316,6 +295,14 @@ pub fn parse_int(arg: &[u8]) -> Option<i64> {
         return None;
     }
     s.parse().ok()
+}
+
+/// Wall-clock time in ms since the Unix epoch, for absolute expiries (`EXAT`, `PEXPIREAT`).
+pub fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// `ERR value is not an integer or out of range`.

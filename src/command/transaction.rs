@@ -22,10 +22,21 @@ use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 
+use super::lock::eval;
 use super::{Action, dispatch, keys, lookup};
 use crate::client::Conn;
 use crate::reply::{Reply, command};
 use crate::server::Proxy;
+
+/// Deletes `KEYS[i]` unconditionally when `ARGV[2i-1]` is `0`, or only while it holds
+/// `ARGV[2i]` when that is `1`; answers how many keys it deleted.
+const DEL_IF: &str = "local n = 0 \
+    for i, key in ipairs(KEYS) do \
+      if ARGV[2 * i - 1] == '0' or redis.call('get', key) == ARGV[2 * i] then \
+        n = n + redis.call('del', key) \
+      end \
+    end \
+    return n";
 
 /// A key under `WATCH`.
 #[derive(Debug, Clone)]
@@ -168,17 +179,36 @@ fn queued_action(
     args: Vec<Bytes>,
     watched: &[Watched],
 ) -> Action {
-    let is_del = lookup(&args[0]).is_some_and(|s| s.name == "del");
-    if is_del && args[1..].iter().any(|k| watched.iter().any(|w| w.key == k)) {
-        let expected = args[1..]
+    if lookup(&args[0]).is_some_and(|s| s.name == "del") {
+        let expected: Vec<Option<Watched>> = args[1..]
             .iter()
-            .map(|k| {
-                let w = watched.iter().find(|w| w.key == k).cloned();
-                Box::new(move || w.and_then(|w| w.value()))
-                    as Box<dyn FnOnce() -> Option<Bytes> + Send>
-            })
+            .map(|k| watched.iter().find(|w| w.key == k).cloned())
             .collect();
-        return keys::del_if(proxy, args[1..].to_vec(), expected);
+        if expected.iter().any(Option::is_some) {
+            return del_watched(proxy, args[1..].to_vec(), expected);
+        }
     }
     dispatch(proxy, conn, args)
+}
+
+/// `DEL keys` where a watched key (`expected[i]`) is deleted on each master only while it still
+/// holds the value seen at `WATCH` (read when the command runs, after the `WATCH` read); the
+/// other keys unconditionally. Answers how many keys a quorum deleted.
+fn del_watched(proxy: &Arc<Proxy>, keys: Vec<Bytes>, expected: Vec<Option<Watched>>) -> Action {
+    let ticket = proxy.keylocks.enqueue(&keys);
+    let proxy = proxy.clone();
+    Action::Later(Box::pin(async move {
+        let _held = ticket.ready().await;
+        let mut argv: Vec<Bytes> = Vec::with_capacity(2 * keys.len());
+        for w in &expected {
+            match w.as_ref().and_then(Watched::value) {
+                Some(v) => argv.extend([Bytes::from_static(b"1"), v]),
+                None => argv.extend([Bytes::from_static(b"0"), Bytes::new()]),
+            }
+        }
+        let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_ref()).collect();
+        let request = eval(DEL_IF, &keys, &argv);
+        let ballots = keys::vote(&proxy, request, keys::Gather::Outcome).await;
+        keys::decide(&proxy, ballots, Box::new(|_, b| keys::quorum_floor(b)))
+    }))
 }
