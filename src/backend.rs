@@ -40,7 +40,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior, sleep_until, timeout};
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::reply::{Reply, command};
+use crate::reply::{Reply, ReplyDecoder, command};
 use clock::{ClockWatch, Sample, parse_time};
 pub use health::{MasterInfo, Status};
 
@@ -291,22 +291,50 @@ async fn connect(info: &MasterInfo, settings: &Settings) -> Result<Hello, Refuse
         let sent = Instant::now();
         stream.write_all(&hello).await.map_err(quiet)?;
         let mut buf = BytesMut::with_capacity(8192);
+        let mut decoder = ReplyDecoder::default();
         let mut replies = Vec::new();
         let mut times = Vec::new();
         while replies.len() < asks.len() {
-            if let Some((frame, _, _)) =
-                redis_protocol::resp2::decode::decode_bytes_mut(&mut buf)
-                    .map_err(|e| Refused::Loudly(format!("bad reply: {e:?}")))?
+            if let Some(reply) = decoder
+                .decode(&mut buf)
+                .map_err(|e| Refused::Loudly(format!("bad reply: {e}")))?
             {
-                replies.push(Reply::from_resp2(frame));
+                replies.push(reply);
                 times.push(Instant::now());
                 continue;
             }
-            if stream.read_buf(&mut buf).await.map_err(quiet)? == 0 {
-                return Err(Refused::Quietly(
-                    "connection closed during handshake".into(),
-                ));
-            }
+            read_more(&mut stream, &mut buf).await?;
+        }
+        if replies.iter().any(is_busy) {
+            // A script is running on the master (it answers every other command with BUSY):
+            // this new connection is not the one running it, so it can ask the master to kill
+            // it. Redis refuses (UNKILLABLE) once the script has written; then only the
+            // operator can help (SHUTDOWN NOSAVE), and the log says so.
+            stream
+                .write_all(&command(&[b"SCRIPT", b"KILL"]))
+                .await
+                .map_err(quiet)?;
+            let answer = loop {
+                if let Some(reply) = decoder
+                    .decode(&mut buf)
+                    .map_err(|e| Refused::Loudly(format!("bad reply: {e}")))?
+                {
+                    break reply;
+                }
+                read_more(&mut stream, &mut buf).await?;
+            };
+            return Err(Refused::Loudly(match answer {
+                Reply::Simple(_) => {
+                    "busy running a script (a client's script that does not end): sent SCRIPT \
+                     KILL, which stopped it"
+                        .to_string()
+                }
+                other => format!(
+                    "busy running a script: SCRIPT KILL answered {:?}; a script that has written \
+                     cannot be killed, only the master's operator can stop it (SHUTDOWN NOSAVE)",
+                    other
+                ),
+            }));
         }
         Ok((stream, sent, replies, times))
     };
@@ -368,6 +396,22 @@ async fn connect(info: &MasterInfo, settings: &Settings) -> Result<Hello, Refuse
         persists,
         time,
     })
+}
+
+/// Reads more of the greeting's replies.
+async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<(), Refused> {
+    match stream.read_buf(buf).await {
+        Ok(0) => Err(Refused::Quietly(
+            "connection closed during handshake".into(),
+        )),
+        Ok(_) => Ok(()),
+        Err(e) => Err(Refused::Quietly(e.to_string())),
+    }
+}
+
+/// True for a master's `-BUSY ...` error (a Lua script or function is running).
+fn is_busy(reply: &Reply) -> bool {
+    matches!(reply, Reply::Error(e) if e.starts_with(b"BUSY"))
 }
 
 /// Applies what the greeting told: restart quarantine and the clock baseline.
@@ -588,12 +632,13 @@ async fn read_loop(
 ) -> Ended {
     let stall = settings.stall_timeout;
     let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut decoder = ReplyDecoder::default();
     let mut queue: VecDeque<InFlight> = VecDeque::new();
     // Timed replies waiting for their batch's `TIME`.
     let mut held: Vec<(Pending, Reply)> = Vec::new();
     loop {
         loop {
-            let reply = match Reply::decode_resp2(&mut buf) {
+            let reply = match decoder.decode(&mut buf) {
                 Ok(Some(reply)) => reply,
                 Ok(None) => break,
                 Err(e) => return Ended::Failed(format!("bad reply from master: {e}")),

@@ -40,9 +40,11 @@ pub enum ConfigError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum UnknownScripts {
-    /// Run it on every master; answer only a reply that a majority agree on.
+    /// Run it on every master; answer only a reply that a majority agree on. Unsafe with
+    /// untrusted clients: such a script can run any command on every master (`FLUSHALL`, a loop
+    /// that never ends, keys without a TTL); opt in only when every client is trusted.
     Majority,
-    /// Refuse it with an error.
+    /// Refuse it with an error (the default).
     Reject,
 }
 
@@ -90,8 +92,9 @@ pub struct Config {
     pub max_bulk_len: usize,
     /// Most commands one client may have in flight before the proxy stops reading from it.
     pub max_pipeline: usize,
-    /// Scripts the proxy does not recognise: `majority` runs them everywhere and answers the
-    /// majority reply, `reject` refuses them.
+    /// Scripts the proxy does not recognise: `reject` (the default) refuses them; `majority`
+    /// (unsafe with untrusted clients) runs them on every master and answers the majority reply.
+    /// Lock scripts the proxy recognises work in every mode.
     pub unknown_scripts: UnknownScripts,
     /// Worker threads for the proxy's runtime; 0 means one per CPU core.
     pub threads: usize,
@@ -129,6 +132,13 @@ pub struct Config {
     /// a lock that cannot expire would deadlock forever after a crash, and a TTL the holder
     /// does not know about could expire under it.
     pub default_ttl_ms: u64,
+    /// Unsafe opt-in, off by default. When true, `SET key value NX PX ttl` on a key that already
+    /// holds `value` on the masters counts as a grant (and restarts its TTL) instead of nil, so a
+    /// client that retries after a lost `OK` is not locked out until the TTL ends. Redis answers
+    /// nil there, and libraries whose values are not unique per holder (timestamps such as npm
+    /// `redis-lock`'s `Date.now() + timeout + 1`, host names such as `Redis::DistLock`'s) would
+    /// then get two holders at once. Switch on only when every holder's value is unique.
+    pub set_nx_reentrant: bool,
     /// Deadlock guard (ms): the TTL given to a key that a legacy write would otherwise leave with
     /// no expiry (`SETNX`, `GETSET`, `SET` without `EX`/`PX`/`KEEPTTL`), so a client that dies
     /// between `SETNX` and `EXPIRE` cannot block the resource forever. Keep it longer than any
@@ -203,10 +213,11 @@ impl Default for Config {
             max_clients: 10_000,
             max_bulk_len: 4 * 1024 * 1024,
             max_pipeline: 1024,
-            unknown_scripts: UnknownScripts::Majority,
+            unknown_scripts: UnknownScripts::Reject,
             password: None,
             threads: 0,
             default_ttl_ms: 0,
+            set_nx_reentrant: false,
             legacy_guard_ttl_ms: 300_000,
             legacy_decision: LegacyDecision::Majority,
             scripts: Vec::new(),

@@ -78,26 +78,11 @@ impl Reply {
         }
     }
 
-    /// Decodes the next RESP2 reply from a master, consuming it from `buf`. Returns `Ok(None)`
-    /// when the reply is not complete yet. This hand-written decoder covers every RESP2 shape
-    /// (it measured about ten times cheaper than the general `redis-protocol` decoder on the
-    /// replies of a lock operation); arrays nested deeper than a few levels are handed to
-    /// `redis-protocol`.
+    /// Decodes the next RESP2 reply from a master, consuming it from `buf` (a one-off
+    /// [`ReplyDecoder`]; connections keep one so that a reply arriving in pieces is scanned
+    /// only once). Returns `Ok(None)` when the reply is not complete yet.
     pub fn decode_resp2(buf: &mut BytesMut) -> Result<Option<Reply>, String> {
-        match frame_len(buf, 0, 0) {
-            Ok(Some(n)) => {
-                let frame = buf.split_to(n).freeze();
-                let mut pos = 0;
-                Ok(Some(build(&frame, &mut pos)))
-            }
-            Ok(None) => Ok(None),
-            Err(Deep) => match redis_protocol::resp2::decode::decode_bytes_mut(buf) {
-                Ok(Some((frame, _, _))) => Ok(Some(Reply::from_resp2(frame))),
-                Ok(None) => Ok(None),
-                Err(e) => Err(format!("{e:?}")),
-            },
-            Err(Malformed) => Err("malformed reply".into()),
-        }
+        ReplyDecoder::default().decode(buf)
     }
 
     /// Appends the encoding of this reply to `out`, as RESP3 when `resp3` is set.
@@ -136,14 +121,104 @@ impl Reply {
     }
 }
 
-/// Nesting beyond which [`Reply::decode_resp2`] defers to `redis-protocol`.
-const MAX_DEPTH: usize = 8;
+/// Replies nested deeper than this are not built: the master's reply is replaced by an error
+/// (a script can return a table nested thousands of levels deep; building, encoding and
+/// dropping that recursively would overflow the stack). Every [`Reply`] from a master is
+/// therefore at most this deep, so the recursive encoder and `Drop` stay far from the stack's
+/// limit.
+pub const MAX_REPLY_DEPTH: usize = 32;
 
-enum FrameError {
-    Deep,
-    Malformed,
+/// The error that stands in for a reply nested deeper than [`MAX_REPLY_DEPTH`].
+pub const TOO_DEEP: &str = "ERR redlock-proxy: a master's reply is nested more than 32 levels deep";
+
+/// An incremental RESP2 decoder for one master connection.
+///
+/// A reply is scanned once to find where it ends and how deep it nests (without recursion: a
+/// stack of "elements left" per open array, on the heap), then built. When the reply is not
+/// complete, the scan position is kept, so the next read resumes where this one stopped
+/// instead of scanning from the start again.
+#[derive(Debug, Default)]
+pub struct ReplyDecoder {
+    /// Bytes of the current reply already scanned.
+    pos: usize,
+    /// Elements still expected in each open array, innermost last.
+    open: Vec<i64>,
+    /// The deepest nesting seen in the current reply.
+    deepest: usize,
 }
-use FrameError::{Deep, Malformed};
+
+impl ReplyDecoder {
+    /// Decodes the next complete reply from `buf`, consuming it. `Ok(None)` when more bytes
+    /// are needed (nothing is consumed; the scan resumes on the next call). A malformed reply is
+    /// an error: the connection cannot be resynchronised.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Reply>, String> {
+        let Some(len) = self.scan(buf).map_err(|()| "malformed reply".to_string())? else {
+            return Ok(None);
+        };
+        let deepest = std::mem::take(&mut self.deepest);
+        self.pos = 0;
+        let frame = buf.split_to(len).freeze();
+        if deepest > MAX_REPLY_DEPTH {
+            return Ok(Some(Reply::static_error(TOO_DEEP)));
+        }
+        Ok(Some(build(&frame)))
+    }
+
+    /// Advances the scan; returns the length of the reply once it is complete.
+    fn scan(&mut self, buf: &[u8]) -> Result<Option<usize>, ()> {
+        loop {
+            let pos = self.pos;
+            let Some(&kind) = buf.get(pos) else {
+                return Ok(None);
+            };
+            let Some(end) = crlf(buf, pos + 1) else {
+                return Ok(None);
+            };
+            let after = end + 2;
+            match kind {
+                b'+' | b'-' | b':' => self.pos = after,
+                b'$' => {
+                    let n = number(&buf[pos + 1..end])?;
+                    if n < 0 {
+                        self.pos = after;
+                    } else {
+                        let stop = after
+                            .checked_add(n as usize)
+                            .and_then(|s| s.checked_add(2))
+                            .ok_or(())?;
+                        if buf.len() < stop {
+                            return Ok(None);
+                        }
+                        self.pos = stop;
+                    }
+                }
+                b'*' => {
+                    let n = number(&buf[pos + 1..end])?;
+                    self.pos = after;
+                    if n > 0 {
+                        self.open.push(n);
+                        self.deepest = self.deepest.max(self.open.len());
+                        continue;
+                    }
+                }
+                _ => return Err(()),
+            }
+            // One element is complete: close every array it completes.
+            loop {
+                match self.open.last_mut() {
+                    None => return Ok(Some(self.pos)),
+                    Some(left) => {
+                        *left -= 1;
+                        if *left > 0 {
+                            break;
+                        }
+                        self.open.pop();
+                    }
+                }
+            }
+        }
+    }
+}
 
 /// End of the `\r\n`-terminated line starting at `from` (index of `\r`), if complete.
 fn crlf(buf: &[u8], from: usize) -> Option<usize> {
@@ -151,86 +226,75 @@ fn crlf(buf: &[u8], from: usize) -> Option<usize> {
     Some(nl.saturating_sub(1).max(from))
 }
 
-fn number(digits: &[u8]) -> Result<i64, FrameError> {
+fn number(digits: &[u8]) -> Result<i64, ()> {
     let (negative, digits) = match digits.split_first() {
         Some((b'-', rest)) => (true, rest),
         _ => (false, digits),
     };
     if digits.is_empty() {
-        return Err(Malformed);
+        return Err(());
     }
     let mut n: i64 = 0;
     for &d in digits {
         if !d.is_ascii_digit() {
-            return Err(Malformed);
+            return Err(());
         }
         n = n
             .checked_mul(10)
             .and_then(|n| n.checked_add(i64::from(d - b'0')))
-            .ok_or(Malformed)?;
+            .ok_or(())?;
     }
     Ok(if negative { -n } else { n })
 }
 
-/// Length of the complete frame starting at `pos`, `None` when incomplete.
-fn frame_len(buf: &[u8], pos: usize, depth: usize) -> Result<Option<usize>, FrameError> {
-    let Some(&kind) = buf.get(pos) else {
-        return Ok(None);
-    };
-    let Some(end) = crlf(buf, pos + 1) else {
-        return Ok(None);
-    };
-    let after = end + 2;
-    match kind {
-        b'+' | b'-' | b':' => Ok(Some(after - pos)),
-        b'$' => {
-            let n = number(&buf[pos + 1..end])?;
-            if n < 0 {
-                return Ok(Some(after - pos));
-            }
-            let stop = after + n as usize + 2;
-            Ok((buf.len() >= stop).then_some(stop - pos))
-        }
-        b'*' => {
-            if depth >= MAX_DEPTH {
-                return Err(Deep);
-            }
-            let n = number(&buf[pos + 1..end])?;
-            let mut at = after;
-            for _ in 0..n.max(0) {
-                match frame_len(buf, at, depth + 1)? {
-                    Some(len) => at += len,
-                    None => return Ok(None),
+/// Builds the reply of a frame already scanned (complete, well formed, at most
+/// [`MAX_REPLY_DEPTH`] deep), without recursion.
+fn build(frame: &Bytes) -> Reply {
+    // Arrays under construction, innermost last, each with the elements it still expects.
+    let mut open: Vec<(Vec<Reply>, usize)> = Vec::new();
+    let mut pos = 0;
+    loop {
+        let kind = frame[pos];
+        let end = crlf(frame, pos + 1).unwrap_or(frame.len());
+        let text = frame.slice(pos + 1..end);
+        pos = end + 2;
+        let mut done = match kind {
+            b'+' => Reply::Simple(text),
+            b'-' => Reply::Error(text),
+            b':' => Reply::Integer(number(&text).unwrap_or(0)),
+            b'$' => match number(&text).unwrap_or(-1) {
+                n if n < 0 => Reply::Nil,
+                n => {
+                    let data = frame.slice(pos..pos + n as usize);
+                    pos += n as usize + 2;
+                    Reply::Bulk(data)
                 }
+            },
+            _ => match number(&text).unwrap_or(-1) {
+                n if n < 0 => Reply::Nil,
+                0 => Reply::Array(Vec::new()),
+                n => {
+                    // Pre-size only modestly: the count is the master's claim.
+                    let n = n as usize;
+                    open.push((Vec::with_capacity(n.min(64)), n));
+                    continue;
+                }
+            },
+        };
+        loop {
+            let Some((items, left)) = open.last_mut() else {
+                return done;
+            };
+            items.push(done);
+            *left -= 1;
+            if *left > 0 {
+                break;
             }
-            Ok(Some(at - pos))
+            let Some((items, _)) = open.pop() else {
+                unreachable!("an open array was just seen")
+            };
+            done = Reply::Array(items);
         }
-        _ => Err(Malformed),
-    }
-}
-
-/// Builds the reply of a frame already known to be complete and well formed.
-fn build(frame: &Bytes, pos: &mut usize) -> Reply {
-    let kind = frame[*pos];
-    let end = crlf(frame, *pos + 1).unwrap_or(frame.len());
-    let text = frame.slice(*pos + 1..end);
-    *pos = end + 2;
-    match kind {
-        b'+' => Reply::Simple(text),
-        b'-' => Reply::Error(text),
-        b':' => Reply::Integer(number(&text).unwrap_or(0)),
-        b'$' => match number(&text).unwrap_or(-1) {
-            n if n < 0 => Reply::Nil,
-            n => {
-                let data = frame.slice(*pos..*pos + n as usize);
-                *pos += n as usize + 2;
-                Reply::Bulk(data)
-            }
-        },
-        _ => match number(&text).unwrap_or(-1) {
-            n if n < 0 => Reply::Nil,
-            n => Reply::Array((0..n).map(|_| build(frame, pos)).collect()),
-        },
     }
 }
 
@@ -355,6 +419,59 @@ mod tests {
             Ok(Some(Reply::Array(_)))
         ));
         assert!(Reply::decode_resp2(&mut BytesMut::from(&b"?\r\n"[..])).is_err());
+    }
+
+    #[test]
+    fn replies_nested_beyond_the_cap_become_an_error_without_recursion() {
+        // What `EVAL "local t={} local c=t for i=1,7000 do ... end return t" 0` makes a master
+        // send (it overflowed the stack before), followed by a normal reply.
+        let mut wire = b"*1\r\n".repeat(200_000);
+        wire.extend_from_slice(b":1\r\n+OK\r\n");
+        let mut buf = BytesMut::from(&wire[..]);
+        assert_eq!(
+            Reply::decode_resp2(&mut buf),
+            Ok(Some(Reply::static_error(TOO_DEEP)))
+        );
+        assert_eq!(Reply::decode_resp2(&mut buf), Ok(Some(Reply::ok())));
+        // Exactly at the cap it is still a reply.
+        let mut wire = b"*1\r\n".repeat(MAX_REPLY_DEPTH);
+        wire.extend_from_slice(b":1\r\n");
+        let reply = Reply::decode_resp2(&mut BytesMut::from(&wire[..]))
+            .unwrap()
+            .unwrap();
+        let mut depth = 0;
+        let mut at = &reply;
+        while let Reply::Array(items) = at {
+            depth += 1;
+            at = &items[0];
+        }
+        assert_eq!((depth, at), (MAX_REPLY_DEPTH, &Reply::Integer(1)));
+    }
+
+    #[test]
+    fn a_reply_arriving_in_pieces_resumes_its_scan() {
+        let wire = b"*3\r\n$5\r\nhello\r\n*2\r\n:1\r\n:2\r\n$-1\r\n+OK\r\n";
+        let mut decoder = ReplyDecoder::default();
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for &byte in wire.iter() {
+            buf.extend_from_slice(&[byte]);
+            while let Some(r) = decoder.decode(&mut buf).unwrap() {
+                got.push(r);
+            }
+        }
+        assert_eq!(
+            got,
+            vec![
+                Reply::Array(vec![
+                    Reply::bulk("hello"),
+                    Reply::Array(vec![Reply::Integer(1), Reply::Integer(2)]),
+                    Reply::Nil,
+                ]),
+                Reply::ok()
+            ]
+        );
+        assert!(buf.is_empty());
     }
 
     #[test]

@@ -650,13 +650,16 @@ pub fn recognise(body: &[u8]) -> Meaning {
 // The proxy's canonical scripts, run on the masters.
 
 /// Acquire: `KEYS` = the keys, `ARGV` = token, TTL ms, `"1"` to accept keys that already hold
-/// the token. All or nothing: answers 0 when it wrote nothing, else one code per key: 1 created,
-/// 2 already held the token (TTL reset), so a refused attempt can undo exactly what it created.
+/// the token. All or nothing: answers 0 when it wrote nothing (-1 when the key that stopped it
+/// holds the token itself, so a refused attempt knows a grant of its value may exist there),
+/// else one code per key: 1 created, 2 already held the token (TTL reset), so a refused attempt
+/// can undo exactly what it created.
 pub const ACQUIRE: &str = "local done = {} \
     for i, key in ipairs(KEYS) do \
       local v = redis.call('get', key) \
       if v == false then done[i] = 1 \
       elseif ARGV[3] == '1' and v == ARGV[1] then done[i] = 2 \
+      elseif v == ARGV[1] then return -1 \
       else return 0 end \
     end \
     for i, key in ipairs(KEYS) do redis.call('set', key, ARGV[1], 'px', ARGV[2]) end \

@@ -591,6 +591,9 @@ async fn a_client_retrying_with_its_token_after_lost_replies_gets_its_lock_once(
     let fx = front(&addrs_of(&ms)).await;
     let mut config = fault_config(&fault_addrs(&fx));
     config.quarantine = false;
+    // The opt-in that makes a same-token retry the same holder (off by default: Redis answers
+    // nil); this test checks that mode stays safe under lost replies.
+    config.set_nx_reentrant = true;
     // No probes whose replies the fault could swallow instead, and reconnects slow enough
     // that the refused attempt's roll-back finds every master still down.
     config.probe_interval_ms = 60_000;
@@ -636,6 +639,7 @@ async fn a_refused_retry_leaves_the_earlier_grant_of_its_token_alone() {
     let fx = front(&addrs_of(&ms)).await;
     let mut config = fault_config(&fault_addrs(&fx));
     config.quarantine = false;
+    config.set_nx_reentrant = true;
     let p = proxy(config).await.to_string();
     wait_trusted(&p, 3, SETTLE).await;
     let mut c = Client::connect(&p).await;

@@ -122,31 +122,86 @@ async fn majority_killed_refuses_and_leaves_no_stray_keys() {
     }
 }
 
+/// `(value on each master, PTTL on each master)` of `key`.
+async fn state_on(ms: &[Master], key: &str) -> (Vec<Option<String>>, Vec<Reply>) {
+    let mut ttls = Vec::new();
+    for m in ms {
+        ttls.push(m.client().await.cmd(&["PTTL", key]).await);
+    }
+    (values_on(ms, key).await, ttls)
+}
+
 #[tokio::test]
-async fn a_retry_with_the_same_token_is_granted_again_and_keeps_the_lock() {
+async fn a_second_set_nx_with_the_same_value_is_refused_as_redis_does() {
+    // One plain redis-server is the reference.
+    let reference = Master::start();
+    let mut one = reference.client().await;
     let ms = masters(3);
     let p = proxy_for(&ms).await.to_string();
     let mut c = Client::connect(&p).await;
-    assert_eq!(
-        c.cmd(&["SET", "same", "tok", "NX", "PX", "10000"]).await,
-        Reply::ok()
-    );
-    // A retry by the same token (say its first reply was lost) is the same holder: it is
-    // granted again rather than locked out until the TTL runs out. Another token is not.
-    assert_eq!(
-        c.cmd(&["SET", "same", "tok", "NX", "PX", "10000"]).await,
-        Reply::ok()
-    );
-    assert_eq!(
-        c.cmd(&["SET", "same", "other", "NX", "PX", "10000"]).await,
-        nil()
-    );
-    let held = values_on(&ms, "same").await;
-    assert_eq!(
-        held.iter().filter(|v| v.as_deref() == Some("tok")).count(),
-        3,
-        "{held:?}"
-    );
+    for client in [&mut one, &mut c] {
+        assert_eq!(
+            client
+                .raw(&["SET", "same", "v1", "NX", "PX", "10000"])
+                .await,
+            "+OK\r\n"
+        );
+        // Redis: the key exists, so nil, even though it holds the caller's own value.
+        assert_eq!(
+            client
+                .raw(&["SET", "same", "v1", "NX", "PX", "10000"])
+                .await,
+            "$-1\r\n"
+        );
+        assert_eq!(
+            client.raw(&["set", "same", "v1", "nx", "ex", "10"]).await,
+            "$-1\r\n"
+        );
+    }
+    // The refused attempts changed nothing: the first grant's value and TTL stay.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (values, ttls) = state_on(&ms, "same").await;
+    assert_eq!(values, vec![Some("v1".to_string()); 3]);
+    for t in ttls {
+        assert!(
+            matches!(t, Reply::Integer(t) if t > 0 && t <= 9_800),
+            "TTL was restarted by a refused SET NX: {t:?}"
+        );
+    }
+}
+
+/// Two clients whose values are not unique per holder (npm `redis-lock` uses a timestamp,
+/// `Redis::DistLock` a host name) race for one lock with the same value, 50 rounds: exactly one
+/// may be granted each round. With the unsafe `set_nx_reentrant` switched on (the negative
+/// control) both are.
+#[tokio::test]
+async fn two_callers_with_the_same_value_never_both_hold_the_lock() {
+    let ms = masters(3);
+    for reentrant in [false, true] {
+        let addrs: Vec<String> = ms.iter().map(|m| m.addr()).collect();
+        let refs: Vec<&str> = addrs.iter().map(|s| s.as_str()).collect();
+        let mut config = config_for(&refs);
+        config.set_nx_reentrant = reentrant;
+        let p = proxy(config).await.to_string();
+        let (mut a, mut b) = (Client::connect(&p).await, Client::connect(&p).await);
+        let mut both = 0;
+        for round in 0..50 {
+            let key = format!("dup:{reentrant}:{round}");
+            let value = "1700000000123";
+            let set = ["SET", key.as_str(), value, "NX", "PX", "10000"];
+            let (ra, rb) = tokio::join!(a.cmd(&set), b.cmd(&set));
+            let granted = [ra, rb].iter().filter(|r| **r == Reply::ok()).count();
+            assert!(granted >= 1, "round {round}: nobody granted");
+            if granted == 2 {
+                both += 1;
+            }
+        }
+        if reentrant {
+            assert_eq!(both, 50, "the negative control must grant both callers");
+        } else {
+            assert_eq!(both, 0, "two holders of one lock");
+        }
+    }
 }
 
 /// A listener that accepts connections and never answers.

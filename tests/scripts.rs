@@ -171,7 +171,8 @@ async fn script_command_errors_read_like_redis() {
 #[tokio::test]
 async fn masters_that_forget_their_scripts_never_cause_noscript() {
     let mut ms = masters(3);
-    let p = proxy_for(&ms).await.to_string();
+    // Unknown scripts allowed, so the plain one below runs too.
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Majority).await;
     let mut c = Client::connect(&p).await;
     let extend = lua("redispy_extend");
     let release = lua("redispy_release");
@@ -504,9 +505,9 @@ async fn the_ttl_cap_and_the_default_ttl() {
 }
 
 #[tokio::test]
-async fn unknown_scripts_need_a_majority_or_are_rejected_in_strict_mode() {
+async fn unknown_scripts_are_rejected_by_default_and_need_a_majority_when_allowed() {
     let ms = masters(3);
-    let p = proxy_for(&ms).await.to_string();
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Majority).await;
     let mut c = Client::connect(&p).await;
     assert_eq!(c.raw(&["EVAL", "return 7", "0"]).await, ":7\r\n");
     // Two masters agree, one differs: the majority answer.
@@ -522,8 +523,8 @@ async fn unknown_scripts_need_a_majority_or_are_rejected_in_strict_mode() {
         no_majority.starts_with("-ERR") && no_majority.contains("majority"),
         "{no_majority}"
     );
-    // Strict mode refuses what it does not understand, and still runs lock scripts.
-    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    // The default refuses what it does not understand, and still runs lock scripts.
+    let p = proxy_for(&ms).await.to_string();
     let mut c = Client::connect(&p).await;
     let refused = c.raw(&["EVAL", "return 7", "0"]).await;
     assert!(
@@ -629,9 +630,9 @@ async fn set_forms_lock_owners_use() {
         let mut args = vec!["SET", &key, "tok"];
         args.extend(&form);
         assert_eq!(c.cmd(&args).await, Reply::ok(), "{form:?}");
-        // A retry with the same token is the same holder (granted again, TTL renewed);
-        // another token is refused.
-        assert_eq!(c.cmd(&args).await, Reply::ok(), "{form:?} again");
+        // As on one Redis, a second SET NX is refused whatever its value (the caller's own
+        // included); another token is refused too.
+        assert_eq!(c.cmd(&args).await, Reply::Nil, "{form:?} again");
         let mut other = args.clone();
         other[2] = "other";
         assert_eq!(c.cmd(&other).await, Reply::Nil, "{form:?} by another token");
@@ -684,4 +685,115 @@ async fn redlock_rb_reads_what_a_majority_hold() {
         c.raw(&["EVAL", &pttl, "1", "rb:k"]).await,
         "*2\r\n$-1\r\n:-2\r\n"
     );
+}
+
+/// A script that returns a table nested 7,000 levels deep. The masters send it; decoding,
+/// converting, encoding or dropping it recursively overflowed the proxy's stack and aborted the
+/// process (every client lost).
+const DEEP: &str = "local t={} local c=t for i=1,7000 do local n={} c[1]=n c=n end c[1]=1 return t";
+
+#[tokio::test]
+async fn a_deeply_nested_script_reply_is_an_error_not_a_crash() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Majority).await;
+    let mut bystander = Client::connect(&p).await;
+    let mut c = Client::connect(&p).await;
+    assert_eq!(
+        c.raw(&["EVAL", DEEP, "0"]).await,
+        "-ERR redlock-proxy: a master's reply is nested more than 32 levels deep\r\n"
+    );
+    // The process is alive, this connection and everyone else's too.
+    assert_eq!(c.raw(&["PING"]).await, "+PONG\r\n");
+    assert_eq!(
+        bystander
+            .cmd(&["SET", "deep:l", "t", "NX", "PX", "5000"])
+            .await,
+        Reply::ok()
+    );
+    // In the default mode the script never reaches a master.
+    let p = proxy_for(&ms).await.to_string();
+    let refused = Client::connect(&p).await.raw(&["EVAL", DEEP, "0"]).await;
+    assert!(refused.contains("unknown_scripts"), "{refused}");
+}
+
+/// Masters that start answering `BUSY` after 300 ms of a running script (Redis's default is 5 s).
+fn busy_masters(n: usize) -> Vec<Master> {
+    (0..n)
+        .map(|_| Master::start_with(&["--busy-reply-threshold", "300"]))
+        .collect()
+}
+
+/// Tries to take `key` every 100 ms for up to `within`; true when granted.
+async fn lock_within(p: &str, key: &str, within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if let Some(mut c) = Client::try_connect(p).await
+            && c.cmd(&["SET", key, "t", "NX", "PX", "5000"]).await == Reply::ok()
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn masters_busy_with_an_endless_script_are_recovered_by_the_proxy() {
+    let ms = busy_masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Majority).await;
+    let mut c = Client::connect(&p).await;
+    // Every master runs it; none answers in time.
+    let r = c.raw(&["EVAL", "while true do end", "0"]).await;
+    assert!(r.starts_with('-'), "{r}");
+    // The proxy notices the stall, reconnects, sees BUSY and sends SCRIPT KILL: locks work
+    // again without anyone's help.
+    assert!(
+        lock_within(&p, "busy:l", Duration::from_secs(8)).await,
+        "masters still busy"
+    );
+    for m in &ms {
+        assert_eq!(m.client().await.raw(&["PING"]).await, "+PONG\r\n");
+    }
+    // The control: a script that wrote before looping cannot be killed (Redis answers
+    // UNKILLABLE), and then nothing recovers: the check above would have seen it.
+    let r = c
+        .raw(&[
+            "EVAL",
+            "redis.call('set', KEYS[1], 1) while true do end",
+            "1",
+            "w",
+        ])
+        .await;
+    assert!(r.starts_with('-'), "{r}");
+    assert!(!lock_within(&p, "busy:m", Duration::from_secs(3)).await);
+}
+
+#[tokio::test]
+async fn by_default_no_client_script_can_touch_what_it_did_not_name() {
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut c = Client::connect(&p).await;
+    assert_eq!(
+        c.cmd(&["SET", "victim", "t", "NX", "PX", "10000"]).await,
+        Reply::ok()
+    );
+    for script in [
+        "return redis.call('flushall')",
+        "return redis.call('del', 'victim')",
+        "return redis.call('set', KEYS[1], 'x')",
+        "return redis.call('keys', '*')",
+        "return redis.call('select', 1)",
+        "while true do end",
+    ] {
+        let r = c.raw(&["EVAL", script, "1", "k"]).await;
+        assert!(
+            r.starts_with("-ERR redlock-proxy does not know what script"),
+            "{script}: {r}"
+        );
+    }
+    assert_eq!(
+        values_on(&ms, "victim").await,
+        vec![Some("t".to_string()); 3]
+    );
+    assert_eq!(values_on(&ms, "k").await, vec![None, None, None]);
 }

@@ -139,15 +139,20 @@ pub struct LockOp {
     pub answer: Answer,
 }
 
-/// Runs a Redlock acquisition of `key` for `token` with `ttl_ms`; answers `OK` or nil. A
-/// retry with the same token (its first reply was lost, or its first attempt failed after
-/// writing) is the same holder: a key that already holds the token counts as free and gets the
-/// new TTL, so the client neither locks itself out until the TTL ends nor holds two grants.
+/// Runs a Redlock acquisition of `key` for `token` with `ttl_ms`; answers `OK` or nil, exactly
+/// as `SET key token NX PX ttl` on one Redis: nil whenever the key exists on a quorum, whatever
+/// its value. Only with the unsafe opt-in `set_nx_reentrant` does a key that already holds the
+/// token count as free (and get the new TTL).
 pub fn acquire(proxy: &Arc<Proxy>, key: Bytes, token: Bytes, ttl_ms: i64) -> Action {
+    let op = if proxy.config.set_nx_reentrant {
+        Op::AcquireOrRefresh
+    } else {
+        Op::Acquire
+    };
     run(
         proxy,
         LockOp {
-            op: Op::AcquireOrRefresh,
+            op,
             keys: vec![key],
             token,
             ttl_ms,
@@ -293,7 +298,7 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
     let token = op.token.clone();
     let created = |r: &Reply| matches!(r, Reply::Nil | Reply::Array(_));
     let mut ballots = vote.decide_by(created).await.clone();
-    normalise(&mut ballots, &token, reentrant);
+    normalise(&mut ballots, &token);
     let mine = |b: &Ballots| b.count(|r| *r == Reply::Bulk(token.clone()));
     // The first round's vote, while answers may still be due (see the refusal below).
     let unfinished = if reentrant && mine(&ballots) > 0 && ballots.count(wrote) < ballots.quorum {
@@ -301,7 +306,7 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
         // there (the script answers `[2]`), so the retry is granted with a full TTL rather
         // than refused until the first attempt's keys expire.
         ballots = vote.finish().await;
-        normalise(&mut ballots, &token, reentrant);
+        normalise(&mut ballots, &token);
         let again: Vec<Option<Bytes>> = ballots
             .replies
             .iter()
@@ -335,17 +340,19 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
     debug!(yes, quorum, keys = k, "lock refused");
     Stats::bump(&proxy.stats.denials);
     let refused = answer(op.answer, false, k);
-    if let Some(vote) =
-        unfinished.filter(|_| reentrant && ballots.replies.iter().any(Option::is_none))
-    {
-        // Decided early, with masters yet to answer. For a reentrant attempt an answer still
-        // due tells whether the key there was already this token's (keep it: it may be an
-        // earlier grant's) or was created by this attempt (delete it), so the clean-up waits
-        // for those answers (until the node deadline). The client has its answer now; the
-        // keys stay held until the clean-up is queued.
+    if let Some(vote) = unfinished.filter(|_| {
+        ballots.replies.iter().any(Option::is_none) && earlier_grant_possible(&ballots, &op)
+    }) {
+        // Decided early, with masters yet to answer, and a valid grant of this very value may
+        // exist (some master reported the key already holding it: an earlier grant of this
+        // client's, or another holder whose value is the same, such as a timestamp). An answer
+        // still due tells whether the key there was created by this attempt (delete it) or
+        // was already there (keep it), so the clean-up waits for those answers (until the node
+        // deadline). The client has its answer now; the keys stay held until the clean-up is
+        // queued.
         tokio::spawn(async move {
             let mut ballots = vote.finish().await;
-            normalise(&mut ballots, &op.token, reentrant);
+            normalise(&mut ballots, &op.token);
             roll_back(&proxy, &ballots, &op);
             drop(held);
         });
@@ -360,16 +367,13 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
     refused
 }
 
-/// Rewrites `SET NX GET` answers as [`ACQUIRE`] answers (see [`codes`]); for an acquisition
-/// that is not reentrant, the caller's own token counts as taken.
-fn normalise(ballots: &mut Ballots, token: &[u8], reentrant: bool) {
+/// Rewrites `SET NX GET` answers as [`ACQUIRE`] answers (see [`codes`]). A key that already
+/// held the caller's token stays `Bulk(token)`: not a "yes" (only a reentrant attempt turns it
+/// into one, in a second round), but a sign that a grant of this value may exist.
+fn normalise(ballots: &mut Ballots, token: &[u8]) {
     for r in ballots.replies.iter_mut() {
         if let Some(reply) = r.take() {
-            let c = codes(reply, token);
-            *r = Some(match c {
-                Reply::Bulk(_) if !reentrant => Reply::Integer(0),
-                c => c,
-            });
+            *r = Some(codes(reply, token));
         }
     }
 }
@@ -381,7 +385,7 @@ fn normalise(ballots: &mut Ballots, token: &[u8], reentrant: bool) {
 /// earlier grant of this token may live there (see [`earlier_grant_possible`]); then what the
 /// attempt may have created there is left to expire with its TTL.
 fn roll_back(proxy: &Proxy, ballots: &Ballots, op: &LockOp) {
-    let reentrant = op.op == Op::AcquireOrRefresh && earlier_grant_possible(ballots, op);
+    let keep_unknown = earlier_grant_possible(ballots, op);
     let mut sent = false;
     for (i, m) in proxy.masters.iter().enumerate() {
         let keys: Vec<&Bytes> = match &ballots.replies[i] {
@@ -394,7 +398,7 @@ fn roll_back(proxy: &Proxy, ballots: &Ballots, op: &LockOp) {
                 .map(|(key, _)| key)
                 .collect(),
             Some(_) => continue,
-            None if ballots.may_have_run(i) && !reentrant => op.keys.iter().collect(),
+            None if ballots.may_have_run(i) && !keep_unknown => op.keys.iter().collect(),
             None => continue,
         };
         if !keys.is_empty() {
@@ -407,23 +411,26 @@ fn roll_back(proxy: &Proxy, ballots: &Ballots, op: &LockOp) {
     }
 }
 
-/// Whether a still valid earlier grant of this token may hold the key on a master whose outcome
-/// is unknown, so that deleting the token there could take that grant's key away.
+/// Whether a still valid grant of this very token may hold the key on a master whose outcome
+/// is unknown, so that deleting the token there could take that grant's key away. The grant
+/// may be an earlier one of this client's, or another holder's whose value happens to be the
+/// same (libraries that use timestamps or host names as values).
 ///
 /// A valid grant holds its key on a quorum of masters. For one key, every trusted master that
-/// answered a reentrant attempt would have reported such a key as "already mine" (code 2). So
-/// when no answer says 2 and the masters that gave no counted answer are fewer than a quorum,
-/// no valid earlier grant exists, and the unknown masters can be cleaned up like any others.
-/// With several keys a master stops at the first key taken by someone else without reporting
-/// the rest, so nothing can be concluded.
+/// answered reported such a key as already holding the token (`SET NX GET` names the value;
+/// [`ACQUIRE`] answers 2 or -1). So when no answer says so and the masters that gave no counted
+/// answer are fewer than a quorum, no valid grant of this token exists, and the unknown masters
+/// can be cleaned up like any others. With several keys a master stops at the first key taken
+/// by someone else without reporting the rest, so nothing can be concluded.
 fn earlier_grant_possible(ballots: &Ballots, op: &LockOp) -> bool {
-    let renewed = ballots
-        .replies
-        .iter()
-        .flatten()
-        .any(|r| matches!(r, Reply::Array(codes) if codes.contains(&Reply::Integer(2))));
+    let same_value = ballots.replies.iter().flatten().any(|r| match r {
+        Reply::Array(codes) => codes.contains(&Reply::Integer(2)),
+        Reply::Bulk(v) => *v == op.token,
+        Reply::Integer(n) => *n == -1,
+        _ => false,
+    });
     let unknown = ballots.replies.iter().filter(|r| r.is_none()).count();
-    op.keys.len() > 1 || renewed || unknown >= ballots.quorum
+    op.keys.len() > 1 || same_value || unknown >= ballots.quorum
 }
 
 async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
