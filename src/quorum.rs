@@ -114,7 +114,10 @@ impl Ballots {
     /// was sent the request and has not answered (a timed-out or cut-off request may still have
     /// run).
     pub fn may_have_run(&self, i: usize) -> bool {
-        self.failed[i] != Some(BackendError::Down)
+        !matches!(
+            self.failed[i],
+            Some(BackendError::Down | BackendError::Overloaded)
+        )
     }
 
     /// Which masters answered with `reply`.

@@ -23,6 +23,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use tracing::warn;
+
+use super::health::MasterInfo;
 use crate::reply::Reply;
 
 /// One reading of a master's clock.
@@ -153,6 +156,41 @@ pub fn parse_time(reply: &Reply) -> Option<i64> {
         _ => None,
     };
     field(0)?.checked_mul(1_000_000)?.checked_add(field(1)?)
+}
+
+/// Checks one `TIME` reading; on a jump (or no reading) the master's clock is distrusted.
+/// Returns true when the reading is consistent.
+pub(super) fn judge(
+    info: &MasterInfo,
+    watch: &mut ClockWatch,
+    distrust_for: Duration,
+    reading: Result<Sample, Reply>,
+) -> bool {
+    match reading {
+        Ok(sample) => match watch.observe(sample) {
+            Ok(()) => true,
+            Err(jump) => {
+                info.distrust_clock(distrust_for);
+                warn!(
+                    jump_ms = jump.by_ms,
+                    over_ms = jump.over_ms,
+                    distrust_ms = distrust_for.as_millis() as u64,
+                    status = "clock-suspect",
+                    "master clock jumped: its votes do not count until it has been steady for the window"
+                );
+                false
+            }
+        },
+        Err(reply) => {
+            info.distrust_clock(distrust_for);
+            warn!(
+                reply = ?reply,
+                status = "clock-suspect",
+                "master did not answer TIME, so its clock cannot be watched (set clock_watch = false if TIME is disabled)"
+            );
+            false
+        }
+    }
 }
 
 #[cfg(test)]

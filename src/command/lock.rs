@@ -341,14 +341,15 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
     Stats::bump(&proxy.stats.denials);
     let refused = answer(op.answer, false, k);
     if let Some(vote) = unfinished.filter(|_| {
-        ballots.replies.iter().any(Option::is_none) && earlier_grant_possible(&ballots, &op)
+        ballots.replies.iter().any(Option::is_none)
+            && (reentrant || earlier_grant_possible(&ballots, &op))
     }) {
-        // Decided early, with masters yet to answer, and a valid grant of this very value may
-        // exist (some master reported the key already holding it: an earlier grant of this
-        // client's, or another holder whose value is the same, such as a timestamp). An answer
-        // still due tells whether the key there was created by this attempt (delete it) or
-        // was already there (keep it), so the clean-up waits for those answers (until the node
-        // deadline). The client has its answer now; the keys stay held until the clean-up is
+        // Decided early, with masters yet to answer, and the key may already hold this very
+        // value there: the attempt is reentrant, or some master reported the key holding it (an
+        // earlier grant of this client's, or another holder whose value is the same, such as a
+        // timestamp). An answer still due tells whether the key there was created by this
+        // attempt (delete it) or was already there (keep it), so the clean-up waits for those
+        // answers (until the node deadline). The client has its answer now; the keys stay held until the clean-up is
         // queued.
         tokio::spawn(async move {
             let mut ballots = vote.finish().await;

@@ -1,8 +1,12 @@
 //! One long-lived, pipelined connection per master, shared by every client, and the master's
 //! health: up or down, restart quarantine, and clock watch.
 //!
-//! A [`Backend`] is a cheap, cloneable handle. Requests go into an unbounded channel together
-//! with where the reply should be delivered; a driver task owns the socket. The driver writes
+//! A [`Backend`] is a cheap, cloneable handle. Requests go into a bounded queue
+//! ([`QUEUE_LIMIT`]; a master that falls that far behind fails further requests at once)
+//! together with where the reply should be delivered; a driver task owns the socket. The
+//! driver is three pieces: this module (the handle, the reconnect loop), `handshake` (the
+//! greeting on every connect) and `io` (the reader and writer), the last two generic over any
+//! `AsyncRead + AsyncWrite` stream and unit-tested over `tokio::io::duplex`. The driver writes
 //! everything queued in one go and hands each request's reply slot to a reader in the same
 //! order, so queue order is wire order and replies are matched first-in, first-out. Reading
 //! and writing run concurrently, so proxy and master can never block each other on full buffers.
@@ -25,24 +29,25 @@
 //!   for requests sent with [`Backend::send_timed`], in the same round trip as the request.
 
 pub mod clock;
+mod handshake;
 pub mod health;
+mod io;
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use thiserror::Error;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
-use tokio::time::{Instant, MissedTickBehavior, sleep_until, timeout};
+use tokio::time::{Instant, sleep_until};
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::reply::{Reply, ReplyDecoder, command};
-use clock::{ClockWatch, Sample, parse_time};
+use crate::reply::{Reply, command};
+use clock::ClockWatch;
+pub use handshake::info_field;
+use handshake::{Refused, admit, connect};
 pub use health::{MasterInfo, Status};
+use io::{Ended, serve};
 
 /// Why a master's reply does not count.
 #[derive(Debug, Clone, Copy, Error, PartialEq, Eq)]
@@ -60,6 +65,9 @@ pub enum BackendError {
     /// The master answered, but it is quarantined or clock-suspect, so its reply is no vote.
     #[error("master is excluded from the quorum")]
     Excluded,
+    /// The master's queue is full; the request was not sent.
+    #[error("master is overloaded")]
+    Overloaded,
 }
 
 pub use crate::inbox::ReplyTx;
@@ -137,10 +145,15 @@ impl Drop for Pending {
     }
 }
 
+/// Most requests waiting to be written to one master. Each client has at most `max_pipeline`
+/// commands in flight, so this is reached only when a master falls far behind; requests beyond
+/// it fail at once with [`BackendError::Overloaded`] instead of piling up in memory.
+pub const QUEUE_LIMIT: usize = 65_536;
+
 /// Handle to one master's shared connection.
 #[derive(Clone)]
 pub struct Backend {
-    tx: mpsc::UnboundedSender<Pending>,
+    tx: mpsc::Sender<Pending>,
     info: Arc<MasterInfo>,
     clock: bool,
 }
@@ -148,7 +161,7 @@ pub struct Backend {
 impl Backend {
     /// Starts the driver task for `addr` and returns the handle.
     pub fn spawn(addr: String, settings: Settings) -> Backend {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(QUEUE_LIMIT);
         let info = Arc::new(MasterInfo::new(addr.clone()));
         let clock = settings.clock.is_some();
         let span = info_span!("backend", backend.addr = %addr);
@@ -198,16 +211,19 @@ impl Backend {
             pending.deliver(Err(BackendError::Down));
             return;
         }
-        // If the driver is gone the request is dropped, and its Drop reports Closed.
-        let _ = self.tx.send(pending);
+        match self.tx.try_send(pending) {
+            Ok(()) => {}
+            // The queue is bounded: a master that cannot keep up gets no more than
+            // QUEUE_LIMIT waiting requests, and the rest fail at once, unsent (no vote, nothing
+            // ran), like a master that is down.
+            Err(mpsc::error::TrySendError::Full(mut p)) => p.deliver(Err(BackendError::Overloaded)),
+            // The driver is gone: the request is dropped, and its Drop reports Closed.
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        }
     }
 }
 
-async fn drive(
-    info: Arc<MasterInfo>,
-    mut rx: mpsc::UnboundedReceiver<Pending>,
-    settings: Settings,
-) {
+async fn drive(info: Arc<MasterInfo>, mut rx: mpsc::Receiver<Pending>, settings: Settings) {
     let mut delay = settings.reconnect_min;
     let mut clock = settings.clock.map(ClockWatch::new);
     loop {
@@ -247,488 +263,14 @@ async fn drive(
     }
 }
 
-/// What the greeting told about a master.
-struct Hello {
-    stream: TcpStream,
-    run_id: Option<String>,
-    /// `redis_version` from `INFO server`.
-    version: Option<String>,
-    uptime_s: Option<u64>,
-    /// `appendonly yes` and `appendfsync always`: every acknowledged write survives a restart.
-    persists: bool,
-    /// The master's clock, read during the greeting (`None` without clock watch).
-    time: Option<Result<Sample, Reply>>,
-}
-
-enum Refused {
-    /// Unreachable or slow: expected while a master is down, logged at debug.
-    Quietly(String),
-    /// Reachable but unusable (a replica, an error): worth an operator's attention.
-    Loudly(String),
-}
-
-/// Opens the connection and learns who the master is.
-async fn connect(info: &MasterInfo, settings: &Settings) -> Result<Hello, Refused> {
-    let mut asks: Vec<&[&[u8]]> = vec![
-        &[b"INFO", b"server"],
-        &[b"ROLE"],
-        &[b"INFO", b"persistence"],
-    ];
-    if settings.clock.is_some() {
-        asks.push(&[b"TIME"]);
-    }
-    if settings.masters_persist {
-        asks.push(&[b"CONFIG", b"GET", b"appendfsync"]);
-    }
-    let greet = async {
-        let quiet = |e: std::io::Error| Refused::Quietly(e.to_string());
-        let mut stream = TcpStream::connect(&info.addr).await.map_err(quiet)?;
-        stream.set_nodelay(true).map_err(quiet)?;
-        let mut hello = BytesMut::new();
-        for a in &asks {
-            hello.extend_from_slice(&command(a));
-        }
-        let sent = Instant::now();
-        stream.write_all(&hello).await.map_err(quiet)?;
-        let mut buf = BytesMut::with_capacity(8192);
-        let mut decoder = ReplyDecoder::default();
-        let mut replies = Vec::new();
-        let mut times = Vec::new();
-        while replies.len() < asks.len() {
-            if let Some(reply) = decoder
-                .decode(&mut buf)
-                .map_err(|e| Refused::Loudly(format!("bad reply: {e}")))?
-            {
-                replies.push(reply);
-                times.push(Instant::now());
-                continue;
-            }
-            read_more(&mut stream, &mut buf).await?;
-        }
-        if replies.iter().any(is_busy) {
-            // A script is running on the master (it answers every other command with BUSY):
-            // this new connection is not the one running it, so it can ask the master to kill
-            // it. Redis refuses (UNKILLABLE) once the script has written; then only the
-            // operator can help (SHUTDOWN NOSAVE), and the log says so.
-            stream
-                .write_all(&command(&[b"SCRIPT", b"KILL"]))
-                .await
-                .map_err(quiet)?;
-            let answer = loop {
-                if let Some(reply) = decoder
-                    .decode(&mut buf)
-                    .map_err(|e| Refused::Loudly(format!("bad reply: {e}")))?
-                {
-                    break reply;
-                }
-                read_more(&mut stream, &mut buf).await?;
-            };
-            return Err(Refused::Loudly(match answer {
-                Reply::Simple(_) => {
-                    "busy running a script (a client's script that does not end): sent SCRIPT \
-                     KILL, which stopped it"
-                        .to_string()
-                }
-                other => format!(
-                    "busy running a script: SCRIPT KILL answered {:?}; a script that has written \
-                     cannot be killed, only the master's operator can stop it (SHUTDOWN NOSAVE)",
-                    other
-                ),
-            }));
-        }
-        Ok((stream, sent, replies, times))
-    };
-    let (stream, sent, replies, times) = timeout(settings.connect_timeout, greet)
-        .await
-        .map_err(|_| Refused::Quietly("handshake timed out".into()))??;
-    let text = |r: &Reply| match r {
-        Reply::Bulk(b) => Ok(String::from_utf8_lossy(b).into_owned()),
-        Reply::Error(e) => Err(Refused::Loudly(format!(
-            "INFO failed: {}",
-            String::from_utf8_lossy(e)
-        ))),
-        other => Err(Refused::Loudly(format!("unexpected INFO reply {other:?}"))),
-    };
-    let server = text(&replies[0])?;
-    let role = match &replies[1] {
-        Reply::Array(items) => match items.first() {
-            Some(Reply::Bulk(r)) => String::from_utf8_lossy(r).into_owned(),
-            _ => String::new(),
-        },
-        _ => String::new(),
-    };
-    if role != "master" {
-        return Err(Refused::Loudly(format!(
-            "backend reports role '{role}', not master: a replica cannot hold locks safely \
-             (point the proxy at independent masters)"
-        )));
-    }
-    // A master still loading its dataset (a restart reading its AOF) answers writes with
-    // `-LOADING` and may not report its persistence settings yet: come back when it is done.
-    let persistence = text(&replies[2])?;
-    if info_field(&persistence, "loading") == Some("1") {
-        return Err(Refused::Quietly("still loading its dataset".into()));
-    }
-    let mut next = 3;
-    let time = settings.clock.map(|_| {
-        let r = &replies[next];
-        let at = times[next];
-        next += 1;
-        parse_time(r)
-            .map(|master_us| Sample {
-                sent,
-                recv: at,
-                master_us,
-            })
-            .ok_or_else(|| r.clone())
-    });
-    let persists = settings.masters_persist
-        && {
-            let fsync = &replies[next];
-            info_field(&persistence, "aof_enabled") == Some("1")
-                && matches!(fsync, Reply::Array(kv) if kv.get(1) == Some(&Reply::Bulk(Bytes::from_static(b"always"))))
-        };
-    Ok(Hello {
-        stream,
-        run_id: info_field(&server, "run_id").map(str::to_owned),
-        version: info_field(&server, "redis_version").map(str::to_owned),
-        uptime_s: info_field(&server, "uptime_in_seconds").and_then(|u| u.parse().ok()),
-        persists,
-        time,
-    })
-}
-
-/// Reads more of the greeting's replies.
-async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<(), Refused> {
-    match stream.read_buf(buf).await {
-        Ok(0) => Err(Refused::Quietly(
-            "connection closed during handshake".into(),
-        )),
-        Ok(_) => Ok(()),
-        Err(e) => Err(Refused::Quietly(e.to_string())),
-    }
-}
-
-/// True for a master's `-BUSY ...` error (a Lua script or function is running).
-fn is_busy(reply: &Reply) -> bool {
-    matches!(reply, Reply::Error(e) if e.starts_with(b"BUSY"))
-}
-
-/// Applies what the greeting told: restart quarantine and the clock baseline.
-fn admit(info: &MasterInfo, settings: &Settings, hello: &Hello, clock: Option<&mut ClockWatch>) {
-    info.set_version(hello.version.as_deref());
-    let previous = info.replace_run_id(hello.run_id.clone());
-    let first = previous.is_none();
-    let restarted = !first && previous != hello.run_id;
-    if restarted {
-        info.count_restart();
-    }
-    if let Some(window) = settings.quarantine {
-        if settings.masters_persist && !hello.persists {
-            warn!(
-                "masters_persist is set, but this master does not persist every write \
-                 (needs appendonly yes and appendfsync always): it is quarantined after restarts"
-            );
-        }
-        let persists = settings.masters_persist && hello.persists;
-        let old = previous.as_deref().unwrap_or("");
-        let new = hello.run_id.as_deref().unwrap_or("?");
-        if hello.run_id.is_none() {
-            // Without a run_id a restart cannot be told from a reconnect.
-            info.quarantine(window);
-            warn!(
-                quarantine_ms = window.as_millis() as u64,
-                status = "quarantined",
-                "master reports no run_id: quarantined"
-            );
-        } else if restarted && persists {
-            info!(
-                old_run_id = old,
-                run_id = new,
-                "master restarted; it persists every write, so no quarantine"
-            );
-        } else if restarted {
-            info.quarantine(window);
-            warn!(
-                old_run_id = old,
-                run_id = new,
-                quarantine_ms = window.as_millis() as u64,
-                status = "quarantined",
-                "master restarted (run_id changed) and may have lost locks: its votes do not count until every lock it held has expired"
-            );
-        } else if first && settings.quarantine_young && !persists {
-            // Another proxy, or this one before a restart, may have granted locks that this
-            // master lost. A master up for at least the window holds everything it was given
-            // since; a younger one sits out the rest of the window. Uptime is whole seconds,
-            // rounded down, so the rest is never underestimated.
-            let up = Duration::from_secs(hello.uptime_s.unwrap_or(0));
-            if let Some(left) = window.checked_sub(up).filter(|l| !l.is_zero()) {
-                info.quarantine(left);
-                warn!(
-                    uptime_s = up.as_secs(),
-                    quarantine_ms = left.as_millis() as u64,
-                    status = "quarantined",
-                    "master started recently and may have lost locks granted before: quarantined"
-                );
-            }
-        }
-    }
-    if let (Some(watch), Some(rules), Some(time)) = (clock, settings.clock, &hello.time) {
-        judge_clock(info, watch, rules.span, time.clone());
-    }
-}
-
-/// Checks one `TIME` reading; on a jump (or no reading) the master's clock is distrusted.
-/// Returns true when the reading is consistent.
-fn judge_clock(
-    info: &MasterInfo,
-    watch: &mut ClockWatch,
-    distrust_for: Duration,
-    reading: Result<Sample, Reply>,
-) -> bool {
-    match reading {
-        Ok(sample) => match watch.observe(sample) {
-            Ok(()) => true,
-            Err(jump) => {
-                info.distrust_clock(distrust_for);
-                warn!(
-                    jump_ms = jump.by_ms,
-                    over_ms = jump.over_ms,
-                    distrust_ms = distrust_for.as_millis() as u64,
-                    status = "clock-suspect",
-                    "master clock jumped: its votes do not count until it has been steady for the window"
-                );
-                false
-            }
-        },
-        Err(reply) => {
-            info.distrust_clock(distrust_for);
-            warn!(
-                reply = ?reply,
-                status = "clock-suspect",
-                "master did not answer TIME, so its clock cannot be watched (set clock_watch = false if TIME is disabled)"
-            );
-            false
-        }
-    }
-}
-
-/// Reads `field:value` from an `INFO` reply.
-pub fn info_field<'a>(text: &'a str, field: &str) -> Option<&'a str> {
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(field)
-                .and_then(|rest| rest.strip_prefix(':'))
-        })
-        .map(str::trim)
-}
-
-enum Ended {
-    Shutdown,
-    Failed(String),
-}
-
-/// A request written to the socket, waiting for its replies.
-struct InFlight {
-    pending: Pending,
-    sent: Instant,
-    got: Vec<Reply>,
-}
-
-async fn serve(
-    stream: TcpStream,
-    rx: &mut mpsc::UnboundedReceiver<Pending>,
-    settings: &Settings,
-    info: &MasterInfo,
-    clock: Option<&mut ClockWatch>,
-) -> Ended {
-    let (rd, wr) = stream.into_split();
-    let (flight_tx, flight_rx) = mpsc::unbounded_channel();
-    tokio::select! {
-        e = write_loop(wr, rx, flight_tx, settings, info) => e,
-        e = read_loop(rd, flight_rx, settings, info, clock) => e,
-    }
-}
-
-/// The bytes of `TIME`, appended after a timed request.
-fn time_command() -> Bytes {
-    command(&[b"TIME"])
-}
-
-async fn write_loop(
-    mut wr: OwnedWriteHalf,
-    rx: &mut mpsc::UnboundedReceiver<Pending>,
-    flight: mpsc::UnboundedSender<InFlight>,
-    settings: &Settings,
-    info: &MasterInfo,
-) -> Ended {
-    let time = time_command();
-    let mut buf = BytesMut::with_capacity(64 * 1024);
-    let mut probe =
-        tokio::time::interval_at(Instant::now() + settings.probe_every, settings.probe_every);
-    probe.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        let first = tokio::select! {
-            p = rx.recv() => match p {
-                Some(p) => p,
-                None => return Ended::Shutdown,
-            },
-            _ = probe.tick() => {
-                if info.exclusion_ended() {
-                    info!(status = info.status().name(), "master trusted again: its votes count");
-                }
-                Pending::probe(settings.clock.is_some())
-            }
-        };
-        let now = Instant::now();
-        let mut next = Some(first);
-        // Timed requests in this batch share one `TIME`, written after all of them: it is read
-        // after each of their commands ran, so a clock that leapt before any of them shows.
-        let mut batch_timed = false;
-        while let Some(mut pending) = next.take() {
-            // Sent even when its caller has stopped waiting (decided early, or gone): a write
-            // must reach every master, not only the ones that answered first.
-            buf.extend_from_slice(&pending.bytes);
-            if pending.time && pending.replies > 0 {
-                pending.hold = true;
-                batch_timed = true;
-            } else if pending.time {
-                buf.extend_from_slice(&time);
-            }
-            if !send_flight(&flight, pending, now) {
-                return Ended::Failed("reader stopped".into());
-            }
-            next = if buf.len() < 1 << 20 {
-                rx.try_recv().ok()
-            } else {
-                None
-            };
-            if next.is_none() && batch_timed {
-                batch_timed = false;
-                next = Some(Pending::probe(true));
-            }
-        }
-        if let Err(e) = wr.write_all(&buf).await {
-            return Ended::Failed(format!("write: {e}"));
-        }
-        buf.clear();
-    }
-}
-
-/// Hands a written request to the reader, which owns the order of replies; false when the
-/// reader is gone (the connection is failing).
-fn send_flight(flight: &mpsc::UnboundedSender<InFlight>, pending: Pending, sent: Instant) -> bool {
-    let frames = pending.replies + usize::from(pending.time && !pending.hold);
-    let got = Vec::with_capacity(if frames > 1 { frames } else { 0 });
-    flight.send(InFlight { pending, sent, got }).is_ok()
-}
-
-async fn read_loop(
-    mut rd: OwnedReadHalf,
-    mut flight: mpsc::UnboundedReceiver<InFlight>,
-    settings: &Settings,
-    info: &MasterInfo,
-    mut clock: Option<&mut ClockWatch>,
-) -> Ended {
-    let stall = settings.stall_timeout;
-    let mut buf = BytesMut::with_capacity(64 * 1024);
-    let mut decoder = ReplyDecoder::default();
-    let mut queue: VecDeque<InFlight> = VecDeque::new();
-    // Timed replies waiting for their batch's `TIME`.
-    let mut held: Vec<(Pending, Reply)> = Vec::new();
-    loop {
-        loop {
-            let reply = match decoder.decode(&mut buf) {
-                Ok(Some(reply)) => reply,
-                Ok(None) => break,
-                Err(e) => return Ended::Failed(format!("bad reply from master: {e}")),
-            };
-            while let Ok(f) = flight.try_recv() {
-                queue.push_back(f);
-            }
-            let Some(front) = queue.front_mut() else {
-                return Ended::Failed("reply without a request".into());
-            };
-            let p = &mut front.pending;
-            if p.replies == 1 && !p.time {
-                p.deliver(Ok(reply));
-                queue.pop_front();
-                continue;
-            }
-            front.got.push(reply);
-            let own_time = front.pending.time && !front.pending.hold;
-            if front.got.len() < front.pending.replies + usize::from(own_time) {
-                continue;
-            }
-            let mut got = std::mem::take(&mut front.got);
-            if front.pending.hold {
-                // Complete, but it waits for its batch's `TIME` before it counts.
-                let answer = match front.pending.replies {
-                    1 => got.pop().unwrap_or(Reply::Nil),
-                    _ => Reply::Array(got),
-                };
-                if let Some(f) = queue.pop_front() {
-                    held.push((f.pending, answer));
-                }
-                continue;
-            }
-            let mut steady = true;
-            if own_time {
-                let reading = match got.pop() {
-                    Some(r) => match parse_time(&r) {
-                        Some(master_us) => Ok(Sample {
-                            sent: front.sent,
-                            recv: Instant::now(),
-                            master_us,
-                        }),
-                        None => Err(r),
-                    },
-                    None => Err(Reply::Nil),
-                };
-                if let (Some(watch), Some(rules)) = (clock.as_deref_mut(), settings.clock) {
-                    steady = judge_clock(info, watch, rules.span, reading);
-                }
-            }
-            for (mut p, answer) in held.drain(..) {
-                p.deliver(if steady {
-                    Ok(answer)
-                } else {
-                    Err(BackendError::ClockJump)
-                });
-            }
-            let p = &mut front.pending;
-            if !steady {
-                p.deliver(Err(BackendError::ClockJump));
-            } else if p.replies == 1 {
-                p.deliver(Ok(got.pop().unwrap_or(Reply::Nil)));
-            } else if p.replies > 1 {
-                p.deliver(Ok(Reply::Array(got)));
-            }
-            queue.pop_front();
-        }
-        let stall_at = queue.front().map(|f| f.sent + stall);
-        tokio::select! {
-            n = rd.read_buf(&mut buf) => match n {
-                Ok(0) => return Ended::Failed("connection closed by master".into()),
-                Ok(_) => {}
-                Err(e) => return Ended::Failed(format!("read: {e}")),
-            },
-            f = flight.recv() => match f {
-                Some(f) => queue.push_back(f),
-                None => return Ended::Failed("writer stopped".into()),
-            },
-            _ = sleep_until(stall_at.unwrap_or_else(Instant::now)), if stall_at.is_some() => {
-                return Ended::Failed(format!("no reply within {} ms", stall.as_millis()));
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Mutex;
     use std::time::{SystemTime, UNIX_EPOCH};
+
+    use bytes::BytesMut;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
     #[test]

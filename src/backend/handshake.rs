@@ -1,0 +1,360 @@
+//! The greeting on every (re)connect: who the master is (`INFO`, `ROLE`, `TIME`), whether it
+//! is busy with a script (then `SCRIPT KILL`), and what that means for its health (restart
+//! quarantine, clock baseline). The greeting runs over any byte stream, so it is tested over
+//! `tokio::io::duplex` as well as against real masters.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, timeout};
+use tracing::{info, warn};
+
+use super::Settings;
+use super::clock::{ClockWatch, Sample, judge, parse_time};
+use super::health::MasterInfo;
+use crate::reply::{Reply, ReplyDecoder, command};
+
+/// What the greeting told about a master.
+pub(super) struct Hello<S> {
+    /// The connection, ready for requests.
+    pub(super) stream: S,
+    run_id: Option<String>,
+    /// `redis_version` from `INFO server`.
+    version: Option<String>,
+    uptime_s: Option<u64>,
+    /// `appendonly yes` and `appendfsync always`: every acknowledged write survives a restart.
+    persists: bool,
+    /// The master's clock, read during the greeting (`None` without clock watch).
+    time: Option<Result<Sample, Reply>>,
+}
+
+pub(super) enum Refused {
+    /// Unreachable or slow: expected while a master is down, logged at debug.
+    Quietly(String),
+    /// Reachable but unusable (a replica, an error): worth an operator's attention.
+    Loudly(String),
+}
+
+/// Opens a TCP connection to the master and greets it (see [`greet`]), all within
+/// `connect_timeout`.
+pub(super) async fn connect(
+    info: &MasterInfo,
+    settings: &Settings,
+) -> Result<Hello<TcpStream>, Refused> {
+    let quiet = |e: std::io::Error| Refused::Quietly(e.to_string());
+    let open = async {
+        let stream = TcpStream::connect(&info.addr).await.map_err(quiet)?;
+        stream.set_nodelay(true).map_err(quiet)?;
+        greet(stream, settings).await
+    };
+    timeout(settings.connect_timeout, open)
+        .await
+        .map_err(|_| Refused::Quietly("handshake timed out".into()))?
+}
+
+/// Learns who the master is on a fresh connection.
+pub(super) async fn greet<S>(mut stream: S, settings: &Settings) -> Result<Hello<S>, Refused>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut asks: Vec<&[&[u8]]> = vec![
+        &[b"INFO", b"server"],
+        &[b"ROLE"],
+        &[b"INFO", b"persistence"],
+    ];
+    if settings.clock.is_some() {
+        asks.push(&[b"TIME"]);
+    }
+    if settings.masters_persist {
+        asks.push(&[b"CONFIG", b"GET", b"appendfsync"]);
+    }
+    let quiet = |e: std::io::Error| Refused::Quietly(e.to_string());
+    let (stream, sent, replies, times) = {
+        let mut hello = BytesMut::new();
+        for a in &asks {
+            hello.extend_from_slice(&command(a));
+        }
+        let sent = Instant::now();
+        stream.write_all(&hello).await.map_err(quiet)?;
+        let mut buf = BytesMut::with_capacity(8192);
+        let mut decoder = ReplyDecoder::default();
+        let mut replies = Vec::new();
+        let mut times = Vec::new();
+        while replies.len() < asks.len() {
+            if let Some(reply) = decoder
+                .decode(&mut buf)
+                .map_err(|e| Refused::Loudly(format!("bad reply: {e}")))?
+            {
+                replies.push(reply);
+                times.push(Instant::now());
+                continue;
+            }
+            read_more(&mut stream, &mut buf).await?;
+        }
+        if replies.iter().any(is_busy) {
+            // A script is running on the master (it answers every other command with BUSY):
+            // this new connection is not the one running it, so it can ask the master to kill
+            // it. Redis refuses (UNKILLABLE) once the script has written; then only the
+            // operator can help (SHUTDOWN NOSAVE), and the log says so.
+            stream
+                .write_all(&command(&[b"SCRIPT", b"KILL"]))
+                .await
+                .map_err(quiet)?;
+            let answer = loop {
+                if let Some(reply) = decoder
+                    .decode(&mut buf)
+                    .map_err(|e| Refused::Loudly(format!("bad reply: {e}")))?
+                {
+                    break reply;
+                }
+                read_more(&mut stream, &mut buf).await?;
+            };
+            return Err(Refused::Loudly(match answer {
+                Reply::Simple(_) => {
+                    "busy running a script (a client's script that does not end): sent SCRIPT \
+                     KILL, which stopped it"
+                        .to_string()
+                }
+                other => format!(
+                    "busy running a script: SCRIPT KILL answered {:?}; a script that has written \
+                     cannot be killed, only the master's operator can stop it (SHUTDOWN NOSAVE)",
+                    other
+                ),
+            }));
+        }
+        (stream, sent, replies, times)
+    };
+    let text = |r: &Reply| match r {
+        Reply::Bulk(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Reply::Error(e) => Err(Refused::Loudly(format!(
+            "INFO failed: {}",
+            String::from_utf8_lossy(e)
+        ))),
+        other => Err(Refused::Loudly(format!("unexpected INFO reply {other:?}"))),
+    };
+    let server = text(&replies[0])?;
+    let role = match &replies[1] {
+        Reply::Array(items) => match items.first() {
+            Some(Reply::Bulk(r)) => String::from_utf8_lossy(r).into_owned(),
+            _ => String::new(),
+        },
+        _ => String::new(),
+    };
+    if role != "master" {
+        return Err(Refused::Loudly(format!(
+            "backend reports role '{role}', not master: a replica cannot hold locks safely \
+             (point the proxy at independent masters)"
+        )));
+    }
+    // A master still loading its dataset (a restart reading its AOF) answers writes with
+    // `-LOADING` and may not report its persistence settings yet: come back when it is done.
+    let persistence = text(&replies[2])?;
+    if info_field(&persistence, "loading") == Some("1") {
+        return Err(Refused::Quietly("still loading its dataset".into()));
+    }
+    let mut next = 3;
+    let time = settings.clock.map(|_| {
+        let r = &replies[next];
+        let at = times[next];
+        next += 1;
+        parse_time(r)
+            .map(|master_us| Sample {
+                sent,
+                recv: at,
+                master_us,
+            })
+            .ok_or_else(|| r.clone())
+    });
+    let persists = settings.masters_persist
+        && {
+            let fsync = &replies[next];
+            info_field(&persistence, "aof_enabled") == Some("1")
+                && matches!(fsync, Reply::Array(kv) if kv.get(1) == Some(&Reply::Bulk(Bytes::from_static(b"always"))))
+        };
+    Ok(Hello {
+        stream,
+        run_id: info_field(&server, "run_id").map(str::to_owned),
+        version: info_field(&server, "redis_version").map(str::to_owned),
+        uptime_s: info_field(&server, "uptime_in_seconds").and_then(|u| u.parse().ok()),
+        persists,
+        time,
+    })
+}
+
+/// Reads more of the greeting's replies.
+async fn read_more(
+    stream: &mut (impl AsyncRead + Unpin),
+    buf: &mut BytesMut,
+) -> Result<(), Refused> {
+    match stream.read_buf(buf).await {
+        Ok(0) => Err(Refused::Quietly(
+            "connection closed during handshake".into(),
+        )),
+        Ok(_) => Ok(()),
+        Err(e) => Err(Refused::Quietly(e.to_string())),
+    }
+}
+
+/// True for a master's `-BUSY ...` error (a Lua script or function is running).
+fn is_busy(reply: &Reply) -> bool {
+    matches!(reply, Reply::Error(e) if e.starts_with(b"BUSY"))
+}
+
+/// Applies what the greeting told: restart quarantine and the clock baseline.
+pub(super) fn admit<S>(
+    info: &MasterInfo,
+    settings: &Settings,
+    hello: &Hello<S>,
+    clock: Option<&mut ClockWatch>,
+) {
+    info.set_version(hello.version.as_deref());
+    let previous = info.replace_run_id(hello.run_id.clone());
+    let first = previous.is_none();
+    let restarted = !first && previous != hello.run_id;
+    if restarted {
+        info.count_restart();
+    }
+    if let Some(window) = settings.quarantine {
+        if settings.masters_persist && !hello.persists {
+            warn!(
+                "masters_persist is set, but this master does not persist every write \
+                 (needs appendonly yes and appendfsync always): it is quarantined after restarts"
+            );
+        }
+        let persists = settings.masters_persist && hello.persists;
+        let old = previous.as_deref().unwrap_or("");
+        let new = hello.run_id.as_deref().unwrap_or("?");
+        if hello.run_id.is_none() {
+            // Without a run_id a restart cannot be told from a reconnect.
+            info.quarantine(window);
+            warn!(
+                quarantine_ms = window.as_millis() as u64,
+                status = "quarantined",
+                "master reports no run_id: quarantined"
+            );
+        } else if restarted && persists {
+            info!(
+                old_run_id = old,
+                run_id = new,
+                "master restarted; it persists every write, so no quarantine"
+            );
+        } else if restarted {
+            info.quarantine(window);
+            warn!(
+                old_run_id = old,
+                run_id = new,
+                quarantine_ms = window.as_millis() as u64,
+                status = "quarantined",
+                "master restarted (run_id changed) and may have lost locks: its votes do not count until every lock it held has expired"
+            );
+        } else if first && settings.quarantine_young && !persists {
+            // Another proxy, or this one before a restart, may have granted locks that this
+            // master lost. A master up for at least the window holds everything it was given
+            // since; a younger one sits out the rest of the window. Uptime is whole seconds,
+            // rounded down, so the rest is never underestimated.
+            let up = Duration::from_secs(hello.uptime_s.unwrap_or(0));
+            if let Some(left) = window.checked_sub(up).filter(|l| !l.is_zero()) {
+                info.quarantine(left);
+                warn!(
+                    uptime_s = up.as_secs(),
+                    quarantine_ms = left.as_millis() as u64,
+                    status = "quarantined",
+                    "master started recently and may have lost locks granted before: quarantined"
+                );
+            }
+        }
+    }
+    if let (Some(watch), Some(rules), Some(time)) = (clock, settings.clock, &hello.time) {
+        judge(info, watch, rules.span, time.clone());
+    }
+}
+
+/// Reads `field:value` from an `INFO` reply.
+pub fn info_field<'a>(text: &'a str, field: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(field)
+                .and_then(|rest| rest.strip_prefix(':'))
+        })
+        .map(str::trim)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Settings {
+        Settings {
+            connect_timeout: Duration::from_millis(500),
+            stall_timeout: Duration::from_millis(500),
+            reconnect_min: Duration::from_millis(10),
+            reconnect_max: Duration::from_millis(20),
+            probe_every: Duration::from_secs(60),
+            quarantine: None,
+            quarantine_young: false,
+            masters_persist: false,
+            clock: None,
+        }
+    }
+
+    /// Plays a master: reads until `expect` has arrived, then writes `answer`.
+    async fn script(master: &mut tokio::io::DuplexStream, expect: &[u8], answer: &[u8]) {
+        let mut got = Vec::new();
+        while got.len() < expect.len() {
+            let mut chunk = [0u8; 1024];
+            let n = master.read(&mut chunk).await.unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&chunk[..n]);
+        }
+        assert_eq!(got, expect);
+        master.write_all(answer).await.unwrap();
+    }
+
+    fn greeting() -> Vec<u8> {
+        [
+            command(&[b"INFO", b"server"]),
+            command(&[b"ROLE"]),
+            command(&[b"INFO", b"persistence"]),
+        ]
+        .concat()
+    }
+
+    #[tokio::test]
+    async fn a_master_busy_with_a_script_is_sent_script_kill() {
+        let (proxy_end, mut master) = tokio::io::duplex(1 << 16);
+        let busy = b"-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n";
+        let s = settings();
+        let (refused, ()) = tokio::join!(greet(proxy_end, &s), async {
+            script(&mut master, &greeting(), &busy.repeat(3)).await;
+            script(&mut master, &command(&[b"SCRIPT", b"KILL"]), b"+OK\r\n").await;
+        });
+        match refused {
+            Err(Refused::Loudly(why)) => assert!(why.contains("sent SCRIPT KILL"), "{why}"),
+            _ => panic!("a busy master is not admitted"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_master_is_admitted_with_what_it_says_about_itself() {
+        let (proxy_end, mut master) = tokio::io::duplex(1 << 16);
+        let server = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc\r\nuptime_in_seconds:42\r\n";
+        let persistence = "# Persistence\r\nloading:0\r\naof_enabled:0\r\n";
+        let answer = format!(
+            "${}\r\n{server}\r\n*1\r\n$6\r\nmaster\r\n${}\r\n{persistence}\r\n",
+            server.len(),
+            persistence.len()
+        );
+        let s = settings();
+        let (hello, ()) = tokio::join!(greet(proxy_end, &s), async {
+            script(&mut master, &greeting(), answer.as_bytes()).await;
+        });
+        let Ok(hello) = hello else {
+            panic!("refused");
+        };
+        assert_eq!(hello.run_id.as_deref(), Some("abc"));
+        assert_eq!(hello.uptime_s, Some(42));
+        assert_eq!(hello.version.as_deref(), Some("7.0.15"));
+    }
+}

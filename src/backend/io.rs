@@ -1,0 +1,386 @@
+//! The I/O loops of one master connection, generic over any byte stream (a TCP socket in
+//! production, `tokio::io::duplex` in the unit tests below).
+//!
+//! The writer takes every queued request, writes them in one batch (appending one `TIME` after
+//! a batch holding timed requests) and hands each request's reply slot to the reader in the same
+//! order; the reader matches replies first-in, first-out. Both run in one `select!`, so neither
+//! can block the other on full buffers.
+
+use std::collections::VecDeque;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior, sleep_until};
+use tracing::info;
+
+use super::clock::{ClockWatch, Sample, judge, parse_time};
+use super::health::MasterInfo;
+use super::{BackendError, Pending, Settings};
+use crate::reply::{Reply, ReplyDecoder, command};
+
+/// Why a connection's loops stopped.
+pub(super) enum Ended {
+    /// Every handle is gone: the proxy is shutting down.
+    Shutdown,
+    /// The connection failed; the master is down until it reconnects.
+    Failed(String),
+}
+
+/// A request written to the socket, waiting for its replies.
+struct InFlight {
+    pending: Pending,
+    sent: Instant,
+    got: Vec<Reply>,
+}
+
+/// Runs one connection until it fails or every handle is gone.
+pub(super) async fn serve<S>(
+    stream: S,
+    rx: &mut mpsc::Receiver<Pending>,
+    settings: &Settings,
+    info: &MasterInfo,
+    clock: Option<&mut ClockWatch>,
+) -> Ended
+where
+    S: AsyncRead + AsyncWrite + Send,
+{
+    let (rd, wr) = tokio::io::split(stream);
+    let (flight_tx, flight_rx) = mpsc::unbounded_channel();
+    tokio::select! {
+        e = write_loop(wr, rx, flight_tx, settings, info) => e,
+        e = read_loop(rd, flight_rx, settings, info, clock) => e,
+    }
+}
+
+/// The bytes of `TIME`, appended after a timed request.
+fn time_command() -> Bytes {
+    command(&[b"TIME"])
+}
+
+async fn write_loop(
+    mut wr: impl AsyncWrite + Unpin,
+    rx: &mut mpsc::Receiver<Pending>,
+    flight: mpsc::UnboundedSender<InFlight>,
+    settings: &Settings,
+    info: &MasterInfo,
+) -> Ended {
+    let time = time_command();
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut probe =
+        tokio::time::interval_at(Instant::now() + settings.probe_every, settings.probe_every);
+    probe.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        let first = tokio::select! {
+            p = rx.recv() => match p {
+                Some(p) => p,
+                None => return Ended::Shutdown,
+            },
+            _ = probe.tick() => {
+                if info.exclusion_ended() {
+                    info!(status = info.status().name(), "master trusted again: its votes count");
+                }
+                Pending::probe(settings.clock.is_some())
+            }
+        };
+        let now = Instant::now();
+        let mut next = Some(first);
+        // Timed requests in this batch share one `TIME`, written after all of them: it is read
+        // after each of their commands ran, so a clock that leapt before any of them shows.
+        let mut batch_timed = false;
+        while let Some(mut pending) = next.take() {
+            // Sent even when its caller has stopped waiting (decided early, or gone): a write
+            // must reach every master, not only the ones that answered first.
+            buf.extend_from_slice(&pending.bytes);
+            if pending.time && pending.replies > 0 {
+                pending.hold = true;
+                batch_timed = true;
+            } else if pending.time {
+                buf.extend_from_slice(&time);
+            }
+            if !send_flight(&flight, pending, now) {
+                return Ended::Failed("reader stopped".into());
+            }
+            next = if buf.len() < 1 << 20 {
+                rx.try_recv().ok()
+            } else {
+                None
+            };
+            if next.is_none() && batch_timed {
+                batch_timed = false;
+                next = Some(Pending::probe(true));
+            }
+        }
+        if let Err(e) = wr.write_all(&buf).await {
+            return Ended::Failed(format!("write: {e}"));
+        }
+        buf.clear();
+    }
+}
+
+/// Hands a written request to the reader, which owns the order of replies; false when the
+/// reader is gone (the connection is failing).
+fn send_flight(flight: &mpsc::UnboundedSender<InFlight>, pending: Pending, sent: Instant) -> bool {
+    let frames = pending.replies + usize::from(pending.time && !pending.hold);
+    let got = Vec::with_capacity(if frames > 1 { frames } else { 0 });
+    flight.send(InFlight { pending, sent, got }).is_ok()
+}
+
+async fn read_loop(
+    mut rd: impl AsyncRead + Unpin,
+    mut flight: mpsc::UnboundedReceiver<InFlight>,
+    settings: &Settings,
+    info: &MasterInfo,
+    mut clock: Option<&mut ClockWatch>,
+) -> Ended {
+    let stall = settings.stall_timeout;
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut decoder = ReplyDecoder::default();
+    let mut queue: VecDeque<InFlight> = VecDeque::new();
+    // Timed replies waiting for their batch's `TIME`.
+    let mut held: Vec<(Pending, Reply)> = Vec::new();
+    loop {
+        loop {
+            let reply = match decoder.decode(&mut buf) {
+                Ok(Some(reply)) => reply,
+                Ok(None) => break,
+                Err(e) => return Ended::Failed(format!("bad reply from master: {e}")),
+            };
+            while let Ok(f) = flight.try_recv() {
+                queue.push_back(f);
+            }
+            let Some(front) = queue.front_mut() else {
+                return Ended::Failed("reply without a request".into());
+            };
+            let p = &mut front.pending;
+            if p.replies == 1 && !p.time {
+                p.deliver(Ok(reply));
+                queue.pop_front();
+                continue;
+            }
+            front.got.push(reply);
+            let own_time = front.pending.time && !front.pending.hold;
+            if front.got.len() < front.pending.replies + usize::from(own_time) {
+                continue;
+            }
+            let mut got = std::mem::take(&mut front.got);
+            if front.pending.hold {
+                // Complete, but it waits for its batch's `TIME` before it counts.
+                let answer = match front.pending.replies {
+                    1 => got.pop().unwrap_or(Reply::Nil),
+                    _ => Reply::Array(got),
+                };
+                if let Some(f) = queue.pop_front() {
+                    held.push((f.pending, answer));
+                }
+                continue;
+            }
+            let mut steady = true;
+            if own_time {
+                let reading = match got.pop() {
+                    Some(r) => match parse_time(&r) {
+                        Some(master_us) => Ok(Sample {
+                            sent: front.sent,
+                            recv: Instant::now(),
+                            master_us,
+                        }),
+                        None => Err(r),
+                    },
+                    None => Err(Reply::Nil),
+                };
+                if let (Some(watch), Some(rules)) = (clock.as_deref_mut(), settings.clock) {
+                    steady = judge(info, watch, rules.span, reading);
+                }
+            }
+            for (mut p, answer) in held.drain(..) {
+                p.deliver(if steady {
+                    Ok(answer)
+                } else {
+                    Err(BackendError::ClockJump)
+                });
+            }
+            let p = &mut front.pending;
+            if !steady {
+                p.deliver(Err(BackendError::ClockJump));
+            } else if p.replies == 1 {
+                p.deliver(Ok(got.pop().unwrap_or(Reply::Nil)));
+            } else if p.replies > 1 {
+                p.deliver(Ok(Reply::Array(got)));
+            }
+            queue.pop_front();
+        }
+        let stall_at = queue.front().map(|f| f.sent + stall);
+        tokio::select! {
+            n = rd.read_buf(&mut buf) => match n {
+                Ok(0) => return Ended::Failed("connection closed by master".into()),
+                Ok(_) => {}
+                Err(e) => return Ended::Failed(format!("read: {e}")),
+            },
+            f = flight.recv() => match f {
+                Some(f) => queue.push_back(f),
+                None => return Ended::Failed("writer stopped".into()),
+            },
+            _ = sleep_until(stall_at.unwrap_or_else(Instant::now)), if stall_at.is_some() => {
+                return Ended::Failed(format!("no reply within {} ms", stall.as_millis()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use tokio::io::DuplexStream;
+
+    use super::*;
+    use crate::inbox::{ReplyRx, inbox};
+
+    fn settings(clock: bool) -> Settings {
+        Settings {
+            connect_timeout: Duration::from_millis(500),
+            stall_timeout: Duration::from_millis(300),
+            reconnect_min: Duration::from_millis(10),
+            reconnect_max: Duration::from_millis(20),
+            probe_every: Duration::from_secs(60),
+            quarantine: None,
+            quarantine_young: false,
+            masters_persist: false,
+            clock: clock.then_some(crate::backend::clock::Rules {
+                rate: 0.01,
+                tolerance: Duration::from_millis(5),
+                span: Duration::from_millis(3000),
+            }),
+        }
+    }
+
+    fn pending(cmd: &[&[u8]], time: bool, tx: &crate::inbox::ReplyTx, slot: usize) -> Pending {
+        Pending {
+            bytes: command(cmd),
+            replies: 1,
+            time,
+            hold: false,
+            reply_to: Some((tx.clone(), slot)),
+        }
+    }
+
+    /// Reads from the master's end until `want` bytes of requests have arrived.
+    async fn read_requests(master: &mut DuplexStream, want: usize) -> Vec<u8> {
+        let mut got = Vec::new();
+        while got.len() < want {
+            let mut chunk = [0u8; 4096];
+            let n = master.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "connection closed");
+            got.extend_from_slice(&chunk[..n]);
+        }
+        got
+    }
+
+    fn time_reply() -> Vec<u8> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        let (s, us) = (now.as_secs().to_string(), now.subsec_micros().to_string());
+        format!("*2\r\n${}\r\n{s}\r\n${}\r\n{us}\r\n", s.len(), us.len()).into_bytes()
+    }
+
+    async fn next(rx: &mut ReplyRx) -> (usize, Result<Reply, BackendError>) {
+        tokio::time::timeout(Duration::from_secs(2), rx.recv())
+            .await
+            .expect("a delivery")
+    }
+
+    #[tokio::test]
+    async fn pipelined_replies_are_matched_in_order_and_timed_ones_wait_for_their_time() {
+        let (proxy_end, mut master) = tokio::io::duplex(1 << 16);
+        let (qtx, mut qrx) = mpsc::channel(16);
+        let info = MasterInfo::new("duplex".into());
+        let s = settings(true);
+        let (tx, mut rx) = inbox(3);
+        // Two plain requests and a timed one, queued before the loops start: one batch.
+        qtx.try_send(pending(&[b"GET", b"a"], false, &tx, 0)).ok();
+        qtx.try_send(pending(&[b"SET", b"k", b"v", b"NX"], true, &tx, 1))
+            .ok();
+        qtx.try_send(pending(&[b"GET", b"b"], false, &tx, 2)).ok();
+        let mut watch = ClockWatch::new(s.clock.unwrap());
+        let driver = async { serve(proxy_end, &mut qrx, &s, &info, Some(&mut watch)).await };
+        let master_side = async {
+            let expect = [
+                command(&[b"GET", b"a"]),
+                command(&[b"SET", b"k", b"v", b"NX"]),
+                command(&[b"GET", b"b"]),
+                command(&[b"TIME"]),
+            ]
+            .concat();
+            let got = read_requests(&mut master, expect.len()).await;
+            assert_eq!(got, expect, "one batch, TIME after it");
+            master
+                .write_all(b"$1\r\nA\r\n+OK\r\n$-1\r\n")
+                .await
+                .unwrap();
+            assert_eq!(next(&mut rx).await, (0, Ok(Reply::bulk("A"))));
+            // The timed reply waits for TIME; the untimed one after it does not.
+            assert_eq!(next(&mut rx).await, (2, Ok(Reply::Nil)));
+            master.write_all(&time_reply()).await.unwrap();
+            assert_eq!(next(&mut rx).await, (1, Ok(Reply::ok())));
+            drop(qtx);
+        };
+        let (ended, ()) = tokio::join!(driver, master_side);
+        assert!(matches!(ended, Ended::Shutdown));
+    }
+
+    #[tokio::test]
+    async fn a_master_that_stops_answering_is_failed_after_the_stall_timeout() {
+        let (proxy_end, mut master) = tokio::io::duplex(1 << 16);
+        let (qtx, mut qrx) = mpsc::channel(16);
+        let info = MasterInfo::new("duplex".into());
+        let s = settings(false);
+        let (tx, mut rx) = inbox(1);
+        qtx.try_send(pending(&[b"GET", b"a"], false, &tx, 0)).ok();
+        let started = Instant::now();
+        let ended = serve(proxy_end, &mut qrx, &s, &info, None).await;
+        assert!(matches!(ended, Ended::Failed(ref why) if why.contains("no reply")));
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        // The request was written, and its caller hears that the connection is gone.
+        assert_eq!(next(&mut rx).await, (0, Err(BackendError::Closed)));
+        let got = read_requests(&mut master, command(&[b"GET", b"a"]).len()).await;
+        assert_eq!(got, command(&[b"GET", b"a"]).to_vec());
+    }
+
+    #[tokio::test]
+    async fn a_reply_nobody_asked_for_or_a_garbled_one_ends_the_connection() {
+        for wire in [&b"+OK\r\n"[..], b"?what\r\n"] {
+            let (proxy_end, mut master) = tokio::io::duplex(1 << 16);
+            let (_qtx, mut qrx) = mpsc::channel::<Pending>(16);
+            let info = MasterInfo::new("duplex".into());
+            let s = settings(false);
+            master.write_all(wire).await.unwrap();
+            let ended = serve(proxy_end, &mut qrx, &s, &info, None).await;
+            assert!(matches!(ended, Ended::Failed(_)));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reply_nested_too_deep_is_an_error_for_its_caller_only() {
+        let (proxy_end, mut master) = tokio::io::duplex(1 << 20);
+        let (qtx, mut qrx) = mpsc::channel(16);
+        let info = MasterInfo::new("duplex".into());
+        let s = settings(false);
+        let (tx, mut rx) = inbox(2);
+        qtx.try_send(pending(&[b"EVAL", b"deep", b"0"], false, &tx, 0))
+            .ok();
+        qtx.try_send(pending(&[b"PING"], false, &tx, 1)).ok();
+        let driver = async { serve(proxy_end, &mut qrx, &s, &info, None).await };
+        let master_side = async {
+            let mut deep = b"*1\r\n".repeat(100_000);
+            deep.extend_from_slice(b":1\r\n+PONG\r\n");
+            master.write_all(&deep).await.unwrap();
+            assert_eq!(
+                next(&mut rx).await,
+                (0, Ok(Reply::static_error(crate::reply::TOO_DEEP)))
+            );
+            assert_eq!(next(&mut rx).await, (1, Ok(Reply::simple("PONG"))));
+            drop(qtx);
+        };
+        let (ended, ()) = tokio::join!(driver, master_side);
+        assert!(matches!(ended, Ended::Shutdown));
+    }
+}
