@@ -325,6 +325,48 @@ pub fn ttl(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     )
 }
 
+/// `HGET key field`: the value a quorum agree on, else nil (as [`get`]). Lock libraries read
+/// a hash lock's holder this way (Redisson's `getHoldCount`).
+pub fn hget(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    forward(
+        proxy,
+        verbatim(&args),
+        &args[1..2],
+        Box::new(|_, b| b.majority().cloned().unwrap_or(Reply::Nil)),
+    )
+}
+
+/// `HEXISTS key field`, `LLEN key`: the largest count a quorum of masters reach (see
+/// [`quorum_floor`]): a field "exists" only where a majority have it.
+pub fn count(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    forward(
+        proxy,
+        verbatim(&args),
+        &args[1..2],
+        Box::new(|_, b| quorum_floor(b)),
+    )
+}
+
+/// `HGETALL key`: the hash a quorum of masters hold alike (a map in RESP3, a flat array in
+/// RESP2, as Redis answers); an empty one when no two agree, so nobody reads a lock as held
+/// that a majority does not hold.
+pub fn hgetall(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    forward(
+        proxy,
+        verbatim(&args),
+        &args[1..2],
+        Box::new(|_, b| match b.majority() {
+            Some(Reply::Array(flat)) => Reply::Map(
+                flat.chunks_exact(2)
+                    .map(|kv| (kv[0].clone(), kv[1].clone()))
+                    .collect(),
+            ),
+            Some(other) => other.clone(),
+            None => Reply::Map(Vec::new()),
+        }),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@
 //! masters. Futures are created synchronously during dispatch, and they queue their requests to
 //! the masters in dispatch order, so pipelined commands reach every master in the client's order.
 
+pub mod blocking;
 pub mod connection;
 pub mod introspect;
 pub mod keys;
@@ -164,6 +165,17 @@ pub static TABLE: &[Spec] = &[
     spec("pexpire", -3, &["write", "fast"], FIRST, keys::expire),
     spec("pexpireat", -3, &["write", "fast"], FIRST, keys::expire),
     spec("ttl", 2, &["readonly", "fast"], FIRST, keys::ttl),
+    spec("hget", 3, &["readonly", "fast"], FIRST, keys::hget),
+    spec("hexists", 3, &["readonly", "fast"], FIRST, keys::count),
+    spec("hgetall", 2, &["readonly"], FIRST, keys::hgetall),
+    spec("llen", 2, &["readonly", "fast"], FIRST, keys::count),
+    spec(
+        "blpop",
+        -3,
+        &["write", "noscript", "blocking"],
+        (1, -2, 1),
+        blocking::blpop,
+    ),
     spec("pttl", 2, &["readonly", "fast"], FIRST, keys::ttl),
     spec("watch", -2, TX, ALL, transaction::watch),
     spec("unwatch", 1, TX, NONE, transaction::unwatch),
