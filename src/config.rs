@@ -139,6 +139,10 @@ pub struct Config {
     /// `redis-lock`'s `Date.now() + timeout + 1`, host names such as `Redis::DistLock`'s) would
     /// then get two holders at once. Switch on only when every holder's value is unique.
     pub set_nx_reentrant: bool,
+    /// Unsafe, for tests only: `REDLOCK.FENCE` takes its token from a counter on master 0 alone,
+    /// as a library fencing against one Redis would. Such a token goes back when that master
+    /// restarts empty; the default quorum counter does not.
+    pub fence_single_master: bool,
     /// Deadlock guard (ms): the TTL given to a key that a legacy write would otherwise leave with
     /// no expiry (`SETNX`, `GETSET`, `SET` without `EX`/`PX`/`KEEPTTL`), so a client that dies
     /// between `SETNX` and `EXPIRE` cannot block the resource forever. Keep it longer than any
@@ -218,6 +222,7 @@ impl Default for Config {
             threads: 0,
             default_ttl_ms: 0,
             set_nx_reentrant: false,
+            fence_single_master: false,
             legacy_guard_ttl_ms: 300_000,
             legacy_decision: LegacyDecision::Majority,
             scripts: Vec::new(),

@@ -667,7 +667,8 @@ pub const ACQUIRE: &str = "local done = {} \
 
 /// Extend: `KEYS` = the keys, `ARGV` = token, ms, `"1"` to add to the TTL (else replace it),
 /// max TTL. All or nothing: answers the smallest new TTL (> 0) when every key held the token,
-/// 0 when some key did not, -2 when the new TTL would exceed the max.
+/// 0 when some key did not, -2 when the new TTL would exceed the max. A key's fencing instance
+/// (see [`crate::command::fence`]) learns its new expiry, so the grant keeps its token.
 pub const EXTEND: &str = "local ttl = {} local least = nil \
     for i, key in ipairs(KEYS) do \
       if redis.call('get', key) ~= ARGV[1] then return 0 end \
@@ -681,7 +682,14 @@ pub const EXTEND: &str = "local ttl = {} local least = nil \
       ttl[i] = t \
       if least == nil or t < least then least = t end \
     end \
-    for i, key in ipairs(KEYS) do redis.call('pexpire', key, ttl[i]) end \
+    for i, key in ipairs(KEYS) do \
+      redis.call('pexpire', key, ttl[i]) \
+      local fk = 'redlock-fence:{' .. key .. '}' \
+      if redis.call('hget', fk, 'h') == ARGV[1] then \
+        local e = redis.pcall('pexpiretime', key) \
+        if type(e) ~= 'table' then redis.call('hset', fk, 'e', string.format('%d', e)) end \
+      end \
+    end \
     return least";
 
 /// Inspect: the value of `KEYS[1]` and its PTTL, as `{value or nil, pttl}`.

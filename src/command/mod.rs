@@ -9,6 +9,7 @@
 
 pub mod blocking;
 pub mod connection;
+pub mod fence;
 pub mod introspect;
 pub mod keys;
 pub mod lock;
@@ -203,6 +204,7 @@ pub static TABLE: &[Spec] = &[
         script::evalsha,
     ),
     spec("script", -2, &["noscript"], NONE, script::script),
+    spec("redlock.fence", 3, &["write", "fast"], FIRST, fence::fence),
 ];
 
 static BY_NAME: LazyLock<HashMap<&'static str, &'static Spec>> =
