@@ -91,7 +91,7 @@ impl Message {
         }
         items.push(Reply::Bulk(self.channel.clone()));
         items.push(Reply::Bulk(self.payload.clone()));
-        Reply::Array(items)
+        Reply::Push(items)
     }
 }
 
@@ -300,7 +300,7 @@ impl Hub {
 
 /// Reads a master's push (`message`, `pmessage`, `smessage`) into a [`Message`].
 fn parse_push(reply: Reply) -> Option<Message> {
-    let Reply::Array(items) = reply else {
+    let (Reply::Array(items) | Reply::Push(items)) = reply else {
         return None;
     };
     let mut items = items.into_iter().map(|r| match r {
