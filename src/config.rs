@@ -143,6 +143,13 @@ pub struct Config {
     /// as a library fencing against one Redis would. Such a token goes back when that master
     /// restarts empty; the default quorum counter does not.
     pub fence_single_master: bool,
+    /// Most keys one client may have under `WATCH` at once; more get an error.
+    pub max_watch_keys: usize,
+    /// Most commands one `MULTI` may queue; past it a command is refused and `EXEC` aborts.
+    pub max_multi_commands: usize,
+    /// Bytes the script cache may hold (each script's text plus a small fixed overhead); the
+    /// oldest scripts are forgotten first. Clients send a forgotten script again on `NOSCRIPT`.
+    pub script_cache_bytes: usize,
     /// Deadlock guard (ms): the TTL given to a key that a legacy write would otherwise leave with
     /// no expiry (`SETNX`, `GETSET`, `SET` without `EX`/`PX`/`KEEPTTL`), so a client that dies
     /// between `SETNX` and `EXPIRE` cannot block the resource forever. Keep it longer than any
@@ -223,6 +230,9 @@ impl Default for Config {
             default_ttl_ms: 0,
             set_nx_reentrant: false,
             fence_single_master: false,
+            max_watch_keys: 1024,
+            max_multi_commands: 1024,
+            script_cache_bytes: 32 * 1024 * 1024,
             legacy_guard_ttl_ms: 300_000,
             legacy_decision: LegacyDecision::Majority,
             scripts: Vec::new(),

@@ -66,7 +66,7 @@ impl Proxy {
         let run_id = (0..40)
             .map(|_| char::from_digit(rand::random_range(0..16), 16).unwrap_or('0'))
             .collect();
-        let scripts = ScriptCache::new(&config.scripts);
+        let scripts = ScriptCache::new(&config.scripts, config.script_cache_bytes);
         Arc::new(Proxy {
             config,
             masters,

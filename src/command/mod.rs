@@ -235,7 +235,7 @@ pub fn dispatch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action
         return Reply::static_error("NOAUTH Authentication required.").into();
     }
     if conn.multi.is_some() && !transaction::runs_at_once(spec.name) {
-        return transaction::queue(conn, args);
+        return transaction::queue(proxy, conn, args);
     }
     (spec.run)(proxy, conn, args)
 }
