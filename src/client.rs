@@ -259,3 +259,36 @@ fn finish_in_background(mut inflight: FuturesOrdered<InFlight>) {
         tokio::spawn(async move { while inflight.next().await.is_some() {} });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_shrink_back_after_a_large_request() {
+        let mut buf = BytesMut::with_capacity(BUFFER_START);
+        buf.extend_from_slice(&vec![b'x'; 4 * 1024 * 1024]);
+        let frame = buf.split_to(4 * 1024 * 1024 - 10);
+        shrink(&mut buf);
+        assert!(buf.capacity() <= BUFFER_START, "{}", buf.capacity());
+        // What was left (the start of the next request) is kept.
+        assert_eq!(&buf[..], &[b'x'; 10]);
+        drop(frame);
+        // A buffer in use for a large request keeps its memory.
+        let mut big = BytesMut::with_capacity(1024 * 1024);
+        big.extend_from_slice(&[0; 100_000]);
+        shrink(&mut big);
+        assert_eq!(big.len(), 100_000);
+        assert!(big.capacity() >= 1024 * 1024 - 100_000);
+    }
+
+    #[test]
+    fn http_is_recognised_in_any_case() {
+        for name in [&b"POST"[..], b"post", b"Host:", b"HOST:", b"host:"] {
+            assert!(is_http(name));
+        }
+        for name in [&b"GET"[..], b"HOST", b"POSTS", b"SET"] {
+            assert!(!is_http(name));
+        }
+    }
+}
