@@ -173,6 +173,38 @@ async fn a_client_that_never_reads_does_not_freeze_a_key() {
     drop(attacker);
 }
 
+// Row 4: a client disconnected for not reading still has its in-flight lock finished on the
+// masters: here two paused masters keep the SET undecided until node_timeout_ms (200), long after
+// the client is gone, and the refused acquisition must then be rolled back on the master that
+// granted it. (A majority is paused, so the background client runs only once it is back.)
+#[tokio::test]
+async fn a_disconnected_clients_in_flight_lock_is_finished_without_it() {
+    let (ms, addr) = setup(|c| c.client_write_timeout_ms = 50).await;
+    ms[1].pause();
+    ms[2].pause();
+    let mut attacker = raw_connect(&addr).await;
+    let big = vec![b'x'; 4 * 1024 * 1024];
+    let mut probe = command(&[b"ECHO", &big]).to_vec();
+    probe.extend_from_slice(&command(&[
+        b"SET",
+        b"late:lock",
+        b"t",
+        b"NX",
+        b"PX",
+        b"10000",
+    ]));
+    attacker.write_all(&probe).await.expect("send probe");
+    assert!(clients_become(&addr, None, 0, Duration::from_secs(5)).await);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(values_on(&ms[..1], "late:lock").await, vec![None]);
+    ms[1].resume();
+    ms[2].resume();
+    let bg = Background::start(&addr, None);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    bg.finish().await;
+    drop(attacker);
+}
+
 // Row 4: unread replies beyond `client_output_buffer_limit` disconnect the client.
 #[tokio::test]
 async fn unread_replies_beyond_the_output_limit_disconnect() {
