@@ -92,6 +92,15 @@ impl Proxy {
     }
 }
 
+/// One client's place under `max_clients`, given back when its task ends, however it ends.
+struct Slot(Arc<Proxy>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.clients.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Binds the listener and serves clients until the task is dropped.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let listener = TcpListener::bind(&config.listen).await?;
@@ -122,15 +131,40 @@ pub async fn serve(listener: TcpListener, config: Config) -> anyhow::Result<()> 
             continue;
         }
         let id = proxy.next_client_id.fetch_add(1, Ordering::Relaxed);
+        let slot = Slot(proxy.clone());
         let proxy = proxy.clone();
+        // A panic in a client task ends that client only: tokio contains it (the release
+        // profile keeps unwinding), and the slot is given back as it unwinds.
         tokio::spawn(
             async move {
-                if let Err(e) = crate::client::serve(socket, proxy.clone(), id).await {
+                let _slot = slot;
+                if let Err(e) = crate::client::serve(socket, proxy, id).await {
                     debug!(error = %e, "client connection ended");
                 }
-                proxy.clients.fetch_sub(1, Ordering::AcqRel);
             }
             .instrument(info_span!("client", client.addr = %peer)),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_client_task_gives_its_slot_back() {
+        let config = Config {
+            backends: vec!["127.0.0.1:1".into()],
+            ..Config::default()
+        };
+        let proxy = Proxy::new(config, "127.0.0.1:0".parse().unwrap());
+        proxy.clients.fetch_add(1, Ordering::AcqRel);
+        let slot = Slot(proxy.clone());
+        let task = tokio::spawn(async move {
+            let _slot = slot;
+            panic!("a bug in one client's task");
+        });
+        assert!(task.await.unwrap_err().is_panic());
+        assert_eq!(proxy.clients(), 0);
     }
 }
