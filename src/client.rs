@@ -33,6 +33,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::command::{self, Action, Later};
+use crate::pubsub::{ClientSubs, Message};
 use crate::reply::Reply;
 use crate::request::{Decoder, Limits};
 use crate::server::Proxy;
@@ -54,6 +55,8 @@ pub struct Conn {
     pub multi_failed: bool,
     /// The keys under `WATCH`, with what the majority held when each was watched.
     pub watched: Vec<crate::command::transaction::Watched>,
+    /// Subscriptions, once the client has subscribed to anything.
+    pub pubsub: Option<Arc<ClientSubs>>,
 }
 
 impl Conn {
@@ -67,8 +70,31 @@ impl Conn {
             multi: None,
             multi_failed: false,
             watched: Vec::new(),
+            pubsub: None,
         }
     }
+
+    /// True while subscribed to a channel, pattern or shard channel.
+    pub fn subscribed(&self) -> bool {
+        self.pubsub.as_ref().is_some_and(|s| s.active())
+    }
+}
+
+/// The next message for a subscribed client; pending for ever when it has no subscriptions.
+fn next_message(subs: &Option<Arc<ClientSubs>>) -> impl Future<Output = Message> + '_ {
+    std::future::poll_fn(move |cx| match subs {
+        Some(s) => match s
+            .inbox
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .rx
+            .poll_recv(cx)
+        {
+            Poll::Ready(Some(m)) => Poll::Ready(m),
+            _ => Poll::Pending,
+        },
+        None => Poll::Pending,
+    })
 }
 
 type InFlight = Either<Ready<(Reply, bool)>, Tagged>;
@@ -209,6 +235,17 @@ pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<
                     progress = Instant::now();
                 }
                 reply.encode(&mut output, resp3);
+            }
+            m = next_message(&conn.pubsub), if conn.pubsub.is_some() => {
+                if conn.pubsub.as_ref().is_some_and(|s| s.inbox.lock().unwrap_or_else(|p| p.into_inner()).overflowed()) {
+                    warn!("closing subscriber that fell too far behind its messages");
+                    finish_in_background(inflight);
+                    return Ok(());
+                }
+                if output.is_empty() {
+                    progress = Instant::now();
+                }
+                m.to_reply().encode(&mut output, conn.resp3);
             }
             n = rd.read_buf(&mut input), if !closing && inflight.len() < max_pipeline => {
                 match n {

@@ -136,6 +136,8 @@ type Group = (Kind, Option<Bytes>, Bytes, Bytes);
 
 #[derive(Default)]
 struct State {
+    /// Which masters have confirmed each subscription of the links.
+    confirmed: HashMap<(Kind, Bytes), HashSet<usize>>,
     /// Local subscribers of each (kind, name).
     subs: HashMap<(Kind, Bytes), HashMap<u64, Sink>>,
     /// Each client's sink, once it has subscribed to anything.
@@ -149,30 +151,75 @@ pub struct Hub {
     state: Mutex<State>,
     /// Wakes every master link when the wanted subscriptions change.
     changed: Vec<Arc<Notify>>,
+    /// Wakes subscribers waiting for the masters to confirm a subscription.
+    confirmed: Notify,
     masters: usize,
+    addrs: Vec<String>,
+    /// The links start with the first subscriber: a proxy nobody subscribes through keeps no
+    /// extra connections.
+    started: std::sync::Once,
 }
 
 impl Hub {
-    /// A hub for `addrs`, with one subscriber connection per master (started in the
-    /// background, reconnecting with a short backoff).
-    pub fn start(addrs: &[String]) -> Arc<Hub> {
-        let changed: Vec<Arc<Notify>> = addrs.iter().map(|_| Arc::new(Notify::new())).collect();
-        let hub = Arc::new(Hub {
+    /// A hub for `addrs`, with one subscriber connection per master once someone subscribes
+    /// (reconnecting with a short backoff).
+    pub fn new(addrs: &[String]) -> Arc<Hub> {
+        Arc::new(Hub {
             state: Mutex::default(),
-            changed: changed.clone(),
+            changed: addrs.iter().map(|_| Arc::new(Notify::new())).collect(),
+            confirmed: Notify::new(),
             masters: addrs.len(),
+            addrs: addrs.to_vec(),
+            started: std::sync::Once::new(),
+        })
+    }
+
+    fn start_links(self: &Arc<Self>) {
+        self.started.call_once(|| {
+            for (i, addr) in self.addrs.iter().enumerate() {
+                let span = info_span!("pubsub", backend.addr = %addr);
+                tokio::spawn(
+                    link(
+                        Arc::downgrade(self),
+                        i,
+                        addr.clone(),
+                        self.changed[i].clone(),
+                    )
+                    .instrument(span),
+                );
+            }
         });
-        for (i, addr) in addrs.iter().enumerate() {
-            let span = info_span!("pubsub", backend.addr = %addr);
-            tokio::spawn(
-                link(Arc::downgrade(&hub), i, addr.clone(), changed[i].clone()).instrument(span),
-            );
+    }
+
+    /// How many masters have confirmed the links' subscription to `name`.
+    pub fn confirmations(&self, kind: Kind, name: &Bytes) -> usize {
+        self.lock()
+            .confirmed
+            .get(&(kind, name.clone()))
+            .map_or(0, HashSet::len)
+    }
+
+    /// Waits until a quorum of masters confirm the subscription to `name`, or `within`: a
+    /// message published after `SUBSCRIBE` was answered then reaches the subscriber.
+    pub async fn confirmed(&self, kind: Kind, name: &Bytes, within: Duration) {
+        let quorum = crate::quorum::quorum(self.masters);
+        let until = Instant::now() + within;
+        loop {
+            let woken = self.confirmed.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if self.confirmations(kind, name) >= quorum {
+                return;
+            }
+            if tokio::time::timeout_at(until, woken).await.is_err() {
+                return;
+            }
         }
-        hub
     }
 
     /// A new client's receiving end.
-    pub fn attach(&self, client: u64) -> Subscriber {
+    pub fn attach(self: &Arc<Self>, client: u64) -> Subscriber {
+        self.start_links();
         let (tx, rx) = mpsc::channel(CLIENT_QUEUE);
         let overflow = Arc::new(std::sync::atomic::AtomicBool::new(false));
         self.lock().sinks.insert(
@@ -251,6 +298,46 @@ impl Hub {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A master's answer to a link's (un)subscription.
+    fn confirm(&self, from: usize, reply: &Reply) {
+        let (Reply::Array(items) | Reply::Push(items)) = reply else {
+            return;
+        };
+        let (Some(Reply::Bulk(what)), Some(Reply::Bulk(name))) = (items.first(), items.get(1))
+        else {
+            return;
+        };
+        let (kind, on) = match what.as_ref() {
+            b"subscribe" => (Kind::Channel, true),
+            b"psubscribe" => (Kind::Pattern, true),
+            b"ssubscribe" => (Kind::Shard, true),
+            b"unsubscribe" => (Kind::Channel, false),
+            b"punsubscribe" => (Kind::Pattern, false),
+            b"sunsubscribe" => (Kind::Shard, false),
+            _ => return,
+        };
+        let mut state = self.lock();
+        let masters = state.confirmed.entry((kind, name.clone())).or_default();
+        if on {
+            masters.insert(from);
+        } else {
+            masters.remove(&from);
+            if masters.is_empty() {
+                state.confirmed.remove(&(kind, name.clone()));
+            }
+        }
+        drop(state);
+        self.confirmed.notify_waiters();
+    }
+
+    /// Master `from`'s link (re)connected: none of its subscriptions stand yet.
+    fn unconfirm(&self, from: usize) {
+        self.lock().confirmed.retain(|_, masters| {
+            masters.remove(&from);
+            !masters.is_empty()
+        });
+    }
+
     /// A copy of a message from master `from`: delivered to the local subscribers unless an
     /// earlier copy from another master already was (see the module docs).
     fn deliver(&self, from: usize, message: Message) {
@@ -295,6 +382,88 @@ impl Hub {
                 sink.send(message.clone());
             }
         }
+    }
+}
+
+/// One client's subscriptions: its receiving end and what it is subscribed to. Dropped with
+/// the connection (or at `RESET`), it unsubscribes the client everywhere.
+pub struct ClientSubs {
+    hub: Arc<Hub>,
+    id: u64,
+    /// The messages for this client.
+    pub inbox: Mutex<Subscriber>,
+    names: Mutex<HashMap<Kind, Vec<Bytes>>>,
+}
+
+impl ClientSubs {
+    /// Attaches client `id` to the hub.
+    pub fn new(hub: &Arc<Hub>, id: u64) -> Arc<ClientSubs> {
+        Arc::new(ClientSubs {
+            hub: hub.clone(),
+            id,
+            inbox: Mutex::new(hub.attach(id)),
+            names: Mutex::default(),
+        })
+    }
+
+    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<Kind, Vec<Bytes>>> {
+        self.names.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Subscribes; returns the client's count afterwards (channels and patterns together,
+    /// shard channels on their own, as Redis counts them).
+    pub fn add(&self, kind: Kind, name: &Bytes) -> usize {
+        if self.hub.subscribe(self.id, kind, name) {
+            self.names().entry(kind).or_default().push(name.clone());
+        }
+        self.count(kind)
+    }
+
+    /// Unsubscribes; returns the count afterwards.
+    pub fn remove(&self, kind: Kind, name: &Bytes) -> usize {
+        if self.hub.unsubscribe(self.id, kind, name)
+            && let Some(list) = self.names().get_mut(&kind)
+        {
+            list.retain(|n| n != name);
+        }
+        self.count(kind)
+    }
+
+    /// Everything subscribed to with `kind`.
+    pub fn list(&self, kind: Kind) -> Vec<Bytes> {
+        self.names().get(&kind).cloned().unwrap_or_default()
+    }
+
+    /// The count Redis reports in (un)subscribe replies of `kind`.
+    pub fn count(&self, kind: Kind) -> usize {
+        let names = self.names();
+        let n = |k: Kind| names.get(&k).map_or(0, Vec::len);
+        match kind {
+            Kind::Shard => n(Kind::Shard),
+            _ => n(Kind::Channel) + n(Kind::Pattern),
+        }
+    }
+
+    /// True while subscribed to anything (the connection is in subscribed mode).
+    pub fn active(&self) -> bool {
+        self.names().values().any(|v| !v.is_empty())
+    }
+
+    /// The hub, to wait for the masters' confirmation.
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+}
+
+impl Drop for ClientSubs {
+    fn drop(&mut self) {
+        self.hub.detach(self.id);
+    }
+}
+
+impl std::fmt::Debug for ClientSubs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientSubs").field("id", &self.id).finish()
     }
 }
 
@@ -347,6 +516,9 @@ async fn run_link(
 ) -> std::io::Result<()> {
     let mut stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
+    if let Some(h) = hub.upgrade() {
+        h.unconfirm(index);
+    }
     let mut current: HashSet<(Kind, Bytes)> = HashSet::new();
     let mut buf = BytesMut::with_capacity(4096);
     let mut decoder = ReplyDecoder::default();
@@ -377,8 +549,12 @@ async fn run_link(
                     .decode(&mut buf)
                     .map_err(std::io::Error::other)?
                 {
-                    if let (Some(m), Some(h)) = (parse_push(reply), hub.upgrade()) {
-                        h.deliver(index, m);
+                    let Some(h) = hub.upgrade() else {
+                        return Ok(());
+                    };
+                    match parse_push(reply.clone()) {
+                        Some(m) => h.deliver(index, m),
+                        None => h.confirm(index, &reply),
                     }
                 }
                 // Keep the buffer small between bursts.
@@ -394,12 +570,11 @@ async fn run_link(
 mod tests {
     use super::*;
 
-    fn hub(n: usize) -> Hub {
-        Hub {
-            state: Mutex::default(),
-            changed: (0..n).map(|_| Arc::new(Notify::new())).collect(),
-            masters: n,
-        }
+    fn hub(n: usize) -> Arc<Hub> {
+        let hub = Hub::new(&vec!["127.0.0.1:1".to_string(); n]);
+        // No links in unit tests.
+        hub.started.call_once(|| {});
+        hub
     }
 
     fn msg(payload: &'static str) -> Message {

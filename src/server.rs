@@ -28,6 +28,8 @@ pub struct Proxy {
     pub keylocks: Arc<KeyLocks>,
     /// Counters for `INFO`.
     pub stats: Stats,
+    /// Publish/subscribe across the masters.
+    pub hub: Arc<crate::pubsub::Hub>,
     /// When the proxy started.
     pub started: Instant,
     /// The address clients connect to.
@@ -67,12 +69,14 @@ impl Proxy {
             .map(|_| char::from_digit(rand::random_range(0..16), 16).unwrap_or('0'))
             .collect();
         let scripts = ScriptCache::new(&config.scripts, config.script_cache_bytes);
+        let hub = crate::pubsub::Hub::new(&config.backends);
         Arc::new(Proxy {
             config,
             masters,
             scripts,
             keylocks: Arc::new(KeyLocks::default()),
             stats: Stats::default(),
+            hub,
             started: Instant::now(),
             listen_addr,
             run_id,

@@ -21,6 +21,11 @@ pub fn ping(_: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     if !conn.authed {
         return Reply::static_error("NOAUTH Authentication required.").into();
     }
+    if conn.subscribed() && !conn.resp3 {
+        // In subscribed mode (RESP2) Redis answers PING as a message-shaped array.
+        let msg = args.get(1).cloned().unwrap_or_default();
+        return Reply::Array(vec![Reply::bulk("pong"), Reply::Bulk(msg)]).into();
+    }
     match args.len() {
         1 => Reply::simple("PONG").into(),
         2 => Reply::Bulk(args[1].clone()).into(),

@@ -13,6 +13,7 @@ pub mod fence;
 pub mod introspect;
 pub mod keys;
 pub mod lock;
+pub mod pubsub;
 pub mod script;
 pub mod transaction;
 
@@ -94,6 +95,9 @@ const TX: &[&str] = &["noscript", "loading", "stale", "fast"];
 const NONE: (i32, i32, i32) = (0, 0, 0);
 const FIRST: (i32, i32, i32) = (1, 1, 1);
 const ALL: (i32, i32, i32) = (1, -1, 1);
+
+/// Flags Redis reports for the subscribe commands.
+const PUBSUB: &[&str] = &["pubsub", "noscript", "loading", "stale"];
 
 /// Every command the proxy serves.
 pub static TABLE: &[Spec] = &[
@@ -205,6 +209,26 @@ pub static TABLE: &[Spec] = &[
     ),
     spec("script", -2, &["noscript"], NONE, script::script),
     spec("redlock.fence", 3, &["write", "fast"], FIRST, fence::fence),
+    spec("subscribe", -2, PUBSUB, NONE, pubsub::sub),
+    spec("psubscribe", -2, PUBSUB, NONE, pubsub::psub),
+    spec("ssubscribe", -2, PUBSUB, ALL, pubsub::ssub),
+    spec("unsubscribe", -1, PUBSUB, NONE, pubsub::unsub),
+    spec("punsubscribe", -1, PUBSUB, NONE, pubsub::punsub),
+    spec("sunsubscribe", -1, PUBSUB, ALL, pubsub::sunsub),
+    spec(
+        "publish",
+        3,
+        &["pubsub", "loading", "stale", "fast"],
+        NONE,
+        pubsub::publish,
+    ),
+    spec(
+        "spublish",
+        3,
+        &["pubsub", "loading", "stale", "fast"],
+        FIRST,
+        pubsub::publish,
+    ),
 ];
 
 static BY_NAME: LazyLock<HashMap<&'static str, &'static Spec>> =
@@ -233,6 +257,13 @@ pub fn dispatch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action
     }
     if !conn.authed && !spec.before_auth {
         return Reply::static_error("NOAUTH Authentication required.").into();
+    }
+    if !conn.resp3 && conn.subscribed() && !pubsub::allowed_while_subscribed(spec.name) {
+        return Reply::error(format!(
+            "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+            spec.name
+        ))
+        .into();
     }
     if conn.multi.is_some() && !transaction::runs_at_once(spec.name) {
         return transaction::queue(proxy, conn, args);

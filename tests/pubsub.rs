@@ -1,0 +1,141 @@
+//! Publish/subscribe through the proxy: replies as one Redis gives them, each message delivered
+//! once although every master publishes it (a release runs on every master), and subscribed
+//! mode's rules in RESP2 and RESP3.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Client, Master, masters, proxy_for};
+
+/// Reads one reply, or `None` when nothing comes within `ms`.
+async fn maybe(c: &mut Client, ms: u64) -> Option<String> {
+    tokio::time::timeout(Duration::from_millis(ms), c.read_raw())
+        .await
+        .ok()
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+#[tokio::test]
+async fn replies_read_like_one_redis() {
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let reference = Master::start();
+    for addr in [p.clone(), reference.addr()] {
+        let mut c = Client::connect(&addr).await;
+        c.send(&["SUBSCRIBE", "a", "b"]).await;
+        assert_eq!(
+            maybe(&mut c, 2000).await.unwrap(),
+            "*3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n"
+        );
+        assert_eq!(
+            maybe(&mut c, 2000).await.unwrap(),
+            "*3\r\n$9\r\nsubscribe\r\n$1\r\nb\r\n:2\r\n"
+        );
+        assert_eq!(
+            c.raw(&["GET", "x"]).await,
+            "-ERR Can't execute 'get': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context\r\n",
+            "{addr}"
+        );
+        assert_eq!(
+            c.raw(&["PING"]).await,
+            "*2\r\n$4\r\npong\r\n$0\r\n\r\n",
+            "{addr}"
+        );
+        // Unsubscribing from everything: one reply per channel (in no set order), the count
+        // going down to 0.
+        c.send(&["UNSUBSCRIBE"]).await;
+        let first = maybe(&mut c, 2000).await.unwrap();
+        let second = maybe(&mut c, 2000).await.unwrap();
+        assert!(
+            first.starts_with("*3\r\n$11\r\nunsubscribe\r\n$1\r\n") && first.ends_with(":1\r\n")
+        );
+        assert!(
+            second.starts_with("*3\r\n$11\r\nunsubscribe\r\n$1\r\n") && second.ends_with(":0\r\n")
+        );
+        assert_ne!(first[..first.len() - 4], second[..second.len() - 4]);
+        assert_eq!(
+            c.raw(&["UNSUBSCRIBE"]).await,
+            "*3\r\n$11\r\nunsubscribe\r\n$-1\r\n:0\r\n"
+        );
+        assert_eq!(c.raw(&["PING"]).await, "+PONG\r\n", "{addr}");
+    }
+}
+
+#[tokio::test]
+async fn every_master_publishing_delivers_each_message_once() {
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut sub = Client::connect(&p).await;
+    sub.send(&["SUBSCRIBE", "redisson_lock__channel:{l}"]).await;
+    assert!(maybe(&mut sub, 2000).await.unwrap().contains("subscribe"));
+    let mut psub = Client::connect(&p).await;
+    psub.send(&["PSUBSCRIBE", "redisson_lock__channel:*"]).await;
+    assert!(maybe(&mut psub, 2000).await.unwrap().contains("psubscribe"));
+    // What an unlock script does: publish on every master.
+    for m in &ms {
+        m.client()
+            .await
+            .cmd(&["PUBLISH", "redisson_lock__channel:{l}", "0"])
+            .await;
+    }
+    let want = "*3\r\n$7\r\nmessage\r\n$26\r\nredisson_lock__channel:{l}\r\n$1\r\n0\r\n";
+    assert_eq!(maybe(&mut sub, 2000).await.as_deref(), Some(want));
+    assert_eq!(
+        maybe(&mut sub, 300).await,
+        None,
+        "a duplicate was delivered"
+    );
+    let pwant = "*4\r\n$8\r\npmessage\r\n$24\r\nredisson_lock__channel:*\r\n$26\r\nredisson_lock__channel:{l}\r\n$1\r\n0\r\n";
+    assert_eq!(maybe(&mut psub, 2000).await.as_deref(), Some(pwant));
+    assert_eq!(maybe(&mut psub, 300).await, None);
+    // Published twice (on a majority only): delivered twice.
+    for _ in 0..2 {
+        for m in &ms[..2] {
+            m.client()
+                .await
+                .cmd(&["PUBLISH", "redisson_lock__channel:{l}", "0"])
+                .await;
+        }
+    }
+    assert_eq!(maybe(&mut sub, 2000).await.as_deref(), Some(want));
+    assert_eq!(maybe(&mut sub, 2000).await.as_deref(), Some(want));
+    assert_eq!(maybe(&mut sub, 300).await, None);
+    // PUBLISH through the proxy reaches the subscriber once, within milliseconds.
+    let mut pubr = Client::connect(&p).await;
+    let sent = tokio::time::Instant::now();
+    // One subscriber by channel and one by pattern: 2 receivers, as Redis counts them.
+    assert_eq!(
+        pubr.raw(&["PUBLISH", "redisson_lock__channel:{l}", "1"])
+            .await,
+        ":2\r\n"
+    );
+    assert!(
+        maybe(&mut sub, 2000)
+            .await
+            .unwrap()
+            .ends_with("$1\r\n1\r\n")
+    );
+    assert!(sent.elapsed() < Duration::from_millis(500));
+    assert_eq!(maybe(&mut sub, 300).await, None);
+}
+
+#[tokio::test]
+async fn resp3_subscribers_get_pushes_and_may_run_commands() {
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut c = Client::connect(&p).await;
+    c.raw(&["HELLO", "3"]).await;
+    c.send(&["SSUBSCRIBE", "s"]).await;
+    assert_eq!(
+        maybe(&mut c, 2000).await.unwrap(),
+        ">3\r\n$10\r\nssubscribe\r\n$1\r\ns\r\n:1\r\n"
+    );
+    assert_eq!(c.raw(&["GET", "nothing"]).await, "_\r\n");
+    let mut other = Client::connect(&p).await;
+    assert_eq!(other.raw(&["SPUBLISH", "s", "hi"]).await, ":1\r\n");
+    assert_eq!(
+        maybe(&mut c, 2000).await.unwrap(),
+        ">3\r\n$8\r\nsmessage\r\n$1\r\ns\r\n$2\r\nhi\r\n"
+    );
+}
