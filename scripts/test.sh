@@ -5,3 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh test
 cargo test --all-targets "$@"
+# Coverage-guided fuzzing, bounded (FUZZ_SECONDS per target, default 20); only for a full run.
+if [ $# -eq 0 ]; then
+  scripts/fuzz.sh
+fi

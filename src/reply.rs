@@ -188,10 +188,9 @@ impl ReplyDecoder {
             let Some(&kind) = buf.get(pos) else {
                 return Ok(None);
             };
-            let Some(end) = crlf(buf, pos + 1) else {
+            let Some((end, after)) = crlf(buf, pos + 1)? else {
                 return Ok(None);
             };
-            let after = end + 2;
             match kind {
                 b'+' | b'-' | b':' => self.pos = after,
                 b'$' => {
@@ -237,10 +236,17 @@ impl ReplyDecoder {
     }
 }
 
-/// End of the `\r\n`-terminated line starting at `from` (index of `\r`), if complete.
-fn crlf(buf: &[u8], from: usize) -> Option<usize> {
-    let nl = memchr::memchr(b'\n', buf.get(from..)?)? + from;
-    Some(nl.saturating_sub(1).max(from))
+/// The `\r\n`-terminated line starting at `from`: the index of its `\r` and of the byte after
+/// its `\n`, once complete. A line without its `\r` is malformed (masters always send CRLF).
+fn crlf(buf: &[u8], from: usize) -> Result<Option<(usize, usize)>, ()> {
+    let Some(nl) = buf.get(from..).and_then(|rest| memchr::memchr(b'\n', rest)) else {
+        return Ok(None);
+    };
+    let nl = nl + from;
+    if nl == from || buf[nl - 1] != b'\r' {
+        return Err(());
+    }
+    Ok(Some((nl - 1, nl + 1)))
 }
 
 fn number(digits: &[u8]) -> Result<i64, ()> {
@@ -272,9 +278,13 @@ fn build(frame: &Bytes) -> Reply {
     let mut pos = 0;
     loop {
         let kind = frame[pos];
-        let end = crlf(frame, pos + 1).unwrap_or(frame.len());
+        // The frame was scanned: every line is complete and well formed.
+        let (end, after) = crlf(frame, pos + 1)
+            .ok()
+            .flatten()
+            .unwrap_or((frame.len(), frame.len()));
         let text = frame.slice(pos + 1..end);
-        pos = end + 2;
+        pos = after;
         let mut done = match kind {
             b'+' => Reply::Simple(text),
             b'-' => Reply::Error(text),
@@ -452,6 +462,10 @@ mod tests {
             Ok(Some(Reply::Array(_)))
         ));
         assert!(Reply::decode_resp2(&mut BytesMut::from(&b"?\r\n"[..])).is_err());
+        // Found by the fuzzer: a line ending in a bare LF overran the buffer.
+        assert!(Reply::decode_resp2(&mut BytesMut::from(&b"+\r\n-\n"[..])).is_ok());
+        let mut bare = BytesMut::from(&b"-\n"[..]);
+        assert!(Reply::decode_resp2(&mut bare).is_err());
     }
 
     #[test]

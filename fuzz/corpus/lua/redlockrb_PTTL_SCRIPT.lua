@@ -1,0 +1,1 @@
+      return { redis.call("get", KEYS[1]), redis.call("pttl", KEYS[1]) }
