@@ -280,20 +280,21 @@ fn is_sym(t: Option<&Tok>, sym: &str) -> bool {
     matches!(t, Some(Tok::Sym(s)) if s == sym)
 }
 
-/// Index of the `)` that closes the `(` at `open`.
-fn matching_paren(toks: &[Tok], open: usize) -> Option<usize> {
-    let mut depth = 0usize;
-    for (j, t) in toks.iter().enumerate().skip(open) {
+/// For each `(`, the index of the `)` that closes it, in one pass (a script of many `if(` must
+/// not cost a scan per parenthesis).
+fn matching_parens(toks: &[Tok]) -> Vec<Option<usize>> {
+    let mut closes = vec![None; toks.len()];
+    let mut open: Vec<usize> = Vec::new();
+    for (j, t) in toks.iter().enumerate() {
         if is_sym(Some(t), "(") {
-            depth += 1;
-        } else if is_sym(Some(t), ")") {
-            depth -= 1;
-            if depth == 0 {
-                return Some(j);
-            }
+            open.push(j);
+        } else if is_sym(Some(t), ")")
+            && let Some(o) = open.pop()
+        {
+            closes[o] = Some(j);
         }
     }
-    None
+    closes
 }
 
 /// Spelling folds that keep the meaning: drop `;`, `redis.pcall` → `redis.call`, and drop the
@@ -309,6 +310,7 @@ fn fold(mut toks: Vec<Tok>) -> Vec<Tok> {
         }
     }
     let mut drop = vec![false; toks.len()];
+    let closes = matching_parens(&toks);
     for k in 0..toks.len() {
         let opens_condition = ["if", "elseif", "while"]
             .iter()
@@ -316,7 +318,7 @@ fn fold(mut toks: Vec<Tok>) -> Vec<Tok> {
         if !opens_condition || !is_sym(toks.get(k + 1), "(") {
             continue;
         }
-        if let Some(close) = matching_paren(&toks, k + 1)
+        if let Some(close) = closes[k + 1]
             && (is_name(toks.get(close + 1), "then") || is_name(toks.get(close + 1), "do"))
         {
             drop[k + 1] = true;
@@ -622,11 +624,18 @@ impl Declared {
     }
 }
 
+/// Scripts longer than this are not analysed (lock scripts are a few hundred bytes): they are
+/// unknown unless declared by SHA1.
+pub const MAX_ANALYSED: usize = 64 * 1024;
+
 /// Classifies a script: declared meanings first (by SHA1, then by normalised text), then the
 /// built-in library scripts.
 fn classify(body: &[u8], sha: &str, declared: &[Declared]) -> Meaning {
     if let Some(d) = declared.iter().find(|d| d.sha.as_deref() == Some(sha)) {
         return Meaning::Lock(d.meaning.clone());
+    }
+    if body.len() > MAX_ANALYSED {
+        return Meaning::Unknown;
     }
     let normal = normalise(body);
     if let Some(d) = declared
@@ -1135,6 +1144,24 @@ mod tests {
         let frame = Bytes::from(vec![b'-'; 64]);
         let s = cache.insert(frame.slice(0..10)).unwrap();
         assert_ne!(s.body.as_ptr(), frame.as_ptr());
+    }
+
+    #[test]
+    fn pathological_scripts_are_classified_quickly() {
+        for body in [
+            b"if(".repeat(150_000),
+            b"if(".repeat(20_000),
+            b"(".repeat(20_000),
+            b"[[".repeat(20_000),
+            b"--[[".repeat(15_000),
+            b"\"".repeat(30_000),
+        ] {
+            let started = std::time::Instant::now();
+            assert_eq!(recognise(&body), Meaning::Unknown);
+            let took = started.elapsed();
+            // Generous for a debug build on a loaded machine; it used to take seconds.
+            assert!(took < std::time::Duration::from_millis(500), "{took:?}");
+        }
     }
 
     #[test]

@@ -101,7 +101,7 @@ async fn multi_is_capped_and_the_cap_aborts_exec() {
 #[tokio::test]
 async fn a_full_script_cache_never_breaks_a_client() {
     let ms = masters(3);
-    let p = proxy_with(&ms, |c| c.script_cache_bytes = 64 * 1024).await;
+    let p = proxy_with(&ms, |c| c.script_cache_bytes = 16 * 1024).await;
     let mut c = Client::connect(&p).await;
     // redis-py's loading pattern: SCRIPT LOAD, then EVALSHA (NOSCRIPT → load again).
     let sha = c.text(&["SCRIPT", "LOAD", UNLOCK]).await;
@@ -131,7 +131,7 @@ async fn a_full_script_cache_never_breaks_a_client() {
         c.cmd(&["SET", "sc", "t", "NX", "PX", "5000"]).await,
         Reply::ok()
     );
-    let big = format!("{UNLOCK} --{}", "y".repeat(100 * 1024));
+    let big = format!("{UNLOCK} --{}", "y".repeat(40 * 1024));
     assert_eq!(c.raw(&["EVAL", &big, "1", "sc", "t"]).await, ":1\r\n");
     assert!(
         c.raw(&["SCRIPT", "LOAD", &big])
@@ -222,4 +222,52 @@ async fn dev_mode_stops_its_masters_on_every_exit() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(running_in(&dir), 0, "dev masters left running");
     assert!(!dir.exists(), "dev folder left behind");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_scripts_do_not_freeze_the_proxy() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |_| {}).await;
+    let bystander = tokio::spawn({
+        let p = p.clone();
+        async move {
+            let mut c = Client::connect(&p).await;
+            let mut worst = Duration::ZERO;
+            for i in 0..30 {
+                let started = Instant::now();
+                let key = format!("hs:{i}");
+                assert_eq!(
+                    c.cmd(&["SET", &key, "t", "NX", "PX", "5000"]).await,
+                    Reply::ok()
+                );
+                assert_eq!(
+                    c.cmd(&["EVAL", UNLOCK, "1", &key, "t"]).await,
+                    Reply::Integer(1)
+                );
+                worst = worst.max(started.elapsed());
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            worst
+        }
+    });
+    // Two 450 KB scripts of `if(` (they froze the proxy 12–23 s).
+    let body = "if(".repeat(150_000);
+    let (mut a, mut b) = (Client::connect(&p).await, Client::connect(&p).await);
+    let started = Instant::now();
+    let args = ["EVAL", body.as_str(), "0"];
+    let (ra, rb) = tokio::join!(a.raw(&args), b.raw(&args));
+    assert!(
+        ra.contains("unknown_scripts") && rb.contains("unknown_scripts"),
+        "{ra}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let worst = bystander.await.unwrap();
+    assert!(
+        worst < Duration::from_secs(1),
+        "a bystander's lock took {worst:?}"
+    );
 }
