@@ -34,3 +34,4 @@ pub mod request;
 pub mod scripts;
 pub mod server;
 pub mod stats;
+pub mod tls;

@@ -40,7 +40,11 @@ pub struct Proxy {
 
 impl Proxy {
     /// Connects to the masters (in the background) and prepares the shared state.
-    pub fn new(config: Config, listen_addr: SocketAddr) -> Arc<Proxy> {
+    /// Fails when a master's credentials or TLS files cannot be read.
+    pub fn new(
+        config: Config,
+        listen_addr: SocketAddr,
+    ) -> Result<Arc<Proxy>, crate::config::ConfigError> {
         let ms = std::time::Duration::from_millis;
         let window = config.quarantine_window();
         let settings = Settings {
@@ -57,17 +61,25 @@ impl Proxy {
                 tolerance: ms(config.clock_jump_ms),
                 span: window,
             }),
+            auth: None,
+            tls: None,
         };
-        let masters = config
-            .backends
-            .iter()
-            .map(|addr| Backend::spawn(addr.clone(), settings.clone()))
+        let masters = crate::backend::target::links(&config)?
+            .into_iter()
+            .map(|link| {
+                let settings = Settings {
+                    auth: link.auth,
+                    tls: link.tls,
+                    ..settings.clone()
+                };
+                Backend::spawn(link.addr, settings)
+            })
             .collect();
         let run_id = (0..40)
             .map(|_| char::from_digit(rand::random_range(0..16), 16).unwrap_or('0'))
             .collect();
         let scripts = ScriptCache::new(&config.scripts);
-        Arc::new(Proxy {
+        Ok(Arc::new(Proxy {
             config,
             masters,
             scripts,
@@ -78,7 +90,7 @@ impl Proxy {
             run_id,
             clients: AtomicUsize::new(0),
             next_client_id: AtomicU64::new(1),
-        })
+        }))
     }
 
     /// Number of connected clients.
@@ -101,8 +113,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 /// Serves clients on an already bound listener (tests bind port 0 themselves).
 pub async fn serve(listener: TcpListener, config: Config) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
-    info!(listen = %addr, masters = ?config.backends, quorum = crate::quorum::quorum(config.backends.len()), "redlock-proxy listening");
-    let proxy = Proxy::new(config, addr);
+    let proxy = Proxy::new(config, addr)?;
+    let masters: Vec<&str> = proxy
+        .masters
+        .iter()
+        .map(|m| m.info().addr.as_str())
+        .collect();
+    info!(listen = %addr, masters = ?masters, quorum = proxy.quorum(), "redlock-proxy listening");
     loop {
         let (mut socket, peer) = match listener.accept().await {
             Ok(pair) => pair,

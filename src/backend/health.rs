@@ -59,6 +59,8 @@ pub struct MasterInfo {
     clock_jumps: AtomicU64,
     /// Redis 7.0 or later: `SET ... NX GET` is allowed, so an acquisition needs no script.
     set_nx_get: AtomicBool,
+    /// Why the last connect failed or the connection ended; cleared on connect.
+    last_error: Mutex<String>,
 }
 
 impl MasterInfo {
@@ -75,6 +77,7 @@ impl MasterInfo {
             restarts: AtomicU64::new(0),
             clock_jumps: AtomicU64::new(0),
             set_nx_get: AtomicBool::new(false),
+            last_error: Mutex::new(String::new()),
         }
     }
 
@@ -182,14 +185,39 @@ impl MasterInfo {
         }
     }
 
+    /// Records why the master is not usable (shown by `INFO` as `last_error`). Commas and line
+    /// breaks would split the `INFO` line, so they become `;` and spaces.
+    pub(super) fn set_last_error(&self, why: &str) {
+        let clean: String = why
+            .chars()
+            .map(|c| match c {
+                ',' => ';',
+                '\r' | '\n' => ' ',
+                c => c,
+            })
+            .collect();
+        if let Ok(mut g) = self.last_error.lock() {
+            *g = clean;
+        }
+    }
+
+    /// Why the master was last refused or lost ("" after a successful connect).
+    pub fn last_error(&self) -> String {
+        self.last_error
+            .lock()
+            .map(|g| g.clone())
+            .unwrap_or_default()
+    }
+
     /// One `INFO` line body: `addr=…,status=…,run_id=…,…`.
     pub fn describe(&self) -> String {
         let mut out = String::new();
         let _ = write!(
             out,
-            "addr={},status={},run_id={},quarantine_ms={},clock_suspect_ms={},restarts={},clock_jumps={}",
+            "addr={},status={},last_error={},run_id={},quarantine_ms={},clock_suspect_ms={},restarts={},clock_jumps={}",
             self.addr,
             self.status().name(),
+            self.last_error(),
             self.run_id().unwrap_or_default(),
             self.quarantine_left().as_millis(),
             self.clock_suspect_left().as_millis(),
@@ -234,5 +262,12 @@ mod tests {
         assert!(!m.exclusion_ended(), "logged once");
         assert!(m.describe().contains("status=up"), "{}", m.describe());
         assert!(m.describe().contains("clock_jumps=1"), "{}", m.describe());
+        m.set_last_error("WRONGPASS a, b\r\n");
+        assert!(
+            m.describe()
+                .contains(",last_error=WRONGPASS a; b  ,run_id="),
+            "{}",
+            m.describe()
+        );
     }
 }

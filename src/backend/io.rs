@@ -111,7 +111,13 @@ async fn write_loop(
                 next = Some(Pending::probe(true));
             }
         }
-        if let Err(e) = wr.write_all(&buf).await {
+        // TLS buffers inside the session: flush pushes the batch out (free on plain TCP).
+        if let Err(e) = async {
+            wr.write_all(&buf).await?;
+            wr.flush().await
+        }
+        .await
+        {
             return Ended::Failed(format!("write: {e}"));
         }
         buf.clear();
@@ -251,6 +257,8 @@ mod tests {
                 tolerance: Duration::from_millis(5),
                 span: Duration::from_millis(3000),
             }),
+            auth: None,
+            tls: None,
         }
     }
 
