@@ -17,6 +17,8 @@
 //! - [`scripts`]: the script cache and what a Lua script means.
 //! - [`reply`]: reply values and their RESP2/RESP3 encoding.
 //! - [`config`]: the TOML file and flags. [`stats`]: counters for `INFO`. [`dev`]: local masters.
+//! - [`tls`]: rustls client configuration towards TLS masters. [`logging`]: stderr, text or
+//!   JSON. [`metrics`]: Prometheus families served at `/metrics`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -28,6 +30,7 @@ pub mod config;
 pub mod dev;
 pub mod inbox;
 pub mod keylock;
+pub mod logging;
 pub mod quorum;
 pub mod reply;
 pub mod request;

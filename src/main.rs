@@ -4,7 +4,6 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use redlock_proxy::config::Config;
-use tracing_subscriber::EnvFilter;
 
 // Every lock operation allocates a few small, short-lived buffers; mimalloc serves those
 // several times cheaper than the system allocator (measured with callgrind, see README).
@@ -87,11 +86,7 @@ fn main() {
 }
 
 async fn run(cli: Cli) {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .init();
+    redlock_proxy::logging::init(build_config(&cli).map(|c| c.log_format).unwrap_or_default());
     let mut config = match build_config(&cli) {
         Ok(c) => c,
         Err(e) => {
