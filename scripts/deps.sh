@@ -24,7 +24,7 @@ apt_need() {
 }
 
 mode="${1:-test}"
-apt_need redis-server redis-tools
+apt_need redis-server redis-tools openssl
 # A redis-server installed by apt may start as a service on 6379; the proxy and the tests use
 # their own masters on free ports, so it does no harm, but stop it to keep the machine quiet.
 if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet redis-server 2>/dev/null; then
