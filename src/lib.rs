@@ -31,6 +31,7 @@ pub mod dev;
 pub mod inbox;
 pub mod keylock;
 pub mod logging;
+pub mod metrics;
 pub mod quorum;
 pub mod reply;
 pub mod request;

@@ -98,6 +98,11 @@ impl Proxy {
         self.clients.load(Ordering::Relaxed)
     }
 
+    /// Client connections accepted since start (refused ones not counted).
+    pub fn clients_total(&self) -> u64 {
+        self.next_client_id.load(Ordering::Relaxed) - 1
+    }
+
     /// The quorum: `⌊N/2⌋ + 1` of the configured masters.
     pub fn quorum(&self) -> usize {
         crate::quorum::quorum(self.masters.len())
@@ -120,6 +125,11 @@ pub async fn serve(listener: TcpListener, config: Config) -> anyhow::Result<()> 
         .map(|m| m.info().addr.as_str())
         .collect();
     info!(listen = %addr, masters = ?masters, quorum = proxy.quorum(), "redlock-proxy listening");
+    if let Some(at) = &proxy.config.metrics_listen {
+        let metrics = TcpListener::bind(at).await?;
+        info!(metrics = %metrics.local_addr()?, "serving Prometheus metrics at /metrics");
+        tokio::spawn(crate::metrics::serve(metrics, proxy.clone()));
+    }
     loop {
         let (mut socket, peer) = match listener.accept().await {
             Ok(pair) => pair,

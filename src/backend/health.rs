@@ -14,6 +14,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::time::Instant;
 
 /// Health of a master, as `INFO` and the logs name it.
@@ -61,6 +62,21 @@ pub struct MasterInfo {
     set_nx_get: AtomicBool,
     /// Why the last connect failed or the connection ended; cleared on connect.
     last_error: Mutex<String>,
+    /// Connections opened after the first.
+    reconnects: AtomicU64,
+    /// Connections dropped because a request went unanswered for `stall_timeout`.
+    timeouts: AtomicU64,
+    /// Seconds from writing a request to its first reply frame (for `/metrics`).
+    latency: Histogram,
+}
+
+/// Reply latency buckets (seconds): 100 µs to 1 s, since masters answer in well under a
+/// millisecond on a LAN and anything near `node_timeout_ms` is already a "no".
+pub fn latency_buckets() -> impl Iterator<Item = f64> {
+    [
+        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    ]
+    .into_iter()
 }
 
 impl MasterInfo {
@@ -78,6 +94,9 @@ impl MasterInfo {
             clock_jumps: AtomicU64::new(0),
             set_nx_get: AtomicBool::new(false),
             last_error: Mutex::new(String::new()),
+            reconnects: AtomicU64::new(0),
+            timeouts: AtomicU64::new(0),
+            latency: Histogram::new(latency_buckets()),
         }
     }
 
@@ -207,6 +226,39 @@ impl MasterInfo {
             .lock()
             .map(|g| g.clone())
             .unwrap_or_default()
+    }
+
+    /// Restarts seen (a new `run_id` on reconnect).
+    pub fn restarts(&self) -> u64 {
+        self.restarts.load(Ordering::Relaxed)
+    }
+
+    /// Clock jumps seen.
+    pub fn clock_jumps(&self) -> u64 {
+        self.clock_jumps.load(Ordering::Relaxed)
+    }
+
+    /// Connections opened after the first.
+    pub fn reconnects(&self) -> u64 {
+        self.reconnects.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn count_reconnect(&self) {
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections dropped because a request went unanswered for `stall_timeout`.
+    pub fn timeouts(&self) -> u64 {
+        self.timeouts.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn count_timeout(&self) {
+        self.timeouts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reply latency, request written to first reply frame, in seconds.
+    pub fn latency(&self) -> &Histogram {
+        &self.latency
     }
 
     /// One `INFO` line body: `addr=…,status=…,run_id=…,…`.

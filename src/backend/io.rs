@@ -158,6 +158,9 @@ async fn read_loop(
             let Some(front) = queue.front_mut() else {
                 return Ended::Failed("reply without a request".into());
             };
+            if front.got.is_empty() {
+                info.latency().observe(front.sent.elapsed().as_secs_f64());
+            }
             let p = &mut front.pending;
             if p.replies == 1 && !p.time {
                 p.deliver(Ok(reply));
@@ -227,6 +230,7 @@ async fn read_loop(
                 None => return Ended::Failed("writer stopped".into()),
             },
             _ = sleep_until(stall_at.unwrap_or_else(Instant::now)), if stall_at.is_some() => {
+                info.count_timeout();
                 return Ended::Failed(format!("no reply within {} ms", stall.as_millis()));
             }
         }

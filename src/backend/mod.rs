@@ -234,9 +234,14 @@ async fn drive(info: Arc<MasterInfo>, mut rx: mpsc::Receiver<Pending>, settings:
     // A refusal that needs the operator (wrong password, certificate) is a WARN once, not on
     // every retry; it is repeated at debug, and a new reason is a new WARN.
     let mut warned = String::new();
+    let mut connected_before = false;
     loop {
         match connect(&info, &settings).await {
             Ok(hello) => {
+                if connected_before {
+                    info.count_reconnect();
+                }
+                connected_before = true;
                 delay = settings.reconnect_min;
                 warned.clear();
                 info.set_last_error("");
