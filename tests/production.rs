@@ -629,3 +629,220 @@ async fn a_certificate_refused_by_either_side_keeps_the_master_down_and_says_why
         );
     }
 }
+
+/// `GET path` over HTTP/1.0 with optional extra header lines; returns (status line, body).
+async fn http_get(addr: &str, path: &str, headers: &str) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n{headers}\r\n").as_bytes())
+        .await
+        .expect("write");
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("answer within 10 s")
+        .expect("read");
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
+}
+
+/// `promtool check metrics` on `text`: (exit code, output).
+fn promtool(text: &str) -> (i32, String) {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package; scripts/deps.sh installs it)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("promtool");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+fn sample(metrics: &str, name: &str) -> String {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or("")
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_move_with_a_grant_a_denial_and_a_release_and_promtool_accepts_them() {
+    let ms: Vec<Redis> = (0..3).map(|_| Redis::plain(&[])).collect();
+    let port = redlock_proxy::dev::free_port().expect("free port");
+    let metrics = format!("127.0.0.1:{port}");
+    let proxy = Proxy::start(&addrs(&ms), &format!("metrics_listen = {metrics:?}"), &[]);
+    proxy.info_when_up(3).await;
+    let outcome = |o: &str| format!("redlock_locks_total{{outcome=\"{o}\"}}");
+    let (status, before) = http_get(&metrics, "/metrics", "").await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    for o in ["granted", "denied", "released"] {
+        assert_eq!(sample(&before, &outcome(o)), "0", "{before}");
+    }
+    let mut c = proxy.client().await;
+    assert_eq!(
+        c.raw(&["SET", "lock:m", "t1", "NX", "PX", "10000"]).await,
+        "+OK\r\n"
+    );
+    let (_, after_grant) = http_get(&metrics, "/metrics", "").await;
+    assert_eq!(sample(&after_grant, &outcome("granted")), "1");
+    assert_eq!(sample(&after_grant, &outcome("denied")), "0");
+    assert_eq!(
+        c.raw(&["SET", "lock:m", "t2", "NX", "PX", "10000"]).await,
+        "$-1\r\n"
+    );
+    assert_eq!(
+        c.raw(&["EVAL", UNLOCK, "1", "lock:m", "t1"]).await,
+        ":1\r\n"
+    );
+    let (_, after) = http_get(&metrics, "/metrics", "").await;
+    for o in ["granted", "denied", "released"] {
+        assert_eq!(sample(&after, &outcome(o)), "1", "{o}: {after}");
+    }
+    // One connection waited for the masters, one sent the locks.
+    assert_eq!(
+        sample(&after, "redlock_client_connections_accepted_total"),
+        "2"
+    );
+    for m in &ms {
+        let up = format!("redlock_master_up{{master=\"{}\"}}", m.addr());
+        assert_eq!(sample(&after, &up), "1", "{after}");
+    }
+    assert!(
+        after.contains("redlock_master_reply_seconds_bucket{"),
+        "{after}"
+    );
+    let (code, lint) = promtool(&after);
+    assert_eq!(code, 0, "promtool: {lint}\n{after}");
+    // Prometheus itself asks for OpenMetrics, which promtool cannot lint: the classic format
+    // served to everyone else is what makes promtool pass.
+    let (_, om) = http_get(
+        &metrics,
+        "/metrics",
+        "Accept: application/openmetrics-text;version=1.0.0\r\n",
+    )
+    .await;
+    assert!(om.ends_with("# EOF\n"), "{om}");
+    assert_ne!(promtool(&om).0, 0);
+    assert_eq!(
+        http_get(&metrics, "/other", "").await.0,
+        "HTTP/1.1 404 Not Found"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prometheus_server_scrapes_the_proxy() {
+    let ms: Vec<Redis> = (0..3).map(|_| Redis::plain(&[])).collect();
+    let metrics = format!(
+        "127.0.0.1:{}",
+        redlock_proxy::dev::free_port().expect("free port")
+    );
+    let proxy = Proxy::start(&addrs(&ms), &format!("metrics_listen = {metrics:?}"), &[]);
+    proxy.info_when_up(3).await;
+    let mut c = proxy.client().await;
+    assert_eq!(
+        c.raw(&["SET", "lock:p", "t1", "NX", "PX", "10000"]).await,
+        "+OK\r\n"
+    );
+
+    let dir = Scratch::new("prometheus");
+    std::fs::write(
+        dir.0.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: redlock\n    \
+             static_configs:\n      - targets: [{metrics:?}]\n"
+        ),
+    )
+    .expect("prometheus.yml");
+    let web = format!(
+        "127.0.0.1:{}",
+        redlock_proxy::dev::free_port().expect("free port")
+    );
+    let log = std::fs::File::create(dir.0.join("prometheus.log")).expect("log");
+    let mut server = Command::new("prometheus")
+        .arg(format!("--config.file={}", dir.path("prometheus.yml")))
+        .arg(format!("--storage.tsdb.path={}", dir.path("data")))
+        .arg(format!("--web.listen-address={web}"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("prometheus (Debian's package; scripts/deps.sh installs it)");
+    let query = "/api/v1/query?query=redlock_locks_total%7Boutcome%3D%22granted%22%7D";
+    let mut last = String::new();
+    for _ in 0..150 {
+        if tokio::net::TcpStream::connect(&web).await.is_ok() {
+            let (_, body) = http_get(&web, query, "").await;
+            last = body;
+            if last.contains("\"value\":[") {
+                break;
+            }
+        }
+        sleep(Duration::from_millis(200)).await;
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    let answer: serde_json::Value = serde_json::from_str(&last).expect("JSON from the API");
+    let result = &answer["data"]["result"][0];
+    assert_eq!(result["metric"]["job"], "redlock", "{last}");
+    assert_eq!(result["metric"]["outcome"], "granted", "{last}");
+    assert_eq!(result["value"][1], "1", "{last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_go_to_stderr_without_escapes_and_json_lines_parse() {
+    let m = Redis::plain(&[]);
+    let down = redlock_proxy::dev::free_port().expect("free port");
+    let backends = [m.addr(), format!("127.0.0.1:{down}")];
+    let text = Proxy::start(&backends, "", &[("RUST_LOG", "debug")]);
+    let json = Proxy::start(&backends, "log_format = \"json\"", &[("RUST_LOG", "debug")]);
+    let quiet = Proxy::start(&backends, "", &[("RUST_LOG", "warn")]);
+    for p in [&text, &json, &quiet] {
+        p.info_when_up(1).await;
+    }
+    // A few reconnect rounds to the master that is down (logged at debug).
+    sleep(Duration::from_millis(300)).await;
+    let log = text.stderr();
+    assert!(log.contains("redlock-proxy listening"), "{log}");
+    assert!(log.contains("DEBUG"), "RUST_LOG=debug is obeyed: {log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "no ANSI escapes when stderr is a file: {log:?}"
+    );
+    let lines: Vec<serde_json::Value> = json
+        .stderr()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(lines.len() >= 3, "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["fields"]["message"] == "master up" && l["span"]["backend.addr"] == m.addr()),
+        "{lines:?}"
+    );
+    assert!(lines.iter().any(|l| l["level"] == "DEBUG"), "{lines:?}");
+    assert!(!json.stderr().contains('\u{1b}'));
+    let q = quiet.stderr();
+    assert!(
+        !q.contains("INFO") && !q.contains("DEBUG"),
+        "RUST_LOG=warn: {q}"
+    );
+    for p in [&text, &json, &quiet] {
+        assert_eq!(p.stdout(), "", "stdout stays empty");
+    }
+}
