@@ -22,18 +22,47 @@ fn hot(c: &mut Criterion) {
         b"30000",
     ]);
     let limits = Limits::default();
+    // One decoder per connection, as the client uses it.
+    let mut decoder = request::Decoder::new(limits);
     c.bench_function("decode SET NX PX (multibulk)", |b| {
         b.iter(|| {
             let mut buf = BytesMut::from(&set[..]);
-            black_box(request::decode(&mut buf, &limits).unwrap())
+            black_box(decoder.decode(&mut buf, true).unwrap())
         })
     });
     c.bench_function("decode SET NX PX (inline)", |b| {
         b.iter(|| {
             let mut buf =
                 BytesMut::from(&b"SET lock:12345678 0123456789abcdef0123 NX PX 30000\r\n"[..]);
-            black_box(request::decode(&mut buf, &limits).unwrap())
+            black_box(decoder.decode(&mut buf, true).unwrap())
         })
+    });
+    // A 2000-argument request arriving 64 bytes per read: the incremental decoder against
+    // parsing the partial request again from its start on every read (what a fresh decoder does).
+    let mut many = b"*2000\r\n".to_vec();
+    for _ in 0..2000 {
+        many.extend_from_slice(b"$8\r\nlock:123\r\n");
+    }
+    let trickle = |incremental: bool| {
+        let mut d = request::Decoder::new(limits);
+        let mut buf = BytesMut::new();
+        let mut got = 0;
+        for chunk in many.chunks(64) {
+            buf.extend_from_slice(chunk);
+            if !incremental {
+                d = request::Decoder::new(limits);
+            }
+            if let Some(args) = d.decode(&mut buf, true).unwrap() {
+                got += args.len();
+            }
+        }
+        got
+    };
+    c.bench_function("decode 2000 args, 64 B per read (incremental)", |b| {
+        b.iter(|| black_box(trickle(true)))
+    });
+    c.bench_function("decode 2000 args, 64 B per read (re-parse)", |b| {
+        b.iter(|| black_box(trickle(false)))
     });
     c.bench_function("command lookup", |b| {
         b.iter(|| black_box(redlock_proxy::command::lookup(black_box(b"SeT"))))

@@ -1,26 +1,40 @@
 //! One client connection: decode requests, dispatch them, and answer in request order.
 //!
 //! Pipelined requests are dispatched as soon as they are decoded, so the masters see them
-//! together, but replies are written strictly in request order (a `FuturesOrdered`). At most
-//! `max_pipeline` commands may be in flight; beyond that the proxy stops reading, which bounds
-//! the memory one client can use. A malformed request gets Redis's protocol error and the
-//! connection closes after the replies before it have been written.
+//! together, but replies are written strictly in request order (a `FuturesOrdered`). One task
+//! reads, runs and writes, and none of the three waits for another: commands in flight keep
+//! being polled while replies wait for the client to read them, so a client that does not read
+//! never holds a key's turn (which would stall every other client of that key).
+//!
+//! Everything is bounded. At most `max_pipeline` commands may be in flight; beyond that the
+//! proxy stops reading. A request, and the unparsed input, may not exceed
+//! `client_query_buffer_limit`; unread replies may not exceed `client_output_buffer_limit`, and
+//! a client that accepts none of them for `client_write_timeout_ms` is disconnected. The
+//! commands a disconnected client had in flight still complete (or are undone) on the masters.
+//! Buffers start small and are given back when a large request or reply has gone.
+//!
+//! A malformed request gets Redis's protocol error and the connection closes after the replies
+//! before it have been written. A request named `POST` or `Host:` (an HTTP request, sent by a
+//! browser tricked into cross-protocol scripting) closes the connection at once, as Redis does.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use futures_util::future::{Either, FutureExt, Ready, ready};
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tracing::{debug, warn};
 
 use crate::command::{self, Action, Later};
 use crate::reply::Reply;
-use crate::request::{self, Limits};
+use crate::request::{Decoder, Limits};
 use crate::server::Proxy;
 
 /// Per-connection state that commands may read and change.
@@ -74,23 +88,46 @@ impl Future for Tagged {
     }
 }
 
-/// Serves one client until it disconnects, sends `QUIT`, or breaks the protocol.
+/// What a read or write buffer starts with, and shrinks back to when a large request or reply
+/// has gone.
+const BUFFER_START: usize = 16 * 1024;
+/// A buffer this much larger than it needs to be is replaced by a small one.
+const BUFFER_SHRINK: usize = 64 * 1024;
+
+/// Serves one client until it disconnects, sends `QUIT`, breaks the protocol, or exceeds a limit.
 pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<()> {
     let (mut rd, mut wr) = socket.into_split();
-    let mut conn = Conn::new(id, proxy.config.password.is_some());
-    let limits = Limits {
-        max_bulk_len: proxy.config.max_bulk_len,
+    let config = &proxy.config;
+    let mut conn = Conn::new(id, config.password.is_some());
+    let mut decoder = Decoder::new(Limits {
+        max_bulk_len: config.max_bulk_len,
+        max_request_len: config.client_query_buffer_limit,
         ..Limits::default()
-    };
-    let max_pipeline = proxy.config.max_pipeline;
-    let mut input = BytesMut::with_capacity(16 * 1024);
-    let mut output = BytesMut::with_capacity(16 * 1024);
+    });
+    let max_pipeline = config.max_pipeline;
+    let query_limit = config.client_query_buffer_limit;
+    let output_limit = config.client_output_buffer_limit;
+    let write_timeout = Duration::from_millis(config.client_write_timeout_ms);
+    let mut input = BytesMut::with_capacity(BUFFER_START);
+    let mut output = BytesMut::with_capacity(BUFFER_START);
     let mut inflight: FuturesOrdered<InFlight> = FuturesOrdered::new();
     let mut closing = false;
+    // When the client last accepted reply bytes (or replies started waiting for it). The timer
+    // is re-armed lazily, only when it fires early, so a write costs no timer update.
+    let mut progress = Instant::now();
+    let write_timer = tokio::time::sleep(write_timeout);
+    tokio::pin!(write_timer);
     loop {
         while !closing && inflight.len() < max_pipeline {
-            match request::decode(&mut input, &limits) {
+            match decoder.decode(&mut input, conn.authed) {
                 Ok(Some(args)) => {
+                    if is_http(&args[0]) {
+                        warn!(
+                            "Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: commands to redlock-proxy. This is likely due to an attacker attempting to use Cross Protocol Scripting in order to compromise your Redis instance. Connection aborted."
+                        );
+                        finish_in_background(inflight);
+                        return Ok(());
+                    }
                     let action = command::dispatch(&proxy, &mut conn, args);
                     // The protocol in force after the command (HELLO 3 answers in RESP3).
                     let resp3 = conn.resp3;
@@ -104,6 +141,14 @@ pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<
                     });
                 }
                 Ok(None) => break,
+                Err(e) if !e.answered() => {
+                    warn!(
+                        limit = query_limit,
+                        "closing client that reached max query buffer length"
+                    );
+                    finish_in_background(inflight);
+                    return Ok(());
+                }
                 Err(e) => {
                     closing = true;
                     inflight.push_back(Either::Left(ready((
@@ -113,20 +158,58 @@ pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<
                 }
             }
         }
+        if input.len() > query_limit {
+            // Complete requests waiting behind a full pipeline count too, as in Redis.
+            warn!(
+                limit = query_limit,
+                "closing client that reached max query buffer length"
+            );
+            finish_in_background(inflight);
+            return Ok(());
+        }
+        shrink(&mut input);
+        let was_idle = output.is_empty();
         while let Some(Some((reply, resp3))) = inflight.next().now_or_never() {
             reply.encode(&mut output, resp3);
         }
-        if !output.is_empty() {
-            if let Err(e) = wr.write_all(&output).await {
-                finish_in_background(inflight);
-                return Err(e);
-            }
-            output.clear();
-        }
-        if closing && inflight.is_empty() {
+        if output.len() > output_limit {
+            warn!(
+                limit = output_limit,
+                "closing client for overcoming of output buffer limits"
+            );
+            finish_in_background(inflight);
             return Ok(());
         }
+        if output.is_empty() {
+            shrink(&mut output);
+            if closing && inflight.is_empty() {
+                return Ok(());
+            }
+        } else if was_idle {
+            progress = Instant::now();
+        }
         tokio::select! {
+            biased;
+            written = wr.write(&output), if !output.is_empty() => match written {
+                Ok(0) => {
+                    finish_in_background(inflight);
+                    return Err(io::ErrorKind::WriteZero.into());
+                }
+                Ok(n) => {
+                    output.advance(n);
+                    progress = Instant::now();
+                }
+                Err(e) => {
+                    finish_in_background(inflight);
+                    return Err(e);
+                }
+            },
+            Some((reply, resp3)) = inflight.next(), if !inflight.is_empty() => {
+                if output.is_empty() {
+                    progress = Instant::now();
+                }
+                reply.encode(&mut output, resp3);
+            }
             n = rd.read_buf(&mut input), if !closing && inflight.len() < max_pipeline => {
                 match n {
                     Ok(0) => {
@@ -140,10 +223,32 @@ pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<
                     }
                 }
             }
-            Some((reply, resp3)) = inflight.next(), if !inflight.is_empty() => {
-                reply.encode(&mut output, resp3);
+            () = &mut write_timer, if !output.is_empty() => {
+                let deadline = progress + write_timeout;
+                if Instant::now() >= deadline {
+                    debug!(timeout_ms = write_timeout.as_millis() as u64, "client accepted no reply in time; closing");
+                    finish_in_background(inflight);
+                    return Ok(());
+                }
+                write_timer.as_mut().reset(deadline);
             }
         }
+    }
+}
+
+/// A request named `POST` or `Host:` is an HTTP request: Redis takes it for a cross-protocol
+/// attack and closes the connection without running it (or anything after it).
+fn is_http(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"POST") || name.eq_ignore_ascii_case(b"Host:")
+}
+
+/// Gives back a buffer's memory after a large request or reply: an empty (or nearly empty)
+/// buffer holding far more than it needs is replaced by a small one. Rare, so cheap.
+fn shrink(buf: &mut BytesMut) {
+    if buf.capacity() > BUFFER_SHRINK && buf.len() < BUFFER_START {
+        let mut small = BytesMut::with_capacity(BUFFER_START);
+        small.extend_from_slice(buf);
+        *buf = small;
     }
 }
 
@@ -152,5 +257,38 @@ pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<
 fn finish_in_background(mut inflight: FuturesOrdered<InFlight>) {
     if !inflight.is_empty() {
         tokio::spawn(async move { while inflight.next().await.is_some() {} });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_shrink_back_after_a_large_request() {
+        let mut buf = BytesMut::with_capacity(BUFFER_START);
+        buf.extend_from_slice(&vec![b'x'; 4 * 1024 * 1024]);
+        let frame = buf.split_to(4 * 1024 * 1024 - 10);
+        shrink(&mut buf);
+        assert!(buf.capacity() <= BUFFER_START, "{}", buf.capacity());
+        // What was left (the start of the next request) is kept.
+        assert_eq!(&buf[..], &[b'x'; 10]);
+        drop(frame);
+        // A buffer in use for a large request keeps its memory.
+        let mut big = BytesMut::with_capacity(1024 * 1024);
+        big.extend_from_slice(&[0; 100_000]);
+        shrink(&mut big);
+        assert_eq!(big.len(), 100_000);
+        assert!(big.capacity() >= 1024 * 1024 - 100_000);
+    }
+
+    #[test]
+    fn http_is_recognised_in_any_case() {
+        for name in [&b"POST"[..], b"post", b"Host:", b"HOST:", b"host:"] {
+            assert!(is_http(name));
+        }
+        for name in [&b"GET"[..], b"HOST", b"POSTS", b"SET"] {
+            assert!(!is_http(name));
+        }
     }
 }

@@ -92,13 +92,26 @@ pub struct Config {
     pub max_bulk_len: usize,
     /// Most commands one client may have in flight before the proxy stops reading from it.
     pub max_pipeline: usize,
+    /// Largest request (bytes, all of its arguments together) and largest unparsed input one
+    /// client may have buffered. Redis's `client-query-buffer-limit` is 1 GB; lock commands are
+    /// tiny, so the default here is 64 MiB. A client that goes beyond it is disconnected, as
+    /// Redis does. Before `AUTH` (with `password` set) the much smaller Redis 7 limits apply:
+    /// 10 arguments and 16384-byte bulks.
+    pub client_query_buffer_limit: usize,
+    /// Most reply bytes one client may leave unread (bytes). A client that goes beyond it is
+    /// disconnected; the commands it had in flight still complete (or are undone) on the masters.
+    pub client_output_buffer_limit: usize,
+    /// A client that accepts none of its pending replies for this long is disconnected (ms);
+    /// the commands it had in flight still complete (or are undone) on the masters.
+    pub client_write_timeout_ms: u64,
     /// Scripts the proxy does not recognise: `reject` (the default) refuses them; `majority`
     /// (unsafe with untrusted clients) runs them on every master and answers the majority reply.
     /// Lock scripts the proxy recognises work in every mode.
     pub unknown_scripts: UnknownScripts,
     /// Worker threads for the proxy's runtime; 0 means one per CPU core.
     pub threads: usize,
-    /// When set, clients must `AUTH` with this password (any user name) before other commands.
+    /// When set, clients must `AUTH` with this password (as the user `default`, or with no user
+    /// name) before other commands; `PING` included, as on Redis 7.
     pub password: Option<String>,
     /// Restart quarantine. A master whose `run_id` changed (it restarted, and without
     /// persistence came back empty) takes no part in any quorum for the quarantine window,
@@ -139,6 +152,17 @@ pub struct Config {
     /// `redis-lock`'s `Date.now() + timeout + 1`, host names such as `Redis::DistLock`'s) would
     /// then get two holders at once. Switch on only when every holder's value is unique.
     pub set_nx_reentrant: bool,
+    /// Unsafe, for tests only: `REDLOCK.FENCE` takes its token from a counter on master 0 alone,
+    /// as a library fencing against one Redis would. Such a token goes back when that master
+    /// restarts empty; the default quorum counter does not.
+    pub fence_single_master: bool,
+    /// Most keys one client may have under `WATCH` at once; more get an error.
+    pub max_watch_keys: usize,
+    /// Most commands one `MULTI` may queue; past it a command is refused and `EXEC` aborts.
+    pub max_multi_commands: usize,
+    /// Bytes the script cache may hold (each script's text plus a small fixed overhead); the
+    /// oldest scripts are forgotten first. Clients send a forgotten script again on `NOSCRIPT`.
+    pub script_cache_bytes: usize,
     /// Deadlock guard (ms): the TTL given to a key that a legacy write would otherwise leave with
     /// no expiry (`SETNX`, `GETSET`, `SET` without `EX`/`PX`/`KEEPTTL`), so a client that dies
     /// between `SETNX` and `EXPIRE` cannot block the resource forever. Keep it longer than any
@@ -273,11 +297,18 @@ impl Default for Config {
             max_clients: 10_000,
             max_bulk_len: 4 * 1024 * 1024,
             max_pipeline: 1024,
+            client_query_buffer_limit: 64 * 1024 * 1024,
+            client_output_buffer_limit: 64 * 1024 * 1024,
+            client_write_timeout_ms: 10_000,
             unknown_scripts: UnknownScripts::Reject,
             password: None,
             threads: 0,
             default_ttl_ms: 0,
             set_nx_reentrant: false,
+            fence_single_master: false,
+            max_watch_keys: 1024,
+            max_multi_commands: 1024,
+            script_cache_bytes: 32 * 1024 * 1024,
             legacy_guard_ttl_ms: 300_000,
             legacy_decision: LegacyDecision::Majority,
             scripts: Vec::new(),
@@ -396,6 +427,15 @@ impl Config {
             ("max_clients", self.max_clients as u64),
             ("max_bulk_len", self.max_bulk_len as u64),
             ("max_pipeline", self.max_pipeline as u64),
+            (
+                "client_query_buffer_limit",
+                self.client_query_buffer_limit as u64,
+            ),
+            (
+                "client_output_buffer_limit",
+                self.client_output_buffer_limit as u64,
+            ),
+            ("client_write_timeout_ms", self.client_write_timeout_ms),
             ("clock_jump_ms", self.clock_jump_ms),
             ("probe_interval_ms", self.probe_interval_ms),
         ] {

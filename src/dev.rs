@@ -10,11 +10,22 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use tokio::process::{Child, Command};
 
-/// Running local masters; dropping this kills them.
+/// Running local masters; dropping this kills them and removes their folder.
 pub struct DevMasters {
     /// Their `127.0.0.1:port` addresses.
     pub addrs: Vec<String>,
+    /// Their working folder, `redlock-proxy-dev-<pid>` in the temp folder.
+    pub dir: std::path::PathBuf,
     _children: Vec<Child>,
+}
+
+impl Drop for DevMasters {
+    fn drop(&mut self) {
+        for c in &mut self._children {
+            let _ = c.start_kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// A port that was free a moment ago.
@@ -24,21 +35,27 @@ pub fn free_port() -> std::io::Result<u16> {
 
 /// Starts `n` masters and waits until each accepts connections.
 pub async fn start(n: usize) -> anyhow::Result<DevMasters> {
-    let mut addrs = Vec::new();
-    let mut children = Vec::new();
+    let mut masters = DevMasters {
+        addrs: Vec::new(),
+        dir: std::env::temp_dir().join(format!("redlock-proxy-dev-{}", std::process::id())),
+        _children: Vec::new(),
+    };
+    std::fs::create_dir_all(&masters.dir).context("cannot create the dev masters' folder")?;
+    let dir = masters.dir.to_string_lossy().into_owned();
     for _ in 0..n {
         let port = free_port()?.to_string();
         let child = Command::new("redis-server")
             .args(["--port", &port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--dir", &dir])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
             .context("cannot start redis-server (install it: apt-get install redis-server, or run scripts/dev.sh)")?;
-        children.push(child);
-        addrs.push(format!("127.0.0.1:{port}"));
+        masters._children.push(child);
+        masters.addrs.push(format!("127.0.0.1:{port}"));
     }
-    for addr in &addrs {
+    for addr in &masters.addrs {
         let mut ready = false;
         for _ in 0..100 {
             if tokio::net::TcpStream::connect(addr).await.is_ok() {
@@ -51,8 +68,5 @@ pub async fn start(n: usize) -> anyhow::Result<DevMasters> {
             bail!("local master {addr} did not start");
         }
     }
-    Ok(DevMasters {
-        addrs,
-        _children: children,
-    })
+    Ok(masters)
 }

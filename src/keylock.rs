@@ -57,9 +57,19 @@ impl KeyLocks {
     /// Takes a place in line for `keys` now; waiting happens in [`Ticket::ready`].
     pub fn enqueue(self: &Arc<Self>, keys: &[Bytes]) -> Ticket {
         let mut mine: Vec<(Bytes, u64)> = Vec::with_capacity(keys.len());
+        // A command may name a key twice; it takes one ticket for it. Many keys (a `DEL` of
+        // 65,535) are told apart by a set, so this stays linear under the table's mutex.
+        let mut seen: Option<std::collections::HashSet<&[u8], ahash::RandomState>> =
+            (keys.len() > 8).then(|| {
+                std::collections::HashSet::with_capacity_and_hasher(keys.len(), Default::default())
+            });
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
         for key in keys {
-            if mine.iter().any(|(k, _)| k == key) {
+            let repeated = match seen.as_mut() {
+                Some(set) => !set.insert(key.as_ref()),
+                None => mine.iter().any(|(k, _)| k == key),
+            };
+            if repeated {
                 continue;
             }
             let turn = table.entry(key.clone()).or_insert(Turn {

@@ -15,6 +15,7 @@
 //! - [`backend`]: one pipelined connection per master: a cloneable handle plus a driver task,
 //!   and the master's health (down, restart quarantine, clock watch).
 //! - [`scripts`]: the script cache and what a Lua script means.
+//! - [`pubsub`]: publish/subscribe across the masters, each message delivered once.
 //! - [`reply`]: reply values and their RESP2/RESP3 encoding.
 //! - [`config`]: the TOML file and flags. [`stats`]: counters for `INFO`. [`dev`]: local masters.
 //! - [`tls`]: rustls client configuration towards TLS masters. [`logging`]: stderr, text or
@@ -32,6 +33,7 @@ pub mod inbox;
 pub mod keylock;
 pub mod logging;
 pub mod metrics;
+pub mod pubsub;
 pub mod quorum;
 pub mod reply;
 pub mod request;

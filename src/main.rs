@@ -76,22 +76,34 @@ fn main() {
         }
         b
     };
-    match runtime.enable_all().build() {
+    let code = match runtime.enable_all().build() {
+        // Every exit path returns from `run`, so what it started (dev masters) is stopped by
+        // its destructors before the process exits.
         Ok(rt) => rt.block_on(run(cli)),
         Err(e) => {
             eprintln!("redlock-proxy: cannot start the runtime: {e}");
-            std::process::exit(1);
+            1
         }
-    }
+    };
+    std::process::exit(code);
 }
 
-async fn run(cli: Cli) {
+/// Runs the proxy; returns the exit code (2 for a configuration problem, 1 for a failure).
+async fn run(cli: Cli) -> i32 {
     redlock_proxy::logging::init(build_config(&cli).map(|c| c.log_format).unwrap_or_default());
     let mut config = match build_config(&cli) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("redlock-proxy: {e}");
-            std::process::exit(2);
+            return 2;
+        }
+    };
+    // Listen first: a port that is taken is reported before anything is started.
+    let listener = match tokio::net::TcpListener::bind(&config.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("redlock-proxy: cannot listen on {}: {e}", config.listen);
+            return 2;
         }
     };
     let _dev = match cli.dev {
@@ -105,24 +117,25 @@ async fn run(cli: Cli) {
             }
             Err(e) => {
                 eprintln!("redlock-proxy: {e:#}");
-                std::process::exit(2);
+                return 2;
             }
         },
         _ => None,
     };
     if let Err(e) = config.validate() {
         eprintln!("redlock-proxy: {e}");
-        std::process::exit(2);
+        return 2;
     }
     tokio::select! {
-        r = redlock_proxy::server::run(config) => {
+        r = redlock_proxy::server::serve(listener, config) => {
             if let Err(e) = r {
                 eprintln!("redlock-proxy: {e:#}");
-                std::process::exit(1);
+                return 1;
             }
         }
         _ = shutdown_signal() => tracing::info!("shutting down"),
     }
+    0
 }
 
 async fn shutdown_signal() {

@@ -26,6 +26,12 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// `%n` in RESP3; a flat array of alternating keys and values in RESP2.
     Map(Vec<(Reply, Reply)>),
+    /// Out-of-band data (pub/sub messages, subscription confirmations): `>n` in RESP3, an
+    /// ordinary array in RESP2.
+    Push(Vec<Reply>),
+    /// Several complete replies to one command, written one after the other (`SUBSCRIBE a b`
+    /// confirms each channel with its own reply).
+    Many(Vec<Reply>),
 }
 
 impl Reply {
@@ -104,6 +110,17 @@ impl Reply {
                 header(out, b'*', items.len() as i64);
                 for item in items {
                     item.encode(out, resp3);
+                }
+            }
+            Reply::Push(items) => {
+                header(out, if resp3 { b'>' } else { b'*' }, items.len() as i64);
+                for item in items {
+                    item.encode(out, resp3);
+                }
+            }
+            Reply::Many(replies) => {
+                for r in replies {
+                    r.encode(out, resp3);
                 }
             }
             Reply::Map(pairs) => {
@@ -380,6 +397,22 @@ mod tests {
         let m = Reply::Map(vec![(Reply::bulk("a"), Reply::Integer(1))]);
         assert_eq!(enc(&m, false), b"*2\r\n$1\r\na\r\n:1\r\n");
         assert_eq!(enc(&m, true), b"%1\r\n$1\r\na\r\n:1\r\n");
+    }
+
+    #[test]
+    fn pushes_are_arrays_in_resp2() {
+        let p = Reply::Push(vec![
+            Reply::bulk("message"),
+            Reply::bulk("c"),
+            Reply::bulk("m"),
+        ]);
+        assert_eq!(
+            enc(&p, false),
+            b"*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n"
+        );
+        assert_eq!(enc(&p, true)[0], b'>');
+        let two = Reply::Many(vec![Reply::Integer(1), Reply::Integer(2)]);
+        assert_eq!(enc(&two, false), b":1\r\n:2\r\n");
     }
 
     #[test]

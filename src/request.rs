@@ -4,12 +4,20 @@
 //! as an inline line (`GET k\r\n`, what telnet sends). Other RESP types are not commands, so this
 //! decoder accepts only those two shapes, which also makes deep nesting impossible. Every length
 //! is checked against [`Limits`] before anything is buffered for it, and a violation is reported
-//! with Redis's own wording; the connection is then closed, as Redis does.
+//! with Redis's own wording; the connection is then closed, as Redis does. Before `AUTH` (when a
+//! password is set) Redis 7's much smaller limits apply: 10 arguments, 16384-byte bulks.
 //!
+//! A [`Decoder`] is incremental: it keeps its place in a partial request between reads, so a
+//! request trickling in byte by byte is scanned once, not again from its start on every read.
 //! Decoded arguments are zero-copy slices of the read buffer.
 
 use bytes::{Buf, Bytes, BytesMut};
 use thiserror::Error;
+
+/// Most arguments a multibulk may announce before `AUTH` (Redis 7).
+pub const UNAUTHENTICATED_MAX_ARGS: i64 = 10;
+/// Largest bulk accepted before `AUTH` (Redis 7).
+pub const UNAUTHENTICATED_MAX_BULK: i64 = 16384;
 
 /// Size limits on a single request.
 #[derive(Debug, Clone, Copy)]
@@ -20,6 +28,8 @@ pub struct Limits {
     pub max_args: usize,
     /// Largest accepted inline command line, in bytes.
     pub max_inline_len: usize,
+    /// Largest accepted request, all of its headers and arguments together, in bytes.
+    pub max_request_len: usize,
 }
 
 impl Default for Limits {
@@ -28,6 +38,7 @@ impl Default for Limits {
             max_bulk_len: 4 * 1024 * 1024,
             max_args: 64 * 1024,
             max_inline_len: 64 * 1024,
+            max_request_len: 64 * 1024 * 1024,
         }
     }
 }
@@ -41,51 +52,242 @@ pub enum ProtocolError {
     /// A `$<len>` header is not a number or is too large.
     #[error("ERR Protocol error: invalid bulk length")]
     BulkLength,
+    /// Before `AUTH`, a multibulk announced more than 10 arguments.
+    #[error("ERR Protocol error: unauthenticated multibulk length")]
+    UnauthenticatedMultibulkLength,
+    /// Before `AUTH`, a bulk was longer than 16384 bytes.
+    #[error("ERR Protocol error: unauthenticated bulk length")]
+    UnauthenticatedBulkLength,
     /// An array element is not a bulk string.
     #[error("ERR Protocol error: expected '$', got '{0}'")]
     ExpectedBulk(char),
-    /// A header line did not end in time.
+    /// A `*<count>` header line did not end in time.
     #[error("ERR Protocol error: too big mbulk count string")]
     HeaderTooLong,
+    /// A `$<len>` header line did not end in time.
+    #[error("ERR Protocol error: too big bulk count string")]
+    BulkHeaderTooLong,
     /// An inline command line did not end in time.
     #[error("ERR Protocol error: too big inline request")]
     InlineTooLong,
     /// An inline command has an unterminated quote.
     #[error("ERR Protocol error: unbalanced quotes in request")]
     UnbalancedQuotes,
+    /// The request is larger than `client_query_buffer_limit`. Redis closes such a client
+    /// without a reply, and so does the proxy; the text is for the log.
+    #[error("request larger than client_query_buffer_limit")]
+    RequestTooLarge,
 }
 
-/// Decodes the next complete request from `buf`.
+impl ProtocolError {
+    /// Whether the client is told before the connection closes (Redis answers every protocol
+    /// error except an overflowing query buffer).
+    pub fn answered(&self) -> bool {
+        *self != ProtocolError::RequestTooLarge
+    }
+}
+
+/// Decodes requests from a client's read buffer, keeping its place in a partial request.
 ///
-/// Returns `Ok(None)` when more bytes are needed, consuming nothing. Empty requests (a blank
-/// inline line, `*0`) are consumed and skipped, as Redis does.
-pub fn decode(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes>>, ProtocolError> {
-    loop {
-        if buf.is_empty() {
-            return Ok(None);
+/// The buffer must only grow at its end between calls (new bytes read), except for what
+/// [`Decoder::decode`] itself consumes: offsets into the request in progress are kept.
+#[derive(Debug)]
+pub struct Decoder {
+    limits: Limits,
+    /// Parsing resumes here: bytes before it belong to the request in progress and are checked.
+    pos: usize,
+    /// The search for the current line's end resumes here (0: not started).
+    scan: usize,
+    /// Arguments of the multibulk in progress still to come; 0 outside a multibulk.
+    left: usize,
+    /// Length of the bulk whose payload starts at `pos`, once its header has been read.
+    bulk: Option<usize>,
+    /// Where each argument of the multibulk in progress lies, reused from request to request.
+    spans: Vec<(usize, usize)>,
+    /// Bytes examined so far, for the tests' bound on rescanning.
+    #[cfg(test)]
+    examined: usize,
+}
+
+impl Decoder {
+    /// A decoder enforcing `limits`.
+    pub fn new(limits: Limits) -> Decoder {
+        Decoder {
+            limits,
+            pos: 0,
+            scan: 0,
+            left: 0,
+            bulk: None,
+            spans: Vec::new(),
+            #[cfg(test)]
+            examined: 0,
         }
-        let parsed = if buf[0] == b'*' {
-            decode_multibulk(buf, limits)?
-        } else {
-            decode_inline(buf, limits)?
+    }
+
+    /// True while a request has been started but not completed.
+    pub fn in_request(&self) -> bool {
+        self.left > 0 || self.scan > 0
+    }
+
+    /// Decodes the next complete request from `buf`, with the smaller pre-`AUTH` limits when
+    /// `authed` is false.
+    ///
+    /// Returns `Ok(None)` when more bytes are needed; a complete request is consumed from
+    /// `buf`, a partial one is left there (its place kept). Empty requests (a blank inline
+    /// line, `*0`) are consumed and skipped, as Redis does.
+    pub fn decode(
+        &mut self,
+        buf: &mut BytesMut,
+        authed: bool,
+    ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        loop {
+            if self.left == 0 {
+                if buf.is_empty() {
+                    return Ok(None);
+                }
+                if buf[0] != b'*' {
+                    match self.inline(buf)? {
+                        None => return Ok(None),
+                        Some(args) if args.is_empty() => continue,
+                        Some(args) => return Ok(Some(args)),
+                    }
+                }
+                let Some(nl) = self.line_end(buf, 1) else {
+                    return if buf.len() > self.limits.max_inline_len {
+                        Err(ProtocolError::HeaderTooLong)
+                    } else {
+                        Ok(None)
+                    };
+                };
+                let count = parse_len(&buf[1..content_end(buf, 1, nl)])
+                    .ok_or(ProtocolError::MultibulkLength)?;
+                if count > self.limits.max_args as i64 {
+                    return Err(ProtocolError::MultibulkLength);
+                }
+                if !authed && count > UNAUTHENTICATED_MAX_ARGS {
+                    return Err(ProtocolError::UnauthenticatedMultibulkLength);
+                }
+                if count <= 0 {
+                    buf.advance(nl + 1);
+                    continue;
+                }
+                self.left = count as usize;
+                self.pos = nl + 1;
+            }
+            return self.multibulk(buf, authed);
+        }
+    }
+
+    /// Continues the multibulk in progress.
+    fn multibulk(
+        &mut self,
+        buf: &mut BytesMut,
+        authed: bool,
+    ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        while self.left > 0 {
+            let len = match self.bulk {
+                Some(len) => len,
+                None => {
+                    let Some(&first) = buf.get(self.pos) else {
+                        return Ok(None);
+                    };
+                    if first != b'$' {
+                        return Err(ProtocolError::ExpectedBulk(first as char));
+                    }
+                    let Some(nl) = self.line_end(buf, self.pos + 1) else {
+                        return if buf.len() - self.pos > self.limits.max_inline_len {
+                            Err(ProtocolError::BulkHeaderTooLong)
+                        } else {
+                            Ok(None)
+                        };
+                    };
+                    let len = parse_len(&buf[self.pos + 1..content_end(buf, self.pos + 1, nl)])
+                        .ok_or(ProtocolError::BulkLength)?;
+                    if len < 0 || len > self.limits.max_bulk_len as i64 {
+                        return Err(ProtocolError::BulkLength);
+                    }
+                    if !authed && len > UNAUTHENTICATED_MAX_BULK {
+                        return Err(ProtocolError::UnauthenticatedBulkLength);
+                    }
+                    let len = len as usize;
+                    if nl + 1 + len + 2 > self.limits.max_request_len {
+                        return Err(ProtocolError::RequestTooLarge);
+                    }
+                    self.pos = nl + 1;
+                    self.bulk = Some(len);
+                    len
+                }
+            };
+            let stop = self.pos + len;
+            if buf.len() < stop + 2 {
+                return Ok(None);
+            }
+            self.spans.push((self.pos, stop));
+            self.pos = stop + 2;
+            self.bulk = None;
+            self.left -= 1;
+        }
+        let frame = buf.split_to(self.pos).freeze();
+        self.pos = 0;
+        Ok(Some(
+            self.spans
+                .drain(..)
+                .map(|(a, b)| frame.slice(a..b))
+                .collect(),
+        ))
+    }
+
+    /// Decodes an inline command line once its end has arrived.
+    fn inline(&mut self, buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        let Some(nl) = self.line_end(buf, 0) else {
+            return if buf.len() > self.limits.max_inline_len {
+                Err(ProtocolError::InlineTooLong)
+            } else {
+                Ok(None)
+            };
         };
-        match parsed {
-            None => return Ok(None),
-            Some(args) if args.is_empty() => continue,
-            Some(args) => return Ok(Some(args)),
+        let line = buf.split_to(nl + 1);
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let text = text.strip_suffix(b"\r").unwrap_or(text);
+        split_args(text).map(Some)
+    }
+
+    /// Finds the `\n` ending the line that starts at `from`, resuming where the last search of
+    /// this line stopped.
+    fn line_end(&mut self, buf: &[u8], from: usize) -> Option<usize> {
+        let start = self.scan.max(from);
+        let found = memchr::memchr(b'\n', buf.get(start..)?);
+        #[cfg(test)]
+        {
+            self.examined += found.map_or(buf.len() - start, |i| i + 1);
+        }
+        match found {
+            Some(i) => {
+                self.scan = 0;
+                Some(start + i)
+            }
+            None => {
+                self.scan = buf.len();
+                None
+            }
         }
     }
 }
 
-/// Finds the end of the `\r\n`-terminated line starting at `from`; returns the index of `\r`.
-fn line_end(buf: &[u8], from: usize) -> Option<usize> {
-    let nl = memchr::memchr(b'\n', &buf[from..])? + from;
-    // Redis requires CRLF in multibulk headers; a bare LF leaves the CR check to the caller.
-    Some(if nl > from && buf[nl - 1] == b'\r' {
+/// Decodes the next complete request from `buf` with a fresh [`Decoder`] (the client is taken
+/// to be authenticated). For one-off decoding: a partial request is parsed again next time.
+pub fn decode(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+    Decoder::new(*limits).decode(buf, true)
+}
+
+/// The end of a header line's content: the `\r` before `nl`, or `nl` itself for a bare LF
+/// (accepted, as before; Redis requires CRLF in multibulk headers).
+fn content_end(buf: &[u8], from: usize, nl: usize) -> usize {
+    if nl > from && buf[nl - 1] == b'\r' {
         nl - 1
     } else {
         nl
-    })
+    }
 }
 
 fn parse_len(digits: &[u8]) -> Option<i64> {
@@ -107,78 +309,6 @@ fn parse_len(digits: &[u8]) -> Option<i64> {
         n = n.checked_mul(10)?.checked_add(i64::from(d - b'0'))?;
     }
     Some(if neg { -n } else { n })
-}
-
-fn decode_multibulk(
-    buf: &mut BytesMut,
-    limits: &Limits,
-) -> Result<Option<Vec<Bytes>>, ProtocolError> {
-    let Some(end) = line_end(buf, 1) else {
-        return if buf.len() > limits.max_inline_len {
-            Err(ProtocolError::HeaderTooLong)
-        } else {
-            Ok(None)
-        };
-    };
-    let count = parse_len(&buf[1..end]).ok_or(ProtocolError::MultibulkLength)?;
-    if count > limits.max_args as i64 {
-        return Err(ProtocolError::MultibulkLength);
-    }
-    let mut pos = skip_eol(buf, end);
-    if count <= 0 {
-        buf.advance(pos);
-        return Ok(Some(Vec::new()));
-    }
-    // First pass: validate headers and find where the request ends, without copying.
-    let mut spans = Vec::with_capacity(count as usize);
-    for _ in 0..count {
-        if pos >= buf.len() {
-            return Ok(None);
-        }
-        if buf[pos] != b'$' {
-            return Err(ProtocolError::ExpectedBulk(buf[pos] as char));
-        }
-        let Some(end) = line_end(buf, pos + 1) else {
-            return if buf.len() - pos > limits.max_inline_len {
-                Err(ProtocolError::HeaderTooLong)
-            } else {
-                Ok(None)
-            };
-        };
-        let len = parse_len(&buf[pos + 1..end]).ok_or(ProtocolError::BulkLength)?;
-        if len < 0 || len > limits.max_bulk_len as i64 {
-            return Err(ProtocolError::BulkLength);
-        }
-        let start = skip_eol(buf, end);
-        let stop = start + len as usize;
-        if buf.len() < stop + 2 {
-            return Ok(None);
-        }
-        spans.push((start, stop));
-        pos = stop + 2;
-    }
-    let frame = buf.split_to(pos).freeze();
-    Ok(Some(
-        spans.into_iter().map(|(a, b)| frame.slice(a..b)).collect(),
-    ))
-}
-
-fn skip_eol(buf: &[u8], end: usize) -> usize {
-    if buf[end] == b'\r' { end + 2 } else { end + 1 }
-}
-
-fn decode_inline(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes>>, ProtocolError> {
-    let Some(nl) = memchr::memchr(b'\n', buf) else {
-        return if buf.len() > limits.max_inline_len {
-            Err(ProtocolError::InlineTooLong)
-        } else {
-            Ok(None)
-        };
-    };
-    let line = buf.split_to(nl + 1);
-    let text = line.strip_suffix(b"\n").unwrap_or(&line);
-    let text = text.strip_suffix(b"\r").unwrap_or(text);
-    split_args(text).map(Some)
 }
 
 /// Splits an inline command line into arguments, with Redis's quoting rules: double quotes
@@ -373,6 +503,108 @@ mod tests {
             parse(b"SET \"k\"x\r\n"),
             Err(ProtocolError::UnbalancedQuotes)
         );
+    }
+
+    /// Feeds `input` to one decoder `step` bytes at a time; returns the requests and the bytes
+    /// it examined.
+    fn trickle(input: &[u8], step: usize, limits: Limits) -> (Vec<Vec<Bytes>>, usize) {
+        let mut d = Decoder::new(limits);
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        for chunk in input.chunks(step) {
+            buf.extend_from_slice(chunk);
+            while let Some(args) = d.decode(&mut buf, true).unwrap() {
+                out.push(args);
+            }
+        }
+        assert!(buf.is_empty() && !d.in_request());
+        (out, d.examined)
+    }
+
+    #[test]
+    fn trickled_requests_decode_as_whole_ones() {
+        let mut input = b"SET k \"a b\" NX\r\n*0\r\n".to_vec();
+        input.extend_from_slice(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\na\r\nbc\r\nPING\n");
+        for step in 1..input.len() {
+            let (got, _) = trickle(&input, step, Limits::default());
+            assert_eq!(
+                got,
+                vec![
+                    args(&["SET", "k", "a b", "NX"]).unwrap(),
+                    args(&["SET", "k", "a\r\nbc"]).unwrap(),
+                    args(&["PING"]).unwrap(),
+                ],
+                "step {step}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_trickled_request_is_scanned_once() {
+        // 20000 arguments, then a 60 KB inline line, one byte per read. Re-parsing from the
+        // start on every read would examine billions of bytes.
+        let mut input = b"*20000\r\n".to_vec();
+        for _ in 0..20000 {
+            input.extend_from_slice(b"$1\r\nx\r\n");
+        }
+        input.extend(std::iter::repeat_n(b'a', 60_000));
+        input.extend_from_slice(b"\r\n");
+        let (got, examined) = trickle(&input, 1, Limits::default());
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].len(), 20000);
+        assert!(
+            examined <= 2 * input.len(),
+            "{examined} for {}",
+            input.len()
+        );
+    }
+
+    #[test]
+    fn before_auth_redis_7_limits_apply() {
+        let mut d = Decoder::new(Limits::default());
+        let mut buf = BytesMut::from(&b"*10\r\n"[..]);
+        assert_eq!(d.decode(&mut buf, false), Ok(None));
+        let mut d = Decoder::new(Limits::default());
+        let mut buf = BytesMut::from(&b"*11\r\n"[..]);
+        assert_eq!(
+            d.decode(&mut buf, false),
+            Err(ProtocolError::UnauthenticatedMultibulkLength)
+        );
+        let mut d = Decoder::new(Limits::default());
+        let mut buf = BytesMut::from(&b"*2\r\n$4\r\nECHO\r\n$16384\r\n"[..]);
+        assert_eq!(d.decode(&mut buf, false), Ok(None));
+        let mut d = Decoder::new(Limits::default());
+        let mut buf = BytesMut::from(&b"*2\r\n$4\r\nECHO\r\n$16385\r\n"[..]);
+        assert_eq!(
+            d.decode(&mut buf, false),
+            Err(ProtocolError::UnauthenticatedBulkLength)
+        );
+        // The general limits come first, as in Redis.
+        let mut d = Decoder::new(Limits::default());
+        let mut buf = BytesMut::from(&b"*1\r\n$99999999999\r\n"[..]);
+        assert_eq!(d.decode(&mut buf, false), Err(ProtocolError::BulkLength));
+        // Once authenticated, the same headers are fine.
+        let mut buf = BytesMut::from(&b"*11\r\n"[..]);
+        assert_eq!(
+            Decoder::new(Limits::default()).decode(&mut buf, true),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn a_request_larger_than_the_limit_is_refused_at_its_header() {
+        let limits = Limits {
+            max_request_len: 1000,
+            ..Limits::default()
+        };
+        let mut buf = BytesMut::from(&b"*3\r\n$4\r\nECHO\r\n$600\r\n"[..]);
+        let mut d = Decoder::new(limits);
+        assert_eq!(d.decode(&mut buf, true), Ok(None));
+        buf.extend_from_slice(&[b'x'; 600]);
+        buf.extend_from_slice(b"\r\n$600\r\n");
+        let err = d.decode(&mut buf, true).unwrap_err();
+        assert_eq!(err, ProtocolError::RequestTooLarge);
+        assert!(!err.answered());
     }
 
     #[test]

@@ -667,7 +667,8 @@ pub const ACQUIRE: &str = "local done = {} \
 
 /// Extend: `KEYS` = the keys, `ARGV` = token, ms, `"1"` to add to the TTL (else replace it),
 /// max TTL. All or nothing: answers the smallest new TTL (> 0) when every key held the token,
-/// 0 when some key did not, -2 when the new TTL would exceed the max.
+/// 0 when some key did not, -2 when the new TTL would exceed the max. A key's fencing instance
+/// (see [`crate::command::fence`]) learns its new expiry, so the grant keeps its token.
 pub const EXTEND: &str = "local ttl = {} local least = nil \
     for i, key in ipairs(KEYS) do \
       if redis.call('get', key) ~= ARGV[1] then return 0 end \
@@ -681,7 +682,14 @@ pub const EXTEND: &str = "local ttl = {} local least = nil \
       ttl[i] = t \
       if least == nil or t < least then least = t end \
     end \
-    for i, key in ipairs(KEYS) do redis.call('pexpire', key, ttl[i]) end \
+    for i, key in ipairs(KEYS) do \
+      redis.call('pexpire', key, ttl[i]) \
+      local fk = 'redlock-fence:{' .. key .. '}' \
+      if redis.call('hget', fk, 'h') == ARGV[1] then \
+        local e = redis.pcall('pexpiretime', key) \
+        if type(e) ~= 'table' then redis.call('hset', fk, 'e', string.format('%d', e)) end \
+      end \
+    end \
     return least";
 
 /// Inspect: the value of `KEYS[1]` and its PTTL, as `{value or nil, pttl}`.
@@ -701,22 +709,39 @@ pub const RELEASE: &str = "local out = {} \
 // ---------------------------------------------------------------------------------------------
 // The cache.
 
-/// Most scripts kept; past this, scripts seen only through `EVAL` are not cached.
-const CACHE_LIMIT: usize = 10_000;
+/// What one cached script is counted as besides its text (its SHA1, meaning and the map's
+/// own bookkeeping), so a flood of tiny scripts is bounded too.
+const ENTRY_OVERHEAD: usize = 256;
 
-/// The proxy's script cache, shared by all clients.
-#[derive(Default)]
+/// The proxy's script cache, shared by all clients, bounded in bytes.
+///
+/// When adding a script would pass the budget, the oldest scripts are forgotten first. That
+/// never breaks a client: `EVAL` carries its script and always runs it (cached or not),
+/// `SCRIPT LOAD` always succeeds for a script that fits the budget, and `EVALSHA` of a
+/// forgotten script answers `NOSCRIPT`, on which every client library sends the script again.
+/// Cached texts are copies, so no client's request buffer stays alive with them.
 pub struct ScriptCache {
-    map: RwLock<HashMap<String, Arc<Script>>>,
+    inner: RwLock<Cached>,
     declared: Vec<Declared>,
+    budget: usize,
+}
+
+#[derive(Default)]
+struct Cached {
+    map: HashMap<String, Arc<Script>>,
+    /// SHA1s in the order they were added, oldest first.
+    order: std::collections::VecDeque<String>,
+    bytes: usize,
 }
 
 impl ScriptCache {
-    /// An empty cache that knows the meanings declared in the configuration.
-    pub fn new(declared: &[ScriptDecl]) -> ScriptCache {
+    /// An empty cache of at most `budget` bytes that knows the meanings declared in the
+    /// configuration.
+    pub fn new(declared: &[ScriptDecl], budget: usize) -> ScriptCache {
         ScriptCache {
-            map: RwLock::default(),
+            inner: RwLock::default(),
             declared: declared.iter().map(Declared::from_config).collect(),
+            budget,
         }
     }
 
@@ -727,40 +752,60 @@ impl ScriptCache {
         Script { body, sha, meaning }
     }
 
-    /// Adds a script (from `SCRIPT LOAD` or `EVAL`) and returns it. Returns `None` when the
-    /// cache is full and the script is new.
+    /// Adds a script (from `SCRIPT LOAD` or `EVAL`), forgetting the oldest ones if the budget
+    /// needs it, and returns it. `None` only for a script larger than the whole budget.
     pub fn insert(&self, body: Bytes) -> Option<Arc<Script>> {
         let sha = sha1_hex(&body);
         if let Some(s) = self.get(&sha) {
             return Some(s);
         }
-        if self.len() >= CACHE_LIMIT {
+        let cost = body.len() + ENTRY_OVERHEAD;
+        if cost > self.budget {
             return None;
         }
-        let script = Arc::new(self.script(body));
-        let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
-        if map.len() >= CACHE_LIMIT {
-            return None;
+        // A copy: `body` is a slice of the client's whole request buffer.
+        let script = Arc::new(self.script(Bytes::copy_from_slice(&body)));
+        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = inner.map.get(&sha) {
+            return Some(s.clone());
         }
-        Some(map.entry(sha).or_insert(script).clone())
+        while inner.bytes + cost > self.budget {
+            let Some(old) = inner.order.pop_front() else {
+                break;
+            };
+            if let Some(gone) = inner.map.remove(&old) {
+                inner.bytes -= gone.body.len() + ENTRY_OVERHEAD;
+            }
+        }
+        inner.bytes += cost;
+        inner.order.push_back(sha.clone());
+        inner.map.insert(sha, script.clone());
+        Some(script)
     }
 
     /// Looks a script up by SHA1 (any case).
     pub fn get(&self, sha: &str) -> Option<Arc<Script>> {
-        let map = self.map.read().unwrap_or_else(|p| p.into_inner());
-        map.get(sha)
-            .or_else(|| map.get(&sha.to_ascii_lowercase()))
+        let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        inner
+            .map
+            .get(sha)
+            .or_else(|| inner.map.get(&sha.to_ascii_lowercase()))
             .cloned()
     }
 
     /// Forgets every script.
     pub fn flush(&self) {
-        self.map.write().unwrap_or_else(|p| p.into_inner()).clear();
+        *self.inner.write().unwrap_or_else(|p| p.into_inner()) = Cached::default();
     }
 
     /// Number of cached scripts.
     pub fn len(&self) -> usize {
-        self.map.read().map(|m| m.len()).unwrap_or(0)
+        self.inner.read().map(|m| m.map.len()).unwrap_or(0)
+    }
+
+    /// Bytes the cached scripts count for (texts plus a fixed overhead each).
+    pub fn bytes(&self) -> usize {
+        self.inner.read().map(|m| m.bytes).unwrap_or(0)
     }
 
     /// True when no script is cached.
@@ -1038,7 +1083,7 @@ mod tests {
             ttl_arg: 2,
             all_keys: false,
         };
-        let cache = ScriptCache::new(&[decl]);
+        let cache = ScriptCache::new(&[decl], 1 << 20);
         let s = cache.script(Bytes::from_static(
             b"return   redis.call(\"DEL\", KEYS[1])\r\n",
         ));
@@ -1054,7 +1099,7 @@ mod tests {
             ttl_arg: 1,
             all_keys: true,
         };
-        let cache = ScriptCache::new(&[by_sha]);
+        let cache = ScriptCache::new(&[by_sha], 1 << 20);
         let s = cache.script(Bytes::from_static(b"return 7"));
         assert!(matches!(s.meaning, Meaning::Lock(ref l) if l.token_arg == 2 && l.all_keys));
         assert_eq!(
@@ -1065,12 +1110,31 @@ mod tests {
 
     #[test]
     fn cache_finds_by_sha() {
-        let cache = ScriptCache::default();
+        let cache = ScriptCache::new(&[], 1 << 20);
         let s = cache.insert(Bytes::from_static(b"return 1")).unwrap();
         assert!(cache.get(&s.sha).is_some());
         assert!(cache.get(&s.sha.to_uppercase()).is_some());
         cache.flush();
         assert!(cache.get(&s.sha).is_none());
+    }
+
+    #[test]
+    fn the_cache_forgets_its_oldest_scripts_to_stay_within_its_budget() {
+        let budget = 10 * (1000 + ENTRY_OVERHEAD);
+        let cache = ScriptCache::new(&[], budget);
+        let script = |i: usize| Bytes::from(format!("return {i} --{}", "x".repeat(990)));
+        let shas: Vec<String> = (0..25)
+            .map(|i| cache.insert(script(i)).expect("fits").sha.clone())
+            .collect();
+        assert!(cache.bytes() <= budget, "{}", cache.bytes());
+        assert!(cache.get(&shas[0]).is_none(), "the oldest is gone");
+        assert!(cache.get(&shas[24]).is_some(), "the newest stays");
+        // A script larger than the whole budget is not cached (EVAL still runs it).
+        assert!(cache.insert(Bytes::from(vec![b' '; budget])).is_none());
+        // Cached text is a copy, not a slice of the request that carried it.
+        let frame = Bytes::from(vec![b'-'; 64]);
+        let s = cache.insert(frame.slice(0..10)).unwrap();
+        assert_ne!(s.body.as_ptr(), frame.as_ptr());
     }
 
     #[test]

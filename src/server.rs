@@ -78,7 +78,7 @@ impl Proxy {
         let run_id = (0..40)
             .map(|_| char::from_digit(rand::random_range(0..16), 16).unwrap_or('0'))
             .collect();
-        let scripts = ScriptCache::new(&config.scripts);
+        let scripts = ScriptCache::new(&config.scripts, config.script_cache_bytes);
         Ok(Arc::new(Proxy {
             config,
             masters,
@@ -106,6 +106,15 @@ impl Proxy {
     /// The quorum: `⌊N/2⌋ + 1` of the configured masters.
     pub fn quorum(&self) -> usize {
         crate::quorum::quorum(self.masters.len())
+    }
+}
+
+/// One client's place under `max_clients`, given back when its task ends, however it ends.
+struct Slot(Arc<Proxy>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.clients.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -149,15 +158,40 @@ pub async fn serve(listener: TcpListener, config: Config) -> anyhow::Result<()> 
             continue;
         }
         let id = proxy.next_client_id.fetch_add(1, Ordering::Relaxed);
+        let slot = Slot(proxy.clone());
         let proxy = proxy.clone();
+        // A panic in a client task ends that client only: tokio contains it (the release
+        // profile keeps unwinding), and the slot is given back as it unwinds.
         tokio::spawn(
             async move {
-                if let Err(e) = crate::client::serve(socket, proxy.clone(), id).await {
+                let _slot = slot;
+                if let Err(e) = crate::client::serve(socket, proxy, id).await {
                     debug!(error = %e, "client connection ended");
                 }
-                proxy.clients.fetch_sub(1, Ordering::AcqRel);
             }
             .instrument(info_span!("client", client.addr = %peer)),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_client_task_gives_its_slot_back() {
+        let config = Config {
+            backends: vec!["127.0.0.1:1".into()],
+            ..Config::default()
+        };
+        let proxy = Proxy::new(config, "127.0.0.1:0".parse().unwrap()).unwrap();
+        proxy.clients.fetch_add(1, Ordering::AcqRel);
+        let slot = Slot(proxy.clone());
+        let task = tokio::spawn(async move {
+            let _slot = slot;
+            panic!("a bug in one client's task");
+        });
+        assert!(task.await.unwrap_err().is_panic());
+        assert_eq!(proxy.clients(), 0);
     }
 }

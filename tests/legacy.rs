@@ -624,3 +624,100 @@ async fn documented_differences_from_one_redis() {
         "-ERR unknown command 'INCR', with args beginning with: 'diff' \r\n"
     );
 }
+
+/// Sets `key` on each master by `write` (a command per master), bypassing the proxy.
+async fn on_each(ms: &[Master], write: &[&[&str]]) {
+    for (m, cmd) in ms.iter().zip(write) {
+        if !cmd.is_empty() {
+            m.client().await.cmd(cmd).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn hash_and_list_reads_follow_the_majority() {
+    let (ms, p) = three_masters().await;
+    let mut c = Client::connect(&p).await;
+    // A Redisson-style hash lock held by `uuid:1` on two masters, by another on the third.
+    on_each(
+        &ms,
+        &[
+            &["HSET", "h", "uuid:1", "2"],
+            &["HSET", "h", "uuid:1", "2"],
+            &["HSET", "h", "uuid:9", "1"],
+        ],
+    )
+    .await;
+    assert_eq!(c.raw(&["HEXISTS", "h", "uuid:1"]).await, ":1\r\n");
+    assert_eq!(c.raw(&["HEXISTS", "h", "uuid:9"]).await, ":0\r\n");
+    assert_eq!(c.raw(&["HGET", "h", "uuid:1"]).await, "$1\r\n2\r\n");
+    assert_eq!(c.raw(&["HGET", "h", "uuid:9"]).await, "$-1\r\n");
+    assert_eq!(
+        c.raw(&["HGETALL", "h"]).await,
+        "*2\r\n$6\r\nuuid:1\r\n$1\r\n2\r\n"
+    );
+    // RESP3 gets a map, as from Redis.
+    c.raw(&["HELLO", "3"]).await;
+    assert_eq!(
+        c.raw(&["HGETALL", "h"]).await,
+        "%1\r\n$6\r\nuuid:1\r\n$1\r\n2\r\n"
+    );
+    c.raw(&["HELLO", "2"]).await;
+    // No two masters agree: nothing is held.
+    on_each(&ms, &[&["HSET", "h", "x", "1"], &[], &[]]).await;
+    assert_eq!(c.raw(&["HGETALL", "h"]).await, "*0\r\n");
+    // A signal list that a majority hold.
+    on_each(&ms, &[&["LPUSH", "sig", "1"], &["LPUSH", "sig", "1"], &[]]).await;
+    assert_eq!(c.raw(&["LLEN", "sig"]).await, ":1\r\n");
+    assert_eq!(c.raw(&["LLEN", "nolist"]).await, ":0\r\n");
+    // Wrong arity reads like Redis.
+    assert_eq!(
+        c.raw(&["HGET", "h"]).await,
+        "-ERR wrong number of arguments for 'hget' command\r\n"
+    );
+}
+
+#[tokio::test]
+async fn blpop_answers_when_a_majority_pushed_and_times_out_as_redis() {
+    let (ms, p) = three_masters().await;
+    let reference = Master::start();
+    let mut one = reference.client().await;
+    let mut c = Client::connect(&p).await;
+    // Timeouts and errors read exactly as one Redis.
+    for args in [
+        vec!["BLPOP", "sig", "0.1"],
+        vec!["BLPOP", "sig", "-1"],
+        vec!["BLPOP", "sig", "soon"],
+        vec!["BLPOP", "sig"],
+    ] {
+        assert_eq!(c.raw(&args).await, one.raw(&args).await, "{args:?}");
+    }
+    // A push on one master only is not a signal; the waiter times out.
+    on_each(&ms, &[&["LPUSH", "sig", "1"], &[], &[]]).await;
+    assert_eq!(c.raw(&["BLPOP", "sig", "0.2"]).await, "*-1\r\n");
+    // A waiter wakes once a majority have pushed (as a release through the proxy does).
+    let waiter = tokio::spawn({
+        let p = p.clone();
+        async move {
+            let mut w = Client::connect(&p).await;
+            let started = tokio::time::Instant::now();
+            let r = w.raw(&["BLPOP", "other", "sig2", "5"]).await;
+            (r, started.elapsed())
+        }
+    });
+    sleep(Duration::from_millis(300)).await;
+    on_each(
+        &ms,
+        &[&["LPUSH", "sig2", "1"], &["LPUSH", "sig2", "1"], &[]],
+    )
+    .await;
+    let (r, waited) = waiter.await.unwrap();
+    assert_eq!(r, "*2\r\n$4\r\nsig2\r\n$1\r\n1\r\n");
+    assert!(
+        waited < Duration::from_millis(600),
+        "woke {waited:?} after the push"
+    );
+    // RESP3 timeout is null, as from Redis.
+    c.raw(&["HELLO", "3"]).await;
+    assert_eq!(c.raw(&["BLPOP", "sig", "0.05"]).await, "_\r\n");
+}

@@ -15,8 +15,12 @@ use crate::server::Proxy;
 /// The Redis version the proxy presents. Clients use it to pick features (such as `HELLO`).
 pub const REDIS_VERSION: &str = "7.0.0";
 
-/// `PING [message]`
-pub fn ping(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+/// `PING [message]`. Before `AUTH` it answers `NOAUTH`, as Redis 7 does. (The table still lets
+/// it through unauthenticated so that its arity is checked first, as Redis checks it.)
+pub fn ping(_: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
+    if !conn.authed {
+        return Reply::static_error("NOAUTH Authentication required.").into();
+    }
     match args.len() {
         1 => Reply::simple("PONG").into(),
         2 => Reply::Bulk(args[1].clone()).into(),
@@ -50,7 +54,7 @@ pub fn hello(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     while i < args.len() {
         let opt = &args[i];
         if opt.eq_ignore_ascii_case(b"AUTH") && i + 2 < args.len() {
-            if let Err(e) = check_password(proxy, &args[i + 2]) {
+            if let Err(e) = check_password(proxy, Some(&args[i + 1]), &args[i + 2]) {
                 return e.into();
             }
             conn.authed = true;
@@ -89,24 +93,46 @@ pub fn hello(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     .into()
 }
 
-fn check_password(proxy: &Proxy, given: &[u8]) -> Result<(), Reply> {
+/// Checks `AUTH [user] password` against the configuration, as Redis 7 with `requirepass`
+/// does: the only user is `default`. With no password configured, `default` is a `nopass` user
+/// (any password logs in), and the one-argument form is refused with Redis's hint.
+fn check_password(proxy: &Proxy, user: Option<&[u8]>, given: &[u8]) -> Result<(), Reply> {
+    let wrongpass =
+        || Reply::static_error("WRONGPASS invalid username-password pair or user is disabled.");
+    let default_user = user.is_none_or(|u| u == b"default");
     match &proxy.config.password {
-        Some(p) if p.as_bytes() == given => Ok(()),
-        Some(_) => Err(Reply::static_error(
-            "WRONGPASS invalid username-password pair or user is disabled.",
-        )),
-        None => Err(Reply::static_error(
+        // Both comparisons always run, so the time taken tells nothing about either.
+        Some(p) => match same_secret(p.as_bytes(), given) & default_user {
+            true => Ok(()),
+            false => Err(wrongpass()),
+        },
+        None if user.is_none() => Err(Reply::static_error(
             "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
         )),
+        None if default_user => Ok(()),
+        None => Err(wrongpass()),
     }
+}
+
+/// Compares two secrets in time that depends on neither: both are hashed to a fixed length,
+/// and every byte of the digests is compared.
+fn same_secret(expected: &[u8], given: &[u8]) -> bool {
+    let a = sha1_smol::Sha1::from(expected).digest().bytes();
+    let b = sha1_smol::Sha1::from(given).digest().bytes();
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
 }
 
 /// `AUTH [username] password`
 pub fn auth(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
-    if args.len() > 3 {
-        return syntax_error().into();
-    }
-    match check_password(proxy, &args[args.len() - 1]) {
+    let (user, password) = match args.len() {
+        2 => (None, &args[1]),
+        3 => (Some(&args[1][..]), &args[2]),
+        _ => return syntax_error().into(),
+    };
+    match check_password(proxy, user, password) {
         Ok(()) => {
             conn.authed = true;
             Reply::ok().into()

@@ -263,10 +263,21 @@ pub fn set(proxy: &Arc<Proxy>, args: Vec<Bytes>, opts: SetOptions) -> Action {
         return e.into();
     }
     let mut parts: Vec<&[u8]> = args.iter().map(|a| a.as_ref()).collect();
-    let guard = guard_px(proxy).filter(|_| opts.ttl_ms.is_none() && !opts.keep_ttl);
-    if let Some(ttl) = &guard {
-        parts.extend([b"PX".as_slice(), ttl.as_bytes()]);
-    }
+    let guard = guard_px(proxy).filter(|_| opts.ttl_ms.is_none());
+    let request = match &guard {
+        // `KEEPTTL` keeps the key's TTL, and a new key has none: it gets the guard's, on each
+        // master in the same step (a script), so no key is ever left without one.
+        Some(ttl) if opts.keep_ttl => {
+            let mut argv: Vec<&[u8]> = vec![&args[2], ttl.as_bytes()];
+            argv.extend(args[3..].iter().map(|a| a.as_ref()));
+            eval(SET_KEEPTTL, &args[1..2], &argv)
+        }
+        Some(ttl) => {
+            parts.extend([b"PX".as_slice(), ttl.as_bytes()]);
+            command(&parts)
+        }
+        None => command(&parts),
+    };
     let (key, written) = (args[1].clone(), args[2].clone());
     let rule = move |proxy: &Proxy, b: &Ballots| match b.majority() {
         Some(r) => r.clone(),
@@ -279,8 +290,15 @@ pub fn set(proxy: &Arc<Proxy>, args: Vec<Bytes>, opts: SetOptions) -> Action {
     } else {
         Gather::Outcome
     };
-    forward_with(proxy, command(&parts), &args[1..2], gather, Box::new(rule))
+    forward_with(proxy, request, &args[1..2], gather, Box::new(rule))
 }
+
+/// `SET key value <options with KEEPTTL>` that gives the key `ARGV[2]` ms when it has no TTL
+/// afterwards: `KEYS[1]` the key, `ARGV[1]` the value, `ARGV[2]` the guard, the rest the
+/// client's options. Answers what `SET` answered (`OK`, nil, or the old value with `GET`).
+const SET_KEEPTTL: &str = "local r = redis.call('set', KEYS[1], ARGV[1], unpack(ARGV, 3)) \
+    if redis.call('pttl', KEYS[1]) == -1 then redis.call('pexpire', KEYS[1], ARGV[2]) end \
+    return r";
 
 /// The error for an expiry beyond `max_ttl_ms`, if `ms` is one.
 fn too_long(proxy: &Proxy, ms: i64) -> Option<Reply> {
@@ -322,6 +340,48 @@ pub fn ttl(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         verbatim(&args),
         &args[1..2],
         Box::new(|_, b| ttl_floor(b)),
+    )
+}
+
+/// `HGET key field`: the value a quorum agree on, else nil (as [`get`]). Lock libraries read
+/// a hash lock's holder this way (Redisson's `getHoldCount`).
+pub fn hget(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    forward(
+        proxy,
+        verbatim(&args),
+        &args[1..2],
+        Box::new(|_, b| b.majority().cloned().unwrap_or(Reply::Nil)),
+    )
+}
+
+/// `HEXISTS key field`, `LLEN key`: the largest count a quorum of masters reach (see
+/// [`quorum_floor`]): a field "exists" only where a majority have it.
+pub fn count(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    forward(
+        proxy,
+        verbatim(&args),
+        &args[1..2],
+        Box::new(|_, b| quorum_floor(b)),
+    )
+}
+
+/// `HGETALL key`: the hash a quorum of masters hold alike (a map in RESP3, a flat array in
+/// RESP2, as Redis answers); an empty one when no two agree, so nobody reads a lock as held
+/// that a majority does not hold.
+pub fn hgetall(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    forward(
+        proxy,
+        verbatim(&args),
+        &args[1..2],
+        Box::new(|_, b| match b.majority() {
+            Some(Reply::Array(flat)) => Reply::Map(
+                flat.chunks_exact(2)
+                    .map(|kv| (kv[0].clone(), kv[1].clone()))
+                    .collect(),
+            ),
+            Some(other) => other.clone(),
+            None => Reply::Map(Vec::new()),
+        }),
     )
 }
 

@@ -7,7 +7,9 @@
 //! masters. Futures are created synchronously during dispatch, and they queue their requests to
 //! the masters in dispatch order, so pipelined commands reach every master in the client's order.
 
+pub mod blocking;
 pub mod connection;
+pub mod fence;
 pub mod introspect;
 pub mod keys;
 pub mod lock;
@@ -164,6 +166,17 @@ pub static TABLE: &[Spec] = &[
     spec("pexpire", -3, &["write", "fast"], FIRST, keys::expire),
     spec("pexpireat", -3, &["write", "fast"], FIRST, keys::expire),
     spec("ttl", 2, &["readonly", "fast"], FIRST, keys::ttl),
+    spec("hget", 3, &["readonly", "fast"], FIRST, keys::hget),
+    spec("hexists", 3, &["readonly", "fast"], FIRST, keys::count),
+    spec("hgetall", 2, &["readonly"], FIRST, keys::hgetall),
+    spec("llen", 2, &["readonly", "fast"], FIRST, keys::count),
+    spec(
+        "blpop",
+        -3,
+        &["write", "noscript", "blocking"],
+        (1, -2, 1),
+        blocking::blpop,
+    ),
     spec("pttl", 2, &["readonly", "fast"], FIRST, keys::ttl),
     spec("watch", -2, TX, ALL, transaction::watch),
     spec("unwatch", 1, TX, NONE, transaction::unwatch),
@@ -191,6 +204,7 @@ pub static TABLE: &[Spec] = &[
         script::evalsha,
     ),
     spec("script", -2, &["noscript"], NONE, script::script),
+    spec("redlock.fence", 3, &["write", "fast"], FIRST, fence::fence),
 ];
 
 static BY_NAME: LazyLock<HashMap<&'static str, &'static Spec>> =
@@ -221,7 +235,7 @@ pub fn dispatch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action
         return Reply::static_error("NOAUTH Authentication required.").into();
     }
     if conn.multi.is_some() && !transaction::runs_at_once(spec.name) {
-        return transaction::queue(conn, args);
+        return transaction::queue(proxy, conn, args);
     }
     (spec.run)(proxy, conn, args)
 }

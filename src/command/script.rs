@@ -156,7 +156,11 @@ pub fn script(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     match sub.as_slice() {
         b"LOAD" if args.len() == 3 => match proxy.scripts.insert(args[2].clone()) {
             Some(s) => Reply::Bulk(Bytes::from(s.sha.clone())),
-            None => Reply::static_error("ERR redlock-proxy script cache is full"),
+            None => Reply::error(format!(
+                "ERR redlock-proxy: a script of {} bytes is larger than script_cache_bytes ({})",
+                args[2].len(),
+                proxy.config.script_cache_bytes
+            )),
         },
         b"LOAD" => wrong_arity("script|load"),
         b"EXISTS" if args.len() >= 3 => Reply::Array(

@@ -25,8 +25,10 @@ use bytes::Bytes;
 use super::lock::eval;
 use super::{Action, dispatch, keys, lookup};
 use crate::client::Conn;
+use crate::quorum::{Ballots, Request, ask};
 use crate::reply::{Reply, command};
 use crate::server::Proxy;
+use tokio::time::Instant;
 
 /// Deletes `KEYS[i]` unconditionally when `ARGV[2i-1]` is `0`, or only while it holds
 /// `ARGV[2i]` when that is `1`; answers how many keys it deleted.
@@ -66,25 +68,77 @@ pub fn runs_at_once(name: &str) -> bool {
     )
 }
 
-/// Queues a checked command inside `MULTI`.
-pub fn queue(conn: &mut Conn, args: Vec<Bytes>) -> Action {
+/// Queues a checked command inside `MULTI`; past `max_multi_commands` the command is refused
+/// and `EXEC` will abort, as after any refused command.
+pub fn queue(proxy: &Proxy, conn: &mut Conn, args: Vec<Bytes>) -> Action {
+    let max = proxy.config.max_multi_commands;
     if let Some(q) = conn.multi.as_mut() {
+        if q.len() >= max {
+            conn.multi_failed = true;
+            return Reply::error(format!(
+                "ERR redlock-proxy: too many commands in MULTI (max_multi_commands = {max})"
+            ))
+            .into();
+        }
         q.push(args);
     }
     Reply::simple("QUEUED").into()
 }
 
-/// The majority value of `key`: `Some(reply)` when a quorum answered alike.
-async fn read(proxy: &Proxy, key: &Bytes) -> Option<Reply> {
-    let ballots = keys::vote(proxy, command(&[b"GET", key]), keys::Gather::Outcome).await;
-    let rule: keys::Rule = Box::new(|_, b| b.majority().cloned().unwrap_or(keys::no_quorum()));
-    Some(keys::decide(proxy, ballots, rule)).filter(|r| !r.is_error())
+/// The majority value of each key: `Some(reply)` when a quorum answered alike. All the `GET`s
+/// travel in one request per master (one round trip however many keys are watched).
+async fn read(proxy: &Proxy, keys: &[Bytes]) -> Vec<Option<Reply>> {
+    let mut request = Vec::new();
+    for key in keys {
+        request.extend_from_slice(&command(&[b"GET", key]));
+    }
+    let deadline = Instant::now() + proxy.config.node_timeout();
+    let all = ask(
+        &proxy.masters,
+        Request::Same(Bytes::from(request)),
+        keys.len(),
+        deadline,
+    )
+    .finish()
+    .await;
+    // Each master's replies, one per key (a master without a full set casts no vote).
+    let mut per_master: Vec<Option<std::vec::IntoIter<Reply>>> = all
+        .replies
+        .iter()
+        .map(|r| match r {
+            Some(Reply::Array(each)) if each.len() == keys.len() => Some(each.clone().into_iter()),
+            Some(single) if keys.len() == 1 => Some(vec![single.clone()].into_iter()),
+            _ => None,
+        })
+        .collect();
+    (0..keys.len())
+        .map(|_| {
+            let one = Ballots {
+                replies: per_master
+                    .iter_mut()
+                    .map(|m| m.as_mut().and_then(Iterator::next))
+                    .collect(),
+                failed: all.failed.clone(),
+                quorum: all.quorum,
+            };
+            let rule: keys::Rule =
+                Box::new(|_, b| b.majority().cloned().unwrap_or(keys::no_quorum()));
+            Some(keys::decide(proxy, one, rule)).filter(|r| !r.is_error())
+        })
+        .collect()
 }
 
 /// `WATCH key [key ...]`
 pub fn watch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     if conn.multi.is_some() {
         return Reply::static_error("ERR WATCH inside MULTI is not allowed").into();
+    }
+    let max = proxy.config.max_watch_keys;
+    if conn.watched.len() + args.len() - 1 > max {
+        return Reply::error(format!(
+            "ERR redlock-proxy: too many watched keys (max_watch_keys = {max})"
+        ))
+        .into();
     }
     let watched: Vec<Watched> = args[1..]
         .iter()
@@ -98,8 +152,9 @@ pub fn watch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     let proxy = proxy.clone();
     Action::Later(Box::pin(async move {
         let _held = ticket.ready().await;
-        for w in &watched {
-            let _ = w.seen.set(read(&proxy, &w.key).await);
+        let keys: Vec<Bytes> = watched.iter().map(|w| w.key.clone()).collect();
+        for (w, seen) in watched.iter().zip(read(&proxy, &keys).await) {
+            let _ = w.seen.set(seen);
         }
         Reply::ok()
     }))
@@ -153,8 +208,8 @@ pub fn exec(proxy: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
     Action::Later(Box::pin(async move {
         if let Some(ticket) = check {
             let _held = ticket.ready().await;
-            for w in &watched {
-                let now = read(&proxy, &w.key).await;
+            let now = read(&proxy, &keys).await;
+            for (w, now) in watched.iter().zip(now) {
                 if now.is_none() || w.seen.get() != Some(&now) {
                     return Reply::NilArray;
                 }
@@ -180,9 +235,11 @@ fn queued_action(
     watched: &[Watched],
 ) -> Action {
     if lookup(&args[0]).is_some_and(|s| s.name == "del") {
+        let by_key: std::collections::HashMap<&Bytes, &Watched> =
+            watched.iter().map(|w| (&w.key, w)).collect();
         let expected: Vec<Option<Watched>> = args[1..]
             .iter()
-            .map(|k| watched.iter().find(|w| w.key == k).cloned())
+            .map(|k| by_key.get(k).map(|w| (*w).clone()))
             .collect();
         if expected.iter().any(Option::is_some) {
             return del_watched(proxy, args[1..].to_vec(), expected);

@@ -1,0 +1,482 @@
+//! Publish/subscribe across the masters: what Redisson's waiters (`SUBSCRIBE
+//! redisson_lock__channel:{name}`) and any other subscriber need.
+//!
+//! A release runs on every master, and so does a publish inside it: each master sends the same
+//! message. The hub keeps one subscriber connection per master (apart from the masters' shared
+//! command connections, which must never enter subscribed mode), subscribed to the union of what
+//! this proxy's clients want, and hands each message to the local subscribers **once**.
+//!
+//! **De-duplication.** Messages are grouped by (kind, pattern, channel, payload). For each group
+//! the hub counts how many copies each master has sent and how many it has delivered; a copy is
+//! delivered when its master has now sent more copies than were delivered. So N masters each
+//! sending a message once deliver it once, and a message genuinely published twice (each
+//! master sends it twice) is delivered twice. A master that is down simply sends nothing; a
+//! group is forgotten after [`DEDUP_WINDOW`] without copies.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{Notify, mpsc};
+use tokio::time::{Instant, sleep};
+use tracing::{Instrument, debug, info_span};
+
+use crate::reply::{Reply, ReplyDecoder, command};
+
+/// How long copies of one message are matched up.
+pub const DEDUP_WINDOW: Duration = Duration::from_secs(2);
+
+/// Messages queued for one client before further ones are dropped (Redis would disconnect a
+/// subscriber this far behind; the session does, when it sees [`Subscriber::overflowed`]).
+pub const CLIENT_QUEUE: usize = 4096;
+
+/// What a subscription names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// `SUBSCRIBE channel`
+    Channel,
+    /// `PSUBSCRIBE pattern`
+    Pattern,
+    /// `SSUBSCRIBE shardchannel`
+    Shard,
+}
+
+impl Kind {
+    /// The master command that subscribes to this kind.
+    fn subscribe(self) -> &'static [u8] {
+        match self {
+            Kind::Channel => b"SUBSCRIBE",
+            Kind::Pattern => b"PSUBSCRIBE",
+            Kind::Shard => b"SSUBSCRIBE",
+        }
+    }
+
+    /// The master command that unsubscribes from this kind.
+    fn unsubscribe(self) -> &'static [u8] {
+        match self {
+            Kind::Channel => b"UNSUBSCRIBE",
+            Kind::Pattern => b"PUNSUBSCRIBE",
+            Kind::Shard => b"SUNSUBSCRIBE",
+        }
+    }
+}
+
+/// A message for a client: `message`, `pmessage` or `smessage`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// Which kind of subscription it matched.
+    pub kind: Kind,
+    /// The pattern, for `pmessage`.
+    pub pattern: Option<Bytes>,
+    /// The channel it was published on.
+    pub channel: Bytes,
+    /// The payload.
+    pub payload: Bytes,
+}
+
+impl Message {
+    /// The reply a subscribed client receives (sent as a push in RESP3).
+    pub fn to_reply(&self) -> Reply {
+        let mut items = Vec::with_capacity(4);
+        items.push(Reply::Bulk(Bytes::from_static(match self.kind {
+            Kind::Channel => b"message",
+            Kind::Pattern => b"pmessage",
+            Kind::Shard => b"smessage",
+        })));
+        if let Some(p) = &self.pattern {
+            items.push(Reply::Bulk(p.clone()));
+        }
+        items.push(Reply::Bulk(self.channel.clone()));
+        items.push(Reply::Bulk(self.payload.clone()));
+        Reply::Push(items)
+    }
+}
+
+/// One client's end: the messages for it, and whether some were dropped.
+pub struct Subscriber {
+    /// Messages, in the order the hub delivered them.
+    pub rx: mpsc::Receiver<Message>,
+    overflow: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Subscriber {
+    /// True once a message had to be dropped because the client fell too far behind.
+    pub fn overflowed(&self) -> bool {
+        self.overflow.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// A client's sending side, kept by the hub.
+#[derive(Clone)]
+struct Sink {
+    tx: mpsc::Sender<Message>,
+    overflow: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Sink {
+    fn send(&self, m: Message) {
+        if self.tx.try_send(m).is_err() {
+            self.overflow
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// Copies of one message seen so far.
+struct Copies {
+    per_master: Vec<u32>,
+    delivered: u32,
+    last: Instant,
+}
+
+type Group = (Kind, Option<Bytes>, Bytes, Bytes);
+
+#[derive(Default)]
+struct State {
+    /// Local subscribers of each (kind, name).
+    subs: HashMap<(Kind, Bytes), HashMap<u64, Sink>>,
+    /// Each client's sink, once it has subscribed to anything.
+    sinks: HashMap<u64, Sink>,
+    copies: HashMap<Group, Copies>,
+    last_prune: Option<Instant>,
+}
+
+/// The proxy's publish/subscribe hub.
+pub struct Hub {
+    state: Mutex<State>,
+    /// Wakes every master link when the wanted subscriptions change.
+    changed: Vec<Arc<Notify>>,
+    masters: usize,
+}
+
+impl Hub {
+    /// A hub for `addrs`, with one subscriber connection per master (started in the
+    /// background, reconnecting with a short backoff).
+    pub fn start(addrs: &[String]) -> Arc<Hub> {
+        let changed: Vec<Arc<Notify>> = addrs.iter().map(|_| Arc::new(Notify::new())).collect();
+        let hub = Arc::new(Hub {
+            state: Mutex::default(),
+            changed: changed.clone(),
+            masters: addrs.len(),
+        });
+        for (i, addr) in addrs.iter().enumerate() {
+            let span = info_span!("pubsub", backend.addr = %addr);
+            tokio::spawn(
+                link(Arc::downgrade(&hub), i, addr.clone(), changed[i].clone()).instrument(span),
+            );
+        }
+        hub
+    }
+
+    /// A new client's receiving end.
+    pub fn attach(&self, client: u64) -> Subscriber {
+        let (tx, rx) = mpsc::channel(CLIENT_QUEUE);
+        let overflow = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        self.lock().sinks.insert(
+            client,
+            Sink {
+                tx,
+                overflow: overflow.clone(),
+            },
+        );
+        Subscriber { rx, overflow }
+    }
+
+    /// Subscribes `client` (attached before) to `name`; true when it was not subscribed yet.
+    pub fn subscribe(&self, client: u64, kind: Kind, name: &Bytes) -> bool {
+        let mut state = self.lock();
+        let Some(sink) = state.sinks.get(&client).cloned() else {
+            return false;
+        };
+        let subs = state.subs.entry((kind, name.clone())).or_default();
+        let first = subs.is_empty();
+        let new = subs.insert(client, sink).is_none();
+        drop(state);
+        if first {
+            self.wake_links();
+        }
+        new
+    }
+
+    /// Unsubscribes `client` from `name`; true when it was subscribed.
+    pub fn unsubscribe(&self, client: u64, kind: Kind, name: &Bytes) -> bool {
+        let mut state = self.lock();
+        let key = (kind, name.clone());
+        let Some(subs) = state.subs.get_mut(&key) else {
+            return false;
+        };
+        let was = subs.remove(&client).is_some();
+        let last = subs.is_empty();
+        if last {
+            state.subs.remove(&key);
+        }
+        drop(state);
+        if last {
+            self.wake_links();
+        }
+        was
+    }
+
+    /// Forgets a client that has gone.
+    pub fn detach(&self, client: u64) {
+        let mut state = self.lock();
+        state.sinks.remove(&client);
+        let before = state.subs.len();
+        state.subs.retain(|_, subs| {
+            subs.remove(&client);
+            !subs.is_empty()
+        });
+        let changed = state.subs.len() != before;
+        drop(state);
+        if changed {
+            self.wake_links();
+        }
+    }
+
+    /// What the master links should be subscribed to.
+    fn wanted(&self) -> HashSet<(Kind, Bytes)> {
+        self.lock().subs.keys().cloned().collect()
+    }
+
+    fn wake_links(&self) {
+        for n in &self.changed {
+            n.notify_one();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A copy of a message from master `from`: delivered to the local subscribers unless an
+    /// earlier copy from another master already was (see the module docs).
+    fn deliver(&self, from: usize, message: Message) {
+        let now = Instant::now();
+        let mut state = self.lock();
+        if state
+            .last_prune
+            .is_none_or(|t| now.duration_since(t) > DEDUP_WINDOW)
+        {
+            state
+                .copies
+                .retain(|_, c| now.duration_since(c.last) <= DEDUP_WINDOW);
+            state.last_prune = Some(now);
+        }
+        let group = (
+            message.kind,
+            message.pattern.clone(),
+            message.channel.clone(),
+            message.payload.clone(),
+        );
+        let masters = self.masters;
+        let copies = state.copies.entry(group).or_insert_with(|| Copies {
+            per_master: vec![0; masters],
+            delivered: 0,
+            last: now,
+        });
+        copies.last = now;
+        let Some(count) = copies.per_master.get_mut(from) else {
+            return;
+        };
+        *count += 1;
+        if *count <= copies.delivered {
+            return;
+        }
+        copies.delivered = *count;
+        let name = match message.kind {
+            Kind::Pattern => message.pattern.clone().unwrap_or_default(),
+            _ => message.channel.clone(),
+        };
+        if let Some(subs) = state.subs.get(&(message.kind, name)) {
+            for sink in subs.values() {
+                sink.send(message.clone());
+            }
+        }
+    }
+}
+
+/// Reads a master's push (`message`, `pmessage`, `smessage`) into a [`Message`].
+fn parse_push(reply: Reply) -> Option<Message> {
+    let (Reply::Array(items) | Reply::Push(items)) = reply else {
+        return None;
+    };
+    let mut items = items.into_iter().map(|r| match r {
+        Reply::Bulk(b) => Some(b),
+        _ => None,
+    });
+    let kind = items.next()??;
+    let (kind, pattern) = match kind.as_ref() {
+        b"message" => (Kind::Channel, None),
+        b"smessage" => (Kind::Shard, None),
+        b"pmessage" => (Kind::Pattern, Some(items.next()??)),
+        _ => return None,
+    };
+    Some(Message {
+        kind,
+        pattern,
+        channel: items.next()??,
+        payload: items.next()??,
+    })
+}
+
+/// One master's subscriber connection: keeps its subscriptions equal to what the hub wants and
+/// hands every message to the hub. Ends when the hub is gone.
+async fn link(hub: std::sync::Weak<Hub>, index: usize, addr: String, changed: Arc<Notify>) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        if hub.strong_count() == 0 {
+            return;
+        }
+        match run_link(&hub, index, &addr, &changed).await {
+            Ok(()) => return,
+            Err(e) => debug!(error = %e, "pubsub connection ended"),
+        }
+        sleep(backoff.mul_f64(rand::random_range(0.5..1.0))).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+async fn run_link(
+    hub: &std::sync::Weak<Hub>,
+    index: usize,
+    addr: &str,
+    changed: &Notify,
+) -> std::io::Result<()> {
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let mut current: HashSet<(Kind, Bytes)> = HashSet::new();
+    let mut buf = BytesMut::with_capacity(4096);
+    let mut decoder = ReplyDecoder::default();
+    loop {
+        let Some(h) = hub.upgrade() else {
+            return Ok(());
+        };
+        let wanted = h.wanted();
+        drop(h);
+        let mut out = BytesMut::new();
+        for (kind, name) in wanted.difference(&current) {
+            out.extend_from_slice(&command(&[kind.subscribe(), name]));
+        }
+        for (kind, name) in current.difference(&wanted) {
+            out.extend_from_slice(&command(&[kind.unsubscribe(), name]));
+        }
+        if !out.is_empty() {
+            stream.write_all(&out).await?;
+        }
+        current = wanted;
+        tokio::select! {
+            _ = changed.notified() => {}
+            n = stream.read_buf(&mut buf) => {
+                if n? == 0 {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                while let Some(reply) = decoder
+                    .decode(&mut buf)
+                    .map_err(std::io::Error::other)?
+                {
+                    if let (Some(m), Some(h)) = (parse_push(reply), hub.upgrade()) {
+                        h.deliver(index, m);
+                    }
+                }
+                // Keep the buffer small between bursts.
+                if buf.is_empty() && buf.capacity() > 64 * 1024 {
+                    buf = BytesMut::with_capacity(4096);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hub(n: usize) -> Hub {
+        Hub {
+            state: Mutex::default(),
+            changed: (0..n).map(|_| Arc::new(Notify::new())).collect(),
+            masters: n,
+        }
+    }
+
+    fn msg(payload: &'static str) -> Message {
+        Message {
+            kind: Kind::Channel,
+            pattern: None,
+            channel: Bytes::from_static(b"ch"),
+            payload: Bytes::from_static(payload.as_bytes()),
+        }
+    }
+
+    fn drain(s: &mut Subscriber) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        while let Ok(m) = s.rx.try_recv() {
+            out.push(m.payload);
+        }
+        out
+    }
+
+    #[test]
+    fn one_message_from_every_master_is_delivered_once() {
+        let h = hub(3);
+        let mut s = h.attach(1);
+        assert!(h.subscribe(1, Kind::Channel, &Bytes::from_static(b"ch")));
+        for master in 0..3 {
+            h.deliver(master, msg("0"));
+        }
+        assert_eq!(drain(&mut s), vec![Bytes::from_static(b"0")]);
+        // Published twice: every master sends it twice, delivered twice.
+        for _ in 0..2 {
+            for master in [2, 0, 1] {
+                h.deliver(master, msg("again"));
+            }
+        }
+        assert_eq!(drain(&mut s).len(), 2);
+        // A master that is down sends nothing: the others still deliver it, once.
+        h.deliver(1, msg("x"));
+        h.deliver(2, msg("x"));
+        assert_eq!(drain(&mut s).len(), 1);
+    }
+
+    #[test]
+    fn only_subscribers_of_the_channel_or_pattern_get_it() {
+        let h = hub(1);
+        let mut a = h.attach(1);
+        let mut b = h.attach(2);
+        h.subscribe(1, Kind::Channel, &Bytes::from_static(b"ch"));
+        h.subscribe(2, Kind::Pattern, &Bytes::from_static(b"c*"));
+        h.deliver(0, msg("plain"));
+        h.deliver(
+            0,
+            Message {
+                kind: Kind::Pattern,
+                pattern: Some(Bytes::from_static(b"c*")),
+                ..msg("by pattern")
+            },
+        );
+        assert_eq!(drain(&mut a), vec![Bytes::from_static(b"plain")]);
+        assert_eq!(drain(&mut b), vec![Bytes::from_static(b"by pattern")]);
+        h.detach(1);
+        assert!(h.wanted().len() == 1);
+    }
+
+    #[test]
+    fn pushes_read_like_redis() {
+        let m = Message {
+            kind: Kind::Pattern,
+            pattern: Some(Bytes::from_static(b"p*")),
+            channel: Bytes::from_static(b"pc"),
+            payload: Bytes::from_static(b"x"),
+        };
+        let mut out = BytesMut::new();
+        m.to_reply().encode(&mut out, false);
+        assert_eq!(
+            &out[..],
+            b"*4\r\n$8\r\npmessage\r\n$2\r\np*\r\n$2\r\npc\r\n$1\r\nx\r\n"
+        );
+        assert_eq!(parse_push(m.to_reply()), Some(m));
+    }
+}

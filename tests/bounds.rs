@@ -1,0 +1,225 @@
+//! Bounded resources: a command naming tens of thousands of keys stays linear and cannot stall
+//! other clients' keys; `WATCH` and `MULTI` are capped; the script cache is bounded in bytes and
+//! a full cache never breaks a client; `SET ... KEEPTTL` never leaves a key without a TTL; and
+//! `--dev` stops the masters it started on every exit path.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Client, Master, UNLOCK, config_for, masters, proxy};
+use redlock_proxy::reply::Reply;
+use tokio::time::Instant;
+
+async fn proxy_with(
+    ms: &[Master],
+    edit: impl FnOnce(&mut redlock_proxy::config::Config),
+) -> String {
+    let addrs: Vec<String> = ms.iter().map(|m| m.addr()).collect();
+    let refs: Vec<&str> = addrs.iter().map(|s| s.as_str()).collect();
+    let mut c = config_for(&refs);
+    edit(&mut c);
+    proxy(c).await.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_with_65535_keys_does_not_stall_other_clients() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |_| {}).await;
+    let keys: Vec<String> = (0..65_535).map(|i| format!("many:{i}")).collect();
+    let mut del: Vec<&str> = vec!["DEL"];
+    del.extend(keys.iter().map(String::as_str));
+    // A bystander locks its own key in a loop while the big commands run.
+    let bystander = tokio::spawn({
+        let p = p.clone();
+        async move {
+            let mut c = Client::connect(&p).await;
+            let mut worst = Duration::ZERO;
+            for i in 0..40 {
+                let started = Instant::now();
+                let key = format!("by:{i}");
+                assert_eq!(
+                    c.cmd(&["SET", &key, "t", "NX", "PX", "5000"]).await,
+                    Reply::ok()
+                );
+                assert_eq!(
+                    c.cmd(&["EVAL", UNLOCK, "1", &key, "t"]).await,
+                    Reply::Integer(1)
+                );
+                worst = worst.max(started.elapsed());
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            worst
+        }
+    });
+    let mut c = Client::connect(&p).await;
+    let started = Instant::now();
+    assert_eq!(c.raw(&del).await, ":0\r\n");
+    let mut watch: Vec<&str> = vec!["WATCH"];
+    watch.extend(keys.iter().map(String::as_str));
+    assert_eq!(
+        c.raw(&watch).await,
+        "-ERR redlock-proxy: too many watched keys (max_watch_keys = 1024)\r\n"
+    );
+    watch.truncate(1025);
+    assert_eq!(c.raw(&watch).await, "+OK\r\n");
+    assert_eq!(c.raw(&["MULTI"]).await, "+OK\r\n");
+    assert_eq!(c.raw(&["DEL", "many:1"]).await, "+QUEUED\r\n");
+    assert_eq!(c.raw(&["EXEC"]).await, "*1\r\n:0\r\n");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let worst = bystander.await.unwrap();
+    assert!(
+        worst < Duration::from_secs(1),
+        "a bystander's lock took {worst:?}"
+    );
+}
+
+#[tokio::test]
+async fn multi_is_capped_and_the_cap_aborts_exec() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.max_multi_commands = 3).await;
+    let mut c = Client::connect(&p).await;
+    assert_eq!(c.raw(&["MULTI"]).await, "+OK\r\n");
+    for _ in 0..3 {
+        assert_eq!(c.raw(&["GET", "k"]).await, "+QUEUED\r\n");
+    }
+    assert_eq!(
+        c.raw(&["GET", "k"]).await,
+        "-ERR redlock-proxy: too many commands in MULTI (max_multi_commands = 3)\r\n"
+    );
+    assert_eq!(
+        c.raw(&["EXEC"]).await,
+        "-EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+}
+
+#[tokio::test]
+async fn a_full_script_cache_never_breaks_a_client() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.script_cache_bytes = 64 * 1024).await;
+    let mut c = Client::connect(&p).await;
+    // redis-py's loading pattern: SCRIPT LOAD, then EVALSHA (NOSCRIPT → load again).
+    let sha = c.text(&["SCRIPT", "LOAD", UNLOCK]).await;
+    // Another client fills the cache far beyond its budget.
+    let mut flood = Client::connect(&p).await;
+    for i in 0..300 {
+        let body = format!("return {i} --{}", "x".repeat(1000));
+        assert!(!flood.cmd(&["SCRIPT", "LOAD", &body]).await.is_error());
+    }
+    assert_eq!(
+        c.raw(&["SCRIPT", "EXISTS", &sha]).await,
+        "*1\r\n:0\r\n",
+        "forgotten"
+    );
+    assert_eq!(
+        c.cmd(&["SET", "sc", "t", "NX", "PX", "5000"]).await,
+        Reply::ok()
+    );
+    assert_eq!(
+        c.raw(&["EVALSHA", &sha, "1", "sc", "t"]).await,
+        "-NOSCRIPT No matching script. Please use EVAL.\r\n"
+    );
+    assert_eq!(c.text(&["SCRIPT", "LOAD", UNLOCK]).await, sha);
+    assert_eq!(c.raw(&["EVALSHA", &sha, "1", "sc", "t"]).await, ":1\r\n");
+    // EVAL always works, even for a script too big to cache.
+    assert_eq!(
+        c.cmd(&["SET", "sc", "t", "NX", "PX", "5000"]).await,
+        Reply::ok()
+    );
+    let big = format!("{UNLOCK} --{}", "y".repeat(100 * 1024));
+    assert_eq!(c.raw(&["EVAL", &big, "1", "sc", "t"]).await, ":1\r\n");
+    assert!(
+        c.raw(&["SCRIPT", "LOAD", &big])
+            .await
+            .starts_with("-ERR redlock-proxy: a script of")
+    );
+}
+
+#[tokio::test]
+async fn set_keepttl_never_leaves_a_key_without_a_ttl() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.legacy_guard_ttl_ms = 60_000).await;
+    let reference = Master::start();
+    let mut one = reference.client().await;
+    let mut c = Client::connect(&p).await;
+    // The replies are Redis's, from every starting state.
+    for client in [&mut one, &mut c] {
+        assert_eq!(client.raw(&["SET", "kt", "a", "KEEPTTL"]).await, "+OK\r\n");
+        assert_eq!(
+            client.raw(&["SET", "kt", "b", "KEEPTTL", "GET"]).await,
+            "$1\r\na\r\n"
+        );
+        assert_eq!(
+            client.raw(&["SET", "nokt", "b", "XX", "KEEPTTL"]).await,
+            "$-1\r\n"
+        );
+        assert_eq!(
+            client.raw(&["SET", "held", "x", "PX", "5000"]).await,
+            "+OK\r\n"
+        );
+        assert_eq!(
+            client.raw(&["SET", "held", "y", "KEEPTTL"]).await,
+            "+OK\r\n"
+        );
+        assert_eq!(client.raw(&["GET", "kt"]).await, "$1\r\nb\r\n");
+    }
+    for m in &ms {
+        let mut d = m.client().await;
+        // A new key gets the deadlock guard's TTL; a key that had one keeps it.
+        let t = d.cmd(&["PTTL", "kt"]).await;
+        assert!(
+            matches!(t, Reply::Integer(t) if t > 50_000 && t <= 60_000),
+            "{t:?}"
+        );
+        let t = d.cmd(&["PTTL", "held"]).await;
+        assert!(
+            matches!(t, Reply::Integer(t) if t > 0 && t <= 5_000),
+            "{t:?}"
+        );
+        assert_eq!(d.cmd(&["EXISTS", "nokt"]).await, Reply::Integer(0));
+    }
+}
+
+/// Processes whose working folder is `dir` (the dev masters run in theirs).
+fn running_in(dir: &std::path::Path) -> usize {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    procs
+        .flatten()
+        .filter(|p| std::fs::read_link(p.path().join("cwd")).is_ok_and(|cwd| cwd == dir))
+        .count()
+}
+
+#[tokio::test]
+async fn dev_mode_stops_its_masters_on_every_exit() {
+    let bin = env!("CARGO_BIN_EXE_redlock-proxy");
+    // Its port taken: a clear error before anything is started.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = Command::new(bin)
+        .args(["--dev", "3", "--listen", &addr])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot listen on"), "{err}");
+    // Masters started, then a bad setting: they are stopped before the process exits.
+    let free = redlock_proxy::dev::free_port().unwrap();
+    let child = Command::new(bin)
+        .args(["--dev", "3", "--listen", &format!("127.0.0.1:{free}")])
+        .args(["--set", "default_ttl_ms=99999999"])
+        .spawn()
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("redlock-proxy-dev-{}", child.id()));
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(running_in(&dir), 0, "dev masters left running");
+    assert!(!dir.exists(), "dev folder left behind");
+}
