@@ -462,7 +462,18 @@ impl Config {
             d.validate()
                 .map_err(|m| ConfigError::Invalid(format!("scripts[{i}]: {m}")))?;
         }
+        // Credentials and TLS files are read now, so a missing one is a configuration error
+        // (exit 2) rather than a failure once serving.
+        crate::backend::target::links(self)?;
         Ok(())
+    }
+
+    /// `--check-config FILE`: reads and validates the file, including the files it names
+    /// (password, certificates), without contacting any master.
+    pub fn check_file(path: &Path) -> Result<Config, ConfigError> {
+        let config = Config::from_file(path)?;
+        config.validate()?;
+        Ok(config)
     }
 
     /// The deadlock guard's TTL in ms (0 = off): `legacy_guard_ttl_ms`, capped at `max_ttl_ms`.

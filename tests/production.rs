@@ -846,3 +846,46 @@ async fn logs_go_to_stderr_without_escapes_and_json_lines_parse() {
         assert_eq!(p.stdout(), "", "stdout stays empty");
     }
 }
+
+#[test]
+fn check_config_exits_0_or_2_with_the_reason() {
+    let dir = Scratch::new("check");
+    let run = |text: &str| {
+        std::fs::write(dir.0.join("c.toml"), text).expect("config");
+        let out = Command::new(env!("CARGO_BIN_EXE_redlock-proxy"))
+            .args(["--check-config", &dir.path("c.toml")])
+            .env_remove("REDLOCK_BACKEND_PASSWORD")
+            .output()
+            .expect("run");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (code, out) = run("backends = [\"127.0.0.1:1\", \"redis://u:p@127.0.0.1:2\"]\n");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("configuration OK"), "{out}");
+    let (code, out) =
+        run("backends = [\"127.0.0.1:1\"]\nbackend_password_file = \"/nonexistent/pw\"\n");
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("backend_password_file /nonexistent/pw"),
+        "{out}"
+    );
+    let (code, out) = run("backends = [\"redis://u:hunter2@127.0.0.1:bad\"]\n");
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("bad backend address") && !out.contains("hunter2"),
+        "{out}"
+    );
+    let (code, out) = run(&format!(
+        "backends = [\"rediss://127.0.0.1:1\"]\nbackend_tls_ca_cert_file = {:?}\n",
+        dir.path("missing-ca.crt")
+    ));
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("missing-ca.crt"), "{out}");
+    let (code, out) = run("backends = []\n");
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("no backends"), "{out}");
+}
