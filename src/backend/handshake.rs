@@ -390,6 +390,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn auth_goes_first_and_a_refusal_is_loud_and_names_no_password() {
+        let (proxy_end, mut master) = tokio::io::duplex(1 << 16);
+        let mut s = settings();
+        s.auth = Some(super::super::target::Credentials {
+            user: Some("locker".into()),
+            password: "hunter2".into(),
+        });
+        let expect = [
+            command(&[b"AUTH", b"locker", b"hunter2"]).to_vec(),
+            greeting(),
+        ]
+        .concat();
+        let noauth = b"-NOAUTH Authentication required.\r\n".repeat(3);
+        let answer = [
+            b"-WRONGPASS invalid username-password pair or user is disabled.\r\n".to_vec(),
+            noauth,
+        ]
+        .concat();
+        let (refused, ()) = tokio::join!(greet(proxy_end, &s), async {
+            script(&mut master, &expect, &answer).await;
+        });
+        match refused {
+            Err(Refused::Loudly(why)) => assert_eq!(
+                why,
+                "authentication failed: WRONGPASS invalid username-password pair or user is disabled."
+            ),
+            _ => panic!("a wrong password is refused loudly"),
+        }
+    }
+
+    #[tokio::test]
     async fn a_master_is_admitted_with_what_it_says_about_itself() {
         let (proxy_end, mut master) = tokio::io::duplex(1 << 16);
         let server = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc\r\nuptime_in_seconds:42\r\n";
