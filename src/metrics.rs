@@ -1,7 +1,7 @@
 //! Prometheus metrics at `http://metrics_listen/metrics`, in the OpenMetrics text format
 //! written by the `prometheus-client` crate.
 //!
-//! The counters the proxy already keeps for `INFO` (in [`Stats`](crate::stats::Stats), in each
+//! The counters the proxy already keeps for `INFO` (in [`Stats`], in each
 //! master's [`MasterInfo`]) are the source of truth: a collector reads them on every scrape, so
 //! the hot path pays nothing extra and `INFO` and `/metrics` always agree. Only the per-master
 //! reply latency is a histogram observed as replies arrive.
