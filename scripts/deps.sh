@@ -24,7 +24,7 @@ apt_need() {
 }
 
 mode="${1:-test}"
-apt_need redis-server redis-tools
+apt_need redis-server redis-tools openssl
 # The fuzz targets (scripts/fuzz.sh) build libFuzzer, which needs a C++ compiler.
 if [ "$mode" = "test" ] || [ "$mode" = "fuzz" ]; then
   command -v c++ >/dev/null 2>&1 || apt_need g++
@@ -35,6 +35,12 @@ if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet redis-ser
   as_root systemctl stop redis-server || true
 fi
 if [ "$mode" = "test" ]; then
+  # tests/production.rs lints /metrics with promtool and has a real Prometheus scrape the proxy;
+  # Debian's prometheus package has both. The tests run their own server: stop the service.
+  apt_need prometheus
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then
+    as_root systemctl stop prometheus || true
+  fi
   # The lock-library tests (tests/libraries.rs) drive the real libraries from their registries:
   # redis-py into tests/clients/.venv, node-redlock + ioredis into tests/clients/node_modules.
   # Each is reinstalled only when its pinned list changed.

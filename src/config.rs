@@ -61,7 +61,7 @@ pub enum LegacyDecision {
 }
 
 /// The proxy's settings. Field names are the TOML keys.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Address the proxy listens on for clients.
@@ -175,6 +175,66 @@ pub struct Config {
     /// The meaning of the operator's own lock scripts, as `[[scripts]]` tables (see
     /// [`ScriptDecl`]). They take precedence over the built-in library scripts.
     pub scripts: Vec<ScriptDecl>,
+    /// ACL user the proxy authenticates as on every master (`AUTH user password`). A backend
+    /// URL's own user wins.
+    pub backend_user: Option<String>,
+    /// Password for every master (`requirepass`, or the ACL user's). A backend URL's own
+    /// password wins. Prefer `backend_password_file` or the `REDLOCK_BACKEND_PASSWORD`
+    /// environment variable, which keep it off the command line.
+    pub backend_password: Option<String>,
+    /// File holding the masters' password (a trailing newline is ignored).
+    pub backend_password_file: Option<String>,
+    /// Speak TLS to every master (a `rediss://` backend always does).
+    pub backend_tls: bool,
+    /// PEM bundle of the authorities that sign the masters' certificates; unset trusts the
+    /// system's store.
+    pub backend_tls_ca_cert_file: Option<String>,
+    /// PEM client certificate shown to masters running with `tls-auth-clients yes`.
+    pub backend_tls_cert_file: Option<String>,
+    /// PEM private key of `backend_tls_cert_file`.
+    pub backend_tls_key_file: Option<String>,
+    /// Name sent as SNI and checked on the masters' certificates; unset, each master's host.
+    pub backend_tls_server_name: Option<String>,
+    /// `host:port` serving Prometheus metrics at `/metrics`; unset, no metrics listener.
+    pub metrics_listen: Option<String>,
+    /// Log line format on stderr: `text` (the default) or `json` (one object a line).
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines, coloured only when stderr is a terminal.
+    #[default]
+    Text,
+    /// One JSON object a line, for log collectors.
+    Json,
+}
+
+/// Settings whose values are secrets: shown as `<redacted>` by `Debug`.
+const SECRET_KEYS: [&str; 2] = ["password", "backend_password"];
+
+impl std::fmt::Debug for Config {
+    // Derived Debug would print passwords, and a Config may well be logged with `?config`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Ok(mut table) = toml::Table::try_from(self) else {
+            return f.write_str("Config { .. }");
+        };
+        for key in SECRET_KEYS {
+            if table.contains_key(key) {
+                table.insert(key.into(), "<redacted>".into());
+            }
+        }
+        if let Some(toml::Value::Array(bs)) = table.get_mut("backends") {
+            for b in bs.iter_mut() {
+                if let Some(s) = b.as_str() {
+                    *b = crate::backend::target::redact(s).into();
+                }
+            }
+        }
+        write!(f, "Config {table:?}")
+    }
 }
 
 /// One `[[scripts]]` entry: a script the proxy should treat as a lock operation.
@@ -258,6 +318,16 @@ impl Default for Config {
             clock_jump_ms: 5,
             probe_interval_ms: 1000,
             masters_started_here: false,
+            backend_user: None,
+            backend_password: None,
+            backend_password_file: None,
+            backend_tls: false,
+            backend_tls_ca_cert_file: None,
+            backend_tls_cert_file: None,
+            backend_tls_key_file: None,
+            backend_tls_server_name: None,
+            metrics_listen: None,
+            log_format: LogFormat::Text,
         }
     }
 }
@@ -326,8 +396,23 @@ impl Config {
             );
         }
         for b in &self.backends {
-            check_addr(b)
-                .map_err(|m| ConfigError::Invalid(format!("bad backend address '{b}': {m}")))?;
+            crate::backend::target::Endpoint::parse(b).map_err(|m| {
+                ConfigError::Invalid(format!(
+                    "bad backend address '{}': {m}",
+                    crate::backend::target::redact(b)
+                ))
+            })?;
+        }
+        if self.backend_password.is_some() && self.backend_password_file.is_some() {
+            return bad("set backend_password or backend_password_file, not both".into());
+        }
+        if self.backend_tls_cert_file.is_some() != self.backend_tls_key_file.is_some() {
+            return bad("backend_tls_cert_file and backend_tls_key_file go together".into());
+        }
+        if let Some(m) = &self.metrics_listen {
+            check_addr(m).map_err(|e| {
+                ConfigError::Invalid(format!("bad metrics_listen address '{m}': {e}"))
+            })?;
         }
         check_addr(&self.listen).map_err(|m| {
             ConfigError::Invalid(format!("bad listen address '{}': {m}", self.listen))
@@ -377,7 +462,18 @@ impl Config {
             d.validate()
                 .map_err(|m| ConfigError::Invalid(format!("scripts[{i}]: {m}")))?;
         }
+        // Credentials and TLS files are read now, so a missing one is a configuration error
+        // (exit 2) rather than a failure once serving.
+        crate::backend::target::links(self)?;
         Ok(())
+    }
+
+    /// `--check-config FILE`: reads and validates the file, including the files it names
+    /// (password, certificates), without contacting any master.
+    pub fn check_file(path: &Path) -> Result<Config, ConfigError> {
+        let config = Config::from_file(path)?;
+        config.validate()?;
+        Ok(config)
     }
 
     /// The deadlock guard's TTL in ms (0 = off): `legacy_guard_ttl_ms`, capped at `max_ttl_ms`.
@@ -555,6 +651,25 @@ mod tests {
         assert!(
             Config::from_toml("masters_started_here = true").is_err(),
             "set by --dev only"
+        );
+    }
+
+    #[test]
+    fn debug_never_prints_passwords() {
+        let c = Config::from_toml(
+            "backends = [\"redis://u:hunter2@h:1\"]\npassword = \"client-secret\"\nbackend_password = \"hunter3\"",
+        )
+        .unwrap();
+        let shown = format!("{c:?}");
+        for secret in ["hunter2", "client-secret", "hunter3"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert!(shown.contains("redis://u:<redacted>@h:1"), "{shown}");
+        assert!(
+            with_backends("backend_password = \"a\"\nbackend_password_file = \"/f\"")
+                .unwrap_err()
+                .to_string()
+                .contains("not both")
         );
     }
 

@@ -18,6 +18,8 @@
 //! - [`pubsub`]: publish/subscribe across the masters, each message delivered once.
 //! - [`reply`]: reply values and their RESP2/RESP3 encoding.
 //! - [`config`]: the TOML file and flags. [`stats`]: counters for `INFO`. [`dev`]: local masters.
+//! - [`tls`]: rustls client configuration towards TLS masters. [`logging`]: stderr, text or
+//!   JSON. [`metrics`]: Prometheus families served at `/metrics`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -29,6 +31,8 @@ pub mod config;
 pub mod dev;
 pub mod inbox;
 pub mod keylock;
+pub mod logging;
+pub mod metrics;
 pub mod pubsub;
 pub mod quorum;
 pub mod reply;
@@ -36,3 +40,4 @@ pub mod request;
 pub mod scripts;
 pub mod server;
 pub mod stats;
+pub mod tls;

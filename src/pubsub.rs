@@ -19,11 +19,11 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::{Instant, sleep};
 use tracing::{Instrument, debug, info_span};
 
+use crate::backend::target::Link;
 use crate::reply::{Reply, ReplyDecoder, command};
 
 /// How long copies of one message are matched up.
@@ -154,7 +154,7 @@ pub struct Hub {
     /// Wakes subscribers waiting for the masters to confirm a subscription.
     confirmed: Notify,
     masters: usize,
-    addrs: Vec<String>,
+    links: Vec<Link>,
     /// The links start with the first subscriber: a proxy nobody subscribes through keeps no
     /// extra connections.
     started: std::sync::Once,
@@ -163,29 +163,24 @@ pub struct Hub {
 impl Hub {
     /// A hub for `addrs`, with one subscriber connection per master once someone subscribes
     /// (reconnecting with a short backoff).
-    pub fn new(addrs: &[String]) -> Arc<Hub> {
+    pub fn new(links: &[Link]) -> Arc<Hub> {
         Arc::new(Hub {
             state: Mutex::default(),
-            changed: addrs.iter().map(|_| Arc::new(Notify::new())).collect(),
+            changed: links.iter().map(|_| Arc::new(Notify::new())).collect(),
             confirmed: Notify::new(),
-            masters: addrs.len(),
-            addrs: addrs.to_vec(),
+            masters: links.len(),
+            links: links.to_vec(),
             started: std::sync::Once::new(),
         })
     }
 
     fn start_links(self: &Arc<Self>) {
         self.started.call_once(|| {
-            for (i, addr) in self.addrs.iter().enumerate() {
-                let span = info_span!("pubsub", backend.addr = %addr);
+            for (i, l) in self.links.iter().enumerate() {
+                let span = info_span!("pubsub", backend.addr = %l.addr);
                 tokio::spawn(
-                    link(
-                        Arc::downgrade(self),
-                        i,
-                        addr.clone(),
-                        self.changed[i].clone(),
-                    )
-                    .instrument(span),
+                    link(Arc::downgrade(self), i, l.clone(), self.changed[i].clone())
+                        .instrument(span),
                 );
             }
         });
@@ -493,7 +488,7 @@ fn parse_push(reply: Reply) -> Option<Message> {
 
 /// One master's subscriber connection: keeps its subscriptions equal to what the hub wants and
 /// hands every message to the hub. Ends when the hub is gone.
-async fn link(hub: std::sync::Weak<Hub>, index: usize, addr: String, changed: Arc<Notify>) {
+async fn link(hub: std::sync::Weak<Hub>, index: usize, addr: Link, changed: Arc<Notify>) {
     let mut backoff = Duration::from_millis(50);
     loop {
         if hub.strong_count() == 0 {
@@ -511,11 +506,12 @@ async fn link(hub: std::sync::Weak<Hub>, index: usize, addr: String, changed: Ar
 async fn run_link(
     hub: &std::sync::Weak<Hub>,
     index: usize,
-    addr: &str,
+    addr: &Link,
     changed: &Notify,
 ) -> std::io::Result<()> {
-    let mut stream = TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
+    let mut stream = crate::backend::dial(addr, Duration::from_secs(2))
+        .await
+        .map_err(std::io::Error::other)?;
     if let Some(h) = hub.upgrade() {
         h.unconfirm(index);
     }
@@ -537,6 +533,7 @@ async fn run_link(
         }
         if !out.is_empty() {
             stream.write_all(&out).await?;
+            stream.flush().await?;
         }
         current = wanted;
         tokio::select! {
@@ -571,7 +568,12 @@ mod tests {
     use super::*;
 
     fn hub(n: usize) -> Arc<Hub> {
-        let hub = Hub::new(&vec!["127.0.0.1:1".to_string(); n]);
+        let link = Link {
+            addr: "127.0.0.1:1".into(),
+            auth: None,
+            tls: None,
+        };
+        let hub = Hub::new(&vec![link; n]);
         // No links in unit tests.
         hub.started.call_once(|| {});
         hub

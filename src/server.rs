@@ -42,7 +42,11 @@ pub struct Proxy {
 
 impl Proxy {
     /// Connects to the masters (in the background) and prepares the shared state.
-    pub fn new(config: Config, listen_addr: SocketAddr) -> Arc<Proxy> {
+    /// Fails when a master's credentials or TLS files cannot be read.
+    pub fn new(
+        config: Config,
+        listen_addr: SocketAddr,
+    ) -> Result<Arc<Proxy>, crate::config::ConfigError> {
         let ms = std::time::Duration::from_millis;
         let window = config.quarantine_window();
         let settings = Settings {
@@ -59,18 +63,27 @@ impl Proxy {
                 tolerance: ms(config.clock_jump_ms),
                 span: window,
             }),
+            auth: None,
+            tls: None,
         };
-        let masters = config
-            .backends
-            .iter()
-            .map(|addr| Backend::spawn(addr.clone(), settings.clone()))
+        let links = crate::backend::target::links(&config)?;
+        let hub = crate::pubsub::Hub::new(&links);
+        let masters = links
+            .into_iter()
+            .map(|link| {
+                let settings = Settings {
+                    auth: link.auth,
+                    tls: link.tls,
+                    ..settings.clone()
+                };
+                Backend::spawn(link.addr, settings)
+            })
             .collect();
         let run_id = (0..40)
             .map(|_| char::from_digit(rand::random_range(0..16), 16).unwrap_or('0'))
             .collect();
         let scripts = ScriptCache::new(&config.scripts, config.script_cache_bytes);
-        let hub = crate::pubsub::Hub::new(&config.backends);
-        Arc::new(Proxy {
+        Ok(Arc::new(Proxy {
             config,
             masters,
             scripts,
@@ -82,12 +95,17 @@ impl Proxy {
             run_id,
             clients: AtomicUsize::new(0),
             next_client_id: AtomicU64::new(1),
-        })
+        }))
     }
 
     /// Number of connected clients.
     pub fn clients(&self) -> usize {
         self.clients.load(Ordering::Relaxed)
+    }
+
+    /// Client connections accepted since start (refused ones not counted).
+    pub fn clients_total(&self) -> u64 {
+        self.next_client_id.load(Ordering::Relaxed) - 1
     }
 
     /// The quorum: `⌊N/2⌋ + 1` of the configured masters.
@@ -114,8 +132,18 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 /// Serves clients on an already bound listener (tests bind port 0 themselves).
 pub async fn serve(listener: TcpListener, config: Config) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
-    info!(listen = %addr, masters = ?config.backends, quorum = crate::quorum::quorum(config.backends.len()), "redlock-proxy listening");
-    let proxy = Proxy::new(config, addr);
+    let proxy = Proxy::new(config, addr)?;
+    let masters: Vec<&str> = proxy
+        .masters
+        .iter()
+        .map(|m| m.info().addr.as_str())
+        .collect();
+    info!(listen = %addr, masters = ?masters, quorum = proxy.quorum(), "redlock-proxy listening");
+    if let Some(at) = &proxy.config.metrics_listen {
+        let metrics = TcpListener::bind(at).await?;
+        info!(metrics = %metrics.local_addr()?, "serving Prometheus metrics at /metrics");
+        tokio::spawn(crate::metrics::serve(metrics, proxy.clone()));
+    }
     loop {
         let (mut socket, peer) = match listener.accept().await {
             Ok(pair) => pair,
@@ -161,7 +189,7 @@ mod tests {
             backends: vec!["127.0.0.1:1".into()],
             ..Config::default()
         };
-        let proxy = Proxy::new(config, "127.0.0.1:0".parse().unwrap());
+        let proxy = Proxy::new(config, "127.0.0.1:0".parse().unwrap()).unwrap();
         proxy.clients.fetch_add(1, Ordering::AcqRel);
         let slot = Slot(proxy.clone());
         let task = tokio::spawn(async move {

@@ -139,3 +139,28 @@ async fn resp3_subscribers_get_pushes_and_may_run_commands() {
         ">3\r\n$8\r\nsmessage\r\n$1\r\ns\r\n$2\r\nhi\r\n"
     );
 }
+
+#[tokio::test]
+async fn subscriptions_reach_masters_that_require_a_password() {
+    let ms: Vec<Master> = (0..3)
+        .map(|_| Master::start_with(&["--requirepass", "pw"]))
+        .collect();
+    let addrs: Vec<String> = ms.iter().map(|m| m.addr()).collect();
+    let refs: Vec<&str> = addrs.iter().map(|s| s.as_str()).collect();
+    let mut config = common::config_for(&refs);
+    config.backend_password = Some("pw".into());
+    let p = common::proxy(config).await.to_string();
+    let mut sub = Client::connect(&p).await;
+    sub.send(&["SUBSCRIBE", "ch"]).await;
+    assert!(maybe(&mut sub, 3000).await.unwrap().contains("subscribe"));
+    for m in &ms {
+        let mut c = m.client().await;
+        c.cmd(&["AUTH", "pw"]).await;
+        c.cmd(&["PUBLISH", "ch", "x"]).await;
+    }
+    assert_eq!(
+        maybe(&mut sub, 2000).await.as_deref(),
+        Some("*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nx\r\n")
+    );
+    assert_eq!(maybe(&mut sub, 300).await, None);
+}

@@ -37,21 +37,95 @@ pub(super) enum Refused {
     Loudly(String),
 }
 
-/// Opens a TCP connection to the master and greets it (see [`greet`]), all within
-/// `connect_timeout`.
+/// A master connection: plain TCP, or TLS over it.
+pub trait Duplex: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Duplex for T {}
+
+/// The stream the driver serves: boxed, so plain and TLS masters share one code path (one
+/// dynamic call per read or write batch, nothing per request).
+pub type Wire = Box<dyn Duplex>;
+
+/// Opens a TCP connection to the master, TLS over it when configured, and greets it (see
+/// [`greet`]), all within `connect_timeout`.
 pub(super) async fn connect(
     info: &MasterInfo,
     settings: &Settings,
-) -> Result<Hello<TcpStream>, Refused> {
+) -> Result<Hello<Wire>, Refused> {
     let quiet = |e: std::io::Error| Refused::Quietly(e.to_string());
     let open = async {
         let stream = TcpStream::connect(&info.addr).await.map_err(quiet)?;
         stream.set_nodelay(true).map_err(quiet)?;
-        greet(stream, settings).await
+        let wire: Wire = match &settings.tls {
+            None => Box::new(stream),
+            Some(tls) => Box::new(
+                tls.connector
+                    .connect(tls.name.clone(), stream)
+                    .await
+                    .map_err(io_refusal("TLS handshake failed"))?,
+            ),
+        };
+        greet(wire, settings).await
     };
     timeout(settings.connect_timeout, open)
         .await
         .map_err(|_| Refused::Quietly("handshake timed out".into()))?
+}
+
+/// A side connection to a master (the pub/sub links): TCP, TLS when configured, and `AUTH`
+/// when configured, within `within`. Errors name no password.
+pub async fn dial(link: &super::target::Link, within: Duration) -> Result<Wire, String> {
+    let open = async {
+        let stream = TcpStream::connect(&link.addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        let mut wire: Wire = match &link.tls {
+            None => Box::new(stream),
+            Some(tls) => Box::new(
+                tls.connector
+                    .connect(tls.name.clone(), stream)
+                    .await
+                    .map_err(|e| format!("TLS handshake failed: {e}"))?,
+            ),
+        };
+        if let Some(c) = &link.auth {
+            let mut auth: Vec<&[u8]> = vec![b"AUTH"];
+            if let Some(u) = &c.user {
+                auth.push(u.as_bytes());
+            }
+            auth.push(c.password.as_bytes());
+            wire.write_all(&command(&auth))
+                .await
+                .map_err(|e| e.to_string())?;
+            wire.flush().await.map_err(|e| e.to_string())?;
+            let mut buf = BytesMut::new();
+            let mut decoder = ReplyDecoder::default();
+            let reply = loop {
+                if let Some(r) = decoder.decode(&mut buf).map_err(|e| e.to_string())? {
+                    break r;
+                }
+                if wire.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
+                    return Err("connection closed during AUTH".to_string());
+                }
+            };
+            if !reply.is_ok() {
+                return Err("authentication failed".to_string());
+            }
+        }
+        Ok(wire)
+    };
+    timeout(within, open)
+        .await
+        .map_err(|_| "connect timed out".to_string())?
+}
+
+/// Sorts an I/O error: a TLS failure (a certificate refused by either side surfaces as
+/// `InvalidData`) needs the operator; a reset or refused connection is a master that is down.
+fn io_refusal(what: &'static str) -> impl Fn(std::io::Error) -> Refused {
+    move |e| match e.kind() {
+        std::io::ErrorKind::InvalidData => Refused::Loudly(format!("{what}: {e}")),
+        _ => Refused::Quietly(format!("{what}: {e}")),
+    }
 }
 
 /// Learns who the master is on a fresh connection.
@@ -59,11 +133,26 @@ pub(super) async fn greet<S>(mut stream: S, settings: &Settings) -> Result<Hello
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut asks: Vec<&[&[u8]]> = vec![
+    // AUTH goes first, pipelined with the rest: if it fails, the other commands fail with
+    // NOAUTH and only AUTH's own answer is reported.
+    let auth: Option<Vec<&[u8]>> = settings.auth.as_ref().map(|c| {
+        let mut a: Vec<&[u8]> = vec![b"AUTH"];
+        if let Some(u) = &c.user {
+            a.push(u.as_bytes());
+        }
+        a.push(c.password.as_bytes());
+        a
+    });
+    let mut asks: Vec<&[&[u8]]> = Vec::new();
+    if let Some(a) = &auth {
+        asks.push(a);
+    }
+    let base = asks.len();
+    asks.extend::<[&[&[u8]]; 3]>([
         &[b"INFO", b"server"],
         &[b"ROLE"],
         &[b"INFO", b"persistence"],
-    ];
+    ]);
     if settings.clock.is_some() {
         asks.push(&[b"TIME"]);
     }
@@ -78,6 +167,7 @@ where
         }
         let sent = Instant::now();
         stream.write_all(&hello).await.map_err(quiet)?;
+        stream.flush().await.map_err(quiet)?;
         let mut buf = BytesMut::with_capacity(8192);
         let mut decoder = ReplyDecoder::default();
         let mut replies = Vec::new();
@@ -102,6 +192,7 @@ where
                 .write_all(&command(&[b"SCRIPT", b"KILL"]))
                 .await
                 .map_err(quiet)?;
+            stream.flush().await.map_err(quiet)?;
             let answer = loop {
                 if let Some(reply) = decoder
                     .decode(&mut buf)
@@ -126,6 +217,14 @@ where
         }
         (stream, sent, replies, times)
     };
+    if let (1, Reply::Error(e)) = (base, &replies[0]) {
+        return Err(Refused::Loudly(format!(
+            "authentication failed: {}",
+            String::from_utf8_lossy(e)
+        )));
+    }
+    let replies = &replies[base..];
+    let times = &times[base..];
     let text = |r: &Reply| match r {
         Reply::Bulk(b) => Ok(String::from_utf8_lossy(b).into_owned()),
         Reply::Error(e) => Err(Refused::Loudly(format!(
@@ -193,7 +292,7 @@ async fn read_more(
             "connection closed during handshake".into(),
         )),
         Ok(_) => Ok(()),
-        Err(e) => Err(Refused::Quietly(e.to_string())),
+        Err(e) => Err(io_refusal("handshake read failed")(e)),
     }
 }
 
@@ -296,6 +395,8 @@ mod tests {
             quarantine_young: false,
             masters_persist: false,
             clock: None,
+            auth: None,
+            tls: None,
         }
     }
 
@@ -333,6 +434,37 @@ mod tests {
         match refused {
             Err(Refused::Loudly(why)) => assert!(why.contains("sent SCRIPT KILL"), "{why}"),
             _ => panic!("a busy master is not admitted"),
+        }
+    }
+
+    #[tokio::test]
+    async fn auth_goes_first_and_a_refusal_is_loud_and_names_no_password() {
+        let (proxy_end, mut master) = tokio::io::duplex(1 << 16);
+        let mut s = settings();
+        s.auth = Some(super::super::target::Credentials {
+            user: Some("locker".into()),
+            password: "hunter2".into(),
+        });
+        let expect = [
+            command(&[b"AUTH", b"locker", b"hunter2"]).to_vec(),
+            greeting(),
+        ]
+        .concat();
+        let noauth = b"-NOAUTH Authentication required.\r\n".repeat(3);
+        let answer = [
+            b"-WRONGPASS invalid username-password pair or user is disabled.\r\n".to_vec(),
+            noauth,
+        ]
+        .concat();
+        let (refused, ()) = tokio::join!(greet(proxy_end, &s), async {
+            script(&mut master, &expect, &answer).await;
+        });
+        match refused {
+            Err(Refused::Loudly(why)) => assert_eq!(
+                why,
+                "authentication failed: WRONGPASS invalid username-password pair or user is disabled."
+            ),
+            _ => panic!("a wrong password is refused loudly"),
         }
     }
 

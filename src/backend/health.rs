@@ -14,6 +14,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::time::Instant;
 
 /// Health of a master, as `INFO` and the logs name it.
@@ -59,6 +60,23 @@ pub struct MasterInfo {
     clock_jumps: AtomicU64,
     /// Redis 7.0 or later: `SET ... NX GET` is allowed, so an acquisition needs no script.
     set_nx_get: AtomicBool,
+    /// Why the last connect failed or the connection ended; cleared on connect.
+    last_error: Mutex<String>,
+    /// Connections opened after the first.
+    reconnects: AtomicU64,
+    /// Connections dropped because a request went unanswered for `stall_timeout`.
+    timeouts: AtomicU64,
+    /// Seconds from writing a request to its first reply frame (for `/metrics`).
+    latency: Histogram,
+}
+
+/// Reply latency buckets (seconds): 100 µs to 1 s, since masters answer in well under a
+/// millisecond on a LAN and anything near `node_timeout_ms` is already a "no".
+pub fn latency_buckets() -> impl Iterator<Item = f64> {
+    [
+        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    ]
+    .into_iter()
 }
 
 impl MasterInfo {
@@ -75,6 +93,10 @@ impl MasterInfo {
             restarts: AtomicU64::new(0),
             clock_jumps: AtomicU64::new(0),
             set_nx_get: AtomicBool::new(false),
+            last_error: Mutex::new(String::new()),
+            reconnects: AtomicU64::new(0),
+            timeouts: AtomicU64::new(0),
+            latency: Histogram::new(latency_buckets()),
         }
     }
 
@@ -182,14 +204,72 @@ impl MasterInfo {
         }
     }
 
+    /// Records why the master is not usable (shown by `INFO` as `last_error`). Commas and line
+    /// breaks would split the `INFO` line, so they become `;` and spaces.
+    pub(super) fn set_last_error(&self, why: &str) {
+        let clean: String = why
+            .chars()
+            .map(|c| match c {
+                ',' => ';',
+                '\r' | '\n' => ' ',
+                c => c,
+            })
+            .collect();
+        if let Ok(mut g) = self.last_error.lock() {
+            *g = clean;
+        }
+    }
+
+    /// Why the master was last refused or lost ("" after a successful connect).
+    pub fn last_error(&self) -> String {
+        self.last_error
+            .lock()
+            .map(|g| g.clone())
+            .unwrap_or_default()
+    }
+
+    /// Restarts seen (a new `run_id` on reconnect).
+    pub fn restarts(&self) -> u64 {
+        self.restarts.load(Ordering::Relaxed)
+    }
+
+    /// Clock jumps seen.
+    pub fn clock_jumps(&self) -> u64 {
+        self.clock_jumps.load(Ordering::Relaxed)
+    }
+
+    /// Connections opened after the first.
+    pub fn reconnects(&self) -> u64 {
+        self.reconnects.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn count_reconnect(&self) {
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections dropped because a request went unanswered for `stall_timeout`.
+    pub fn timeouts(&self) -> u64 {
+        self.timeouts.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn count_timeout(&self) {
+        self.timeouts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reply latency, request written to first reply frame, in seconds.
+    pub fn latency(&self) -> &Histogram {
+        &self.latency
+    }
+
     /// One `INFO` line body: `addr=…,status=…,run_id=…,…`.
     pub fn describe(&self) -> String {
         let mut out = String::new();
         let _ = write!(
             out,
-            "addr={},status={},run_id={},quarantine_ms={},clock_suspect_ms={},restarts={},clock_jumps={}",
+            "addr={},status={},last_error={},run_id={},quarantine_ms={},clock_suspect_ms={},restarts={},clock_jumps={}",
             self.addr,
             self.status().name(),
+            self.last_error(),
             self.run_id().unwrap_or_default(),
             self.quarantine_left().as_millis(),
             self.clock_suspect_left().as_millis(),
@@ -234,5 +314,12 @@ mod tests {
         assert!(!m.exclusion_ended(), "logged once");
         assert!(m.describe().contains("status=up"), "{}", m.describe());
         assert!(m.describe().contains("clock_jumps=1"), "{}", m.describe());
+        m.set_last_error("WRONGPASS a, b\r\n");
+        assert!(
+            m.describe()
+                .contains(",last_error=WRONGPASS a; b  ,run_id="),
+            "{}",
+            m.describe()
+        );
     }
 }

@@ -111,7 +111,13 @@ async fn write_loop(
                 next = Some(Pending::probe(true));
             }
         }
-        if let Err(e) = wr.write_all(&buf).await {
+        // TLS buffers inside the session: flush pushes the batch out (free on plain TCP).
+        if let Err(e) = async {
+            wr.write_all(&buf).await?;
+            wr.flush().await
+        }
+        .await
+        {
             return Ended::Failed(format!("write: {e}"));
         }
         buf.clear();
@@ -152,6 +158,9 @@ async fn read_loop(
             let Some(front) = queue.front_mut() else {
                 return Ended::Failed("reply without a request".into());
             };
+            if front.got.is_empty() {
+                info.latency().observe(front.sent.elapsed().as_secs_f64());
+            }
             let p = &mut front.pending;
             if p.replies == 1 && !p.time {
                 p.deliver(Ok(reply));
@@ -221,6 +230,7 @@ async fn read_loop(
                 None => return Ended::Failed("writer stopped".into()),
             },
             _ = sleep_until(stall_at.unwrap_or_else(Instant::now)), if stall_at.is_some() => {
+                info.count_timeout();
                 return Ended::Failed(format!("no reply within {} ms", stall.as_millis()));
             }
         }
@@ -251,6 +261,8 @@ mod tests {
                 tolerance: Duration::from_millis(5),
                 span: Duration::from_millis(3000),
             }),
+            auth: None,
+            tls: None,
         }
     }
 

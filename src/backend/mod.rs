@@ -32,6 +32,7 @@ pub mod clock;
 mod handshake;
 pub mod health;
 mod io;
+pub mod target;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,7 +45,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::reply::{Reply, command};
 use clock::ClockWatch;
-pub use handshake::info_field;
+pub use handshake::{Duplex, Wire, dial, info_field};
 use handshake::{Refused, admit, connect};
 pub use health::{MasterInfo, Status};
 use io::{Ended, serve};
@@ -94,6 +95,10 @@ pub struct Settings {
     /// Clock watch rules (their `span` is also how long a jumped clock stays distrusted);
     /// `None` switches the watch off.
     pub clock: Option<clock::Rules>,
+    /// Sent as `AUTH [user] password` first on every connect.
+    pub auth: Option<target::Credentials>,
+    /// TLS towards this master.
+    pub tls: Option<crate::tls::TlsTarget>,
 }
 
 /// A request on its way to a master.
@@ -226,10 +231,20 @@ impl Backend {
 async fn drive(info: Arc<MasterInfo>, mut rx: mpsc::Receiver<Pending>, settings: Settings) {
     let mut delay = settings.reconnect_min;
     let mut clock = settings.clock.map(ClockWatch::new);
+    // A refusal that needs the operator (wrong password, certificate) is a WARN once, not on
+    // every retry; it is repeated at debug, and a new reason is a new WARN.
+    let mut warned = String::new();
+    let mut connected_before = false;
     loop {
         match connect(&info, &settings).await {
             Ok(hello) => {
+                if connected_before {
+                    info.count_reconnect();
+                }
+                connected_before = true;
                 delay = settings.reconnect_min;
+                warned.clear();
+                info.set_last_error("");
                 admit(&info, &settings, &hello, clock.as_mut());
                 info.set_connected(true);
                 info!(
@@ -241,11 +256,25 @@ async fn drive(info: Arc<MasterInfo>, mut rx: mpsc::Receiver<Pending>, settings:
                 info.set_connected(false);
                 match reason {
                     Ended::Shutdown => return,
-                    Ended::Failed(why) => warn!(reason = %why, status = "down", "master down"),
+                    Ended::Failed(why) => {
+                        info.set_last_error(&why);
+                        warn!(reason = %why, status = "down", "master down")
+                    }
                 }
             }
-            Err(Refused::Quietly(why)) => debug!(reason = %why, "connect failed"),
-            Err(Refused::Loudly(why)) => warn!(reason = %why, "master refused"),
+            Err(Refused::Quietly(why)) => {
+                info.set_last_error(&why);
+                debug!(reason = %why, "connect failed")
+            }
+            Err(Refused::Loudly(why)) => {
+                info.set_last_error(&why);
+                if why != warned {
+                    warn!(reason = %why, status = "down", "master refused");
+                    warned = why;
+                } else {
+                    debug!(reason = %why, status = "down", "master refused");
+                }
+            }
         }
         // Wait before reconnecting; anything queued meanwhile fails at once.
         let jittered = delay.mul_f64(rand::random_range(0.5..1.0));
@@ -296,6 +325,8 @@ mod tests {
                 tolerance: Duration::from_millis(5),
                 span: Duration::from_millis(3000),
             }),
+            auth: None,
+            tls: None,
         }
     }
 
