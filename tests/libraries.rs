@@ -329,3 +329,39 @@ async fn redis_cli_scripts_and_locks() {
     let _ = std::fs::remove_file(&file);
     assert_eq!(out, "1");
 }
+
+/// npm `redis-lock`, whose value is a timestamp, so two workers that try in the same millisecond
+/// write the same value: with `SET NX` answered as Redis answers it, no update is lost; with the
+/// unsafe `set_nx_reentrant` (the old behaviour, a same-value `SET NX` granted) and without the
+/// lock, updates are lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn npm_redis_lock_contention_loses_no_update() {
+    let ms = masters(3);
+    let counter = Master::start();
+    let c = counter.port.to_string();
+    let run = |proxy: String, mode: &'static str| {
+        let mut cmd = Command::new("node");
+        cmd.arg(clients_dir().join("redis_lock.js"))
+            .args(["contention", &proxy, &c, mode]);
+        cmd
+    };
+    let p = proxy_for(&ms).await.port().to_string();
+    let (expected, got, line) = tally(&drive(run(p.clone(), "lock")).await);
+    eprintln!("redis-lock through the proxy: {line}");
+    assert!(line.contains("\"errors\":[]"), "{line}");
+    assert_eq!(got, expected, "updates lost under the lock: {line}");
+    let (expected, got, line) = tally(&drive(run(p, "nolock")).await);
+    eprintln!("redis-lock, lock bypassed: {line}");
+    assert!(got < expected, "the control should lose updates: {line}");
+    let addrs: Vec<String> = ms.iter().map(|m| m.addr()).collect();
+    let refs: Vec<&str> = addrs.iter().map(|s| s.as_str()).collect();
+    let mut config = config_for(&refs);
+    config.set_nx_reentrant = true;
+    let unsafe_proxy = proxy(config).await.port().to_string();
+    let (expected, got, line) = tally(&drive(run(unsafe_proxy, "lock")).await);
+    eprintln!("redis-lock with set_nx_reentrant (unsafe): {line}");
+    assert!(
+        got < expected,
+        "a same-value SET NX granted twice should lose updates: {line}"
+    );
+}
