@@ -33,10 +33,10 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::command::{self, Action, Later};
+use crate::proxy::Proxy;
 use crate::pubsub::{ClientSubs, Message};
 use crate::reply::Reply;
 use crate::request::{Decoder, Limits};
-use crate::server::Proxy;
 
 /// Per-connection state that commands may read and change.
 #[derive(Debug, Clone)]

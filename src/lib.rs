@@ -6,7 +6,8 @@
 //! # Layout
 //! Follow one `SET key token NX PX ttl` from top to bottom:
 //!
-//! - [`server`]: accept loop, client cap, and [`server::Proxy`], the state all clients share.
+//! - [`server`]: accept loop and client cap.
+//! - [`proxy`]: [`proxy::Proxy`], the state all clients share.
 //! - [`client`]: one connection: decode, dispatch, answer in request order.
 //! - [`request`]: RESP multibulk and inline request decoding, with size limits.
 //! - [`command`]: the command table, arity checks, and one module per command family.
@@ -33,6 +34,7 @@ pub mod inbox;
 pub mod keylock;
 pub mod logging;
 pub mod metrics;
+pub mod proxy;
 pub mod pubsub;
 pub mod quorum;
 pub mod reply;

@@ -32,7 +32,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, warn};
 
 use crate::backend::{MasterInfo, Status};
-use crate::server::Proxy;
+use crate::proxy::Proxy;
 use crate::stats::Stats;
 
 /// Reads the proxy's counters on each scrape.

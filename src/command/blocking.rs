@@ -22,8 +22,8 @@ use tokio::time::{Instant, sleep};
 use super::Action;
 use super::keys::{Gather, vote};
 use crate::client::Conn;
+use crate::proxy::Proxy;
 use crate::reply::{Reply, command};
-use crate::server::Proxy;
 
 /// Longest pause between two rounds of pops.
 pub const MAX_POLL: Duration = Duration::from_millis(50);

@@ -9,8 +9,8 @@ use bytes::Bytes;
 
 use super::{Action, not_an_integer, parse_int, syntax_error, unknown_subcommand, wrong_arity};
 use crate::client::Conn;
+use crate::proxy::Proxy;
 use crate::reply::Reply;
-use crate::server::Proxy;
 
 /// The Redis version the proxy presents. Clients use it to pick features (such as `HELLO`).
 pub const REDIS_VERSION: &str = "7.0.0";

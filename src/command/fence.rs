@@ -40,9 +40,9 @@ use tokio::time::Instant;
 
 use super::Action;
 use crate::client::Conn;
+use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask};
 use crate::reply::Reply;
-use crate::server::Proxy;
 
 /// Prepare: `KEYS` = lock key, fence hash; `ARGV` = token, ballot, retention ms. Answers 0 when
 /// the key does not hold the token, `{-1, promised}` when a higher ballot was promised, else

@@ -7,8 +7,8 @@ use bytes::Bytes;
 
 use super::{Action, Spec, TABLE, lookup, unknown_subcommand};
 use crate::client::Conn;
+use crate::proxy::Proxy;
 use crate::reply::Reply;
-use crate::server::Proxy;
 use crate::stats::Stats;
 
 fn bulk(s: &str) -> Reply {

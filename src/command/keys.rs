@@ -34,10 +34,10 @@ use super::lock::{SetOptions, eval};
 use super::{Action, not_an_integer, parse_int};
 use crate::client::Conn;
 use crate::config::LegacyDecision;
+use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask};
 use crate::reply::{Reply, command};
 use crate::scripts::RELEASE;
-use crate::server::Proxy;
 
 /// A rule that turns the masters' replies into one answer. It runs while the command's keys
 /// are still held, so clean-ups it queues reach each master before any later command on them.
@@ -241,7 +241,7 @@ fn old_value(proxy: &Proxy, b: &Ballots, key: &Bytes, written: Bytes) -> Reply {
 }
 
 /// `GETSET key value`: written on every master (with the deadlock guard); answers the old
-/// value a quorum agree on, else the value just written (see [`old_value`]).
+/// value a quorum agree on, else the value just written (see `old_value`).
 pub fn getset(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     let request = match guard_px(proxy) {
         Some(ttl) => command(&[b"SET", &args[1], &args[2], b"PX", ttl.as_bytes(), b"GET"]),

@@ -33,10 +33,10 @@ use tracing::{debug, trace};
 
 use super::{Action, not_an_integer, parse_int, syntax_error};
 use crate::client::Conn;
+use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask, ask_timed, validity};
 use crate::reply::{Reply, command};
 use crate::scripts::{ACQUIRE, Answer, EXTEND, INSPECT, Op, RELEASE};
-use crate::server::Proxy;
 use crate::stats::Stats;
 
 /// The options of a `SET` command.

@@ -25,8 +25,8 @@ use std::sync::{Arc, LazyLock};
 use bytes::Bytes;
 
 use crate::client::Conn;
+use crate::proxy::Proxy;
 use crate::reply::Reply;
-use crate::server::Proxy;
 use crate::stats::Stats;
 
 /// A reply still being computed.

@@ -14,9 +14,9 @@ use bytes::Bytes;
 use super::Action;
 use super::keys::{Gather, vote};
 use crate::client::Conn;
+use crate::proxy::Proxy;
 use crate::pubsub::{ClientSubs, Kind};
 use crate::reply::{Reply, command};
-use crate::server::Proxy;
 
 /// The longest a subscription waits for the masters to confirm it.
 const CONFIRM_WITHIN: Duration = Duration::from_secs(1);

@@ -21,10 +21,10 @@ use super::lock::LockOp;
 use super::{Action, not_an_integer, parse_int, unknown_subcommand, wrong_arity};
 use crate::client::Conn;
 use crate::config::UnknownScripts;
+use crate::proxy::Proxy;
 use crate::quorum::{Request, ask};
 use crate::reply::{Reply, command};
 use crate::scripts::{LockScript, Meaning, Op, Script};
-use crate::server::Proxy;
 
 /// `EVAL script numkeys [key ...] [arg ...]`
 pub fn eval(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {

@@ -25,9 +25,9 @@ use bytes::Bytes;
 use super::lock::eval;
 use super::{Action, dispatch, keys, lookup};
 use crate::client::Conn;
+use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask};
 use crate::reply::{Reply, command};
-use crate::server::Proxy;
 use tokio::time::Instant;
 
 /// Deletes `KEYS[i]` unconditionally when `ARGV[2i-1]` is `0`, or only while it holds
