@@ -15,6 +15,7 @@
 //! - [`backend`]: one pipelined connection per master: a cloneable handle plus a driver task,
 //!   and the master's health (down, restart quarantine, clock watch).
 //! - [`scripts`]: the script cache and what a Lua script means.
+//! - [`lua`]: Lua lexer, depth-capped parser and behavioural analyser that recognise lock scripts.
 //! - [`reply`]: reply values and their RESP2/RESP3 encoding.
 //! - [`config`]: the TOML file and flags. [`stats`]: counters for `INFO`. [`dev`]: local masters.
 
@@ -28,6 +29,7 @@ pub mod config;
 pub mod dev;
 pub mod inbox;
 pub mod keylock;
+pub mod lua;
 pub mod quorum;
 pub mod reply;
 pub mod request;

@@ -23,7 +23,7 @@ use crate::client::Conn;
 use crate::config::UnknownScripts;
 use crate::quorum::{Request, ask};
 use crate::reply::{Reply, command};
-use crate::scripts::{LockScript, Meaning, Op, Script};
+use crate::scripts::{LockScript, Meaning, Op, Script, TtlUnit};
 use crate::server::Proxy;
 
 /// `EVAL script numkeys [key ...] [arg ...]`
@@ -96,7 +96,11 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
         0
     } else {
         let arg = argv.get(lock.ttl_arg.checked_sub(1)?)?;
-        match parse_int(arg) {
+        let ms = match lock.unit {
+            TtlUnit::Millis => parse_int(arg),
+            TtlUnit::Seconds => parse_int(arg).map(|s| s.saturating_mul(1000)),
+        };
+        match ms {
             Some(ms) if ms > 0 || (ms == 0 && op == Op::ExtendAdd) => ms,
             Some(_) => {
                 return Some(Err(Reply::static_error(
@@ -226,6 +230,7 @@ mod tests {
             choice,
             token_arg: 1,
             ttl_arg: 2,
+            unit: TtlUnit::Millis,
             all_keys,
             answer: Answer::Count,
         }
@@ -266,7 +271,7 @@ mod tests {
         let s = script(
             Choice::IfArg {
                 arg: 3,
-                value: b"0",
+                value: Bytes::from_static(b"0"),
                 then: Op::ExtendAdd,
                 otherwise: Op::Extend,
             },
