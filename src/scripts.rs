@@ -60,6 +60,8 @@ pub enum Answer {
     /// Release: `1` released, `-1` already gone (expired), `0` held by another token.
     /// Other operations: `1` or `0`.
     Tristate,
+    /// `+OK` on success, `0` otherwise (warlock's `parityRelock`).
+    OkZero,
 }
 
 /// How a script picks its operation.
@@ -104,6 +106,10 @@ pub struct LockScript {
     pub unit: TtlUnit,
     /// True when it works on every key in `KEYS`; false when only on `KEYS[1]`.
     pub all_keys: bool,
+    /// True when it works on `KEYS[1]` and takes its parameters from the other keys: the
+    /// token and TTL indexes then count from `KEYS[2]` (warlock's `parityRelock` is called
+    /// with `KEYS` = key, TTL, token).
+    pub params_in_keys: bool,
     /// The reply its library expects.
     pub answer: Answer,
 }
@@ -175,6 +181,7 @@ impl Declared {
                 ttl_arg: d.ttl_arg,
                 unit: TtlUnit::Millis,
                 all_keys: d.all_keys,
+                params_in_keys: false,
                 answer: d.reply,
             },
         }
@@ -508,6 +515,15 @@ mod tests {
                 &["t"],
                 (Release, false, OneZero),
             ),
+            // Locals aliasing KEYS[1] / ARGV[1], `if ... end return 0`.
+            (lua!("warlock_parityDel"), &["t"], (Release, false, OneZero)),
+            // Called with KEYS = key, TTL, token (see `params_in_keys_bind_from_keys`).
+            (lua!("warlock_parityRelock"), &[], (Extend, false, OkZero)),
+            (
+                lua!("distlock_RELEASE_SCRIPT"),
+                &["t"],
+                (Release, false, OneZero),
+            ),
         ];
         for (body, argv, want) in cases {
             assert_eq!(
@@ -525,8 +541,270 @@ mod tests {
             lua!("redisson_lock"),
             lua!("redisson_unlock"),
             lua!("redisson_renew"),
+            lua!("redisson_forceUnlock"),
         ] {
             assert_eq!(recognise(body), Meaning::Unknown);
+        }
+    }
+
+    #[test]
+    fn params_in_keys_bind_from_keys() {
+        // warlock: `parityRelock(3, key, ttl, id)`.
+        let Meaning::Lock(l) = recognise(lua!("warlock_parityRelock")) else {
+            panic!("parityRelock not recognised");
+        };
+        assert!(l.params_in_keys);
+        assert_eq!((l.token_arg, l.ttl_arg, l.unit), (2, 1, TtlUnit::Millis));
+    }
+
+    /// Scripts with side effects outside the lock vocabulary stay unknown; the behaviour
+    /// table says why.
+    #[test]
+    fn scripts_with_other_effects_stay_unknown() {
+        // python-redis-lock 4.0: unlock and reset also signal waiters on KEYS[2].
+        for body in [
+            lua!("redislock4_UNLOCK_SCRIPT"),
+            lua!("redislock4_RESET_SCRIPT"),
+        ] {
+            assert_eq!(recognise(body), Meaning::Unknown);
+            let table = lua::behaviour(body).unwrap();
+            assert!(
+                table.iter().any(|row| row.contains("lpush KEYS[2] 1;")),
+                "{table:#?}"
+            );
+        }
+        let table = lua::behaviour(lua!("redislock4_UNLOCK_SCRIPT")).unwrap();
+        assert!(
+            table.contains(
+                &"[ARGV[1] (ttl kept); missing]: get KEYS[1]; del KEYS[2]; lpush KEYS[2] 1; \
+                  pexpire KEYS[2] ARGV[2]; del KEYS[1]; -> 0 [missing; missing]"
+                    .to_string()
+            ),
+            "{table:#?}"
+        );
+        // python-redis-lock 4.0 extend: EXPIRE in seconds, answering 0 done, 1 not the
+        // owner, 2 no TTL: a reply shape the proxy does not have.
+        assert_eq!(
+            recognise(lua!("redislock4_EXTEND_SCRIPT")),
+            Meaning::Unknown
+        );
+        let table = lua::behaviour(lua!("redislock4_EXTEND_SCRIPT")).unwrap();
+        assert_eq!(
+            table,
+            [
+                "[missing]: get KEYS[1]; -> 1 [missing]",
+                "[ARGV[1] (ttl kept)]: get KEYS[1]; ttl KEYS[1]; expire KEYS[1] ARGV[2]; -> 0 [ARGV[1] (ttl ARGV[2] s)]",
+                "[ARGV[1] (no ttl)]: get KEYS[1]; ttl KEYS[1]; -> 2 [ARGV[1] (no ttl)]",
+                "[other1 (ttl kept)]: get KEYS[1]; -> 1 [other1 (ttl kept)]",
+                "[other1 (no ttl)]: get KEYS[1]; -> 1 [other1 (no ttl)]",
+            ]
+        );
+        // Redis::DistLock 0.07 extend: `SET XX` overwrites another holder's lock.
+        assert_eq!(recognise(lua!("distlock_EXTEND_SCRIPT")), Meaning::Unknown);
+        let table = lua::behaviour(lua!("distlock_EXTEND_SCRIPT")).unwrap();
+        assert!(
+            table.contains(
+                &"[other1 (ttl kept)]: set KEYS[1] ARGV[1] 'XX' 'PX' ARGV[2]; -> 'OK' [ARGV[1] (ttl ARGV[2] ms)]"
+                    .to_string()
+            ),
+            "{table:#?}"
+        );
+    }
+
+    #[test]
+    fn seconds_are_a_unit() {
+        for text in [
+            "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end return 0",
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2]) return 1 else return 0 end",
+        ] {
+            let Meaning::Lock(l) = recognise(text.as_bytes()) else {
+                panic!("{text}");
+            };
+            assert_eq!(
+                (l.choice, l.unit),
+                (Choice::Always(Op::Extend), TtlUnit::Seconds)
+            );
+        }
+    }
+
+    /// Hand-written rewordings of every family: aliases, tonumber/tostring, `else` vs early
+    /// return, `~=` with swapped branches, `== false` vs `not`, `#KEYS`, numeric `for`,
+    /// pcall, unlink, option case, EX vs PX.
+    #[test]
+    fn rewordings_keep_their_meaning() {
+        use Answer::*;
+        use Op::*;
+        type Case = (&'static str, &'static [&'static str], (Op, bool, Answer));
+        let cases: &[Case] = &[
+            (
+                "local k, t = KEYS[1], ARGV[1] if redis.call('get', k) ~= t then return 0 end redis.call('unlink', k) return 1",
+                &["t"],
+                (Release, false, OneZero),
+            ),
+            (
+                "local v = redis.pcall('GET', KEYS[1]) if v == false then return -1 elseif v ~= tostring(ARGV[1]) then return 0 else return redis.call('del', KEYS[1]) end",
+                &["t"],
+                (Release, false, Tristate),
+            ),
+            (
+                "if not (redis.call('get', KEYS[1]) == ARGV[1]) then return 0 end return redis.call('del', KEYS[1])",
+                &["t"],
+                (Release, false, OneZero),
+            ),
+            (
+                "local n = 0 for i = 1, #KEYS do if redis.call('get', KEYS[i]) == ARGV[1] then n = n + redis.call('del', KEYS[i]) end end return n",
+                &["t"],
+                (Release, true, Count),
+            ),
+            (
+                "for _, k in ipairs(KEYS) do if redis.call('exists', k) ~= 0 then return 0 end end for _, k in ipairs(KEYS) do redis.call('set', k, ARGV[1], 'px', tonumber(ARGV[2])) end return #KEYS",
+                &["t", "5"],
+                (Acquire, true, Count),
+            ),
+            (
+                "local ttl = tonumber(ARGV[2]) if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[1], ttl) return 1 end return 0",
+                &["t", "5"],
+                (Extend, false, OneZero),
+            ),
+            (
+                "return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX')",
+                &["t", "5"],
+                (Acquire, false, OkNil),
+            ),
+            (
+                "local v = redis.call('get', KEYS[1]) if not v or v == ARGV[1] then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end return 0",
+                &["t", "5"],
+                (AcquireOrRefresh, false, OneZero),
+            ),
+            (
+                "return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}",
+                &[],
+                (Inspect, false, OneZero),
+            ),
+            (
+                "local t = redis.call('get', KEYS[1]) if t ~= ARGV[1] then return 0 end local left = redis.call('pttl', KEYS[1]) if left <= 0 then return 0 end if ARGV[3] ~= '0' then redis.call('pexpire', KEYS[1], ARGV[2]) else redis.call('pexpire', KEYS[1], left + ARGV[2]) end return 1",
+                &["t", "5", "0"],
+                (ExtendAdd, false, OneZero),
+            ),
+        ];
+        for (text, argv, want) in cases {
+            assert_eq!(op_of(text.as_bytes(), argv), Some(*want), "{text}");
+        }
+    }
+
+    /// Lay-out never changes a classification: whitespace, comments, quotes, local names,
+    /// `;` and redundant parentheses.
+    #[test]
+    fn spelling_never_changes_the_meaning() {
+        let fixtures: &[&[u8]] = &[
+            lua!("redispy_extend"),
+            lua!("redsync_deleteScript"),
+            lua!("redlock5_ACQUIRE_SCRIPT"),
+            lua!("redlockrb_LOCK_SCRIPT"),
+            lua!("redlocknet_Extend_lua"),
+            lua!("warlock_parityDel"),
+            lua!("warlock_parityRelock"),
+        ];
+        for body in fixtures {
+            let text = String::from_utf8_lossy(body).into_owned();
+            let toks = lua::lex::lex(body).unwrap();
+            // Re-spell token by token: other spacing, a comment between tokens, the other
+            // quote style, renamed locals, `;` after each statement-ending token, and
+            // parentheses around every `==` comparison's right side.
+            let mut out = String::new();
+            for (k, t) in toks.iter().enumerate() {
+                let piece = match t {
+                    lua::lex::Tok::Name(n)
+                        if [
+                            "token",
+                            "val",
+                            "key",
+                            "content",
+                            "value",
+                            "currentVal",
+                            "expiration",
+                            "newttl",
+                            "ttl",
+                            "id",
+                        ]
+                        .contains(&n.as_str()) =>
+                    {
+                        format!("renamed_{n}")
+                    }
+                    lua::lex::Tok::Name(n) => n.clone(),
+                    lua::lex::Tok::Str(s) => format!("[==[{}]==]", String::from_utf8_lossy(s)),
+                    lua::lex::Tok::Num(n) => format!("{n}"),
+                    lua::lex::Tok::Sym(s) => s.to_string(),
+                };
+                out.push_str(&piece);
+                out.push_str(if k % 3 == 0 { " --[[c]] " } else { "\r\n\t " });
+            }
+            assert_eq!(
+                recognise(out.as_bytes()),
+                recognise(body),
+                "{text}\n=>\n{out}"
+            );
+            assert_eq!(
+                lua::canonical(out.as_bytes()),
+                lua::canonical(body),
+                "{out}"
+            );
+            assert_ne!(recognise(body), Meaning::Unknown, "{text}");
+        }
+        let base = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+        for variant in [
+            "if ((redis.call(\"get\", (KEYS[1]))) == (ARGV[1])) then return (redis.call('del', KEYS[1])); else return (0); end;",
+            "-- x\nif redis.call('get',KEYS[1])==ARGV[1]then return redis.call('del',KEYS[1])else return 0 end",
+        ] {
+            assert_eq!(
+                recognise(variant.as_bytes()),
+                recognise(base.as_bytes()),
+                "{variant}"
+            );
+        }
+    }
+
+    /// Issue 10 row 6: hostile scripts are classified (unknown) fast and never overflow the
+    /// stack.
+    #[test]
+    fn pathological_scripts_are_unknown_and_fast() {
+        let mut inputs: Vec<Vec<u8>> = vec![
+            b"if(".repeat(150_000),
+            b"if(".repeat(20_000),
+            b"(".repeat(60_000),
+            b"{".repeat(60_000),
+            b"-".repeat(60_000),
+            b"not ".repeat(15_000),
+            b"a.".repeat(30_000),
+            b"x=1 ".repeat(15_000),
+            b"do ".repeat(20_000),
+            b"[[".repeat(30_000),
+            b"return 1"
+                .iter()
+                .copied()
+                .chain(b"+1".repeat(30_000))
+                .collect(),
+            b"return "
+                .iter()
+                .copied()
+                .chain(b"f(".repeat(20_000))
+                .collect(),
+            b"local a = 1 ".repeat(5_000),
+            b"for i = 1, #KEYS do ".repeat(2_000),
+        ];
+        let mut deep = b"return ".to_vec();
+        deep.extend(b"{".repeat(10_000));
+        deep.extend(b"}".repeat(10_000));
+        inputs.push(deep);
+        for input in &inputs {
+            let start = std::time::Instant::now();
+            assert_eq!(recognise(input), Meaning::Unknown);
+            let took = start.elapsed();
+            assert!(
+                took < std::time::Duration::from_millis(100),
+                "{took:?} for {:?}...",
+                String::from_utf8_lossy(&input[..20.min(input.len())])
+            );
         }
     }
 

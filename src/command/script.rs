@@ -78,6 +78,11 @@ fn run(proxy: &Arc<Proxy>, script: &Script, args: Vec<Bytes>) -> Action {
 /// script's layout (too few keys or arguments): the script then runs as written, as Redis would
 /// run it, under the unknown-script policy.
 fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<LockOp, Reply>> {
+    let (keys, argv) = if lock.params_in_keys {
+        keys.split_at_checked(1)?
+    } else {
+        (keys, argv)
+    };
     let op = lock.op(argv);
     let keys = if lock.all_keys {
         keys.to_vec()
@@ -232,6 +237,7 @@ mod tests {
             ttl_arg: 2,
             unit: TtlUnit::Millis,
             all_keys,
+            params_in_keys: false,
             answer: Answer::Count,
         }
     }
@@ -264,6 +270,21 @@ mod tests {
             bind(&extend, &b(&["k"]), &b(&["tok", "0"])),
             Some(Err(_))
         ));
+    }
+
+    #[test]
+    fn seconds_and_parameters_in_keys_bind() {
+        let mut s = script(Choice::Always(Op::Extend), false);
+        s.unit = TtlUnit::Seconds;
+        let op = bind(&s, &b(&["k"]), &b(&["tok", "7"])).unwrap().unwrap();
+        assert_eq!(op.ttl_ms, 7000);
+        // warlock's parityRelock: KEYS = key, TTL, token.
+        let mut s = script(Choice::Always(Op::Extend), false);
+        (s.params_in_keys, s.token_arg, s.ttl_arg) = (true, 2, 1);
+        let op = bind(&s, &b(&["k", "500", "tok"]), &[]).unwrap().unwrap();
+        assert_eq!(op.keys, b(&["k"]));
+        assert_eq!((op.token.as_ref(), op.ttl_ms), (&b"tok"[..], 500));
+        assert!(bind(&s, &[], &[]).is_none());
     }
 
     #[test]

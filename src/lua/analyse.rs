@@ -166,11 +166,11 @@ pub struct KeyNow {
 }
 
 impl KeyNow {
-    /// The state a key starts in.
-    pub fn start(i: usize, s: Start) -> KeyNow {
+    /// The state a key starts in, the token being `ARGV[token]`.
+    pub fn start(i: usize, s: Start, token: usize) -> KeyNow {
         let value = match s.held {
             Held::Missing => None,
-            Held::Token => Some(Val::Arg(1)),
+            Held::Token => Some(Val::Arg(token)),
             Held::Other => Some(Val::Other(i)),
         };
         let ttl = if s.ttl && value.is_some() {
@@ -206,6 +206,8 @@ pub type Assumption = (usize, Vec<u8>, bool);
 /// One symbolic run of a script.
 #[derive(Debug, Clone)]
 pub struct Run {
+    /// Where the script takes its parameters.
+    pub layout: Layout,
     /// The keys' starting states.
     pub start: Vec<Start>,
     /// The argument comparisons this run assumed.
@@ -227,7 +229,7 @@ impl fmt::Display for Run {
             .start
             .iter()
             .enumerate()
-            .map(|(i, s)| KeyNow::start(i + 1, *s).to_string())
+            .map(|(i, s)| KeyNow::start(i + 1, *s, self.layout.token).to_string())
             .collect();
         write!(f, "[{}]", start.join("; "))?;
         for (j, s, yes) in &self.assumed {
@@ -262,6 +264,7 @@ enum Flow {
 }
 
 struct Machine<'a> {
+    layout: Layout,
     keys: Vec<KeyNow>,
     locals: Vec<Val>,
     assumed: &'a [Assumption],
@@ -270,9 +273,20 @@ struct Machine<'a> {
     steps: usize,
 }
 
+/// Where a script takes its parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// The parameter holding the token (1-based).
+    pub token: usize,
+    /// False: parameters are `ARGV`. True: the script works on `KEYS[1]` and takes its
+    /// parameters from `KEYS[2]`, `KEYS[3]`, ... (warlock's `parityRelock`); parameter `j` is
+    /// then `KEYS[j + 1]`, shown as `ARGV[j]`.
+    pub keys_as_args: bool,
+}
+
 /// Runs `block` from every combination of starting states of `n` keys; `Err` with the reason
 /// when some run cannot be decided.
-pub fn explore(block: &Block, n: usize) -> Result<Vec<Run>, String> {
+pub fn explore(block: &Block, n: usize, layout: Layout) -> Result<Vec<Run>, String> {
     let combos = STARTS.len().pow(n as u32);
     let mut runs = Vec::new();
     let mut total = 0;
@@ -287,10 +301,11 @@ pub fn explore(block: &Block, n: usize) -> Result<Vec<Run>, String> {
                 return Err("too many cases to analyse".into());
             }
             let mut m = Machine {
+                layout,
                 keys: start
                     .iter()
                     .enumerate()
-                    .map(|(i, s)| KeyNow::start(i + 1, *s))
+                    .map(|(i, s)| KeyNow::start(i + 1, *s, layout.token))
                     .collect(),
                 locals: Vec::new(),
                 assumed: &assumed,
@@ -305,6 +320,7 @@ pub fn explore(block: &Block, n: usize) -> Result<Vec<Run>, String> {
                         _ => Val::Nil,
                     };
                     runs.push(Run {
+                        layout,
                         start: start.clone(),
                         assumed: assumed.clone(),
                         calls: m.calls,
@@ -324,7 +340,7 @@ pub fn explore(block: &Block, n: usize) -> Result<Vec<Run>, String> {
                     let start: Vec<String> = start
                         .iter()
                         .enumerate()
-                        .map(|(i, s)| KeyNow::start(i + 1, *s).to_string())
+                        .map(|(i, s)| KeyNow::start(i + 1, *s, layout.token).to_string())
                         .collect();
                     return Err(format!("{why} (keys: {})", start.join("; ")));
                 }
@@ -556,6 +572,12 @@ impl Machine<'_> {
                 let t = self.expr(t)?;
                 let k = self.expr(k)?;
                 match (t, k) {
+                    (Val::Keys, Val::Num(i)) if self.layout.keys_as_args && i >= 2 => {
+                        Val::Arg(i as usize - 1)
+                    }
+                    (Val::Argv, _) if self.layout.keys_as_args => {
+                        return fail("uses ARGV as well as parameters in KEYS");
+                    }
                     (Val::Keys, Val::Num(i)) if i >= 1 && (i as usize) <= self.keys.len() => {
                         Val::Key(i as usize)
                     }
@@ -699,7 +721,7 @@ impl Machine<'_> {
             (Status, Status) => true,
             (Arg(i), Arg(j)) | (NumArg(i), NumArg(j)) | (Other(i), Other(j)) if i == j => true,
             (Arg(j), Str(s)) | (Str(s), Arg(j)) => self.assume(*j, s)?,
-            (Other(_), Arg(1)) | (Arg(1), Other(_)) => false,
+            (Other(_), Arg(t)) | (Arg(t), Other(_)) if *t == self.layout.token => false,
             (Pttl(_), Num(n)) | (Num(n), Pttl(_)) if *n <= 0 => false,
             (Ttl(_), Num(n)) | (Num(n), Ttl(_)) if *n < 0 => false,
             _ => return fail(format!("cannot decide {a} == {b}")),

@@ -15,7 +15,7 @@ pub mod parse;
 use bytes::Bytes;
 
 use crate::scripts::{Answer, Choice, LockScript, Op, TtlUnit};
-use analyse::{Held, KeyNow, Run, TtlNow, Val};
+use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
 use parse::{Block, Expr, Stat};
 
 /// Largest script analysed, in bytes.
@@ -138,7 +138,15 @@ pub fn behaviour(body: &[u8]) -> Result<Vec<String>, String> {
     };
     let mut out = Vec::new();
     for n in ns {
-        out.extend(analyse::explore(&block, n)?.iter().map(Run::to_string));
+        let layout = Layout {
+            token: 1,
+            keys_as_args: false,
+        };
+        out.extend(
+            analyse::explore(&block, n, layout)?
+                .iter()
+                .map(Run::to_string),
+        );
     }
     Ok(out)
 }
@@ -146,13 +154,31 @@ pub fn behaviour(body: &[u8]) -> Result<Vec<String>, String> {
 fn classify(block: &Block) -> Option<LockScript> {
     let mut u = KeyUse::default();
     key_use_block(block, &mut u);
-    if u.max_literal > 1 {
-        return None;
+    let argv = Layout {
+        token: 1,
+        keys_as_args: false,
+    };
+    if u.dynamic {
+        // Works on all of KEYS: unrolled over one and two keys.
+        return (u.max_literal <= 1).then(|| classify_with(block, &[1, 2], argv))?;
     }
-    let ns: &[usize] = if u.dynamic { &[1, 2] } else { &[1] };
+    if u.max_literal <= 1 {
+        return classify_with(block, &[1], argv);
+    }
+    // KEYS[2], KEYS[3], ... named: parameters passed as keys, the token among them.
+    (1..u.max_literal).find_map(|token| {
+        let layout = Layout {
+            token,
+            keys_as_args: true,
+        };
+        classify_with(block, &[1], layout)
+    })
+}
+
+fn classify_with(block: &Block, ns: &[usize], layout: Layout) -> Option<LockScript> {
     let mut runs = Vec::new();
     for &n in ns {
-        runs.extend(analyse::explore(block, n).ok()?);
+        runs.extend(analyse::explore(block, n, layout).ok()?);
     }
     let mut switches: Vec<(usize, Vec<u8>)> = Vec::new();
     for r in &runs {
@@ -162,14 +188,23 @@ fn classify(block: &Block) -> Option<LockScript> {
             }
         }
     }
-    let all_keys = u.dynamic;
+    let all_keys = ns.len() > 1;
+    let lock = |choice, ttl_arg, unit, answer| LockScript {
+        choice,
+        token_arg: layout.token,
+        ttl_arg,
+        unit,
+        all_keys,
+        params_in_keys: layout.keys_as_args,
+        answer,
+    };
     match switches.as_slice() {
         [] => {
             let all: Vec<&Run> = runs.iter().collect();
             let (op, ttl_arg, unit, answer) = side(&all)?;
-            Some(lock(Choice::Always(op), ttl_arg, unit, all_keys, answer))
+            Some(lock(Choice::Always(op), ttl_arg, unit, answer))
         }
-        [(j, s)] if *j != 1 => {
+        [(j, s)] if *j != layout.token => {
             let then: Vec<&Run> = runs.iter().filter(|r| !has(r, *j, s, false)).collect();
             let otherwise: Vec<&Run> = runs.iter().filter(|r| !has(r, *j, s, true)).collect();
             let a = side(&then)?;
@@ -187,7 +222,7 @@ fn classify(block: &Block) -> Option<LockScript> {
                     otherwise: b.0,
                 }
             };
-            Some(lock(choice, a.1, a.2, all_keys, a.3))
+            Some(lock(choice, a.1, a.2, a.3))
         }
         _ => None,
     }
@@ -199,23 +234,6 @@ fn has(r: &Run, j: usize, s: &[u8], yes: bool) -> bool {
         .any(|(a, b, y)| *a == j && b == s && *y == yes)
 }
 
-fn lock(
-    choice: Choice,
-    ttl_arg: usize,
-    unit: TtlUnit,
-    all_keys: bool,
-    answer: Answer,
-) -> LockScript {
-    LockScript {
-        choice,
-        token_arg: 1,
-        ttl_arg,
-        unit,
-        all_keys,
-        answer,
-    }
-}
-
 const OPS: [Op; 6] = [
     Op::Release,
     Op::Inspect,
@@ -225,12 +243,13 @@ const OPS: [Op; 6] = [
     Op::ExtendAdd,
 ];
 
-const ANSWERS: [Answer; 5] = [
+const ANSWERS: [Answer; 6] = [
     Answer::OneZero,
     Answer::Count,
     Answer::OkNil,
     Answer::OneMinusOne,
     Answer::Tristate,
+    Answer::OkZero,
 ];
 
 /// The one operation, TTL argument, unit and reply shape that every run matches.
@@ -248,7 +267,7 @@ fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
             }
         };
         for (ttl_arg, unit) in ttls {
-            if ttl_arg == 1 {
+            if ttl_arg == runs[0].layout.token {
                 continue;
             }
             for answer in ANSWERS {
@@ -301,7 +320,7 @@ fn strict_success(r: &Run, op: Op) -> bool {
 /// The reply the proxy gives for a granted (`ok`) or refused operation (as `command::lock`).
 fn expected(answer: Answer, ok: bool, n: usize) -> Val {
     match (answer, ok) {
-        (Answer::OkNil, true) => Val::Status,
+        (Answer::OkNil | Answer::OkZero, true) => Val::Status,
         (Answer::OkNil, false) => Val::Nil,
         (Answer::Count, true) => Val::Num(n as i64),
         (Answer::OneMinusOne, false) => Val::Num(-1),
@@ -315,14 +334,14 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
         .start
         .iter()
         .enumerate()
-        .map(|(i, s)| KeyNow::start(i + 1, *s))
+        .map(|(i, s)| KeyNow::start(i + 1, *s, r.layout.token))
         .collect();
     match op {
         Op::Release => {
             let end: Vec<KeyNow> = unchanged
                 .iter()
                 .map(|k| match k.value {
-                    Some(Val::Arg(1)) => KeyNow {
+                    Some(Val::Arg(t)) if t == r.layout.token => KeyNow {
                         value: None,
                         ttl: TtlNow::None,
                     },
@@ -379,7 +398,7 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
             };
             let success: Vec<KeyNow> = (0..n)
                 .map(|i| KeyNow {
-                    value: Some(Val::Arg(1)),
+                    value: Some(Val::Arg(r.layout.token)),
                     ttl: ttl(i),
                 })
                 .collect();
