@@ -16,6 +16,7 @@
 //! - [`backend`]: one pipelined connection per master: a cloneable handle plus a driver task,
 //!   and the master's health (down, restart quarantine, clock watch).
 //! - [`scripts`]: the script cache and what a Lua script means.
+//! - [`lua`]: Lua lexer, depth-capped parser and behavioural analyser that recognise lock scripts.
 //! - [`pubsub`]: publish/subscribe across the masters, each message delivered once.
 //! - [`reply`]: reply values and their RESP2/RESP3 encoding.
 //! - [`config`]: the TOML file and flags. [`stats`]: counters for `INFO`. [`dev`]: local masters.
@@ -33,6 +34,7 @@ pub mod dev;
 pub mod inbox;
 pub mod keylock;
 pub mod logging;
+pub mod lua;
 pub mod metrics;
 pub mod proxy;
 pub mod pubsub;

@@ -2,10 +2,10 @@
 //!
 //! Clients send lock scripts with `EVAL` or load them and call `EVALSHA`. The proxy keeps its
 //! own script cache (SHA1 of the exact text → script), so `EVALSHA` works whatever the masters
-//! remember, and recognises scripts by *normalised content* (see [`normalise`]): comments,
-//! spacing, line endings, `;`, quote style, the case of Redis command names, redundant
-//! parentheses and the names of local variables do not matter. That way a reworded or
-//! CRLF-edited copy of a library's script keeps its meaning.
+//! remember, and recognises scripts by *what they do* (see [`crate::lua`]): the script is run
+//! symbolically from every starting state of its keys, and its behaviour table must match one
+//! lock operation exactly. Spelling (comments, spacing, quotes, local aliases, `if`/`else`
+//! forms, early returns, `pcall`, `unlink`, ...) does not matter.
 //!
 //! A recognised script becomes a [`LockScript`]: one of the operations in [`Op`], where its
 //! token and TTL sit in `ARGV`, whether it works on one key or on all of `KEYS`, and the reply
@@ -15,12 +15,13 @@
 //! reloading. Operators can declare the meaning of their own scripts in the configuration.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, RwLock};
+use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::config::ScriptDecl;
+use crate::lua;
 
 /// A lock operation, in the proxy's terms. Every operation works on a list of keys, all or
 /// nothing on each master.
@@ -59,6 +60,8 @@ pub enum Answer {
     /// Release: `1` released, `-1` already gone (expired), `0` held by another token.
     /// Other operations: `1` or `0`.
     Tristate,
+    /// `+OK` on success, `0` otherwise (warlock's `parityRelock`).
+    OkZero,
 }
 
 /// How a script picks its operation.
@@ -72,12 +75,22 @@ pub enum Choice {
         /// 1-based `ARGV` index.
         arg: usize,
         /// The value that selects `then`.
-        value: &'static [u8],
+        value: Bytes,
         /// Operation when it matches.
         then: Op,
         /// Operation otherwise.
         otherwise: Op,
     },
+}
+
+/// The unit of a script's TTL argument.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TtlUnit {
+    /// Milliseconds (`PX`, `PEXPIRE`).
+    #[default]
+    Millis,
+    /// Seconds (`EX`, `EXPIRE`).
+    Seconds,
 }
 
 /// A script the proxy understands.
@@ -87,10 +100,16 @@ pub struct LockScript {
     pub choice: Choice,
     /// 1-based `ARGV` index of the token.
     pub token_arg: usize,
-    /// 1-based `ARGV` index of the TTL in milliseconds (acquire and extend).
+    /// 1-based `ARGV` index of the TTL (acquire and extend).
     pub ttl_arg: usize,
+    /// The TTL argument's unit.
+    pub unit: TtlUnit,
     /// True when it works on every key in `KEYS`; false when only on `KEYS[1]`.
     pub all_keys: bool,
+    /// True when it works on `KEYS[1]` and takes its parameters from the other keys: the
+    /// token and TTL indexes then count from `KEYS[2]` (warlock's `parityRelock` is called
+    /// with `KEYS` = key, TTL, token).
+    pub params_in_keys: bool,
     /// The reply its library expects.
     pub answer: Answer,
 }
@@ -141,469 +160,12 @@ pub fn sha1_hex(body: &[u8]) -> String {
     sha1_smol::Sha1::from(body).digest().to_string()
 }
 
-// ---------------------------------------------------------------------------------------------
-// Normalisation: a small Lua lexer, then a few spelling folds on the token stream.
-
-#[derive(Debug, Clone, PartialEq)]
-enum Tok {
-    Name(String),
-    Str(Vec<u8>),
-    Num(String),
-    Sym(String),
-}
-
-const KEYWORDS: &[&str] = &[
-    "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "goto", "if", "in",
-    "local", "nil", "not", "or", "repeat", "return", "then", "true", "until", "while",
-];
-
-/// `[[`, `[=[`, ...: the level and the index just after the opening bracket.
-fn long_open(src: &[u8], i: usize) -> Option<(usize, usize)> {
-    if src.get(i) != Some(&b'[') {
-        return None;
-    }
-    let mut j = i + 1;
-    while src.get(j) == Some(&b'=') {
-        j += 1;
-    }
-    (src.get(j) == Some(&b'[')).then_some((j - i - 1, j + 1))
-}
-
-/// Content of a long bracket opened at `start` (just past `[[`) and the index after it closes.
-fn long_body(src: &[u8], start: usize, level: usize) -> (&[u8], usize) {
-    let mut close = Vec::with_capacity(level + 2);
-    close.push(b']');
-    close.extend(std::iter::repeat_n(b'=', level));
-    close.push(b']');
-    match src[start..].windows(close.len()).position(|w| w == close) {
-        Some(p) => (&src[start..start + p], start + p + close.len()),
-        None => (&src[start..], src.len()),
-    }
-}
-
-fn lex(src: &[u8]) -> Vec<Tok> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    'outer: while i < src.len() {
-        let c = src[i];
-        if c.is_ascii_whitespace() {
-            i += 1;
-            continue;
-        }
-        if src[i..].starts_with(b"--") {
-            i += 2;
-            if let Some((level, start)) = long_open(src, i) {
-                i = long_body(src, start, level).1;
-            } else {
-                while i < src.len() && src[i] != b'\n' {
-                    i += 1;
-                }
-            }
-            continue;
-        }
-        if c == b'"' || c == b'\'' {
-            let mut s = Vec::new();
-            i += 1;
-            while i < src.len() && src[i] != c {
-                if src[i] == b'\\' && i + 1 < src.len() {
-                    match src[i + 1] {
-                        e @ (b'"' | b'\'' | b'\\') => s.push(e),
-                        b'n' => s.push(b'\n'),
-                        b't' => s.push(b'\t'),
-                        e => s.extend_from_slice(&[b'\\', e]),
-                    }
-                    i += 2;
-                } else {
-                    s.push(src[i]);
-                    i += 1;
-                }
-            }
-            i += 1;
-            out.push(Tok::Str(s));
-            continue;
-        }
-        if let Some((level, start)) = long_open(src, i) {
-            let (body, end) = long_body(src, start, level);
-            // Lua drops a newline right after the opening bracket.
-            let body = body.strip_prefix(b"\r\n").unwrap_or(body);
-            let body = body.strip_prefix(b"\n").unwrap_or(body);
-            out.push(Tok::Str(body.to_vec()));
-            i = end;
-            continue;
-        }
-        if c.is_ascii_alphabetic() || c == b'_' {
-            let start = i;
-            while i < src.len() && (src[i].is_ascii_alphanumeric() || src[i] == b'_') {
-                i += 1;
-            }
-            out.push(Tok::Name(
-                String::from_utf8_lossy(&src[start..i]).into_owned(),
-            ));
-            continue;
-        }
-        if c.is_ascii_digit() || (c == b'.' && src.get(i + 1).is_some_and(u8::is_ascii_digit)) {
-            let start = i;
-            i += 1;
-            while i < src.len() {
-                let d = src[i];
-                let exponent_sign =
-                    (d == b'+' || d == b'-') && matches!(src[i - 1], b'e' | b'E' | b'p' | b'P');
-                if d.is_ascii_alphanumeric() || d == b'.' || exponent_sign {
-                    i += 1;
-                } else {
-                    break;
-                }
-            }
-            out.push(Tok::Num(
-                String::from_utf8_lossy(&src[start..i]).to_ascii_lowercase(),
-            ));
-            continue;
-        }
-        for op in ["...", "==", "~=", "<=", ">=", "..", "::", "//", "<<", ">>"] {
-            if src[i..].starts_with(op.as_bytes()) {
-                out.push(Tok::Sym(op.to_string()));
-                i += op.len();
-                continue 'outer;
-            }
-        }
-        out.push(Tok::Sym(char::from(c).to_string()));
-        i += 1;
-    }
-    out
-}
-
-fn is_name(t: Option<&Tok>, name: &str) -> bool {
-    matches!(t, Some(Tok::Name(n)) if n == name)
-}
-
-fn is_sym(t: Option<&Tok>, sym: &str) -> bool {
-    matches!(t, Some(Tok::Sym(s)) if s == sym)
-}
-
-/// For each `(`, the index of the `)` that closes it, in one pass (a script of many `if(` must
-/// not cost a scan per parenthesis).
-fn matching_parens(toks: &[Tok]) -> Vec<Option<usize>> {
-    let mut closes = vec![None; toks.len()];
-    let mut open: Vec<usize> = Vec::new();
-    for (j, t) in toks.iter().enumerate() {
-        if is_sym(Some(t), "(") {
-            open.push(j);
-        } else if is_sym(Some(t), ")")
-            && let Some(o) = open.pop()
-        {
-            closes[o] = Some(j);
-        }
-    }
-    closes
-}
-
-/// Spelling folds that keep the meaning: drop `;`, `redis.pcall` → `redis.call`, and drop the
-/// parentheses around a whole `if`/`elseif`/`while` condition.
-fn fold(mut toks: Vec<Tok>) -> Vec<Tok> {
-    toks.retain(|t| !is_sym(Some(t), ";"));
-    for k in 2..toks.len() {
-        if is_name(toks.get(k), "pcall")
-            && is_sym(toks.get(k - 1), ".")
-            && is_name(toks.get(k - 2), "redis")
-        {
-            toks[k] = Tok::Name("call".into());
-        }
-    }
-    let mut drop = vec![false; toks.len()];
-    let closes = matching_parens(&toks);
-    for k in 0..toks.len() {
-        let opens_condition = ["if", "elseif", "while"]
-            .iter()
-            .any(|kw| is_name(toks.get(k), kw));
-        if !opens_condition || !is_sym(toks.get(k + 1), "(") {
-            continue;
-        }
-        if let Some(close) = closes[k + 1]
-            && (is_name(toks.get(close + 1), "then") || is_name(toks.get(close + 1), "do"))
-        {
-            drop[k + 1] = true;
-            drop[close] = true;
-        }
-    }
-    let mut keep = drop.iter().map(|d| !d);
-    toks.retain(|_| keep.next().unwrap_or(true));
-    toks
-}
-
-/// Renders the token stream: local variables renamed in order of declaration, string literals
-/// that are arguments of `redis.call` lower-cased (Redis command names and options ignore
-/// case), `unlink` read as `del`.
-fn render(toks: &[Tok]) -> String {
-    #[derive(PartialEq)]
-    enum Decl {
-        None,
-        List,
-        Params,
-        InParams,
-    }
-    let mut names: HashMap<&str, String> = HashMap::new();
-    let mut decl = Decl::None;
-    let mut depth = 0usize;
-    let mut call_depths: Vec<usize> = Vec::new();
-    let mut out: Vec<String> = Vec::with_capacity(toks.len());
-    for (k, t) in toks.iter().enumerate() {
-        match t {
-            Tok::Name(n) => {
-                let keyword = KEYWORDS.contains(&n.as_str());
-                match (&decl, n.as_str()) {
-                    (_, "local") | (_, "for") => decl = Decl::List,
-                    (_, "function") => decl = Decl::Params,
-                    (Decl::List | Decl::InParams, _)
-                        if !keyword && !names.contains_key(n.as_str()) =>
-                    {
-                        let alias = format!("_{}", names.len() + 1);
-                        names.insert(n, alias);
-                    }
-                    (Decl::List | Decl::InParams, _) if !keyword => {}
-                    (Decl::List, _) => decl = Decl::None,
-                    _ => {}
-                }
-                let field = k > 0 && (is_sym(toks.get(k - 1), ".") || is_sym(toks.get(k - 1), ":"));
-                match names.get(n.as_str()) {
-                    Some(alias) if !field => out.push(alias.clone()),
-                    _ => out.push(n.clone()),
-                }
-            }
-            Tok::Sym(s) => {
-                match (&decl, s.as_str()) {
-                    (Decl::List | Decl::InParams, ",") => {}
-                    (Decl::Params, "(") => decl = Decl::InParams,
-                    (Decl::Params, _) => {}
-                    (Decl::InParams, ")") => decl = Decl::None,
-                    _ => decl = Decl::None,
-                }
-                if s == "(" {
-                    depth += 1;
-                    let is_call = k >= 3
-                        && is_name(toks.get(k - 1), "call")
-                        && is_sym(toks.get(k - 2), ".")
-                        && is_name(toks.get(k - 3), "redis");
-                    if is_call {
-                        call_depths.push(depth);
-                    }
-                } else if s == ")" {
-                    if call_depths.last() == Some(&depth) {
-                        call_depths.pop();
-                    }
-                    depth = depth.saturating_sub(1);
-                }
-                out.push(s.clone());
-            }
-            Tok::Str(bytes) => {
-                if decl != Decl::InParams {
-                    decl = Decl::None;
-                }
-                let mut bytes = bytes.clone();
-                if call_depths.last() == Some(&depth) {
-                    bytes.make_ascii_lowercase();
-                    if bytes == b"unlink" {
-                        bytes = b"del".to_vec();
-                    }
-                }
-                let mut s = String::from("\"");
-                for b in bytes {
-                    match b {
-                        b'"' | b'\\' => {
-                            s.push('\\');
-                            s.push(char::from(b));
-                        }
-                        0x20..=0x7e => s.push(char::from(b)),
-                        _ => s.push_str(&format!("\\x{b:02x}")),
-                    }
-                }
-                s.push('"');
-                out.push(s);
-            }
-            Tok::Num(n) => {
-                decl = Decl::None;
-                out.push(n.clone());
-            }
-        }
-    }
-    out.join(" ")
-}
-
-/// The canonical spelling of a script: two scripts with the same normal form do the same.
-pub fn normalise(body: &[u8]) -> String {
-    render(&fold(lex(body)))
-}
-
-// ---------------------------------------------------------------------------------------------
-// Known scripts.
-
-const fn lock(choice: Choice, all_keys: bool, answer: Answer) -> LockScript {
-    LockScript {
-        choice,
-        token_arg: 1,
-        ttl_arg: 2,
-        all_keys,
-        answer,
-    }
-}
-
-const fn one(op: Op, answer: Answer) -> LockScript {
-    lock(Choice::Always(op), false, answer)
-}
-
-/// Scripts of the lock libraries (and common rewordings), each written once; spacing, quotes
-/// and local names do not matter because both sides are normalised before matching.
-fn known() -> Vec<(&'static str, LockScript)> {
-    use Answer::*;
-    use Op::*;
-    vec![
-        // Compare-and-delete as the Redlock page, PHP, Ruby, Rust and .NET libraries write it.
-        (
-            r#"if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end"#,
-            one(Release, OneZero),
-        ),
-        (
-            r#"if ARGV[1] == redis.call("get",KEYS[1]) then return redis.call("del",KEYS[1]) else return 0 end"#,
-            one(Release, OneZero),
-        ),
-        (
-            r#"if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) end return 0"#,
-            one(Release, OneZero),
-        ),
-        (
-            r#"local v = redis.call("get",KEYS[1]) if v == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end"#,
-            one(Release, OneZero),
-        ),
-        // redis-py Lock.release.
-        (
-            r#"local token = redis.call('get', KEYS[1]) if not token or token ~= ARGV[1] then return 0 end
-               redis.call('del', KEYS[1]) return 1"#,
-            one(Release, OneZero),
-        ),
-        // redsync deleteScript: -1 when the key is gone.
-        (
-            r#"local val = redis.call("GET", KEYS[1]) if val == ARGV[1] then return redis.call("DEL", KEYS[1])
-               elseif val == false then return -1 else return 0 end"#,
-            one(Release, Tristate),
-        ),
-        // node-redlock v4/v5 release over many keys: the number of keys deleted.
-        (
-            r#"local count = 0 for i, key in ipairs(KEYS) do if redis.call("get", key) == ARGV[1] then
-               redis.pcall("del", key) count = count + 1 end end return count"#,
-            lock(Choice::Always(Release), true, Count),
-        ),
-        // redis-py Lock.extend: ARGV[3] "0" adds to the TTL, "1" replaces it.
-        (
-            r#"local token = redis.call('get', KEYS[1]) if not token or token ~= ARGV[1] then return 0 end
-               local expiration = redis.call('pttl', KEYS[1]) if not expiration then expiration = 0 end
-               if expiration < 0 then return 0 end
-               local newttl = ARGV[2] if ARGV[3] == "0" then newttl = ARGV[2] + expiration end
-               redis.call('pexpire', KEYS[1], newttl) return 1"#,
-            lock(
-                Choice::IfArg {
-                    arg: 3,
-                    value: b"0",
-                    then: ExtendAdd,
-                    otherwise: Extend,
-                },
-                false,
-                OneZero,
-            ),
-        ),
-        // redis-py Lock.reacquire.
-        (
-            r#"local token = redis.call('get', KEYS[1]) if not token or token ~= ARGV[1] then return 0 end
-               redis.call('pexpire', KEYS[1], ARGV[2]) return 1"#,
-            one(Extend, OneZero),
-        ),
-        // redsync touchScript, and compare-and-pexpire as commonly hand-written.
-        (
-            r#"if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("PEXPIRE", KEYS[1], ARGV[2]) else return 0 end"#,
-            one(Extend, OneZero),
-        ),
-        (
-            r#"if ARGV[1] == redis.call("GET", KEYS[1]) then return redis.call("PEXPIRE", KEYS[1], ARGV[2]) else return 0 end"#,
-            one(Extend, OneZero),
-        ),
-        (
-            r#"if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("PEXPIRE", KEYS[1], ARGV[2]) end return 0"#,
-            one(Extend, OneZero),
-        ),
-        // rslock extend: re-SET with PX.
-        (
-            r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 else
-               if redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2]) ~= nil then return 1 else return 0 end end"#,
-            one(Extend, OneZero),
-        ),
-        // node-redlock v4/v5 extend over many keys.
-        (
-            r#"for i, key in ipairs(KEYS) do if redis.call("get", key) ~= ARGV[1] then return 0 end end
-               for i, key in ipairs(KEYS) do redis.call("set", key, ARGV[1], "PX", ARGV[2]) end return #KEYS"#,
-            lock(Choice::Always(Extend), true, Count),
-        ),
-        // node-redlock v4/v5 acquire over many keys, all or nothing.
-        (
-            r#"for i, key in ipairs(KEYS) do if redis.call("exists", key) == 1 then return 0 end end
-               for i, key in ipairs(KEYS) do redis.call("set", key, ARGV[1], "PX", ARGV[2]) end return #KEYS"#,
-            lock(Choice::Always(Acquire), true, Count),
-        ),
-        // A plain SET NX PX sent as a script.
-        (
-            r#"return redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2])"#,
-            one(Acquire, OkNil),
-        ),
-        (
-            r#"return redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2], "NX")"#,
-            one(Acquire, OkNil),
-        ),
-        // redsync touchWithSetNXScript: extend, or take the lock again if it is free.
-        (
-            r#"if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("PEXPIRE", KEYS[1], ARGV[2])
-               elseif redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2], "NX") then return 1 else return 0 end"#,
-            one(AcquireOrRefresh, OneZero),
-        ),
-        // RedLock.net Extend.lua: the same, answering -1 on a conflict.
-        (
-            r#"local currentVal = redis.call('get', KEYS[1])
-               if (currentVal == false) then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) and 1 or 0
-               elseif (currentVal == ARGV[1]) then return redis.call('pexpire', KEYS[1], ARGV[2])
-               else return -1 end"#,
-            one(AcquireOrRefresh, OneMinusOne),
-        ),
-        // redlock-rb PTTL_SCRIPT (locked?, valid_lock?, remaining TTL).
-        (
-            r#"return { redis.call("get", KEYS[1]), redis.call("pttl", KEYS[1]) }"#,
-            one(Inspect, OneZero),
-        ),
-        // redlock-rb LOCK_SCRIPT: ARGV[3] "yes" may take a free lock, anything else only extends.
-        (
-            r#"if (redis.call("exists", KEYS[1]) == 0 and ARGV[3] == "yes") or redis.call("get", KEYS[1]) == ARGV[1] then
-               return redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2]) end"#,
-            lock(
-                Choice::IfArg {
-                    arg: 3,
-                    value: b"yes",
-                    then: AcquireOrRefresh,
-                    otherwise: Extend,
-                },
-                false,
-                OkNil,
-            ),
-        ),
-    ]
-}
-
-static KNOWN: LazyLock<HashMap<String, LockScript>> = LazyLock::new(|| {
-    known()
-        .into_iter()
-        .map(|(text, meaning)| (normalise(text.as_bytes()), meaning))
-        .collect()
-});
-
-/// A script meaning declared in the configuration, matched by SHA1 or by normalised text.
+/// A script meaning declared in the configuration, matched by SHA1 or by the canonical form of
+/// its syntax tree (see [`lua::canonical`]).
 #[derive(Debug, Clone)]
 struct Declared {
     sha: Option<String>,
-    normal: Option<String>,
+    canonical: Option<String>,
     meaning: LockScript,
 }
 
@@ -612,47 +174,40 @@ impl Declared {
         let op = d.meaning;
         Declared {
             sha: d.sha.as_ref().map(|s| s.to_ascii_lowercase()),
-            normal: d.text.as_ref().map(|t| normalise(t.as_bytes())),
+            canonical: d.text.as_ref().and_then(|t| lua::canonical(t.as_bytes())),
             meaning: LockScript {
                 choice: Choice::Always(op),
                 token_arg: d.token_arg,
                 ttl_arg: d.ttl_arg,
+                unit: TtlUnit::Millis,
                 all_keys: d.all_keys,
+                params_in_keys: false,
                 answer: d.reply,
             },
         }
     }
 }
 
-/// Scripts longer than this are not analysed (lock scripts are a few hundred bytes): they are
-/// unknown unless declared by SHA1.
-pub const MAX_ANALYSED: usize = 64 * 1024;
-
-/// Classifies a script: declared meanings first (by SHA1, then by normalised text), then the
-/// built-in library scripts.
+/// Classifies a script: declared meanings first (by SHA1, then by syntax tree), then by what
+/// the script does (see [`crate::lua`]).
 fn classify(body: &[u8], sha: &str, declared: &[Declared]) -> Meaning {
     if let Some(d) = declared.iter().find(|d| d.sha.as_deref() == Some(sha)) {
         return Meaning::Lock(d.meaning.clone());
     }
-    if body.len() > MAX_ANALYSED {
-        return Meaning::Unknown;
-    }
-    let normal = normalise(body);
-    if let Some(d) = declared
-        .iter()
-        .find(|d| d.normal.as_deref() == Some(normal.as_str()))
+    if declared.iter().any(|d| d.canonical.is_some())
+        && let Some(canonical) = lua::canonical(body)
+        && let Some(d) = declared
+            .iter()
+            .find(|d| d.canonical.as_deref() == Some(canonical.as_str()))
     {
         return Meaning::Lock(d.meaning.clone());
     }
-    KNOWN
-        .get(&normal)
-        .cloned()
-        .map_or(Meaning::Unknown, Meaning::Lock)
+    recognise(body)
 }
 
 /// Classifies a script by its content alone (no declared meanings).
 pub fn recognise(body: &[u8]) -> Meaning {
-    classify(body, &sha1_hex(body), &[])
+    lua::recognise(body).map_or(Meaning::Unknown, Meaning::Lock)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1008,6 +563,15 @@ mod tests {
                 &["t"],
                 (Release, false, OneZero),
             ),
+            // Locals aliasing KEYS[1] / ARGV[1], `if ... end return 0`.
+            (lua!("warlock_parityDel"), &["t"], (Release, false, OneZero)),
+            // Called with KEYS = key, TTL, token (see `params_in_keys_bind_from_keys`).
+            (lua!("warlock_parityRelock"), &[], (Extend, false, OkZero)),
+            (
+                lua!("distlock_RELEASE_SCRIPT"),
+                &["t"],
+                (Release, false, OneZero),
+            ),
         ];
         for (body, argv, want) in cases {
             assert_eq!(
@@ -1025,8 +589,270 @@ mod tests {
             lua!("redisson_lock"),
             lua!("redisson_unlock"),
             lua!("redisson_renew"),
+            lua!("redisson_forceUnlock"),
         ] {
             assert_eq!(recognise(body), Meaning::Unknown);
+        }
+    }
+
+    #[test]
+    fn params_in_keys_bind_from_keys() {
+        // warlock: `parityRelock(3, key, ttl, id)`.
+        let Meaning::Lock(l) = recognise(lua!("warlock_parityRelock")) else {
+            panic!("parityRelock not recognised");
+        };
+        assert!(l.params_in_keys);
+        assert_eq!((l.token_arg, l.ttl_arg, l.unit), (2, 1, TtlUnit::Millis));
+    }
+
+    /// Scripts with side effects outside the lock vocabulary stay unknown; the behaviour
+    /// table says why.
+    #[test]
+    fn scripts_with_other_effects_stay_unknown() {
+        // python-redis-lock 4.0: unlock and reset also signal waiters on KEYS[2].
+        for body in [
+            lua!("redislock4_UNLOCK_SCRIPT"),
+            lua!("redislock4_RESET_SCRIPT"),
+        ] {
+            assert_eq!(recognise(body), Meaning::Unknown);
+            let table = lua::behaviour(body).unwrap();
+            assert!(
+                table.iter().any(|row| row.contains("lpush KEYS[2] 1;")),
+                "{table:#?}"
+            );
+        }
+        let table = lua::behaviour(lua!("redislock4_UNLOCK_SCRIPT")).unwrap();
+        assert!(
+            table.contains(
+                &"[ARGV[1] (ttl kept); missing]: get KEYS[1]; del KEYS[2]; lpush KEYS[2] 1; \
+                  pexpire KEYS[2] ARGV[2]; del KEYS[1]; -> 0 [missing; missing]"
+                    .to_string()
+            ),
+            "{table:#?}"
+        );
+        // python-redis-lock 4.0 extend: EXPIRE in seconds, answering 0 done, 1 not the
+        // owner, 2 no TTL: a reply shape the proxy does not have.
+        assert_eq!(
+            recognise(lua!("redislock4_EXTEND_SCRIPT")),
+            Meaning::Unknown
+        );
+        let table = lua::behaviour(lua!("redislock4_EXTEND_SCRIPT")).unwrap();
+        assert_eq!(
+            table,
+            [
+                "[missing]: get KEYS[1]; -> 1 [missing]",
+                "[ARGV[1] (ttl kept)]: get KEYS[1]; ttl KEYS[1]; expire KEYS[1] ARGV[2]; -> 0 [ARGV[1] (ttl ARGV[2] s)]",
+                "[ARGV[1] (no ttl)]: get KEYS[1]; ttl KEYS[1]; -> 2 [ARGV[1] (no ttl)]",
+                "[other1 (ttl kept)]: get KEYS[1]; -> 1 [other1 (ttl kept)]",
+                "[other1 (no ttl)]: get KEYS[1]; -> 1 [other1 (no ttl)]",
+            ]
+        );
+        // Redis::DistLock 0.07 extend: `SET XX` overwrites another holder's lock.
+        assert_eq!(recognise(lua!("distlock_EXTEND_SCRIPT")), Meaning::Unknown);
+        let table = lua::behaviour(lua!("distlock_EXTEND_SCRIPT")).unwrap();
+        assert!(
+            table.contains(
+                &"[other1 (ttl kept)]: set KEYS[1] ARGV[1] 'XX' 'PX' ARGV[2]; -> 'OK' [ARGV[1] (ttl ARGV[2] ms)]"
+                    .to_string()
+            ),
+            "{table:#?}"
+        );
+    }
+
+    #[test]
+    fn seconds_are_a_unit() {
+        for text in [
+            "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end return 0",
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2]) return 1 else return 0 end",
+        ] {
+            let Meaning::Lock(l) = recognise(text.as_bytes()) else {
+                panic!("{text}");
+            };
+            assert_eq!(
+                (l.choice, l.unit),
+                (Choice::Always(Op::Extend), TtlUnit::Seconds)
+            );
+        }
+    }
+
+    /// Hand-written rewordings of every family: aliases, tonumber/tostring, `else` vs early
+    /// return, `~=` with swapped branches, `== false` vs `not`, `#KEYS`, numeric `for`,
+    /// pcall, unlink, option case, EX vs PX.
+    #[test]
+    fn rewordings_keep_their_meaning() {
+        use Answer::*;
+        use Op::*;
+        type Case = (&'static str, &'static [&'static str], (Op, bool, Answer));
+        let cases: &[Case] = &[
+            (
+                "local k, t = KEYS[1], ARGV[1] if redis.call('get', k) ~= t then return 0 end redis.call('unlink', k) return 1",
+                &["t"],
+                (Release, false, OneZero),
+            ),
+            (
+                "local v = redis.pcall('GET', KEYS[1]) if v == false then return -1 elseif v ~= tostring(ARGV[1]) then return 0 else return redis.call('del', KEYS[1]) end",
+                &["t"],
+                (Release, false, Tristate),
+            ),
+            (
+                "if not (redis.call('get', KEYS[1]) == ARGV[1]) then return 0 end return redis.call('del', KEYS[1])",
+                &["t"],
+                (Release, false, OneZero),
+            ),
+            (
+                "local n = 0 for i = 1, #KEYS do if redis.call('get', KEYS[i]) == ARGV[1] then n = n + redis.call('del', KEYS[i]) end end return n",
+                &["t"],
+                (Release, true, Count),
+            ),
+            (
+                "for _, k in ipairs(KEYS) do if redis.call('exists', k) ~= 0 then return 0 end end for _, k in ipairs(KEYS) do redis.call('set', k, ARGV[1], 'px', tonumber(ARGV[2])) end return #KEYS",
+                &["t", "5"],
+                (Acquire, true, Count),
+            ),
+            (
+                "local ttl = tonumber(ARGV[2]) if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[1], ttl) return 1 end return 0",
+                &["t", "5"],
+                (Extend, false, OneZero),
+            ),
+            (
+                "return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX')",
+                &["t", "5"],
+                (Acquire, false, OkNil),
+            ),
+            (
+                "local v = redis.call('get', KEYS[1]) if not v or v == ARGV[1] then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end return 0",
+                &["t", "5"],
+                (AcquireOrRefresh, false, OneZero),
+            ),
+            (
+                "return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}",
+                &[],
+                (Inspect, false, OneZero),
+            ),
+            (
+                "local t = redis.call('get', KEYS[1]) if t ~= ARGV[1] then return 0 end local left = redis.call('pttl', KEYS[1]) if left <= 0 then return 0 end if ARGV[3] ~= '0' then redis.call('pexpire', KEYS[1], ARGV[2]) else redis.call('pexpire', KEYS[1], left + ARGV[2]) end return 1",
+                &["t", "5", "0"],
+                (ExtendAdd, false, OneZero),
+            ),
+        ];
+        for (text, argv, want) in cases {
+            assert_eq!(op_of(text.as_bytes(), argv), Some(*want), "{text}");
+        }
+    }
+
+    /// Lay-out never changes a classification: whitespace, comments, quotes, local names,
+    /// `;` and redundant parentheses.
+    #[test]
+    fn spelling_never_changes_the_meaning() {
+        let fixtures: &[&[u8]] = &[
+            lua!("redispy_extend"),
+            lua!("redsync_deleteScript"),
+            lua!("redlock5_ACQUIRE_SCRIPT"),
+            lua!("redlockrb_LOCK_SCRIPT"),
+            lua!("redlocknet_Extend_lua"),
+            lua!("warlock_parityDel"),
+            lua!("warlock_parityRelock"),
+        ];
+        for body in fixtures {
+            let text = String::from_utf8_lossy(body).into_owned();
+            let toks = lua::lex::lex(body).unwrap();
+            // Re-spell token by token: other spacing, a comment between tokens, the other
+            // quote style, renamed locals, `;` after each statement-ending token, and
+            // parentheses around every `==` comparison's right side.
+            let mut out = String::new();
+            for (k, t) in toks.iter().enumerate() {
+                let piece = match t {
+                    lua::lex::Tok::Name(n)
+                        if [
+                            "token",
+                            "val",
+                            "key",
+                            "content",
+                            "value",
+                            "currentVal",
+                            "expiration",
+                            "newttl",
+                            "ttl",
+                            "id",
+                        ]
+                        .contains(&n.as_str()) =>
+                    {
+                        format!("renamed_{n}")
+                    }
+                    lua::lex::Tok::Name(n) => n.clone(),
+                    lua::lex::Tok::Str(s) => format!("[==[{}]==]", String::from_utf8_lossy(s)),
+                    lua::lex::Tok::Num(n) => format!("{n}"),
+                    lua::lex::Tok::Sym(s) => s.to_string(),
+                };
+                out.push_str(&piece);
+                out.push_str(if k % 3 == 0 { " --[[c]] " } else { "\r\n\t " });
+            }
+            assert_eq!(
+                recognise(out.as_bytes()),
+                recognise(body),
+                "{text}\n=>\n{out}"
+            );
+            assert_eq!(
+                lua::canonical(out.as_bytes()),
+                lua::canonical(body),
+                "{out}"
+            );
+            assert_ne!(recognise(body), Meaning::Unknown, "{text}");
+        }
+        let base = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+        for variant in [
+            "if ((redis.call(\"get\", (KEYS[1]))) == (ARGV[1])) then return (redis.call('del', KEYS[1])); else return (0); end;",
+            "-- x\nif redis.call('get',KEYS[1])==ARGV[1]then return redis.call('del',KEYS[1])else return 0 end",
+        ] {
+            assert_eq!(
+                recognise(variant.as_bytes()),
+                recognise(base.as_bytes()),
+                "{variant}"
+            );
+        }
+    }
+
+    /// Issue 10 row 6: hostile scripts are classified (unknown) fast and never overflow the
+    /// stack.
+    #[test]
+    fn pathological_scripts_are_unknown_and_fast() {
+        let mut inputs: Vec<Vec<u8>> = vec![
+            b"if(".repeat(150_000),
+            b"if(".repeat(20_000),
+            b"(".repeat(60_000),
+            b"{".repeat(60_000),
+            b"-".repeat(60_000),
+            b"not ".repeat(15_000),
+            b"a.".repeat(30_000),
+            b"x=1 ".repeat(15_000),
+            b"do ".repeat(20_000),
+            b"[[".repeat(30_000),
+            b"return 1"
+                .iter()
+                .copied()
+                .chain(b"+1".repeat(30_000))
+                .collect(),
+            b"return "
+                .iter()
+                .copied()
+                .chain(b"f(".repeat(20_000))
+                .collect(),
+            b"local a = 1 ".repeat(5_000),
+            b"for i = 1, #KEYS do ".repeat(2_000),
+        ];
+        let mut deep = b"return ".to_vec();
+        deep.extend(b"{".repeat(10_000));
+        deep.extend(b"}".repeat(10_000));
+        inputs.push(deep);
+        for input in &inputs {
+            let start = std::time::Instant::now();
+            assert_eq!(recognise(input), Meaning::Unknown);
+            let took = start.elapsed();
+            assert!(
+                took < std::time::Duration::from_millis(100),
+                "{took:?} for {:?}...",
+                String::from_utf8_lossy(&input[..20.min(input.len())])
+            );
         }
     }
 
@@ -1065,19 +891,22 @@ mod tests {
             assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
         }
         // Spaces inside a string matter.
-        assert_ne!(normalise(b"return 'a b'"), normalise(b"return 'ab'"));
+        assert_ne!(
+            lua::canonical(b"return 'a b'"),
+            lua::canonical(b"return 'ab'")
+        );
         // Two different locals are not merged.
         assert_ne!(
-            normalise(b"local a = 1 local b = 2 return a"),
-            normalise(b"local a = 1 local b = 2 return b")
+            lua::canonical(b"local a = 1 local b = 2 return a"),
+            lua::canonical(b"local a = 1 local b = 2 return b")
         );
     }
 
     #[test]
-    fn normal_form_is_readable() {
+    fn canonical_form_ignores_spelling() {
         assert_eq!(
-            normalise(b"local tok = redis.call('GET', KEYS[1]); return tok -- c"),
-            r#"local _1 = redis . call ( "get" , KEYS [ 1 ] ) return _1"#
+            lua::canonical(b"local tok = redis.call('GET', KEYS[1]); return (tok) -- c"),
+            lua::canonical(b"local value=redis.call(\"get\",KEYS[1])\r\nreturn value")
         );
     }
 
@@ -1147,24 +976,6 @@ mod tests {
     }
 
     #[test]
-    fn pathological_scripts_are_classified_quickly() {
-        for body in [
-            b"if(".repeat(150_000),
-            b"if(".repeat(20_000),
-            b"(".repeat(20_000),
-            b"[[".repeat(20_000),
-            b"--[[".repeat(15_000),
-            b"\"".repeat(30_000),
-        ] {
-            let started = std::time::Instant::now();
-            assert_eq!(recognise(&body), Meaning::Unknown);
-            let took = started.elapsed();
-            // Generous for a debug build on a loaded machine; it used to take seconds.
-            assert!(took < std::time::Duration::from_millis(500), "{took:?}");
-        }
-    }
-
-    #[test]
     fn lexer_survives_garbage() {
         for junk in [
             &b"\"unterminated"[..],
@@ -1174,7 +985,7 @@ mod tests {
             b"redis.call(",
             b")))",
         ] {
-            let _ = normalise(junk);
+            assert_eq!(recognise(junk), Meaning::Unknown);
         }
     }
 }

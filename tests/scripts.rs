@@ -325,6 +325,8 @@ async fn library_scripts_answer_what_one_redis_answers() {
         ("rslock_UNLOCK_SCRIPT", &["tok"], single),
         ("rslock_EXTEND_SCRIPT", &["tok", "20000"], single),
         ("redlockcrate2_UNLOCK_SCRIPT", &["tok"], single),
+        ("warlock_parityDel", &["tok"], single),
+        ("distlock_RELEASE_SCRIPT", &["tok"], single),
     ];
     let mut case = 0;
     for (name, argv, states) in cases {
@@ -334,6 +336,51 @@ async fn library_scripts_answer_what_one_redis_answers() {
             let keys: Vec<String> = (0..held.len()).map(|i| format!("lib:{case}:{i}")).collect();
             let (want, got) = both(&reference, &ms, &p, &script, &keys, held, argv).await;
             assert_eq!(got, want, "{name} {argv:?} with keys {held:?}");
+        }
+    }
+}
+
+/// Scripts recognised by what they do, not by a known text, run as lock operations even when
+/// unknown scripts are refused, and answer what one Redis answers: warlock's `parityRelock`
+/// (token and TTL passed in KEYS) and an extension in seconds.
+#[tokio::test]
+async fn scripts_recognised_by_behaviour_answer_what_one_redis_answers() {
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let relock = lua("warlock_parityRelock");
+    let expire = "local key, token = KEYS[1], ARGV[1]\n\
+        if redis.call('GET', key) ~= token then return 0 end\n\
+        return redis.call('EXPIRE', key, tonumber(ARGV[2]))";
+    let mut r = reference.client().await;
+    let mut c = Client::connect(&p.to_string()).await;
+    for (i, held) in ["tok", "other", ""].iter().enumerate() {
+        let key = format!("behaviour:{i}");
+        if !held.is_empty() {
+            assert_eq!(
+                r.cmd(&["SET", &key, held, "PX", "10000"]).await,
+                Reply::ok()
+            );
+            assert_eq!(
+                c.cmd(&["SET", &key, held, "NX", "PX", "10000"]).await,
+                Reply::ok()
+            );
+        }
+        let args = ["EVAL", relock.as_str(), "3", &key, "30000", "tok"];
+        let want = r.raw(&args).await;
+        assert_eq!(c.raw(&args).await, want, "parityRelock with {held:?}");
+        assert_eq!(want, if *held == "tok" { "+OK\r\n" } else { ":0\r\n" });
+        let args = ["EVAL", expire, "1", &key, "tok", "40"];
+        let want = r.raw(&args).await;
+        assert_eq!(c.raw(&args).await, want, "expire with {held:?}");
+        let mut pttl = Vec::new();
+        for m in &ms {
+            pttl.push(ttl_bucket(&m.client().await.cmd(&["PTTL", &key]).await));
+        }
+        let plain = ttl_bucket(&r.cmd(&["PTTL", &key]).await);
+        assert!(pttl.iter().all(|t| *t == plain), "{pttl:?} vs {plain}");
+        if *held == "tok" {
+            assert_eq!(plain, 40, "the TTL is in seconds");
         }
     }
 }

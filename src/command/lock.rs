@@ -239,7 +239,7 @@ fn extended(r: &Reply) -> bool {
 /// The reply for a granted (`ok`) or refused operation over `keys` keys.
 fn answer(shape: Answer, ok: bool, keys: usize) -> Reply {
     match (shape, ok) {
-        (Answer::OkNil, true) => Reply::ok(),
+        (Answer::OkNil | Answer::OkZero, true) => Reply::ok(),
         (Answer::OkNil, false) => Reply::Nil,
         (Answer::Count, true) => Reply::Integer(keys as i64),
         (Answer::OneMinusOne, false) => Reply::Integer(-1),

@@ -24,7 +24,7 @@ use crate::config::UnknownScripts;
 use crate::proxy::Proxy;
 use crate::quorum::{Request, ask};
 use crate::reply::{Reply, command};
-use crate::scripts::{LockScript, Meaning, Op, Script};
+use crate::scripts::{LockScript, Meaning, Op, Script, TtlUnit};
 
 /// `EVAL script numkeys [key ...] [arg ...]`
 pub fn eval(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
@@ -78,6 +78,11 @@ fn run(proxy: &Arc<Proxy>, script: &Script, args: Vec<Bytes>) -> Action {
 /// script's layout (too few keys or arguments): the script then runs as written, as Redis would
 /// run it, under the unknown-script policy.
 fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<LockOp, Reply>> {
+    let (keys, argv) = if lock.params_in_keys {
+        keys.split_at_checked(1)?
+    } else {
+        (keys, argv)
+    };
     let op = lock.op(argv);
     let keys = if lock.all_keys {
         keys.to_vec()
@@ -96,7 +101,11 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
         0
     } else {
         let arg = argv.get(lock.ttl_arg.checked_sub(1)?)?;
-        match parse_int(arg) {
+        let ms = match lock.unit {
+            TtlUnit::Millis => parse_int(arg),
+            TtlUnit::Seconds => parse_int(arg).map(|s| s.saturating_mul(1000)),
+        };
+        match ms {
             Some(ms) if ms > 0 || (ms == 0 && op == Op::ExtendAdd) => ms,
             Some(_) => {
                 return Some(Err(Reply::static_error(
@@ -230,7 +239,9 @@ mod tests {
             choice,
             token_arg: 1,
             ttl_arg: 2,
+            unit: TtlUnit::Millis,
             all_keys,
+            params_in_keys: false,
             answer: Answer::Count,
         }
     }
@@ -266,11 +277,26 @@ mod tests {
     }
 
     #[test]
+    fn seconds_and_parameters_in_keys_bind() {
+        let mut s = script(Choice::Always(Op::Extend), false);
+        s.unit = TtlUnit::Seconds;
+        let op = bind(&s, &b(&["k"]), &b(&["tok", "7"])).unwrap().unwrap();
+        assert_eq!(op.ttl_ms, 7000);
+        // warlock's parityRelock: KEYS = key, TTL, token.
+        let mut s = script(Choice::Always(Op::Extend), false);
+        (s.params_in_keys, s.token_arg, s.ttl_arg) = (true, 2, 1);
+        let op = bind(&s, &b(&["k", "500", "tok"]), &[]).unwrap().unwrap();
+        assert_eq!(op.keys, b(&["k"]));
+        assert_eq!((op.token.as_ref(), op.ttl_ms), (&b"tok"[..], 500));
+        assert!(bind(&s, &[], &[]).is_none());
+    }
+
+    #[test]
     fn the_switch_argument_picks_the_operation() {
         let s = script(
             Choice::IfArg {
                 arg: 3,
-                value: b"0",
+                value: Bytes::from_static(b"0"),
                 then: Op::ExtendAdd,
                 otherwise: Op::Extend,
             },

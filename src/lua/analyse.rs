@@ -1,0 +1,906 @@
+//! Behavioural analysis: runs a parsed script symbolically from every abstract starting state
+//! of its keys and records what it does, so a lock script is recognised by its behaviour, not
+//! its spelling.
+//!
+//! Each key starts missing, holding the token (`ARGV[1]`) or holding another client's value,
+//! the last two with or without a TTL. A comparison of an argument with a string literal
+//! (`ARGV[3] == "0"`) forks the run into both outcomes. `ipairs(KEYS)` and `for i = 1, #KEYS`
+//! are unrolled over one and two keys. Anything the analyser cannot decide exactly (a loop
+//! without bound, a comparison of two different arguments, a value of another holder compared
+//! with a literal, a global, a function, ...) stops the analysis: the script is then unknown.
+//! A run records the Redis calls made (with symbolic arguments), the keys' final states and the
+//! reply; [`Run`]s are then classified in [`super`].
+
+use std::fmt;
+
+use super::parse::{Bin, Block, Expr, Stat, Un, is_redis_call};
+
+/// Most statements and expressions evaluated in one run.
+const MAX_STEPS: usize = 10_000;
+/// Most runs per script (start states × argument forks).
+const MAX_RUNS: usize = 1_000;
+/// Most iterations of an unrolled numeric `for`.
+const MAX_FOR: i64 = 16;
+
+/// A symbolic value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Val {
+    /// `nil`.
+    Nil,
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Num(i64),
+    /// A string literal.
+    Str(Vec<u8>),
+    /// `ARGV[j]` (a string).
+    Arg(usize),
+    /// `tonumber(ARGV[j])`.
+    NumArg(usize),
+    /// The value another client holds in `KEYS[i]`: never equal to the token.
+    Other(usize),
+    /// The time `KEYS[i]` had left (milliseconds, > 0) when the script started.
+    Pttl(usize),
+    /// The same in seconds (≥ 0).
+    Ttl(usize),
+    /// A sum of the above, terms in a fixed order.
+    Sum(Vec<Val>),
+    /// The status reply `OK`.
+    Status,
+    /// A table of values (a multi-bulk reply).
+    Table(Vec<Val>),
+    /// The name `KEYS[i]`.
+    Key(usize),
+    /// The result of a command the analyser does not model.
+    Opaque,
+    /// `KEYS`.
+    Keys,
+    /// `ARGV`.
+    Argv,
+    /// `redis`.
+    Redis,
+    /// `redis.call` / `redis.pcall`.
+    Call,
+    /// `ipairs`.
+    Ipairs,
+    /// `tonumber`.
+    ToNumber,
+    /// `tostring`.
+    ToString,
+}
+
+impl fmt::Display for Val {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Val::Nil => write!(f, "nil"),
+            Val::Bool(b) => write!(f, "{b}"),
+            Val::Num(n) => write!(f, "{n}"),
+            Val::Str(s) => write!(f, "'{}'", String::from_utf8_lossy(s)),
+            Val::Arg(j) => write!(f, "ARGV[{j}]"),
+            Val::NumArg(j) => write!(f, "tonumber(ARGV[{j}])"),
+            Val::Other(i) => write!(f, "other{i}"),
+            Val::Pttl(i) => write!(f, "pttl(KEYS[{i}])"),
+            Val::Ttl(i) => write!(f, "ttl(KEYS[{i}])"),
+            Val::Sum(t) => {
+                let parts: Vec<String> = t.iter().map(|v| v.to_string()).collect();
+                write!(f, "({})", parts.join(" + "))
+            }
+            Val::Status => write!(f, "OK"),
+            Val::Table(t) => {
+                let parts: Vec<String> = t.iter().map(|v| v.to_string()).collect();
+                write!(f, "{{{}}}", parts.join(", "))
+            }
+            Val::Key(i) => write!(f, "KEYS[{i}]"),
+            other => write!(f, "{other:?}"),
+        }
+    }
+}
+
+/// How a key stands before the script runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// The key does not exist.
+    Missing,
+    /// It holds the token, `ARGV[1]`.
+    Token,
+    /// It holds another client's value.
+    Other,
+}
+
+/// A key's starting state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Start {
+    /// Its value.
+    pub held: Held,
+    /// Whether it has a TTL (only when it exists).
+    pub ttl: bool,
+}
+
+/// Every starting state of one key.
+pub const STARTS: [Start; 5] = [
+    Start {
+        held: Held::Missing,
+        ttl: false,
+    },
+    Start {
+        held: Held::Token,
+        ttl: true,
+    },
+    Start {
+        held: Held::Token,
+        ttl: false,
+    },
+    Start {
+        held: Held::Other,
+        ttl: true,
+    },
+    Start {
+        held: Held::Other,
+        ttl: false,
+    },
+];
+
+/// A key's TTL during and after a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TtlNow {
+    /// No TTL.
+    None,
+    /// The TTL it started with.
+    Orig,
+    /// Set by the script: the value, in seconds or milliseconds.
+    Set {
+        /// True for `EX` / `EXPIRE`.
+        seconds: bool,
+        /// The TTL.
+        v: Val,
+    },
+}
+
+/// A key's state during and after a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyNow {
+    /// Its value, `None` when missing.
+    pub value: Option<Val>,
+    /// Its TTL.
+    pub ttl: TtlNow,
+}
+
+impl KeyNow {
+    /// The state a key starts in, the token being `ARGV[token]`.
+    pub fn start(i: usize, s: Start, token: usize) -> KeyNow {
+        let value = match s.held {
+            Held::Missing => None,
+            Held::Token => Some(Val::Arg(token)),
+            Held::Other => Some(Val::Other(i)),
+        };
+        let ttl = if s.ttl && value.is_some() {
+            TtlNow::Orig
+        } else {
+            TtlNow::None
+        };
+        KeyNow { value, ttl }
+    }
+}
+
+impl fmt::Display for KeyNow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.value {
+            None => write!(f, "missing"),
+            Some(v) => {
+                write!(f, "{v}")?;
+                match &self.ttl {
+                    TtlNow::None => write!(f, " (no ttl)"),
+                    TtlNow::Orig => write!(f, " (ttl kept)"),
+                    TtlNow::Set { seconds, v } => {
+                        write!(f, " (ttl {v} {})", if *seconds { "s" } else { "ms" })
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `ARGV[j] == literal` assumed true or false in a run.
+pub type Assumption = (usize, Vec<u8>, bool);
+
+/// One symbolic run of a script.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// Where the script takes its parameters.
+    pub layout: Layout,
+    /// The keys' starting states.
+    pub start: Vec<Start>,
+    /// The argument comparisons this run assumed.
+    pub assumed: Vec<Assumption>,
+    /// The Redis calls made: command and arguments.
+    pub calls: Vec<(Vec<u8>, Vec<Val>)>,
+    /// True when it called a command the analyser does not model (a side effect it cannot
+    /// account for).
+    pub foreign: bool,
+    /// The keys' final states.
+    pub end: Vec<KeyNow>,
+    /// The reply, as Redis converts it (`false` → nil, `true` → 1, tables cut at `nil`).
+    pub reply: Val,
+}
+
+impl fmt::Display for Run {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let start: Vec<String> = self
+            .start
+            .iter()
+            .enumerate()
+            .map(|(i, s)| KeyNow::start(i + 1, *s, self.layout.token).to_string())
+            .collect();
+        write!(f, "[{}]", start.join("; "))?;
+        for (j, s, yes) in &self.assumed {
+            let op = if *yes { "==" } else { "~=" };
+            write!(f, " ARGV[{j}]{op}'{}'", String::from_utf8_lossy(s))?;
+        }
+        write!(f, ":")?;
+        for (cmd, args) in &self.calls {
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            write!(f, " {} {};", String::from_utf8_lossy(cmd), args.join(" "))?;
+        }
+        let end: Vec<String> = self.end.iter().map(|k| k.to_string()).collect();
+        write!(f, " -> {} [{}]", self.reply, end.join("; "))
+    }
+}
+
+enum Stop {
+    Fork(usize, Vec<u8>),
+    Fail(String),
+}
+
+type R<T> = Result<T, Stop>;
+
+fn fail<T>(why: impl Into<String>) -> R<T> {
+    Err(Stop::Fail(why.into()))
+}
+
+enum Flow {
+    Normal,
+    Break,
+    Return(Val),
+}
+
+struct Machine<'a> {
+    layout: Layout,
+    keys: Vec<KeyNow>,
+    locals: Vec<Val>,
+    assumed: &'a [Assumption],
+    calls: Vec<(Vec<u8>, Vec<Val>)>,
+    foreign: bool,
+    steps: usize,
+}
+
+/// Where a script takes its parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// The parameter holding the token (1-based).
+    pub token: usize,
+    /// False: parameters are `ARGV`. True: the script works on `KEYS[1]` and takes its
+    /// parameters from `KEYS[2]`, `KEYS[3]`, ... (warlock's `parityRelock`); parameter `j` is
+    /// then `KEYS[j + 1]`, shown as `ARGV[j]`.
+    pub keys_as_args: bool,
+}
+
+/// Runs `block` from every combination of starting states of `n` keys; `Err` with the reason
+/// when some run cannot be decided.
+pub fn explore(block: &Block, n: usize, layout: Layout) -> Result<Vec<Run>, String> {
+    let combos = STARTS.len().pow(n as u32);
+    let mut runs = Vec::new();
+    let mut total = 0;
+    for c in 0..combos {
+        let start: Vec<Start> = (0..n)
+            .map(|i| STARTS[(c / STARTS.len().pow(i as u32)) % STARTS.len()])
+            .collect();
+        let mut work: Vec<Vec<Assumption>> = vec![Vec::new()];
+        while let Some(assumed) = work.pop() {
+            total += 1;
+            if total > MAX_RUNS {
+                return Err("too many cases to analyse".into());
+            }
+            let mut m = Machine {
+                layout,
+                keys: start
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| KeyNow::start(i + 1, *s, layout.token))
+                    .collect(),
+                locals: Vec::new(),
+                assumed: &assumed,
+                calls: Vec::new(),
+                foreign: false,
+                steps: 0,
+            };
+            match m.block(block) {
+                Ok(flow) => {
+                    let reply = match flow {
+                        Flow::Return(v) => to_reply(v),
+                        _ => Val::Nil,
+                    };
+                    runs.push(Run {
+                        layout,
+                        start: start.clone(),
+                        assumed: assumed.clone(),
+                        calls: m.calls,
+                        foreign: m.foreign,
+                        end: m.keys,
+                        reply,
+                    });
+                }
+                Err(Stop::Fork(j, s)) => {
+                    for yes in [false, true] {
+                        let mut a = assumed.clone();
+                        a.push((j, s.clone(), yes));
+                        work.push(a);
+                    }
+                }
+                Err(Stop::Fail(why)) => {
+                    let start: Vec<String> = start
+                        .iter()
+                        .enumerate()
+                        .map(|(i, s)| KeyNow::start(i + 1, *s, layout.token).to_string())
+                        .collect();
+                    return Err(format!("{why} (keys: {})", start.join("; ")));
+                }
+            }
+        }
+    }
+    Ok(runs)
+}
+
+/// Lua to Redis reply conversion.
+fn to_reply(v: Val) -> Val {
+    match v {
+        Val::Bool(false) => Val::Nil,
+        Val::Bool(true) => Val::Num(1),
+        Val::Table(items) => Val::Table(
+            items
+                .into_iter()
+                .take_while(|v| *v != Val::Nil)
+                .map(to_reply)
+                .collect(),
+        ),
+        v => v,
+    }
+}
+
+fn truthy(v: &Val) -> R<bool> {
+    match v {
+        Val::Nil | Val::Bool(false) => Ok(false),
+        Val::Opaque => fail("tests the result of a command it does not model"),
+        _ => Ok(true),
+    }
+}
+
+/// Lua's type of a value, for `==` across types (always false).
+fn kind(v: &Val) -> u8 {
+    match v {
+        Val::Nil => 0,
+        Val::Bool(_) => 1,
+        Val::Num(_) | Val::NumArg(_) | Val::Pttl(_) | Val::Ttl(_) | Val::Sum(_) => 2,
+        Val::Str(_) | Val::Arg(_) | Val::Other(_) | Val::Key(_) => 3,
+        Val::Status | Val::Table(_) | Val::Keys | Val::Argv | Val::Redis => 4,
+        Val::Opaque => 5,
+        _ => 6,
+    }
+}
+
+/// A number-valued term in its canonical spelling (`ARGV[j]` whether or not `tonumber`ed).
+fn numeric(v: Val) -> R<Val> {
+    match v {
+        Val::NumArg(j) | Val::Arg(j) => Ok(Val::Arg(j)),
+        v @ (Val::Num(_) | Val::Pttl(_) | Val::Ttl(_) | Val::Sum(_)) => Ok(v),
+        Val::Str(s) => match std::str::from_utf8(&s)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            Some(n) => Ok(Val::Num(n)),
+            None => fail("arithmetic on a string"),
+        },
+        v => fail(format!("arithmetic on {v}")),
+    }
+}
+
+fn term_rank(v: &Val) -> (u8, i64) {
+    match v {
+        Val::Arg(j) => (0, *j as i64),
+        Val::Pttl(i) => (1, *i as i64),
+        Val::Ttl(i) => (2, *i as i64),
+        Val::Num(n) => (3, *n),
+        _ => (4, 0),
+    }
+}
+
+impl Machine<'_> {
+    fn step(&mut self) -> R<()> {
+        self.steps += 1;
+        if self.steps > MAX_STEPS {
+            return fail("runs too long to analyse");
+        }
+        Ok(())
+    }
+
+    fn set_local(&mut self, id: usize, v: Val) {
+        if self.locals.len() <= id {
+            self.locals.resize(id + 1, Val::Nil);
+        }
+        self.locals[id] = v;
+    }
+
+    fn block(&mut self, b: &Block) -> R<Flow> {
+        for s in b {
+            match self.stat(s)? {
+                Flow::Normal => {}
+                flow => return Ok(flow),
+            }
+        }
+        Ok(Flow::Normal)
+    }
+
+    fn stat(&mut self, s: &Stat) -> R<Flow> {
+        self.step()?;
+        match s {
+            Stat::Local(ids, exprs) => {
+                let vals = self.exprs(exprs)?;
+                for (k, id) in ids.iter().enumerate() {
+                    self.set_local(*id, vals.get(k).cloned().unwrap_or(Val::Nil));
+                }
+            }
+            Stat::Assign(targets, exprs) => {
+                let vals = self.exprs(exprs)?;
+                for (k, t) in targets.iter().enumerate() {
+                    match t {
+                        Expr::Local(id) => {
+                            self.set_local(*id, vals.get(k).cloned().unwrap_or(Val::Nil))
+                        }
+                        _ => return fail("assigns to a global or a table"),
+                    }
+                }
+            }
+            Stat::Call(e) => {
+                self.expr(e)?;
+            }
+            Stat::Do(b) => return self.block(b),
+            Stat::If(arms, otherwise) => {
+                for (cond, body) in arms {
+                    let c = self.expr(cond)?;
+                    if truthy(&c)? {
+                        return self.block(body);
+                    }
+                }
+                if let Some(body) = otherwise {
+                    return self.block(body);
+                }
+            }
+            Stat::NumFor(var, start, stop, step, body) => {
+                let (Val::Num(a), Val::Num(z)) = (self.expr(start)?, self.expr(stop)?) else {
+                    return fail("a numeric for without known bounds");
+                };
+                let step = match step {
+                    None => 1,
+                    Some(e) => match self.expr(e)? {
+                        Val::Num(s) if s != 0 => s,
+                        _ => return fail("a numeric for without a known step"),
+                    },
+                };
+                let count = if step > 0 {
+                    (z - a) / step + 1
+                } else {
+                    (a - z) / -step + 1
+                };
+                if count > MAX_FOR {
+                    return fail("a numeric for with too many iterations");
+                }
+                for k in 0..count.max(0) {
+                    self.set_local(*var, Val::Num(a + k * step));
+                    match self.block(body)? {
+                        Flow::Normal => {}
+                        Flow::Break => break,
+                        flow => return Ok(flow),
+                    }
+                }
+            }
+            Stat::GenFor(vars, exprs, body) => {
+                let items: Vec<Val> = match exprs.as_slice() {
+                    [Expr::Call(f, args)] if args.len() == 1 => {
+                        if self.expr(f)? != Val::Ipairs {
+                            return fail("a generic for other than ipairs");
+                        }
+                        match self.expr(&args[0])? {
+                            Val::Keys => (1..=self.keys.len()).map(Val::Key).collect(),
+                            Val::Table(t) => t.into_iter().take_while(|v| *v != Val::Nil).collect(),
+                            _ => return fail("ipairs over something other than KEYS"),
+                        }
+                    }
+                    _ => return fail("a generic for other than ipairs"),
+                };
+                for (k, item) in items.into_iter().enumerate() {
+                    if let Some(id) = vars.first() {
+                        self.set_local(*id, Val::Num(k as i64 + 1));
+                    }
+                    if let Some(id) = vars.get(1) {
+                        self.set_local(*id, item);
+                    }
+                    match self.block(body)? {
+                        Flow::Normal => {}
+                        Flow::Break => break,
+                        flow => return Ok(flow),
+                    }
+                }
+            }
+            Stat::While(..) | Stat::Repeat(..) => return fail("a loop without a known bound"),
+            Stat::Function(..) => return fail("defines a function"),
+            Stat::Return(exprs) => {
+                let mut vals = self.exprs(exprs)?;
+                return Ok(Flow::Return(if vals.is_empty() {
+                    Val::Nil
+                } else {
+                    vals.swap_remove(0)
+                }));
+            }
+            Stat::Break => return Ok(Flow::Break),
+        }
+        Ok(Flow::Normal)
+    }
+
+    fn exprs(&mut self, es: &[Expr]) -> R<Vec<Val>> {
+        es.iter().map(|e| self.expr(e)).collect()
+    }
+
+    fn expr(&mut self, e: &Expr) -> R<Val> {
+        self.step()?;
+        Ok(match e {
+            Expr::Nil => Val::Nil,
+            Expr::True => Val::Bool(true),
+            Expr::False => Val::Bool(false),
+            Expr::Num(n) if n.fract() == 0.0 && n.abs() < 1e15 => Val::Num(*n as i64),
+            Expr::Num(_) => return fail("a non-integer number"),
+            Expr::Str(s) => Val::Str(s.clone()),
+            Expr::Local(id) => self.locals.get(*id).cloned().unwrap_or(Val::Nil),
+            Expr::Global(g) => match g.as_str() {
+                "KEYS" => Val::Keys,
+                "ARGV" => Val::Argv,
+                "redis" => Val::Redis,
+                "ipairs" => Val::Ipairs,
+                "tonumber" => Val::ToNumber,
+                "tostring" => Val::ToString,
+                _ => return fail(format!("uses the global {g}")),
+            },
+            Expr::Index(t, k) => {
+                let t = self.expr(t)?;
+                let k = self.expr(k)?;
+                match (t, k) {
+                    (Val::Keys, Val::Num(i)) if self.layout.keys_as_args && i >= 2 => {
+                        Val::Arg(i as usize - 1)
+                    }
+                    (Val::Argv, _) if self.layout.keys_as_args => {
+                        return fail("uses ARGV as well as parameters in KEYS");
+                    }
+                    (Val::Keys, Val::Num(i)) if i >= 1 && (i as usize) <= self.keys.len() => {
+                        Val::Key(i as usize)
+                    }
+                    (Val::Keys, Val::Num(_)) => Val::Nil,
+                    (Val::Argv, Val::Num(j)) if j >= 1 => Val::Arg(j as usize),
+                    (Val::Redis, Val::Str(s)) if s == b"call" || s == b"pcall" => Val::Call,
+                    (Val::Table(items), Val::Num(i)) if i >= 1 => {
+                        items.get(i as usize - 1).cloned().unwrap_or(Val::Nil)
+                    }
+                    (t, k) => return fail(format!("indexes {t} with {k}")),
+                }
+            }
+            Expr::Call(f, args) => {
+                if is_redis_call(f) {
+                    let args = self.exprs(args)?;
+                    return self.redis(args);
+                }
+                let f = self.expr(f)?;
+                let mut args = self.exprs(args)?;
+                let arg = if args.is_empty() {
+                    Val::Nil
+                } else {
+                    args.swap_remove(0)
+                };
+                match f {
+                    Val::Call => {
+                        let mut all = vec![arg];
+                        all.extend(args);
+                        return self.redis(all);
+                    }
+                    Val::ToNumber => match arg {
+                        Val::Arg(j) => Val::NumArg(j),
+                        Val::Str(_) => numeric(arg)?,
+                        v @ (Val::Num(_)
+                        | Val::NumArg(_)
+                        | Val::Pttl(_)
+                        | Val::Ttl(_)
+                        | Val::Sum(_)) => v,
+                        Val::Nil | Val::Bool(_) | Val::Table(_) | Val::Status => Val::Nil,
+                        v => return fail(format!("tonumber of {v}")),
+                    },
+                    Val::ToString => match arg {
+                        Val::NumArg(j) => Val::Arg(j),
+                        Val::Num(n) => Val::Str(n.to_string().into_bytes()),
+                        v @ (Val::Arg(_) | Val::Str(_) | Val::Other(_)) => v,
+                        v => return fail(format!("tostring of {v}")),
+                    },
+                    f => return fail(format!("calls {f}")),
+                }
+            }
+            Expr::Table(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                for (k, v) in items {
+                    if k.is_some() {
+                        return fail("a table with keys");
+                    }
+                    out.push(self.expr(v)?);
+                }
+                Val::Table(out)
+            }
+            Expr::Bin(op, a, b) => return self.binary(*op, a, b),
+            Expr::Un(op, a) => {
+                let v = self.expr(a)?;
+                match (op, v) {
+                    (Un::Not, v) => Val::Bool(!truthy(&v)?),
+                    (Un::Neg, Val::Num(n)) => Val::Num(-n),
+                    (Un::Len, Val::Keys) => Val::Num(self.keys.len() as i64),
+                    (Un::Len, Val::Table(t)) => {
+                        Val::Num(t.iter().take_while(|v| **v != Val::Nil).count() as i64)
+                    }
+                    (Un::Len, Val::Str(s)) => Val::Num(s.len() as i64),
+                    (op, v) => return fail(format!("{op:?} of {v}")),
+                }
+            }
+            Expr::Vararg | Expr::Method(..) | Expr::Function(_) => {
+                return fail("a vararg, method or function");
+            }
+        })
+    }
+
+    fn binary(&mut self, op: Bin, a: &Expr, b: &Expr) -> R<Val> {
+        match op {
+            Bin::And => {
+                let l = self.expr(a)?;
+                return if truthy(&l)? { self.expr(b) } else { Ok(l) };
+            }
+            Bin::Or => {
+                let l = self.expr(a)?;
+                return if truthy(&l)? { Ok(l) } else { self.expr(b) };
+            }
+            _ => {}
+        }
+        let l = self.expr(a)?;
+        let r = self.expr(b)?;
+        Ok(match op {
+            Bin::Eq => Val::Bool(self.eq(&l, &r)?),
+            Bin::Ne => Val::Bool(!self.eq(&l, &r)?),
+            Bin::Lt => Val::Bool(less(&l, &r, false)?),
+            Bin::Le => Val::Bool(less(&l, &r, true)?),
+            Bin::Gt => Val::Bool(less(&r, &l, false)?),
+            Bin::Ge => Val::Bool(less(&r, &l, true)?),
+            Bin::Add => add(l, r)?,
+            Bin::Sub => match (numeric(l)?, numeric(r)?) {
+                (Val::Num(x), Val::Num(y)) => Val::Num(x.checked_sub(y).ok_or_else(overflow)?),
+                (l, Val::Num(y)) => add(l, Val::Num(y.checked_neg().ok_or_else(overflow)?))?,
+                _ => return fail("subtracts unknown numbers"),
+            },
+            Bin::Mul => match (numeric(l)?, numeric(r)?) {
+                (Val::Num(x), Val::Num(y)) => Val::Num(x.checked_mul(y).ok_or_else(overflow)?),
+                _ => return fail("multiplies unknown numbers"),
+            },
+            _ => return fail(format!("the operator {op:?}")),
+        })
+    }
+
+    fn assume(&self, j: usize, s: &[u8]) -> R<bool> {
+        for (aj, as_, yes) in self.assumed {
+            if *aj == j && as_ == s {
+                return Ok(*yes);
+            }
+            if *aj == j && *yes {
+                return Ok(false);
+            }
+        }
+        Err(Stop::Fork(j, s.to_vec()))
+    }
+
+    fn eq(&self, a: &Val, b: &Val) -> R<bool> {
+        use Val::*;
+        if kind(a) != kind(b) {
+            if kind(a) >= 5 || kind(b) >= 5 {
+                return fail("compares the result of a command it does not model");
+            }
+            return Ok(false);
+        }
+        Ok(match (a, b) {
+            (Nil, Nil) => true,
+            (Bool(x), Bool(y)) => x == y,
+            (Num(x), Num(y)) => x == y,
+            (Str(x), Str(y)) => x == y,
+            (Status, Status) => true,
+            (Arg(i), Arg(j)) | (NumArg(i), NumArg(j)) | (Other(i), Other(j)) if i == j => true,
+            (Arg(j), Str(s)) | (Str(s), Arg(j)) => self.assume(*j, s)?,
+            (Other(_), Arg(t)) | (Arg(t), Other(_)) if *t == self.layout.token => false,
+            (Pttl(_), Num(n)) | (Num(n), Pttl(_)) if *n <= 0 => false,
+            (Ttl(_), Num(n)) | (Num(n), Ttl(_)) if *n < 0 => false,
+            _ => return fail(format!("cannot decide {a} == {b}")),
+        })
+    }
+
+    /// Executes one `redis.call`.
+    fn redis(&mut self, args: Vec<Val>) -> R<Val> {
+        let Some(Val::Str(cmd)) = args.first() else {
+            return fail("a command name that is not a literal");
+        };
+        let mut cmd = cmd.to_ascii_lowercase();
+        if cmd == b"unlink" {
+            cmd = b"del".to_vec();
+        }
+        let rest: Vec<Val> = args[1..].to_vec();
+        if rest
+            .iter()
+            .any(|a| matches!(a, Val::Nil | Val::Bool(_) | Val::Table(_)))
+        {
+            return fail("a command argument that Redis refuses");
+        }
+        self.calls.push((cmd.clone(), rest.clone()));
+        let key = |v: &Val| match v {
+            Val::Key(i) => Ok(*i - 1),
+            v => fail(format!("names a key not taken from KEYS: {v}")),
+        };
+        let ttl_value = |v: &Val| -> R<Val> {
+            match v {
+                Val::Arg(_) | Val::NumArg(_) | Val::Sum(_) | Val::Num(_) => numeric(v.clone()),
+                v => fail(format!("a TTL of {v}")),
+            }
+        };
+        Ok(match (cmd.as_slice(), rest.as_slice()) {
+            (b"get", [k]) => {
+                let i = key(k)?;
+                self.keys[i].value.clone().unwrap_or(Val::Bool(false))
+            }
+            (b"exists", ks) if !ks.is_empty() => {
+                let mut n = 0;
+                for k in ks {
+                    n += i64::from(self.keys[key(k)?].value.is_some());
+                }
+                Val::Num(n)
+            }
+            (b"pttl" | b"ttl", [k]) => {
+                let i = key(k)?;
+                let now = &self.keys[i];
+                match (&now.value, &now.ttl) {
+                    (None, _) => Val::Num(-2),
+                    (_, TtlNow::None) => Val::Num(-1),
+                    (_, TtlNow::Orig) if cmd == b"pttl" => Val::Pttl(i + 1),
+                    (_, TtlNow::Orig) => Val::Ttl(i + 1),
+                    _ => return fail("reads back a TTL it set"),
+                }
+            }
+            (b"del", ks) if !ks.is_empty() => {
+                let mut n = 0;
+                for k in ks {
+                    let i = key(k)?;
+                    n += i64::from(self.keys[i].value.is_some());
+                    self.keys[i] = KeyNow {
+                        value: None,
+                        ttl: TtlNow::None,
+                    };
+                }
+                Val::Num(n)
+            }
+            (b"set", [k, v, opts @ ..]) => {
+                let i = key(k)?;
+                let value = match v {
+                    Val::NumArg(j) => Val::Arg(*j),
+                    v @ (Val::Arg(_) | Val::Str(_) | Val::Num(_)) => v.clone(),
+                    v => return fail(format!("sets a key to {v}")),
+                };
+                let (mut nx, mut xx, mut keep, mut ttl) = (false, false, false, None);
+                let mut o = 0;
+                while o < opts.len() {
+                    let Val::Str(name) = &opts[o] else {
+                        return fail("a SET option that is not a literal");
+                    };
+                    match name.to_ascii_lowercase().as_slice() {
+                        b"nx" => nx = true,
+                        b"xx" => xx = true,
+                        b"keepttl" => keep = true,
+                        unit @ (b"px" | b"ex") if o + 1 < opts.len() => {
+                            ttl = Some(TtlNow::Set {
+                                seconds: unit == b"ex",
+                                v: ttl_value(&opts[o + 1])?,
+                            });
+                            o += 1;
+                        }
+                        _ => return fail("a SET option it does not model"),
+                    }
+                    o += 1;
+                }
+                let exists = self.keys[i].value.is_some();
+                if (nx && exists) || (xx && !exists) {
+                    Val::Bool(false)
+                } else {
+                    let ttl = match ttl {
+                        Some(t) => t,
+                        None if keep && exists => self.keys[i].ttl.clone(),
+                        None => TtlNow::None,
+                    };
+                    self.keys[i] = KeyNow {
+                        value: Some(value),
+                        ttl,
+                    };
+                    Val::Status
+                }
+            }
+            (b"setex" | b"psetex", [k, t, v]) => {
+                let i = key(k)?;
+                let value = match v {
+                    v @ (Val::Arg(_) | Val::Str(_) | Val::Num(_)) => v.clone(),
+                    v => return fail(format!("sets a key to {v}")),
+                };
+                self.keys[i] = KeyNow {
+                    value: Some(value),
+                    ttl: TtlNow::Set {
+                        seconds: cmd == b"setex",
+                        v: ttl_value(t)?,
+                    },
+                };
+                Val::Status
+            }
+            (b"pexpire" | b"expire", [k, t]) => {
+                let i = key(k)?;
+                let v = ttl_value(t)?;
+                if self.keys[i].value.is_none() {
+                    Val::Num(0)
+                } else {
+                    self.keys[i].ttl = TtlNow::Set {
+                        seconds: cmd == b"expire",
+                        v,
+                    };
+                    Val::Num(1)
+                }
+            }
+            _ => {
+                self.foreign = true;
+                Val::Opaque
+            }
+        })
+    }
+}
+
+fn overflow() -> Stop {
+    Stop::Fail("integer overflow".into())
+}
+
+fn add(l: Val, r: Val) -> R<Val> {
+    let (l, r) = (numeric(l)?, numeric(r)?);
+    if let (Val::Num(x), Val::Num(y)) = (&l, &r) {
+        return Ok(Val::Num(x.checked_add(*y).ok_or_else(overflow)?));
+    }
+    let mut terms = Vec::new();
+    for v in [l, r] {
+        match v {
+            Val::Sum(t) => terms.extend(t),
+            Val::Num(0) => {}
+            v => terms.push(v),
+        }
+    }
+    terms.sort_by_key(term_rank);
+    Ok(Val::Sum(terms))
+}
+
+/// `a < b` (or `a <= b`).
+fn less(a: &Val, b: &Val, or_equal: bool) -> R<bool> {
+    use Val::*;
+    match (a, b) {
+        (Num(x), Num(y)) => Ok(if or_equal { x <= y } else { x < y }),
+        // A key with a TTL: PTTL > 0, TTL ≥ 0.
+        (Pttl(_), Num(n)) if *n <= 0 => Ok(false),
+        (Num(n), Pttl(_)) if *n <= 0 => Ok(true),
+        (Ttl(_), Num(n)) if *n < 0 || (*n == 0 && !or_equal) => Ok(false),
+        (Num(n), Ttl(_)) if *n < 0 || (*n == 0 && or_equal) => Ok(true),
+        _ => fail(format!("cannot decide {a} < {b}")),
+    }
+}

@@ -1,0 +1,419 @@
+//! Lua scripts read by the proxy: a linear-time lexer ([`lex`]), a depth-capped parser
+//! ([`parse`]) and a behavioural analyser ([`analyse`]) that together recognise a lock script by
+//! what it does.
+//!
+//! [`recognise`] runs the script symbolically from every starting state of its keys (see
+//! [`analyse`]) and accepts it only when the behaviour table matches one lock operation exactly:
+//! the same writes from every state, the reply its library expects in each, and nothing else
+//! (no other key, no other command). A wrong match is worse than none, so anything uncertain is
+//! `None`. Scripts larger than [`MAX_SCRIPT`] are not analysed.
+
+pub mod analyse;
+pub mod lex;
+pub mod parse;
+
+use bytes::Bytes;
+
+use crate::scripts::{Answer, Choice, LockScript, Op, TtlUnit};
+use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
+use parse::{Block, Expr, Stat};
+
+/// Largest script analysed, in bytes.
+pub const MAX_SCRIPT: usize = 64 * 1024;
+
+/// Parses a script, within the size, depth and node caps.
+pub fn parse_script(body: &[u8]) -> Result<Block, String> {
+    if body.len() > MAX_SCRIPT {
+        return Err("script too large to analyse".into());
+    }
+    parse::parse(lex::lex(body)?)
+}
+
+/// A canonical spelling of a script's syntax tree: spacing, comments, quote style, `;`,
+/// redundant parentheses, local names and the case of command names do not change it.
+pub fn canonical(body: &[u8]) -> Option<String> {
+    parse_script(body).ok().map(|b| format!("{b:?}"))
+}
+
+/// The lock operation a script performs, if its behaviour matches one exactly.
+pub fn recognise(body: &[u8]) -> Option<LockScript> {
+    let block = parse_script(body).ok()?;
+    classify(&block)
+}
+
+/// How many keys a script uses: the highest literal `KEYS[i]`, and whether it also uses `KEYS`
+/// as a whole (`ipairs(KEYS)`, `#KEYS`, `KEYS[i]` with a variable).
+#[derive(Default)]
+struct KeyUse {
+    max_literal: usize,
+    dynamic: bool,
+}
+
+fn key_use_block(b: &Block, u: &mut KeyUse) {
+    for s in b {
+        match s {
+            Stat::Local(_, es) | Stat::Return(es) => es.iter().for_each(|e| key_use(e, u)),
+            Stat::Assign(ts, es) => ts.iter().chain(es).for_each(|e| key_use(e, u)),
+            Stat::Call(e) => key_use(e, u),
+            Stat::Do(b) => key_use_block(b, u),
+            Stat::While(e, b) | Stat::Repeat(b, e) => {
+                key_use(e, u);
+                key_use_block(b, u);
+            }
+            Stat::If(arms, otherwise) => {
+                for (e, b) in arms {
+                    key_use(e, u);
+                    key_use_block(b, u);
+                }
+                if let Some(b) = otherwise {
+                    key_use_block(b, u);
+                }
+            }
+            Stat::NumFor(_, a, z, step, b) => {
+                key_use(a, u);
+                key_use(z, u);
+                if let Some(s) = step {
+                    key_use(s, u);
+                }
+                key_use_block(b, u);
+            }
+            Stat::GenFor(_, es, b) => {
+                es.iter().for_each(|e| key_use(e, u));
+                key_use_block(b, u);
+            }
+            Stat::Function(e, f) => {
+                key_use(e, u);
+                key_use_block(&f.body, u);
+            }
+            Stat::Break => {}
+        }
+    }
+}
+
+fn key_use(e: &Expr, u: &mut KeyUse) {
+    match e {
+        Expr::Index(t, k) if matches!(&**t, Expr::Global(g) if g == "KEYS") => match &**k {
+            Expr::Num(n) if n.fract() == 0.0 && *n >= 1.0 && *n <= 64.0 => {
+                u.max_literal = u.max_literal.max(*n as usize);
+            }
+            k => {
+                u.dynamic = true;
+                key_use(k, u);
+            }
+        },
+        Expr::Global(g) if g == "KEYS" => u.dynamic = true,
+        Expr::Index(a, b) | Expr::Bin(_, a, b) => {
+            key_use(a, u);
+            key_use(b, u);
+        }
+        Expr::Un(_, a) => key_use(a, u),
+        Expr::Call(f, args) | Expr::Method(f, _, args) => {
+            key_use(f, u);
+            args.iter().for_each(|a| key_use(a, u));
+        }
+        Expr::Table(items) => {
+            for (k, v) in items {
+                if let Some(k) = k {
+                    key_use(k, u);
+                }
+                key_use(v, u);
+            }
+        }
+        Expr::Function(f) => key_use_block(&f.body, u),
+        _ => {}
+    }
+}
+
+/// The behaviour table of a script: one line per run (starting state and argument case),
+/// with the calls made, the reply and the keys' final states. `Err` says why the analyser
+/// could not follow it.
+pub fn behaviour(body: &[u8]) -> Result<Vec<String>, String> {
+    let block = parse_script(body)?;
+    let mut u = KeyUse::default();
+    key_use_block(&block, &mut u);
+    let ns: Vec<usize> = if u.dynamic {
+        vec![1.max(u.max_literal), 2.max(u.max_literal)]
+    } else {
+        vec![u.max_literal.max(1)]
+    };
+    let mut out = Vec::new();
+    for n in ns {
+        let layout = Layout {
+            token: 1,
+            keys_as_args: false,
+        };
+        out.extend(
+            analyse::explore(&block, n, layout)?
+                .iter()
+                .map(Run::to_string),
+        );
+    }
+    Ok(out)
+}
+
+fn classify(block: &Block) -> Option<LockScript> {
+    let mut u = KeyUse::default();
+    key_use_block(block, &mut u);
+    let argv = Layout {
+        token: 1,
+        keys_as_args: false,
+    };
+    if u.dynamic {
+        // Works on all of KEYS: unrolled over one and two keys.
+        return (u.max_literal <= 1).then(|| classify_with(block, &[1, 2], argv))?;
+    }
+    if u.max_literal <= 1 {
+        return classify_with(block, &[1], argv);
+    }
+    // KEYS[2], KEYS[3], ... named: parameters passed as keys, the token among them.
+    (1..u.max_literal).find_map(|token| {
+        let layout = Layout {
+            token,
+            keys_as_args: true,
+        };
+        classify_with(block, &[1], layout)
+    })
+}
+
+fn classify_with(block: &Block, ns: &[usize], layout: Layout) -> Option<LockScript> {
+    let mut runs = Vec::new();
+    for &n in ns {
+        runs.extend(analyse::explore(block, n, layout).ok()?);
+    }
+    let mut switches: Vec<(usize, Vec<u8>)> = Vec::new();
+    for r in &runs {
+        for (j, s, _) in &r.assumed {
+            if !switches.iter().any(|(a, b)| a == j && b == s) {
+                switches.push((*j, s.clone()));
+            }
+        }
+    }
+    let all_keys = ns.len() > 1;
+    let lock = |choice, ttl_arg, unit, answer| LockScript {
+        choice,
+        token_arg: layout.token,
+        ttl_arg,
+        unit,
+        all_keys,
+        params_in_keys: layout.keys_as_args,
+        answer,
+    };
+    match switches.as_slice() {
+        [] => {
+            let all: Vec<&Run> = runs.iter().collect();
+            let (op, ttl_arg, unit, answer) = side(&all)?;
+            Some(lock(Choice::Always(op), ttl_arg, unit, answer))
+        }
+        [(j, s)] if *j != layout.token => {
+            let then: Vec<&Run> = runs.iter().filter(|r| !has(r, *j, s, false)).collect();
+            let otherwise: Vec<&Run> = runs.iter().filter(|r| !has(r, *j, s, true)).collect();
+            let a = side(&then)?;
+            let b = side(&otherwise)?;
+            if (a.1, a.2, a.3) != (b.1, b.2, b.3) || a.1 == *j {
+                return None;
+            }
+            let choice = if a.0 == b.0 {
+                Choice::Always(a.0)
+            } else {
+                Choice::IfArg {
+                    arg: *j,
+                    value: Bytes::copy_from_slice(s),
+                    then: a.0,
+                    otherwise: b.0,
+                }
+            };
+            Some(lock(choice, a.1, a.2, a.3))
+        }
+        _ => None,
+    }
+}
+
+fn has(r: &Run, j: usize, s: &[u8], yes: bool) -> bool {
+    r.assumed
+        .iter()
+        .any(|(a, b, y)| *a == j && b == s && *y == yes)
+}
+
+const OPS: [Op; 6] = [
+    Op::Release,
+    Op::Inspect,
+    Op::Acquire,
+    Op::AcquireOrRefresh,
+    Op::Extend,
+    Op::ExtendAdd,
+];
+
+const ANSWERS: [Answer; 6] = [
+    Answer::OneZero,
+    Answer::Count,
+    Answer::OkNil,
+    Answer::OneMinusOne,
+    Answer::Tristate,
+    Answer::OkZero,
+];
+
+/// The one operation, TTL argument, unit and reply shape that every run matches.
+fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
+    if runs.is_empty() || runs.iter().any(|r| r.foreign) {
+        return None;
+    }
+    for op in OPS {
+        let ttls: Vec<(usize, TtlUnit)> = if matches!(op, Op::Release | Op::Inspect) {
+            vec![(2, TtlUnit::Millis)]
+        } else {
+            match ttl_of(runs, op) {
+                Some(t) => vec![t],
+                None => continue,
+            }
+        };
+        for (ttl_arg, unit) in ttls {
+            if ttl_arg == runs[0].layout.token {
+                continue;
+            }
+            for answer in ANSWERS {
+                if runs.iter().all(|r| matches(r, op, ttl_arg, unit, answer)) {
+                    return Some((op, ttl_arg, unit, answer));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The TTL argument a successful run of `op` wrote.
+fn ttl_of(runs: &[&Run], op: Op) -> Option<(usize, TtlUnit)> {
+    runs.iter()
+        .filter(|r| strict_success(r, op))
+        .find_map(|r| match &r.end.first()?.ttl {
+            TtlNow::Set { seconds, v } => {
+                let arg = match (op, v) {
+                    (Op::ExtendAdd, Val::Sum(t)) => match t.as_slice() {
+                        [Val::Arg(d), Val::Pttl(1)] => *d,
+                        _ => return None,
+                    },
+                    (Op::ExtendAdd, _) => return None,
+                    (_, Val::Arg(d)) => *d,
+                    _ => return None,
+                };
+                let unit = if *seconds {
+                    TtlUnit::Seconds
+                } else {
+                    TtlUnit::Millis
+                };
+                Some((arg, unit))
+            }
+            _ => None,
+        })
+}
+
+fn strict_success(r: &Run, op: Op) -> bool {
+    let all = |f: &dyn Fn(Held, bool) -> bool| r.start.iter().all(|s| f(s.held, s.ttl));
+    match op {
+        Op::Acquire => all(&|h, _| h == Held::Missing),
+        Op::AcquireOrRefresh => all(&|h, t| h == Held::Missing || (h == Held::Token && t)),
+        Op::Extend => all(&|h, t| h == Held::Token && t),
+        Op::ExtendAdd => all(&|h, t| h == Held::Token && t),
+        Op::Release | Op::Inspect => false,
+    }
+}
+
+/// The reply the proxy gives for a granted (`ok`) or refused operation (as `command::lock`).
+fn expected(answer: Answer, ok: bool, n: usize) -> Val {
+    match (answer, ok) {
+        (Answer::OkNil | Answer::OkZero, true) => Val::Status,
+        (Answer::OkNil, false) => Val::Nil,
+        (Answer::Count, true) => Val::Num(n as i64),
+        (Answer::OneMinusOne, false) => Val::Num(-1),
+        (_, ok) => Val::Num(i64::from(ok)),
+    }
+}
+
+fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bool {
+    let n = r.start.len();
+    let unchanged: Vec<KeyNow> = r
+        .start
+        .iter()
+        .enumerate()
+        .map(|(i, s)| KeyNow::start(i + 1, *s, r.layout.token))
+        .collect();
+    match op {
+        Op::Release => {
+            let end: Vec<KeyNow> = unchanged
+                .iter()
+                .map(|k| match k.value {
+                    Some(Val::Arg(t)) if t == r.layout.token => KeyNow {
+                        value: None,
+                        ttl: TtlNow::None,
+                    },
+                    _ => k.clone(),
+                })
+                .collect();
+            let deleted = r.start.iter().filter(|s| s.held == Held::Token).count();
+            let missing = r.start.iter().filter(|s| s.held == Held::Missing).count();
+            let reply = match answer {
+                Answer::Count => Val::Num(deleted as i64),
+                Answer::Tristate if deleted == n => Val::Num(1),
+                Answer::Tristate if deleted + missing == n => Val::Num(-1),
+                Answer::Tristate => Val::Num(0),
+                shape => expected(shape, deleted == n, n),
+            };
+            r.end == end && r.reply == reply
+        }
+        Op::Inspect => {
+            if n != 1 || answer != Answer::OneZero {
+                return false;
+            }
+            let k = &unchanged[0];
+            let value = k.value.clone().unwrap_or(Val::Nil);
+            let ttl = match (&k.value, &k.ttl) {
+                (None, _) => Val::Num(-2),
+                (_, TtlNow::None) => Val::Num(-1),
+                _ => Val::Pttl(1),
+            };
+            let reply = if value == Val::Nil {
+                Val::Table(Vec::new())
+            } else {
+                Val::Table(vec![value, ttl])
+            };
+            // Redis cuts a table at its first nil, and `false` (a missing key) becomes nil:
+            // `{false, -2}` is answered as `[nil, -2]`.
+            let reply_missing = Val::Table(vec![Val::Nil, Val::Num(-2)]);
+            let got = match &r.reply {
+                Val::Table(t) if t.first() == Some(&Val::Nil) => reply_missing.clone(),
+                other => other.clone(),
+            };
+            r.end == unchanged && (got == reply || (k.value.is_none() && got == reply_missing))
+        }
+        _ => {
+            let ttl = |i: usize| {
+                let v = if op == Op::ExtendAdd {
+                    Val::Sum(vec![Val::Arg(ttl_arg), Val::Pttl(i + 1)])
+                } else {
+                    Val::Arg(ttl_arg)
+                };
+                TtlNow::Set {
+                    seconds: unit == TtlUnit::Seconds,
+                    v,
+                }
+            };
+            let success: Vec<KeyNow> = (0..n)
+                .map(|i| KeyNow {
+                    value: Some(Val::Arg(r.layout.token)),
+                    ttl: ttl(i),
+                })
+                .collect();
+            let won = r.end == success && r.reply == expected(answer, true, n);
+            let lost = r.end == unchanged && r.reply == expected(answer, false, n);
+            // A key holding the token without a TTL cannot come from the proxy's own grants;
+            // refusing it is as safe as extending it.
+            let lenient = op != Op::Acquire
+                && r.start.iter().any(|s| s.held == Held::Token && !s.ttl)
+                && r.start.iter().all(|s| s.held != Held::Other);
+            if strict_success(r, op) || (lenient && won) {
+                won || (lenient && lost)
+            } else {
+                lost
+            }
+        }
+    }
+}
