@@ -23,6 +23,30 @@ async fn proxy_with(
     proxy(c).await.to_string()
 }
 
+/// A client that locks and unlocks its own keys in a loop; its slowest round.
+fn bystander(p: &str) -> tokio::task::JoinHandle<Duration> {
+    let p = p.to_string();
+    tokio::spawn(async move {
+        let mut c = Client::connect(&p).await;
+        let mut worst = Duration::ZERO;
+        for i in 0..30 {
+            let started = Instant::now();
+            let key = format!("by:{i}");
+            assert_eq!(
+                c.cmd(&["SET", &key, "t", "NX", "PX", "5000"]).await,
+                Reply::ok()
+            );
+            assert_eq!(
+                c.cmd(&["EVAL", UNLOCK, "1", &key, "t"]).await,
+                Reply::Integer(1)
+            );
+            worst = worst.max(started.elapsed());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        worst
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_with_65535_keys_does_not_stall_other_clients() {
     let ms = masters(3);
@@ -30,29 +54,7 @@ async fn a_command_with_65535_keys_does_not_stall_other_clients() {
     let keys: Vec<String> = (0..65_535).map(|i| format!("many:{i}")).collect();
     let mut del: Vec<&str> = vec!["DEL"];
     del.extend(keys.iter().map(String::as_str));
-    // A bystander locks its own key in a loop while the big commands run.
-    let bystander = tokio::spawn({
-        let p = p.clone();
-        async move {
-            let mut c = Client::connect(&p).await;
-            let mut worst = Duration::ZERO;
-            for i in 0..40 {
-                let started = Instant::now();
-                let key = format!("by:{i}");
-                assert_eq!(
-                    c.cmd(&["SET", &key, "t", "NX", "PX", "5000"]).await,
-                    Reply::ok()
-                );
-                assert_eq!(
-                    c.cmd(&["EVAL", UNLOCK, "1", &key, "t"]).await,
-                    Reply::Integer(1)
-                );
-                worst = worst.max(started.elapsed());
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            worst
-        }
-    });
+    let bystander = bystander(&p);
     let mut c = Client::connect(&p).await;
     let started = Instant::now();
     assert_eq!(c.raw(&del).await, ":0\r\n");
@@ -228,28 +230,7 @@ async fn dev_mode_stops_its_masters_on_every_exit() {
 async fn huge_scripts_do_not_freeze_the_proxy() {
     let ms = masters(3);
     let p = proxy_with(&ms, |_| {}).await;
-    let bystander = tokio::spawn({
-        let p = p.clone();
-        async move {
-            let mut c = Client::connect(&p).await;
-            let mut worst = Duration::ZERO;
-            for i in 0..30 {
-                let started = Instant::now();
-                let key = format!("hs:{i}");
-                assert_eq!(
-                    c.cmd(&["SET", &key, "t", "NX", "PX", "5000"]).await,
-                    Reply::ok()
-                );
-                assert_eq!(
-                    c.cmd(&["EVAL", UNLOCK, "1", &key, "t"]).await,
-                    Reply::Integer(1)
-                );
-                worst = worst.max(started.elapsed());
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            worst
-        }
-    });
+    let bystander = bystander(&p);
     // Two 450 KB scripts of `if(` (they froze the proxy 12–23 s).
     let body = "if(".repeat(150_000);
     let (mut a, mut b) = (Client::connect(&p).await, Client::connect(&p).await);
