@@ -12,7 +12,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// A Redis-protocol proxy that turns lock commands into Redlock quorum operations.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version, about, args_override_self = true)]
 struct Cli {
     /// TOML configuration file (see configs/redlock-proxy.toml).
     #[arg(long, short = 'c')]

@@ -213,14 +213,20 @@ async fn dev_mode_stops_its_masters_on_every_exit() {
     assert!(err.contains("cannot listen on"), "{err}");
     // Masters started, then a bad setting: they are stopped before the process exits.
     let free = redlock_proxy::dev::free_port().unwrap();
+    // (A later --listen wins, so scripts/dev.sh's default can be overridden.)
     let child = Command::new(bin)
-        .args(["--dev", "3", "--listen", &format!("127.0.0.1:{free}")])
+        .args(["--dev", "3", "--listen", "127.0.0.1:1"])
+        .args(["--listen", &format!("127.0.0.1:{free}")])
         .args(["--set", "default_ttl_ms=99999999"])
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let dir = std::env::temp_dir().join(format!("redlock-proxy-dev-{}", child.id()));
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("default_ttl_ms"), "{err}");
+    assert!(err.contains("dev mode: started"), "{err}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(running_in(&dir), 0, "dev masters left running");
     assert!(!dir.exists(), "dev folder left behind");
