@@ -74,6 +74,19 @@ fn hot(c: &mut Criterion) {
             )))
         })
     });
+    let extend = include_bytes!("../tests/clients/lua/redispy_extend.lua");
+    c.bench_function("recognise redis-py extend script", |b| {
+        b.iter(|| black_box(redlock_proxy::scripts::recognise(black_box(extend))))
+    });
+    let acquire = include_bytes!("../tests/clients/lua/redlock5_ACQUIRE_SCRIPT.lua");
+    c.bench_function("recognise node-redlock multi-key acquire script", |b| {
+        b.iter(|| black_box(redlock_proxy::scripts::recognise(black_box(acquire))))
+    });
+    // Issue 10 row 6: the largest script analysed, all `if(`.
+    let hostile = b"if(".repeat(64 * 1024 / 3);
+    c.bench_function("recognise 64 KiB of if(", |b| {
+        b.iter(|| black_box(redlock_proxy::scripts::recognise(black_box(&hostile))))
+    });
     let ballots = Ballots {
         replies: vec![
             Some(Reply::ok()),

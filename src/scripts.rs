@@ -885,6 +885,14 @@ mod tests {
             "return redis.call('del', KEYS[1])",
             // Lua names are case-sensitive: `argv` is not `ARGV`.
             "if redis.call('get',KEYS[1]) == argv[1] then return redis.call('del',KEYS[1]) else return 0 end",
+            // Different with three keys than with one or two: the analyser unrolls over one
+            // and two keys, so the key count may never be compared.
+            "if #KEYS == 3 then return redis.call('del', KEYS[1]) end local n = 0 for i, k in ipairs(KEYS) do if redis.call('get', k) == ARGV[1] then n = n + redis.call('del', k) end end return n",
+            "local n = 0 for i, k in ipairs(KEYS) do if i == 3 then redis.call('del', k) elseif redis.call('get', k) == ARGV[1] then n = n + redis.call('del', k) end end return n",
+            // Overwrites another holder's lock (Redis::DistLock 0.07's extend does this).
+            "return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])",
+            // Sets the TTL from a literal, not from an argument.
+            "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], 5000) end return 0",
             // A string compared outside redis.call keeps its case.
             "if redis.call('get',KEYS[1]) == 'ARGV' then return redis.call('del',KEYS[1]) else return 0 end",
         ] {

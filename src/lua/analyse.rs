@@ -31,6 +31,10 @@ pub enum Val {
     Bool(bool),
     /// An integer.
     Num(i64),
+    /// An integer that depends on the number of keys (`#KEYS`, a loop index over `KEYS`):
+    /// usable as an index, a loop bound or a reply, but never compared, so that the one- and
+    /// two-key runs stand for any number of keys.
+    Count(i64),
     /// A string literal.
     Str(Vec<u8>),
     /// `ARGV[j]` (a string).
@@ -74,7 +78,7 @@ impl fmt::Display for Val {
         match self {
             Val::Nil => write!(f, "nil"),
             Val::Bool(b) => write!(f, "{b}"),
-            Val::Num(n) => write!(f, "{n}"),
+            Val::Num(n) | Val::Count(n) => write!(f, "{n}"),
             Val::Str(s) => write!(f, "'{}'", String::from_utf8_lossy(s)),
             Val::Arg(j) => write!(f, "ARGV[{j}]"),
             Val::NumArg(j) => write!(f, "tonumber(ARGV[{j}])"),
@@ -355,6 +359,7 @@ fn to_reply(v: Val) -> Val {
     match v {
         Val::Bool(false) => Val::Nil,
         Val::Bool(true) => Val::Num(1),
+        Val::Count(n) => Val::Num(n),
         Val::Table(items) => Val::Table(
             items
                 .into_iter()
@@ -379,7 +384,9 @@ fn kind(v: &Val) -> u8 {
     match v {
         Val::Nil => 0,
         Val::Bool(_) => 1,
-        Val::Num(_) | Val::NumArg(_) | Val::Pttl(_) | Val::Ttl(_) | Val::Sum(_) => 2,
+        Val::Num(_) | Val::Count(_) | Val::NumArg(_) | Val::Pttl(_) | Val::Ttl(_) | Val::Sum(_) => {
+            2
+        }
         Val::Str(_) | Val::Arg(_) | Val::Other(_) | Val::Key(_) => 3,
         Val::Status | Val::Table(_) | Val::Keys | Val::Argv | Val::Redis => 4,
         Val::Opaque => 5,
@@ -475,7 +482,9 @@ impl Machine<'_> {
                 }
             }
             Stat::NumFor(var, start, stop, step, body) => {
-                let (Val::Num(a), Val::Num(z)) = (self.expr(start)?, self.expr(stop)?) else {
+                let (a, z) = (self.expr(start)?, self.expr(stop)?);
+                let counted = matches!(a, Val::Count(_)) || matches!(z, Val::Count(_));
+                let (Val::Num(a) | Val::Count(a), Val::Num(z) | Val::Count(z)) = (a, z) else {
                     return fail("a numeric for without known bounds");
                 };
                 let step = match step {
@@ -494,7 +503,8 @@ impl Machine<'_> {
                     return fail("a numeric for with too many iterations");
                 }
                 for k in 0..count.max(0) {
-                    self.set_local(*var, Val::Num(a + k * step));
+                    let i = a + k * step;
+                    self.set_local(*var, if counted { Val::Count(i) } else { Val::Num(i) });
                     match self.block(body)? {
                         Flow::Normal => {}
                         Flow::Break => break,
@@ -503,13 +513,17 @@ impl Machine<'_> {
                 }
             }
             Stat::GenFor(vars, exprs, body) => {
+                let mut counted = false;
                 let items: Vec<Val> = match exprs.as_slice() {
                     [Expr::Call(f, args)] if args.len() == 1 => {
                         if self.expr(f)? != Val::Ipairs {
                             return fail("a generic for other than ipairs");
                         }
                         match self.expr(&args[0])? {
-                            Val::Keys => (1..=self.keys.len()).map(Val::Key).collect(),
+                            Val::Keys => {
+                                counted = true;
+                                (1..=self.keys.len()).map(Val::Key).collect()
+                            }
                             Val::Table(t) => t.into_iter().take_while(|v| *v != Val::Nil).collect(),
                             _ => return fail("ipairs over something other than KEYS"),
                         }
@@ -518,7 +532,8 @@ impl Machine<'_> {
                 };
                 for (k, item) in items.into_iter().enumerate() {
                     if let Some(id) = vars.first() {
-                        self.set_local(*id, Val::Num(k as i64 + 1));
+                        let i = k as i64 + 1;
+                        self.set_local(*id, if counted { Val::Count(i) } else { Val::Num(i) });
                     }
                     if let Some(id) = vars.get(1) {
                         self.set_local(*id, item);
@@ -570,7 +585,10 @@ impl Machine<'_> {
             },
             Expr::Index(t, k) => {
                 let t = self.expr(t)?;
-                let k = self.expr(k)?;
+                let k = match self.expr(k)? {
+                    Val::Count(i) => Val::Num(i),
+                    k => k,
+                };
                 match (t, k) {
                     (Val::Keys, Val::Num(i)) if self.layout.keys_as_args && i >= 2 => {
                         Val::Arg(i as usize - 1)
@@ -643,8 +661,8 @@ impl Machine<'_> {
                 let v = self.expr(a)?;
                 match (op, v) {
                     (Un::Not, v) => Val::Bool(!truthy(&v)?),
-                    (Un::Neg, Val::Num(n)) => Val::Num(-n),
-                    (Un::Len, Val::Keys) => Val::Num(self.keys.len() as i64),
+                    (Un::Neg, Val::Num(n)) => Val::Num(n.checked_neg().ok_or_else(overflow)?),
+                    (Un::Len, Val::Keys) => Val::Count(self.keys.len() as i64),
                     (Un::Len, Val::Table(t)) => {
                         Val::Num(t.iter().take_while(|v| **v != Val::Nil).count() as i64)
                     }
