@@ -243,7 +243,7 @@ impl std::fmt::Debug for Config {
 /// [[scripts]]
 /// text = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 /// meaning = "release"     # acquire | acquire_or_refresh | extend | extend_add | release | inspect
-/// reply = "one_zero"      # one_zero | count | ok_nil | one_minus_one | tristate
+/// reply = "one_zero"      # one_zero | count | ok_nil | one_minus_one | tristate | ok_zero
 /// token_arg = 1           # ARGV index of the token
 /// ttl_arg = 2             # ARGV index of the TTL in ms (acquire / extend)
 /// all_keys = false        # true: works on every key in KEYS, false: only KEYS[1]
@@ -253,8 +253,8 @@ impl std::fmt::Debug for Config {
 pub struct ScriptDecl {
     /// SHA1 (40 hex digits) of the script's exact text. Give this or `text`.
     pub sha: Option<String>,
-    /// The script's text. Matched after normalisation, so spacing, line endings, quote style,
-    /// comments and the names of locals may differ.
+    /// The script's text. Matched by the canonical form of its syntax tree, so spacing, line
+    /// endings, quote style, comments and the names of locals may differ.
     pub text: Option<String>,
     /// The lock operation it performs.
     pub meaning: Op,
