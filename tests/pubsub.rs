@@ -121,6 +121,23 @@ async fn every_master_publishing_delivers_each_message_once() {
 }
 
 #[tokio::test]
+async fn subscribing_inside_a_transaction_is_refused() {
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut c = Client::connect(&p).await;
+    assert_eq!(c.raw(&["MULTI"]).await, "+OK\r\n");
+    assert_eq!(
+        c.raw(&["SUBSCRIBE", "a", "b"]).await,
+        "-ERR Command not allowed inside a transaction\r\n"
+    );
+    assert_eq!(
+        c.raw(&["EXEC"]).await,
+        "-EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+    assert_eq!(c.raw(&["PING"]).await, "+PONG\r\n");
+}
+
+#[tokio::test]
 async fn resp3_subscribers_get_pushes_and_may_run_commands() {
     let ms = masters(3);
     let p = proxy_for(&ms).await.to_string();

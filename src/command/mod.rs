@@ -265,6 +265,12 @@ pub fn dispatch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action
         ))
         .into();
     }
+    if conn.multi.is_some() && spec.name.ends_with("subscribe") {
+        // Several replies to one command cannot sit inside EXEC's array (Redis 7.2 refuses
+        // these in a transaction too).
+        conn.multi_failed = true;
+        return Reply::static_error("ERR Command not allowed inside a transaction").into();
+    }
     if conn.multi.is_some() && !transaction::runs_at_once(spec.name) {
         return transaction::queue(proxy, conn, args);
     }
