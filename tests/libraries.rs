@@ -1,7 +1,8 @@
 //! Real lock libraries, unmodified, pointed at the proxy backed by real masters (N = 3 and 5):
 //! redis-py's `Lock` and node-redlock v5 with ioredis (installed from their registries by
-//! `scripts/deps.sh test` into tests/clients), redsync's wire behaviour reproduced with a raw
-//! client, and redis-cli. Each library also runs a contention test: workers compete for a few
+//! `scripts/deps.sh test` into tests/clients), redlock-php reproduced on Debian's php-redis
+//! (workers follow one CLI contract, see `run_workers`), redsync's wire behaviour reproduced
+//! with a raw client, and redis-cli. Each library also runs a contention test: workers compete for a few
 //! resources and do read–sleep–write on a counter kept in a Redis the proxy does not use; no
 //! update may be lost, and the same run with the lock bypassed must lose some (so the test can
 //! fail).
@@ -364,4 +365,111 @@ async fn npm_redis_lock_contention_loses_no_update() {
         got < expected,
         "a same-value SET NX granted twice should lose updates: {line}"
     );
+}
+
+/// A worker program that follows the contract `W --redis HOST:PORT --counter HOST:PORT
+/// --resource NAME --iterations N --hold-ms MS [--no-lock]` and prints `done <successes>` last.
+type Worker = fn() -> Command;
+
+fn redlock_php() -> Command {
+    let mut c = Command::new("php");
+    c.arg(clients_dir().join("redlock_php.php"));
+    c
+}
+
+/// Runs 8 workers at once against `redis` and returns (successful critical sections, counter).
+async fn run_workers(
+    worker: Worker,
+    redis: &str,
+    counter: &Master,
+    resource: &str,
+    iterations: u32,
+    no_lock: bool,
+) -> (u64, u64) {
+    let counter_addr = counter.addr();
+    let mut runs = Vec::new();
+    for _ in 0..8 {
+        let mut cmd = worker();
+        cmd.args(["--redis", redis, "--counter", &counter_addr])
+            .args([
+                "--resource",
+                resource,
+                "--iterations",
+                &iterations.to_string(),
+            ])
+            .args(["--hold-ms", "2"]);
+        if no_lock {
+            cmd.arg("--no-lock");
+        }
+        runs.push(tokio::spawn(drive(cmd)));
+    }
+    let mut successes = 0;
+    for run in runs {
+        let out = run.await.expect("worker task");
+        let last = out.lines().last().unwrap_or_default();
+        successes += last
+            .strip_prefix("done ")
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("worker's last line is not `done N`: {out}"));
+    }
+    let key = format!("count:{resource}");
+    let got = match counter.client().await.cmd(&["GET", &key]).await {
+        Reply::Bulk(b) => String::from_utf8_lossy(&b).parse().unwrap_or(0),
+        _ => 0,
+    };
+    (successes, got)
+}
+
+/// redlock-php (reproduced on Debian's php-redis; tokens from `uniqid()`, which repeat across
+/// processes): (a) through the proxy no update is lost; (d) the same against one plain Redis;
+/// (c) with the lock bypassed updates are lost. The unsafe `set_nx_reentrant` is measured only:
+/// a repeated uniqid() must meet a contended retry in the same window to show.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_php_contention_loses_no_update() {
+    let ms = masters(3);
+    let counter = Master::start();
+    let p = format!("127.0.0.1:{}", proxy_for(&ms).await.port());
+    let (ok, got) = run_workers(redlock_php, &p, &counter, "php-a", 25, false).await;
+    eprintln!("redlock-php through the proxy: {ok} critical sections, counter {got}");
+    assert_eq!(got, ok, "updates lost through the proxy");
+    assert!(ok > 0);
+
+    let plain = Master::start();
+    let (ok, got) = run_workers(redlock_php, &plain.addr(), &counter, "php-d", 25, false).await;
+    eprintln!("redlock-php on one plain Redis: {ok} critical sections, counter {got}");
+    assert_eq!(got, ok, "updates lost on one plain Redis");
+
+    let (ok, got) = run_workers(redlock_php, &p, &counter, "php-c", 25, true).await;
+    eprintln!("redlock-php, lock bypassed: {ok} critical sections, counter {got}");
+    assert!(got < ok, "the control should lose updates ({got} of {ok})");
+
+    let addrs: Vec<String> = ms.iter().map(|m| m.addr()).collect();
+    let refs: Vec<&str> = addrs.iter().map(|s| s.as_str()).collect();
+    let mut config = config_for(&refs);
+    config.set_nx_reentrant = true;
+    let unsafe_p = format!("127.0.0.1:{}", proxy(config).await.port());
+    let (ok, got) = run_workers(redlock_php, &unsafe_p, &counter, "php-u", 25, false).await;
+    eprintln!("redlock-php with set_nx_reentrant (unsafe): {ok} critical sections, counter {got}");
+}
+
+/// (b) redlock-php through the proxy while one master is SIGKILLed mid-run and restarted empty:
+/// no update is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_php_loses_no_update_when_a_master_is_killed() {
+    let mut ms = masters(3);
+    let counter = Master::start();
+    let p = format!("127.0.0.1:{}", proxy_for(&ms).await.port());
+    let run = run_workers(redlock_php, &p, &counter, "php-b", 80, false);
+    let fault = async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        ms[1].kill();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        ms[1].restart();
+    };
+    let ((ok, got), ()) = tokio::join!(run, fault);
+    eprintln!(
+        "redlock-php, master killed and restarted empty: {ok} critical sections, counter {got}"
+    );
+    assert_eq!(got, ok, "updates lost across the master's kill");
+    assert!(ok > 0);
 }

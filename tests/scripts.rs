@@ -844,3 +844,145 @@ async fn by_default_no_client_script_can_touch_what_it_did_not_name() {
     );
     assert_eq!(values_on(&ms, "k").await, vec![None, None, None]);
 }
+
+/// A key's value and raw PTTL.
+async fn value_and_pttl(c: &mut Client, key: &str) -> (Option<String>, i64) {
+    let v = match c.cmd(&["GET", key]).await {
+        Reply::Bulk(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+        _ => None,
+    };
+    match c.cmd(&["PTTL", key]).await {
+        Reply::Integer(t) => (v, t),
+        other => panic!("PTTL answered {other:?}"),
+    }
+}
+
+/// Issue 9: every `SET ... NX` form a lock library may send, from every starting state, replies
+/// and leaves the key exactly as on one plain redis-server (the value and whether it has a TTL;
+/// the TTL itself within a second). This includes `SET k v NX` twice with the same value, which
+/// Redis refuses the second time: libraries whose values are timestamps or host names rely on it.
+/// Negative control: the same table with the unsafe `set_nx_reentrant` differs from Redis.
+#[tokio::test]
+async fn set_nx_forms_answer_what_one_redis_answers() {
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mismatches = set_nx_table(&reference, &ms, &p).await;
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+
+    let unsafe_ms = masters(3);
+    let unsafe_p = proxy_with(&unsafe_ms, |c| c.set_nx_reentrant = true).await;
+    let mismatches = set_nx_table(&reference, &unsafe_ms, &unsafe_p).await;
+    assert!(
+        mismatches.iter().any(|m| m.contains("from Mine, call 1"))
+            && mismatches
+                .iter()
+                .any(|m| m.contains("from Missing, call 2")),
+        "the reentrant opt-in should differ from Redis on a key already holding the value: {mismatches:#?}"
+    );
+}
+
+/// Runs every SET NX form from every starting state on `reference` and through `proxy`, and
+/// returns one line per difference.
+async fn set_nx_table(reference: &Master, ms: &[Master], proxy: &str) -> Vec<String> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let exat = (now.as_secs() + 100).to_string();
+    let pxat = (now.as_millis() + 100_000).to_string();
+    // Lock forms: they must answer exactly as Redis. The refused forms (a lock that could never
+    // expire, KEEPTTL, GET; README "supported commands") must answer an error and touch nothing.
+    let forms: Vec<(Vec<&str>, bool)> = vec![
+        (vec!["NX", "PX", "10000"], true),
+        (vec!["px", "10000", "nx"], true),
+        (vec!["Nx", "eX", "10"], true),
+        (vec!["EX", "10", "NX"], true),
+        (vec!["NX", "EXAT", &exat], true),
+        (vec!["pxat", &pxat, "nx"], true),
+        (vec!["nX", "Px", "10000"], true),
+        (vec!["NX"], false),
+        (vec!["nx"], false),
+        (vec!["NX", "KEEPTTL"], false),
+        (vec!["keepttl", "nx"], false),
+        (vec!["NX", "GET"], false),
+        (vec!["NX", "PX", "10000", "GET"], false),
+        (vec!["get", "ex", "10", "nx"], false),
+        (vec!["NX", "KEEPTTL", "GET"], false),
+        (vec!["NX", "PXAT", &pxat, "GET"], false),
+    ];
+    let starts = ["Missing", "Mine", "Other", "Expired"];
+    let mut r = reference.client().await;
+    let mut c = Client::connect(proxy).await;
+    // Set every starting state up first, then wait once for the expired ones.
+    let mut cases = Vec::new();
+    for (i, (form, supported)) in forms.iter().enumerate() {
+        for start in starts {
+            let key = format!("setnx:{i}:{start}");
+            let (token, px) = match start {
+                "Mine" => ("tok", "10000"),
+                "Other" => ("other", "10000"),
+                "Expired" => ("tok", "20"),
+                _ => ("", ""),
+            };
+            if !token.is_empty() {
+                assert_eq!(r.cmd(&["SET", &key, token, "PX", px]).await, Reply::ok());
+                assert_eq!(
+                    c.cmd(&["SET", &key, token, "NX", "PX", px]).await,
+                    Reply::ok()
+                );
+            }
+            cases.push((key, form.clone(), *supported, start));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut mismatches = Vec::new();
+    for (key, form, supported, start) in cases {
+        let mut args = vec!["SET", key.as_str(), "tok"];
+        args.extend(&form);
+        if !supported {
+            let before: Vec<_> = values_on(ms, &key).await;
+            let got = c.raw(&args).await;
+            let after: Vec<_> = values_on(ms, &key).await;
+            if !got.starts_with("-ERR redlock-proxy ") || before != after {
+                mismatches.push(format!(
+                    "{form:?} from {start}: should be refused, untouched; got {got:?}, {before:?} -> {after:?}"
+                ));
+            }
+            continue;
+        }
+        // Twice: the second call is `SET k v NX` with the value the first may have written.
+        for round in 1..=2 {
+            let want = r.raw(&args).await;
+            let got = c.raw(&args).await;
+            if want != got {
+                mismatches.push(format!(
+                    "{form:?} from {start}, call {round}: Redis {want:?}, proxy {got:?}"
+                ));
+            }
+            let (wv, wt) = value_and_pttl(&mut r, &key).await;
+            let mut per_master = Vec::new();
+            for m in ms {
+                per_master.push(value_and_pttl(&mut m.client().await, &key).await);
+            }
+            let majority = per_master
+                .iter()
+                .find(|(v, _)| per_master.iter().filter(|(o, _)| o == v).count() > ms.len() / 2)
+                .cloned();
+            let Some((gv, gt)) = majority else {
+                mismatches.push(format!("{form:?} from {start}: no majority {per_master:?}"));
+                continue;
+            };
+            let ttl_ok = if wt < 0 || gt < 0 {
+                wt == gt
+            } else {
+                (wt - gt).abs() <= 1000
+            };
+            if wv != gv || !ttl_ok {
+                mismatches.push(format!(
+                    "{form:?} from {start}, call {round}: Redis ({wv:?}, {wt}), proxy majority ({gv:?}, {gt})"
+                ));
+            }
+        }
+    }
+    mismatches
+}
