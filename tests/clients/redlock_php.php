@@ -1,106 +1,64 @@
 <?php
-// redlock-php (ronnylt/redlock-php, RedLock.php) reproduced line for line on Debian's php-redis:
-// the library is on Packagist only, which the project does not use. Wire behaviour kept: token
-// from uniqid(), SET resource token NX PX ttl, drift ttl*0.01+2, validity check, on failure the
-// GET-compare-DEL unlock script on every instance, random retry delay in [delay/2, delay].
+// A driver that reproduces the wire behaviour of redlock-php (ronnylt/redlock-php) on Debian's
+// php-redis: the library itself is published on Packagist only, which the project does not use,
+// so this is our own code sending what it sends. What it sends, per attempt: a token from
+// uniqid(); `SET resource token NX PX ttl` to every server in turn; a grant when a quorum said OK
+// and `ttl - elapsed - (ttl * 0.01 + 2)` is positive; otherwise the compare-and-delete unlock
+// script on every server, then a random pause in [delay/2, delay] ms before the next attempt.
 //
 // Worker CLI contract (tests/libraries.rs):
 //   php redlock_php.php --redis HOST:PORT --counter HOST:PORT --resource NAME
 //       --iterations N --hold-ms MS [--no-lock]
 // Loops {lock; GET counter; sleep; SET counter+1; unlock} and prints `done <successes>` last.
 
-class RedLock
-{
-    private $retryDelay;
-    private $retryCount;
-    private $clockDriftFactor = 0.01;
-    private $quorum;
-    private $servers = array();
-    private $instances = array();
-
-    function __construct(array $servers, $retryDelay = 200, $retryCount = 3)
-    {
-        $this->servers = $servers;
-        $this->retryDelay = $retryDelay;
-        $this->retryCount = $retryCount;
-        $this->quorum  = min(count($servers), (count($servers) / 2 + 1));
-    }
-
-    public function lock($resource, $ttl)
-    {
-        $this->initInstances();
-        $token = uniqid();
-        $retry = $this->retryCount;
-        do {
-            $n = 0;
-            $startTime = microtime(true) * 1000;
-            foreach ($this->instances as $instance) {
-                if ($this->lockInstance($instance, $resource, $token, $ttl)) {
-                    $n++;
-                }
-            }
-            # Add 2 milliseconds to the drift to account for Redis expires
-            # precision, which is 1 millisecond, plus 1 millisecond min drift
-            # for small TTLs.
-            $drift = ($ttl * $this->clockDriftFactor) + 2;
-            $validityTime = $ttl - (microtime(true) * 1000 - $startTime) - $drift;
-            if ($n >= $this->quorum && $validityTime > 0) {
-                return [
-                    'validity' => $validityTime,
-                    'resource' => $resource,
-                    'token'    => $token,
-                ];
-            } else {
-                foreach ($this->instances as $instance) {
-                    $this->unlockInstance($instance, $resource, $token);
-                }
-            }
-            // Wait a random delay before to retry
-            $delay = mt_rand(floor($this->retryDelay / 2), $this->retryDelay);
-            usleep($delay * 1000);
-            $retry--;
-        } while ($retry > 0);
-        return false;
-    }
-
-    public function unlock(array $lock)
-    {
-        $this->initInstances();
-        $resource = $lock['resource'];
-        $token    = $lock['token'];
-        foreach ($this->instances as $instance) {
-            $this->unlockInstance($instance, $resource, $token);
-        }
-    }
-
-    private function initInstances()
-    {
-        if (empty($this->instances)) {
-            foreach ($this->servers as $server) {
-                list($host, $port, $timeout) = $server;
-                $redis = new \Redis();
-                $redis->connect($host, $port, $timeout);
-                $this->instances[] = $redis;
-            }
-        }
-    }
-
-    private function lockInstance($instance, $resource, $token, $ttl)
-    {
-        return $instance->set($resource, $token, ['NX', 'PX' => $ttl]);
-    }
-
-    private function unlockInstance($instance, $resource, $token)
-    {
-        $script = '
+const UNLOCK_LUA = '
             if redis.call("GET", KEYS[1]) == ARGV[1] then
                 return redis.call("DEL", KEYS[1])
             else
                 return 0
             end
         ';
-        return $instance->eval($script, [$resource, $token], 1);
+
+/** Connections to the lock servers (here: the proxy alone). */
+function connect_all(array $servers): array
+{
+    $out = [];
+    foreach ($servers as [$host, $port]) {
+        $r = new \Redis();
+        $r->connect($host, $port, 5);
+        $out[] = $r;
     }
+    return $out;
+}
+
+function release_on(array $conns, string $resource, string $token): void
+{
+    foreach ($conns as $r) {
+        $r->eval(UNLOCK_LUA, [$resource, $token], 1);
+    }
+}
+
+/** Tries up to $attempts times; the lock (resource, token) or null. */
+function acquire(array $conns, string $resource, int $ttl, int $delayMs, int $attempts): ?array
+{
+    $token = uniqid();
+    $needed = min(count($conns), count($conns) / 2 + 1);
+    for ($left = $attempts; $left > 0; $left--) {
+        $began = microtime(true) * 1000;
+        $yes = 0;
+        foreach ($conns as $r) {
+            if ($r->set($resource, $token, ['NX', 'PX' => $ttl])) {
+                $yes++;
+            }
+        }
+        $validity = $ttl - (microtime(true) * 1000 - $began) - ($ttl * 0.01 + 2);
+        if ($yes >= $needed && $validity > 0) {
+            return [$resource, $token];
+        }
+        release_on($conns, $resource, $token);
+        usleep(mt_rand(intdiv($delayMs, 2), $delayMs) * 1000);
+    }
+    return null;
 }
 
 $opts = getopt('', ['redis:', 'counter:', 'resource:', 'iterations:', 'hold-ms:', 'no-lock']);
@@ -115,13 +73,13 @@ list($ch, $cp) = explode(':', $opts['counter']);
 $useLock = !isset($opts['no-lock']);
 $counter = new \Redis();
 $counter->connect($ch, (int)$cp, 5);
-// A short retry delay and many retries, so workers contend often (constructor parameters).
-$redlock = new RedLock([[$rh, (int)$rp, 5]], 10, 1000);
+// A short retry delay and many retries, so workers contend often.
+$servers = connect_all([[$rh, (int)$rp]]);
 $key = 'count:' . $opts['resource'];
 $successes = 0;
 for ($i = 0; $i < (int)$opts['iterations']; $i++) {
-    $lock = $useLock ? $redlock->lock($opts['resource'], 2000) : ['resource' => '', 'token' => ''];
-    if ($lock === false) {
+    $lock = $useLock ? acquire($servers, $opts['resource'], 2000, 10, 1000) : ['', ''];
+    if ($lock === null) {
         continue;
     }
     $v = (int)$counter->get($key);
@@ -129,7 +87,7 @@ for ($i = 0; $i < (int)$opts['iterations']; $i++) {
     $counter->set($key, (string)($v + 1));
     $successes++;
     if ($useLock) {
-        $redlock->unlock($lock);
+        release_on($servers, $lock[0], $lock[1]);
     }
 }
 echo "done $successes\n";
