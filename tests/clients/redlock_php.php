@@ -39,9 +39,14 @@ function release_on(array $conns, string $resource, string $token): void
 }
 
 /** Tries up to $attempts times; the lock (resource, token) or null. */
+/** Every token this worker drew, printed at the end so the test can see repeats across workers. */
+$drawn = [];
+
 function acquire(array $conns, string $resource, int $ttl, int $delayMs, int $attempts): ?array
 {
+    global $drawn;
     $token = uniqid();
+    $drawn[] = $token;
     $needed = min(count($conns), count($conns) / 2 + 1);
     for ($left = $attempts; $left > 0; $left--) {
         $began = microtime(true) * 1000;
@@ -90,4 +95,5 @@ for ($i = 0; $i < (int)$opts['iterations']; $i++) {
         release_on($servers, $lock[0], $lock[1]);
     }
 }
+echo 'tokens ' . implode(',', $drawn) . "\n";
 echo "done $successes\n";
