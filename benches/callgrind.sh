@@ -1,32 +1,99 @@
 #!/usr/bin/env bash
-# Instructions per request in the proxy, counted by callgrind (repeatable on a noisy machine,
-# unlike requests/s). Starts one master and the release proxy (N=1, single-threaded) under
-# valgrind, drives it with redis-benchmark, and prints the total and per-request counts.
-# Usage: benches/callgrind.sh [PIPELINE=16] [REQUESTS=100000]
+# Instructions per request, counted by callgrind (repeatable on a noisy machine, unlike req/s).
+# Starts N masters and the release proxy (single-threaded) under valgrind, drives it with
+# redis-benchmark `SET lock:<rand> tok NX PX 30000`, and prints the total and per-request counts.
+# With N=1 it then counts twemproxy (nutcracker, its whole process under callgrind) in front of
+# the same master with the same load, and prints both figures in one run.
+# Usage: benches/callgrind.sh [-n MASTERS=1] [-P PIPELINE=16] [-r REQUESTS=100000] [-t proxy|twem|both]
+# The callgrind files are kept in target/callgrind/ for `callgrind_annotate --inclusive=yes --tree=caller`.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-pipeline=${1:-16}
-requests=${2:-100000}
+masters=1 pipeline=16 requests=100000 which=both
+while getopts "n:P:r:t:" o; do
+  case "$o" in
+    n) masters=$OPTARG ;;
+    P) pipeline=$OPTARG ;;
+    r) requests=$OPTARG ;;
+    t) which=$OPTARG ;;
+    *) sed -n 7p "$0" >&2; exit 2 ;;
+  esac
+done
+# Old positional form: callgrind.sh PIPELINE REQUESTS.
+shift $((OPTIND - 1))
+pipeline=${1:-$pipeline}
+requests=${2:-$requests}
 scripts/deps.sh dev
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 1; }
-cargo build --release -q --bin redlock-proxy
+nut=$(command -v nutcracker || echo /usr/sbin/nutcracker)
+if [ "$which" != proxy ] && [ "$masters" = 1 ] && [ ! -x "$nut" ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nutcracker >/dev/null 2>&1 ||
+    { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nutcracker >/dev/null; }
+fi
+[ "${BENCH_NO_BUILD:-0}" = 1 ] || cargo build --release -q --bin redlock-proxy
+out="$root/target/callgrind"
+mkdir -p "$out"
 tmp="$(mktemp -d)"
-read -r master proxy <<<"$(python3 -c '
-import socket
-a, b = socket.socket(), socket.socket()
-a.bind(("127.0.0.1", 0)); b.bind(("127.0.0.1", 0))
-print(a.getsockname()[1], b.getsockname()[1])')"
-redis-server --port "$master" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" >/dev/null &
-mpid=$!
-valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" target/release/redlock-proxy \
-  --listen "127.0.0.1:$proxy" --backends "127.0.0.1:$master" --set threads=1 --set quarantine=false \
-  >"$tmp/proxy.log" 2>&1 &
-vpid=$!
-trap 'kill $mpid $vpid 2>/dev/null || true; rm -rf "$tmp"' EXIT
-for _ in $(seq 200); do redis-cli -p "$proxy" ping >/dev/null 2>&1 && break; sleep 0.1; done
-redis-benchmark -p "$proxy" -c 50 -n "$requests" -r 100000000 -P "$pipeline" -q \
-  SET lock:__rand_int__ tok NX PX 30000 2>/dev/null | tr '\r' '\n' | tail -1
-kill -INT "$vpid"; wait "$vpid" 2>/dev/null || true
-total=$(callgrind_annotate "$tmp/cg.out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
-echo "instructions: $total total, $((total / requests)) per request (start-up included)"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT INT TERM
+read -r -a ports <<<"$(python3 -c '
+import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]))]
+[s.bind(("127.0.0.1", 0)) for s in ss]
+print(" ".join(str(s.getsockname()[1]) for s in ss))' $((masters + 2)))"
+backends=""
+for p in "${ports[@]:0:masters}"; do
+  redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" >/dev/null &
+  pids+=($!)
+  backends+="${backends:+,}127.0.0.1:$p"
+done
+for p in "${ports[@]:0:masters}"; do
+  for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
+done
+
+# count NAME PORT CMD...: run CMD under callgrind, load it, print instructions per request.
+count() {
+  local name=$1 port=$2 file="$out/$1-n$masters-P$pipeline.out" vpid total rps
+  shift 2
+  for p in "${ports[@]:0:masters}"; do redis-cli -p "$p" flushall >/dev/null; done
+  valgrind --tool=callgrind --callgrind-out-file="$file" "$@" >"$tmp/$name.log" 2>&1 &
+  vpid=$!
+  pids+=($vpid)
+  for _ in $(seq 300); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  rps=$(redis-benchmark -p "$port" -c 50 -n "$requests" -r 100000000 -P "$pipeline" -q \
+    SET lock:__rand_int__ tok NX PX 30000 2>/dev/null | tr '\r' '\n' | grep 'requests per second' | tail -1)
+  kill -INT "$vpid"
+  wait "$vpid" 2>/dev/null || true
+  total=$(callgrind_annotate "$file" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+  printf '%-10s N=%s -P%-3s %12s instructions, %6s per request (start-up included; under valgrind: %s)\n' \
+    "$name" "$masters" "$pipeline" "$total" "$((total / requests))" "${rps:-no rate}"
+}
+
+if [ "$which" != twem ]; then
+  count proxy "${ports[masters]}" target/release/redlock-proxy --listen "127.0.0.1:${ports[masters]}" \
+    --backends "$backends" --set threads=1 --set quarantine=false
+fi
+if [ "$which" != proxy ]; then
+  if [ "$masters" != 1 ]; then
+    echo "twemproxy  N=$masters: not counted (twemproxy shards, it does not fan out; compare at N=1)"
+  else
+    cat >"$tmp/nut.yml" <<EOF
+bench:
+  listen: 127.0.0.1:${ports[masters + 1]}
+  hash: fnv1a_64
+  distribution: ketama
+  redis: true
+  preconnect: true
+  auto_eject_hosts: false
+  server_connections: 1
+  timeout: 30000
+  servers:
+   - 127.0.0.1:${ports[0]}:1
+EOF
+    # -s 0 would be refused; give the stats server a loopback address on a kernel-chosen port.
+    sport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    count twemproxy "${ports[masters + 1]}" "$nut" -c "$tmp/nut.yml" -o "$tmp/nut.out" -s "$sport" -a 127.0.0.1
+  fi
+fi
+echo "callgrind files: $out/"

@@ -48,7 +48,7 @@ async function main() {
   const masters = masterPorts.map(connect);
   const clientSide = new Redlock(masters, { retryCount: 0 });
   clientSide.on("error", () => {});
-  modes.push(["node-redlock, client-side, N masters", await redlockCycle(clientSide)]);
+  modes.push([`node-redlock, client-side, ${masterPorts.length} masters`, await redlockCycle(clientSide)]);
 
   const viaProxy = connect(proxyPort);
   const proxied = new Redlock([viaProxy], { retryCount: 0 });

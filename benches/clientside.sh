@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
 # Client-side Redlock versus the proxy, in one run on the same masters.
-# Starts 5 masters on free ports and the release proxy in front of them, then runs
-# benches/clientside.js. Env: BENCH_SECONDS (default 5), BENCH_CONCURRENCY (default 50).
+# Starts N masters on free ports and the release proxy in front of them, then runs
+# benches/clientside.js (node-redlock, ioredis) and benches/clientside.py (redis-py).
+# Env: BENCH_MASTERS (default 5), BENCH_SECONDS (default 5), BENCH_CONCURRENCY (default 50),
+# BENCH_NO_BUILD=1 (use the existing target/release binary).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 scripts/deps.sh test
-cargo build --release -q --bin redlock-proxy
+[ "${BENCH_NO_BUILD:-0}" = 1 ] || cargo build --release -q --bin redlock-proxy
+n=${BENCH_MASTERS:-5}
 tmp="$(mktemp -d)"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT INT TERM
 read -r -a ports <<<"$(python3 -c '
 import socket
-ss=[socket.socket() for _ in range(6)]
+import sys
+ss=[socket.socket() for _ in range(int(sys.argv[1]) + 1)]
 [s.bind(("127.0.0.1",0)) for s in ss]
-print(" ".join(str(s.getsockname()[1]) for s in ss))')"
-proxy_port=${ports[5]}
+print(" ".join(str(s.getsockname()[1]) for s in ss))' "$n")"
+proxy_port=${ports[n]}
 backends=""
-for p in "${ports[@]:0:5}"; do
+for p in "${ports[@]:0:n}"; do
   redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" >"$tmp/m$p.log" 2>&1 &
   pids+=($!)
   backends+="${backends:+,}127.0.0.1:$p"
@@ -30,11 +34,16 @@ pids+=($!)
 for p in "${ports[@]}"; do
   for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
 done
-node benches/clientside.js "$proxy_port" "${BENCH_SECONDS:-5}" "${BENCH_CONCURRENCY:-50}" "${ports[@]:0:5}" |
-  python3 -c '
+{
+  node benches/clientside.js "$proxy_port" "${BENCH_SECONDS:-5}" "${BENCH_CONCURRENCY:-50}" "${ports[@]:0:n}"
+  tests/clients/.venv/bin/python benches/clientside.py "$proxy_port" "${BENCH_SECONDS:-5}" \
+    "${BENCH_CONCURRENCY:-50}" "${ports[@]:0:n}"
+} | python3 -c '
 import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
-base = rows[0]["cycles_per_s"] or 1
+base = {}
 print("%-52s %10s %15s" % ("mode", "cycles/s", "vs client-side"))
 for r in rows:
-    print("%-52s %10d %14.2fx" % (r["mode"], r["cycles_per_s"], r["cycles_per_s"] / base))'
+    lib = "py" if r["mode"].startswith("redis-py") else "node"
+    base.setdefault(lib, r["cycles_per_s"] or 1)
+    print("%-52s %10d %14.2fx" % (r["mode"], r["cycles_per_s"], r["cycles_per_s"] / base[lib]))'

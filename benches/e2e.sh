@@ -14,6 +14,11 @@
 #   BENCH_REQUESTS_P16   requests for P=16 (default 1000000)
 #   BENCH_QUICK=1        smoke run: 20000 requests each (explicit
 #                        BENCH_REQUESTS_* still win)
+#   BENCH_ROUNDS         interleaved rounds; each figure is the median (default 5, quick 3)
+#   BENCH_CYCLES=0       skip the lock+unlock cycle benchmark (benches/clientside.sh at
+#                        N=3 and N=5: redis-py and node-redlock, through the proxy vs
+#                        Redlock done client-side against the same masters)
+#   BENCH_CYCLE_SECONDS  seconds per cycle-benchmark mode (default 10, quick 3)
 #   BENCH_CLIENTS        redis-benchmark connections (default 50)
 #   BENCH_PROXY_ARGS     extra arguments for the proxy (e.g. "--set threads=1")
 #   BENCH_TARGETS        space/comma separated subset of
@@ -41,8 +46,12 @@ REPORT_MD="$TARGET_DIR/bench-e2e.md"
 
 if [[ "${BENCH_QUICK:-0}" == "1" ]]; then
     N_P1=${BENCH_REQUESTS_P1:-20000}
-    N_P16=${BENCH_REQUESTS_P16:-20000}
+    N_P16=${BENCH_REQUESTS_P16:-50000}
+    ROUNDS=${BENCH_ROUNDS:-3}
+    CYCLE_SECONDS=${BENCH_CYCLE_SECONDS:-3}
 else
+    ROUNDS=${BENCH_ROUNDS:-5}
+    CYCLE_SECONDS=${BENCH_CYCLE_SECONDS:-10}
     N_P1=${BENCH_REQUESTS_P1:-200000}
     N_P16=${BENCH_REQUESTS_P16:-1000000}
 fi
@@ -56,7 +65,7 @@ read -r -a TARGETS <<<"${TARGETS_SPEC//,/ }"
 N_MASTERS=5
 BENCH_CMD=(SET 'lock:__rand_int__' tok NX PX 30000)
 
-for v in N_P1 N_P16 CLIENTS STARTUP_TIMEOUT RUN_TIMEOUT; do
+for v in N_P1 N_P16 ROUNDS CYCLE_SECONDS CLIENTS STARTUP_TIMEOUT RUN_TIMEOUT; do
     if ! [[ "${!v}" =~ ^[1-9][0-9]*$ ]]; then
         echo "e2e: $v must be a positive integer, got '${!v}'" >&2
         exit 1
@@ -277,28 +286,32 @@ parse_rps() {
     python3 - "$1" <<'PY'
 import csv, io, sys
 text = open(sys.argv[1], encoding="utf-8", errors="replace").read().replace("\r", "\n")
-col, rps = 1, None
+col, c50, c99, rps, p50, p99 = 1, None, None, None, "-", "-"
 for row in csv.reader(io.StringIO(text)):
     if not row:
         continue
     if row[0] == "test" and "rps" in row:
         col = row.index("rps")
+        c50 = row.index("p50_latency_ms") if "p50_latency_ms" in row else None
+        c99 = row.index("p99_latency_ms") if "p99_latency_ms" in row else None
         continue
     if len(row) > col:
         try:
             rps = float(row[col])
+            if c50 is not None and c99 is not None and len(row) > max(c50, c99):
+                p50, p99 = row[c50], row[c99]
         except ValueError:
             pass
 if rps is None:
     sys.exit(1)
-print("%.2f" % rps)
+print("%.2f %s %s" % (rps, p50, p99))
 PY
 }
 
 # run_bench NAME PORT PIPELINE REQUESTS -> sets BENCH_RPS.
 # redis-benchmark runs in the background and is waited for, so a TERM/INT to
 # this script is handled at once (cleanup kills the benchmark too).
-BENCH_RPS=
+BENCH_RPS= BENCH_P50= BENCH_P99=
 run_bench() {
     local name=$1 port=$2 pipeline=$3 n=$4 out err nerr bpid brc=0
     out="$TMP_DIR/bench-$name-P$pipeline.csv"
@@ -324,11 +337,13 @@ run_bench() {
         head -n 5 "$err" >&2
         die "redis-benchmark against $name (P=$pipeline) reported $nerr server error line(s)"
     fi
-    BENCH_RPS=$(parse_rps "$out") || {
+    local parsed
+    parsed=$(parse_rps "$out") || {
         cat "$out" >&2
         die "could not parse requests/s from redis-benchmark output ($out)"
     }
-    log "  $name P=$pipeline: $BENCH_RPS req/s"
+    read -r BENCH_RPS BENCH_P50 BENCH_P99 <<<"$parsed"
+    log "  $name P=$pipeline: $BENCH_RPS req/s, p50 $BENCH_P50 ms, p99 $BENCH_P99 ms"
 }
 
 # ------------------------------------------------------------------ main
@@ -429,29 +444,57 @@ EOF
     esac
 }
 
-declare -A RPS1 RPS16
+# All targets are started once and stay up; every round runs each target in turn
+# (round-robin), so a slow spell on the shared machine hits every target alike. The
+# figure per target is the median over the rounds.
+declare -A TPORT TPID
 for t in "${TARGETS[@]}"; do
     flush_masters
     start_target "$t"
     check_lock_semantics "$t" "$TARGET_PORT"
-    flush_masters
-    run_bench "$t" "$TARGET_PORT" 1 "$N_P1"
-    RPS1[$t]=$BENCH_RPS
-    keys=$(dbsize "${MASTER_PORTS[0]}")
-    ((keys > 0)) || die "$t: master1 holds no keys after the P=1 run; target did not write"
-    if [[ "$t" == proxy-n5 ]]; then
-        for p in "${MASTER_PORTS[@]:1}"; do
-            k=$(dbsize "$p")
-            ((k > 0)) || log "WARNING: proxy-n5 left master :$p empty"
+    TPORT[$t]=$TARGET_PORT
+    TPID[$t]=$TARGET_PID
+done
+declare -A ALL1 ALL16 P50_1 P99_1 P50_16 P99_16 RPS1 RPS16
+for ((round = 1; round <= ROUNDS; round++)); do
+    log "round $round of $ROUNDS"
+    for t in "${TARGETS[@]}"; do
+        for pl in 1 16; do
+            flush_masters
+            if ((pl == 1)); then n=$N_P1; else n=$N_P16; fi
+            run_bench "$t" "${TPORT[$t]}" "$pl" "$n"
+            if ((pl == 1)); then
+                ALL1[$t]+="$BENCH_RPS "
+                P50_1[$t]+="$BENCH_P50 "
+                P99_1[$t]+="$BENCH_P99 "
+            else
+                ALL16[$t]+="$BENCH_RPS "
+                P50_16[$t]+="$BENCH_P50 "
+                P99_16[$t]+="$BENCH_P99 "
+            fi
+            keys=$(dbsize "${MASTER_PORTS[0]}")
+            ((keys > 0)) || die "$t: master1 holds no keys after the P=$pl run; target did not write"
+            if [[ "$t" == proxy-n5 ]]; then
+                for p in "${MASTER_PORTS[@]:1}"; do
+                    k=$(dbsize "$p")
+                    ((k > 0)) || log "WARNING: proxy-n5 left master :$p empty"
+                done
+            fi
+            if [[ -n "${TPID[$t]}" ]]; then
+                kill -0 "${TPID[$t]}" 2>/dev/null || die "$t died during the benchmark (log in $TMP_DIR)"
+            fi
         done
-    fi
-    flush_masters
-    run_bench "$t" "$TARGET_PORT" 16 "$N_P16"
-    RPS16[$t]=$BENCH_RPS
-    if [[ -n "$TARGET_PID" ]]; then
-        kill -0 "$TARGET_PID" 2>/dev/null || die "$t died during the benchmark (log in $TMP_DIR)"
-        stop_pid "$TARGET_PID"
-    fi
+    done
+done
+median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+for t in "${TARGETS[@]}"; do
+    RPS1[$t]=$(median "${ALL1[$t]}")
+    RPS16[$t]=$(median "${ALL16[$t]}")
+    P50_1[$t]=$(median "${P50_1[$t]}")
+    P99_1[$t]=$(median "${P99_1[$t]}")
+    P50_16[$t]=$(median "${P50_16[$t]}")
+    P99_16[$t]=$(median "${P99_16[$t]}")
+    [[ -z "${TPID[$t]}" ]] || stop_pid "${TPID[$t]}"
 done
 
 # ---------------------------------------------------------------- report
@@ -464,14 +507,15 @@ ratio() { # ratio A B -> "A/B" formatted, or "-" if not available
 }
 fmt_int() { awk -v x="$1" 'BEGIN { printf "%.0f", x }'; }
 
-HEADERS=("target" "P=1 req/s" "P=16 req/s" "P=1 vs direct" "P=16 vs direct" "P=1 vs twemproxy" "P=16 vs twemproxy")
+HEADERS=("target" "P=1 req/s" "P=16 req/s" "P=1 vs twem" "P=16 vs twem" "P=1 vs direct" "P=16 vs direct" "P=1 p50/p99 ms" "P=1 p50/p99 vs twem" "P=16 p50/p99 ms")
 ROWS=()
 for t in "${TARGETS[@]}"; do
-    ROWS+=("$t|$(fmt_int "${RPS1[$t]}")|$(fmt_int "${RPS16[$t]}")|$(ratio "${RPS1[$t]}" "${RPS1[direct]:-}")|$(ratio "${RPS16[$t]}" "${RPS16[direct]:-}")|$(ratio "${RPS1[$t]}" "${RPS1[twemproxy]:-}")|$(ratio "${RPS16[$t]}" "${RPS16[twemproxy]:-}")")
+    ROWS+=("$t|$(fmt_int "${RPS1[$t]}")|$(fmt_int "${RPS16[$t]}")|$(ratio "${RPS1[$t]}" "${RPS1[twemproxy]:-}")|$(ratio "${RPS16[$t]}" "${RPS16[twemproxy]:-}")|$(ratio "${RPS1[$t]}" "${RPS1[direct]:-}")|$(ratio "${RPS16[$t]}" "${RPS16[direct]:-}")|${P50_1[$t]}/${P99_1[$t]}|$(ratio "${P50_1[$t]}" "${P50_1[twemproxy]:-}")/$(ratio "${P99_1[$t]}" "${P99_1[twemproxy]:-}")|${P50_16[$t]}/${P99_16[$t]}")
 done
 
-TABLE_FMT='%-10s  %11s  %11s  %13s  %14s  %16s  %17s\n'
+TABLE_FMT='%-10s %10s %10s %11s %12s %13s %14s %15s %20s %15s\n'
 echo
+echo "median of $ROUNDS interleaved rounds; latency = redis-benchmark p50/p99 (ms); c=$CLIENTS"
 # shellcheck disable=SC2059  # the format string is ours
 printf "$TABLE_FMT" "${HEADERS[@]}"
 for r in "${ROWS[@]}"; do
@@ -497,7 +541,8 @@ mkdir -p "$(dirname -- "$REPORT_MD")"
         echo "- $("$NUTCRACKER" --version 2>&1 | head -n1)"
     fi
     echo "- command: \`redis-benchmark -c $CLIENTS -n <N> -r 100000000 -P <P> --csv ${BENCH_CMD[*]}\`"
-    echo "- requests: P=1: $N_P1, P=16: $N_P16"
+    echo "- requests: P=1: $N_P1, P=16: $N_P16; median of $ROUNDS interleaved rounds (round-robin over targets)"
+    echo "- load: $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min load average at the end)"
     echo "- targets: direct = 1 redis master; proxy-n1 / proxy-n5 = redlock-proxy over 1 / 5 masters; twemproxy = nutcracker over 1 master (server_connections: 1)"
     echo
     md_row "$(IFS='|'; echo "${HEADERS[*]}")"
@@ -507,5 +552,16 @@ mkdir -p "$(dirname -- "$REPORT_MD")"
     done
 } >"$REPORT_MD"
 log "markdown report written to $REPORT_MD"
+
+# Lock+unlock cycles at N=3 and N=5: the libraries doing Redlock themselves against the
+# masters versus the same libraries through the proxy (benches/clientside.sh starts its own).
+if [[ "${BENCH_CYCLES:-1}" != "0" ]]; then
+    for nm in 3 5; do
+        echo
+        echo "lock+unlock cycles, N=$nm masters, $CYCLE_SECONDS s per mode, concurrency $CLIENTS"
+        BENCH_MASTERS=$nm BENCH_SECONDS=$CYCLE_SECONDS BENCH_CONCURRENCY=$CLIENTS BENCH_NO_BUILD=1 \
+            "$SCRIPT_DIR/clientside.sh" | tee -a "$REPORT_MD" || die "cycle benchmark at N=$nm failed"
+    done
+fi
 
 FAILED=0
