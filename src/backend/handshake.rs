@@ -385,19 +385,7 @@ mod tests {
     use super::*;
 
     fn settings() -> Settings {
-        Settings {
-            connect_timeout: Duration::from_millis(500),
-            stall_timeout: Duration::from_millis(500),
-            reconnect_min: Duration::from_millis(10),
-            reconnect_max: Duration::from_millis(20),
-            probe_every: Duration::from_secs(60),
-            quarantine: None,
-            quarantine_young: false,
-            masters_persist: false,
-            clock: None,
-            auth: None,
-            tls: None,
-        }
+        Settings::for_tests()
     }
 
     /// Plays a master: reads until `expect` has arrived, then writes `answer`.

@@ -248,21 +248,13 @@ mod tests {
 
     fn settings(clock: bool) -> Settings {
         Settings {
-            connect_timeout: Duration::from_millis(500),
             stall_timeout: Duration::from_millis(300),
-            reconnect_min: Duration::from_millis(10),
-            reconnect_max: Duration::from_millis(20),
-            probe_every: Duration::from_secs(60),
-            quarantine: None,
-            quarantine_young: false,
-            masters_persist: false,
             clock: clock.then_some(crate::backend::clock::Rules {
                 rate: 0.01,
                 tolerance: Duration::from_millis(5),
                 span: Duration::from_millis(3000),
             }),
-            auth: None,
-            tls: None,
+            ..Settings::for_tests()
         }
     }
 

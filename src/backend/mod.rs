@@ -155,6 +155,27 @@ impl Drop for Pending {
 /// it fail at once with [`BackendError::Overloaded`] instead of piling up in memory.
 pub const QUEUE_LIMIT: usize = 65_536;
 
+#[cfg(test)]
+impl Settings {
+    /// Quiet settings for unit tests: no quarantine, no clock watch, no probes to speak of, fast
+    /// reconnects. Tests change what they exercise with struct-update syntax.
+    pub(crate) fn for_tests() -> Settings {
+        Settings {
+            connect_timeout: Duration::from_millis(500),
+            stall_timeout: Duration::from_millis(500),
+            reconnect_min: Duration::from_millis(10),
+            reconnect_max: Duration::from_millis(20),
+            probe_every: Duration::from_secs(60),
+            quarantine: None,
+            quarantine_young: false,
+            masters_persist: false,
+            clock: None,
+            auth: None,
+            tls: None,
+        }
+    }
+}
+
 /// Handle to one master's shared connection.
 #[derive(Clone)]
 pub struct Backend {
@@ -312,21 +333,15 @@ mod tests {
 
     fn settings() -> Settings {
         Settings {
-            connect_timeout: Duration::from_millis(500),
-            stall_timeout: Duration::from_millis(500),
-            reconnect_min: Duration::from_millis(10),
-            reconnect_max: Duration::from_millis(20),
             probe_every: Duration::from_millis(50),
             quarantine: Some(Duration::from_millis(3000)),
             quarantine_young: true,
-            masters_persist: false,
             clock: Some(clock::Rules {
                 rate: 0.01,
                 tolerance: Duration::from_millis(5),
                 span: Duration::from_millis(3000),
             }),
-            auth: None,
-            tls: None,
+            ..Settings::for_tests()
         }
     }
 
