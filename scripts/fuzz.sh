@@ -2,7 +2,7 @@
 # Coverage-guided fuzzing on the stable toolchain: libFuzzer (the libfuzzer-sys crate builds it
 # with the system's C++ compiler) driven by SanitizerCoverage instrumentation, which rustc
 # accepts as ordinary -C flags. Targets: the request decoder, the master reply decoder, script
-# recognition and config parsing (fuzz/fuzz_targets). Seeds live in fuzz/corpus/<target>; a run
+# recognition and config parsing (fuzz/fuzz_targets). Seeds live in fuzz/corpus/<target> (plus tests/clients/lua for `lua`); a run
 # works on a copy, so the repository's corpus only changes when you add to it.
 #
 # Usage: scripts/fuzz.sh [TARGET...]      (default: all four)
@@ -27,6 +27,8 @@ bin="$CARGO_TARGET_DIR/$host/release"
 for t in "${targets[@]}"; do
   work="$(mktemp -d)"
   cp -r "fuzz/corpus/$t/." "$work/"
+  # The lock libraries' exact scripts seed script recognition (kept once, in tests/clients/lua).
+  [ "$t" = lua ] && cp tests/clients/lua/*.lua "$work/"
   artifacts="target/fuzz-artifacts/$t/"
   mkdir -p "$artifacts"
   echo "fuzz: $t for ${seconds}s" >&2
