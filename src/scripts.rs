@@ -39,6 +39,9 @@ pub enum Op {
     ExtendAdd,
     /// Delete every key that holds the token.
     Release,
+    /// Delete every key, whatever it holds (python-redis-lock's `reset`, Redisson's
+    /// `forceUnlock`): `DEL` as a quorum operation.
+    Delete,
     /// Read `KEYS[1]`: the value a majority of masters agree on and how long a majority still
     /// hold it, answered as `[value, pttl]` (redlock-rb's `PTTL_SCRIPT`; any `reply` is ignored).
     Inspect,
@@ -62,6 +65,26 @@ pub enum Answer {
     Tristate,
     /// `+OK` on success, `0` otherwise (warlock's `parityRelock`).
     OkZero,
+    /// `0` on success, `1` otherwise (python-redis-lock). Its extend script also answers `2`
+    /// for a key that holds the token without a TTL; the proxy's grants always have one, and
+    /// the proxy extends such a key instead.
+    ZeroOne,
+}
+
+/// A wake-up signal a script leaves for waiters besides its lock operation: on each master,
+/// the list `KEYS[key]` is replaced by one element, `value`, that expires after `ARGV[ttl_arg]`
+/// milliseconds (python-redis-lock's unlock and reset; its waiters `BLPOP` the list).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signal {
+    /// 1-based `KEYS` index of the list.
+    pub key: usize,
+    /// 1-based `ARGV` index of its TTL in milliseconds.
+    pub ttl_arg: usize,
+    /// The element pushed.
+    pub value: Bytes,
+    /// True: signalled on every master; false: only where the operation did its work there
+    /// (the token was deleted).
+    pub always: bool,
 }
 
 /// How a script picks its operation.
@@ -112,6 +135,8 @@ pub struct LockScript {
     pub params_in_keys: bool,
     /// The reply its library expects.
     pub answer: Answer,
+    /// The wake-up signal it leaves, if any.
+    pub signal: Option<Signal>,
 }
 
 impl LockScript {
@@ -183,6 +208,7 @@ impl Declared {
                 all_keys: d.all_keys,
                 params_in_keys: false,
                 answer: d.reply,
+                signal: None,
             },
         }
     }
@@ -261,12 +287,34 @@ pub const INSPECT: &str = "return { redis.call('get', KEYS[1]), redis.call('pttl
 
 /// Release: `KEYS` = the keys, `ARGV[1]` = token. Answers one code per key: 1 deleted,
 /// 0 held by another token, -1 missing.
-pub const RELEASE: &str = "local out = {} \
-    for i, key in ipairs(KEYS) do \
+///
+/// With a wake-up signal, the list follows the keys in `KEYS` and `ARGV` continues with the
+/// number of lock keys, the list's TTL in ms, its element, and `"1"` to signal whatever the
+/// outcome (else only where every key was deleted). See [`Signal`].
+pub const RELEASE: &str = "local out = {} local n = tonumber(ARGV[2]) or #KEYS local all = true \
+    for i = 1, n do \
+      local key = KEYS[i] \
       local v = redis.call('get', key) \
-      if v == false then out[i] = -1 \
+      if v == false then out[i] = -1 all = false \
       elseif v == ARGV[1] then redis.call('del', key) out[i] = 1 \
-      else out[i] = 0 end \
+      else out[i] = 0 all = false end \
+    end \
+    if n < #KEYS and (all or ARGV[5] == '1') then \
+      local s = KEYS[n + 1] \
+      redis.call('del', s) redis.call('lpush', s, ARGV[4]) redis.call('pexpire', s, ARGV[3]) \
+    end \
+    return out";
+
+/// Delete: `KEYS` = the keys, then optionally a signal list, `ARGV` = the number of keys to
+/// delete, then the signal's TTL in ms, element and `"1"` to signal whatever the outcome (else
+/// only where every key existed). Answers one code per key: 1 deleted, -1 missing.
+pub const DELETE: &str = "local out = {} local n = tonumber(ARGV[1]) local all = true \
+    for i = 1, n do \
+      if redis.call('del', KEYS[i]) == 1 then out[i] = 1 else out[i] = -1 all = false end \
+    end \
+    if n < #KEYS and (all or ARGV[4] == '1') then \
+      local s = KEYS[n + 1] \
+      redis.call('del', s) redis.call('lpush', s, ARGV[3]) redis.call('pexpire', s, ARGV[2]) \
     end \
     return out";
 
@@ -605,48 +653,60 @@ mod tests {
         assert_eq!((l.token_arg, l.ttl_arg, l.unit), (2, 1, TtlUnit::Millis));
     }
 
-    /// Scripts with side effects outside the lock vocabulary stay unknown; the behaviour
-    /// table says why.
+    /// python-redis-lock 4.0: unlock and reset are a release / a delete that also leave a
+    /// wake-up signal on `KEYS[2]`; extend is an `EXPIRE` in seconds answering 0 / 1.
+    #[test]
+    fn python_redis_lock_scripts_are_recognised_with_their_signal() {
+        let signal = |always| {
+            Some(Signal {
+                key: 2,
+                ttl_arg: 2,
+                value: Bytes::from_static(b"1"),
+                always,
+            })
+        };
+        let Meaning::Lock(unlock) = recognise(lua!("redislock4_UNLOCK_SCRIPT")) else {
+            panic!("unlock not recognised");
+        };
+        assert_eq!(unlock.choice, Choice::Always(Op::Release));
+        assert_eq!((unlock.answer, unlock.all_keys), (Answer::ZeroOne, false));
+        assert_eq!(unlock.signal, signal(false));
+        let Meaning::Lock(reset) = recognise(lua!("redislock4_RESET_SCRIPT")) else {
+            panic!("reset not recognised");
+        };
+        assert_eq!(reset.choice, Choice::Always(Op::Delete));
+        assert_eq!(
+            reset.signal,
+            signal(true),
+            "reset signals whatever it deleted"
+        );
+        let Meaning::Lock(extend) = recognise(lua!("redislock4_EXTEND_SCRIPT")) else {
+            panic!("extend not recognised");
+        };
+        assert_eq!(extend.choice, Choice::Always(Op::Extend));
+        assert_eq!(
+            (extend.answer, extend.unit, extend.ttl_arg, extend.signal),
+            (Answer::ZeroOne, TtlUnit::Seconds, 2, None)
+        );
+        // Variants that must not pass as the same thing: a signal pushed onto a list that
+        // is not emptied first, a signal that depends on another key, a signal without a TTL.
+        for body in [
+            "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 1 end \
+             redis.call('lpush', KEYS[2], 1) redis.call('pexpire', KEYS[2], ARGV[2]) \
+             redis.call('del', KEYS[1]) return 0",
+            "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 1 end \
+             redis.call('del', KEYS[2]) redis.call('lpush', KEYS[2], 1) \
+             redis.call('del', KEYS[1]) return 0",
+            "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 1 end \
+             redis.call('del', KEYS[2]) redis.call('lpush', KEYS[2], 1) \
+             redis.call('pexpire', KEYS[2], ARGV[2]) return 0",
+        ] {
+            assert_eq!(recognise(body.as_bytes()), Meaning::Unknown, "{body}");
+        }
+    }
+
     #[test]
     fn scripts_with_other_effects_stay_unknown() {
-        // python-redis-lock 4.0: unlock and reset also signal waiters on KEYS[2].
-        for body in [
-            lua!("redislock4_UNLOCK_SCRIPT"),
-            lua!("redislock4_RESET_SCRIPT"),
-        ] {
-            assert_eq!(recognise(body), Meaning::Unknown);
-            let table = lua::behaviour(body).unwrap();
-            assert!(
-                table.iter().any(|row| row.contains("lpush KEYS[2] 1;")),
-                "{table:#?}"
-            );
-        }
-        let table = lua::behaviour(lua!("redislock4_UNLOCK_SCRIPT")).unwrap();
-        assert!(
-            table.contains(
-                &"[ARGV[1] (ttl kept); missing]: get KEYS[1]; del KEYS[2]; lpush KEYS[2] 1; \
-                  pexpire KEYS[2] ARGV[2]; del KEYS[1]; -> 0 [missing; missing]"
-                    .to_string()
-            ),
-            "{table:#?}"
-        );
-        // python-redis-lock 4.0 extend: EXPIRE in seconds, answering 0 done, 1 not the
-        // owner, 2 no TTL: a reply shape the proxy does not have.
-        assert_eq!(
-            recognise(lua!("redislock4_EXTEND_SCRIPT")),
-            Meaning::Unknown
-        );
-        let table = lua::behaviour(lua!("redislock4_EXTEND_SCRIPT")).unwrap();
-        assert_eq!(
-            table,
-            [
-                "[missing]: get KEYS[1]; -> 1 [missing]",
-                "[ARGV[1] (ttl kept)]: get KEYS[1]; ttl KEYS[1]; expire KEYS[1] ARGV[2]; -> 0 [ARGV[1] (ttl ARGV[2] s)]",
-                "[ARGV[1] (no ttl)]: get KEYS[1]; ttl KEYS[1]; -> 2 [ARGV[1] (no ttl)]",
-                "[other1 (ttl kept)]: get KEYS[1]; -> 1 [other1 (ttl kept)]",
-                "[other1 (no ttl)]: get KEYS[1]; -> 1 [other1 (no ttl)]",
-            ]
-        );
         // Redis::DistLock 0.07 extend: `SET XX` overwrites another holder's lock.
         assert_eq!(recognise(lua!("distlock_EXTEND_SCRIPT")), Meaning::Unknown);
         let table = lua::behaviour(lua!("distlock_EXTEND_SCRIPT")).unwrap();
@@ -881,8 +941,6 @@ mod tests {
             "if redis.call('get',KEYS[1]) ~= ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end",
             // Compares with another argument.
             "if redis.call('get',KEYS[1]) == ARGV[2] then return redis.call('del',KEYS[1]) else return 0 end",
-            // Deletes unconditionally.
-            "return redis.call('del', KEYS[1])",
             // Lua names are case-sensitive: `argv` is not `ARGV`.
             "if redis.call('get',KEYS[1]) == argv[1] then return redis.call('del',KEYS[1]) else return 0 end",
             // Different with three keys than with one or two: the analyser unrolls over one
@@ -898,6 +956,11 @@ mod tests {
         ] {
             assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
         }
+        // Deleting whatever the key holds is `DEL`, a delete: never a release.
+        assert_eq!(
+            op_of(b"return redis.call('del', KEYS[1])", &["t"]),
+            Some((Op::Delete, false, Answer::OneZero))
+        );
         // Spaces inside a string matter.
         assert_ne!(
             lua::canonical(b"return 'a b'"),

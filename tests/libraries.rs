@@ -507,3 +507,59 @@ async fn redlock_php_loses_no_update_when_a_master_is_killed() {
     );
     assert!(ok > 0);
 }
+
+fn python_redis_lock() -> Command {
+    let mut c = Command::new(python());
+    c.arg(clients_dir().join("python_redis_lock.py"));
+    c
+}
+
+/// python-redis-lock 4.0 (PyPI, unmodified): non-blocking and blocking acquire, a waiter in
+/// `BLPOP` woken by the release's signal list, `with`, extend, reset and its errors, at N = 3
+/// and 5, with each master checked behind the proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_redis_lock_works_unmodified() {
+    let _one_at_a_time = HEAVY.lock().await;
+    for n in [3, 5] {
+        let ms = masters(n);
+        let proxy = proxy_for(&ms).await;
+        let mut cmd = python_redis_lock();
+        cmd.arg("api")
+            .arg(proxy.port().to_string())
+            .args(ports(&ms));
+        assert_eq!(drive(cmd).await.trim(), "ok", "N = {n}");
+    }
+}
+
+/// python-redis-lock workers (`with Lock`, waiting in `BLPOP`) under contention lose no update
+/// through the proxy, nor while a master is SIGKILLed and restarted empty; with the lock
+/// bypassed they do (the control).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_redis_lock_contention_loses_no_update() {
+    let _one_at_a_time = HEAVY.lock().await;
+    let mut ms = masters(3);
+    let counter = Master::start();
+    let p = format!("127.0.0.1:{}", proxy_for(&ms).await.port());
+    let (ok, got, _) = run_workers(python_redis_lock, &p, &counter, "prl-a", 20, false).await;
+    eprintln!("python-redis-lock through the proxy: {ok} critical sections, counter {got}");
+    assert_eq!(got, ok, "updates lost through the proxy");
+    assert!(ok > 0);
+
+    let (ok, got, _) = run_workers(python_redis_lock, &p, &counter, "prl-c", 20, true).await;
+    eprintln!("python-redis-lock, lock bypassed: {ok} critical sections, counter {got}");
+    assert!(got < ok, "the control should lose updates ({got} of {ok})");
+
+    let run = run_workers(python_redis_lock, &p, &counter, "prl-b", 40, false);
+    let fault = async {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        ms[2].kill();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        ms[2].restart();
+    };
+    let ((ok, got, _), ()) = tokio::join!(run, fault);
+    eprintln!(
+        "python-redis-lock, master killed and restarted: {ok} critical sections, counter {got}"
+    );
+    assert_eq!(got, ok, "updates lost across the master's kill");
+    assert!(ok > 0);
+}

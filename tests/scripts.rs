@@ -986,3 +986,69 @@ async fn set_nx_table(reference: &Master, ms: &[Master], proxy: &str) -> Vec<Str
     }
     mismatches
 }
+
+/// A signal list's elements and TTL bucket.
+async fn list_state(c: &mut Client, key: &str) -> (String, i64) {
+    let items = c.raw(&["LRANGE", key, "0", "-1"]).await;
+    (items, ttl_bucket(&c.cmd(&["PTTL", key]).await))
+}
+
+/// python-redis-lock 4.0's unlock, reset and extend (`KEYS` = lock, signal list) from every
+/// starting state of the lock (the caller's, another's, missing) and with an old signal list
+/// or none: the reply, the lock and the signal list (elements and TTL) a majority of masters
+/// hold are what one plain Redis answers and holds, with unknown scripts refused.
+#[tokio::test]
+async fn python_redis_lock_scripts_answer_what_one_redis_answers() {
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let mut r = reference.client().await;
+    let mut c = Client::connect(&p).await;
+    let mut direct = Vec::new();
+    for m in &ms {
+        direct.push(m.client().await);
+    }
+    let cases: [(&str, &[&str]); 3] = [
+        ("redislock4_UNLOCK_SCRIPT", &["tok", "1000"]),
+        ("redislock4_RESET_SCRIPT", &["tok", "1000"]),
+        ("redislock4_EXTEND_SCRIPT", &["tok", "30"]),
+    ];
+    let mut case = 0;
+    for (name, argv) in cases {
+        let script = lua(name);
+        for held in ["tok", "other", ""] {
+            for old_signal in [false, true] {
+                case += 1;
+                let (key, signal) = (format!("lock:{case}"), format!("lock-signal:{case}"));
+                if !held.is_empty() {
+                    let set = ["SET", key.as_str(), held, "PX", "10000"];
+                    assert_eq!(r.cmd(&set).await, Reply::ok());
+                    let nx = ["SET", key.as_str(), held, "NX", "PX", "10000"];
+                    assert_eq!(c.cmd(&nx).await, Reply::ok());
+                }
+                if old_signal {
+                    for d in direct.iter_mut().chain([&mut r]) {
+                        d.cmd(&["RPUSH", &signal, "a", "b"]).await;
+                        d.cmd(&["PEXPIRE", &signal, "5000"]).await;
+                    }
+                }
+                let mut args = vec!["EVAL", script.as_str(), "2", &key, &signal];
+                args.extend(argv);
+                let want = r.raw(&args).await;
+                let got = c.raw(&args).await;
+                let what = format!("{name} with {held:?}, old signal {old_signal}");
+                assert_eq!(got, want, "reply of {what}");
+                let want = (state(&mut r, &key).await, list_state(&mut r, &signal).await);
+                let mut per_master = Vec::new();
+                for d in direct.iter_mut() {
+                    per_master.push((state(d, &key).await, list_state(d, &signal).await));
+                }
+                let agreed = per_master.iter().filter(|s| **s == want).count();
+                assert!(
+                    agreed >= 2,
+                    "{what}: one Redis {want:?}, masters {per_master:?}"
+                );
+            }
+        }
+    }
+}

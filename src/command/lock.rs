@@ -36,7 +36,7 @@ use crate::client::Conn;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask, ask_timed, validity};
 use crate::reply::{Reply, command};
-use crate::scripts::{ACQUIRE, Answer, EXTEND, INSPECT, Op, RELEASE};
+use crate::scripts::{ACQUIRE, Answer, DELETE, EXTEND, INSPECT, Op, RELEASE};
 use crate::stats::Stats;
 
 /// The options of a `SET` command.
@@ -137,6 +137,33 @@ pub struct LockOp {
     pub ttl_ms: i64,
     /// The reply shape the caller expects.
     pub answer: Answer,
+    /// The wake-up signal a release or delete leaves for waiters (see [`crate::scripts::Signal`]).
+    pub wake: Option<Wake>,
+}
+
+/// A wake-up signal bound to one call: on each master, `list` becomes the one element `value`
+/// with a TTL of `ttl_ms`, where the operation did its work there (or everywhere, `always`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wake {
+    /// The list waiters `BLPOP`.
+    pub list: Bytes,
+    /// Its TTL, in milliseconds (capped by `max_ttl_ms` like a lock's).
+    pub ttl_ms: i64,
+    /// The element pushed.
+    pub value: Bytes,
+    /// Signal on every master, whatever the operation did there.
+    pub always: bool,
+}
+
+impl Wake {
+    /// The canonical scripts' trailing arguments for the signal: TTL, element, mode.
+    fn args(&self) -> [Bytes; 3] {
+        [
+            Bytes::from(self.ttl_ms.to_string()),
+            self.value.clone(),
+            Bytes::from_static(if self.always { b"1" } else { b"0" }),
+        ]
+    }
 }
 
 /// Runs a Redlock acquisition of `key` for `token` with `ttl_ms`; answers `OK` or nil, exactly
@@ -157,6 +184,7 @@ pub fn acquire(proxy: &Arc<Proxy>, key: Bytes, token: Bytes, ttl_ms: i64) -> Act
             token,
             ttl_ms,
             answer: Answer::OkNil,
+            wake: None,
         },
     )
 }
@@ -172,6 +200,7 @@ pub fn release(proxy: &Arc<Proxy>, key: Bytes, token: Bytes) -> Action {
             token,
             ttl_ms: 0,
             answer: Answer::OneZero,
+            wake: None,
         },
     )
 }
@@ -183,21 +212,36 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
             .into();
     }
     let max = proxy.config.max_ttl_ms;
-    if !matches!(op.op, Op::Release | Op::Inspect) && op.ttl_ms > max as i64 {
+    if !matches!(op.op, Op::Release | Op::Delete | Op::Inspect) && op.ttl_ms > max as i64 {
         return Reply::error(format!(
             "ERR lock TTL {} ms exceeds the proxy's max_ttl_ms ({max} ms)",
             op.ttl_ms
         ))
         .into();
     }
-    let ticket = proxy.keylocks.enqueue(&op.keys);
+    if let Some(w) = &op.wake
+        && (w.ttl_ms <= 0 || w.ttl_ms > max as i64)
+    {
+        return Reply::error(format!(
+            "ERR signal TTL {} ms must be positive and within the proxy's max_ttl_ms ({max} ms)",
+            w.ttl_ms
+        ))
+        .into();
+    }
+    // The signal list takes its turn too, so a waiter's pop never overtakes the release.
+    let ticket = match &op.wake {
+        Some(w) => proxy
+            .keylocks
+            .enqueue(&[op.keys.as_slice(), std::slice::from_ref(&w.list)].concat()),
+        None => proxy.keylocks.enqueue(&op.keys),
+    };
     let proxy = proxy.clone();
     Action::Later(Box::pin(async move {
         let held = ticket.ready().await;
         match op.op {
             Op::Acquire | Op::AcquireOrRefresh => run_acquire(proxy, op, held).await,
             Op::Extend | Op::ExtendAdd => run_extend(&proxy, &op).await,
-            Op::Release => run_release(&proxy, &op).await,
+            Op::Release | Op::Delete => run_release(&proxy, &op).await,
             Op::Inspect => run_inspect(&proxy, &op).await,
         }
     }))
@@ -243,6 +287,7 @@ fn answer(shape: Answer, ok: bool, keys: usize) -> Reply {
         (Answer::OkNil, false) => Reply::Nil,
         (Answer::Count, true) => Reply::Integer(keys as i64),
         (Answer::OneMinusOne, false) => Reply::Integer(-1),
+        (Answer::ZeroOne, ok) => Reply::Integer(i64::from(!ok)),
         (_, ok) => Reply::Integer(i64::from(ok)),
     }
 }
@@ -486,9 +531,33 @@ async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
     answer(op.answer, false, k)
 }
 
+/// Release (compare-and-delete) or delete (whatever the keys hold) on all N masters, with the
+/// wake-up signal where there is one; a key counts as done when a quorum deleted it.
 async fn run_release(proxy: &Proxy, op: &LockOp) -> Reply {
     let k = op.keys.len();
-    let req = eval(RELEASE, &op.keys, &[&op.token]);
+    let req = match (&op.wake, op.op) {
+        (None, Op::Release) => eval(RELEASE, &op.keys, &[&op.token]),
+        (wake, _) => {
+            let n = Bytes::from(k.to_string());
+            let mut keys: Vec<&Bytes> = op.keys.iter().collect();
+            let mut args: Vec<Bytes> = if op.op == Op::Release {
+                vec![op.token.clone(), n]
+            } else {
+                vec![n]
+            };
+            if let Some(w) = wake {
+                keys.push(&w.list);
+                args.extend(w.args());
+            }
+            let args: Vec<&[u8]> = args.iter().map(|a| a.as_ref()).collect();
+            let script = if op.op == Op::Release {
+                RELEASE
+            } else {
+                DELETE
+            };
+            eval(script, &keys, &args)
+        }
+    };
     let deadline = Instant::now() + proxy.config.node_timeout();
     let ballots = ask(&proxy.masters, Request::Same(req), 1, deadline)
         .outcome()

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::lock::LockOp;
+use super::lock::{LockOp, Wake};
 use super::{Action, not_an_integer, parse_int, unknown_subcommand, wrong_arity};
 use crate::client::Conn;
 use crate::config::UnknownScripts;
@@ -84,6 +84,7 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
         (keys, argv)
     };
     let op = lock.op(argv);
+    let keys_all = keys;
     let keys = if lock.all_keys {
         keys.to_vec()
     } else {
@@ -97,7 +98,23 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
     } else {
         argv.get(lock.token_arg.checked_sub(1)?)?.clone()
     };
-    let ttl_ms = if matches!(op, Op::Release | Op::Inspect) {
+    let wake = match &lock.signal {
+        None => None,
+        Some(sig) => {
+            let list = keys_all.get(sig.key.checked_sub(1)?)?.clone();
+            let ttl = argv.get(sig.ttl_arg.checked_sub(1)?)?;
+            let Some(ttl_ms) = parse_int(ttl) else {
+                return Some(Err(not_an_integer()));
+            };
+            Some(Wake {
+                list,
+                ttl_ms,
+                value: sig.value.clone(),
+                always: sig.always,
+            })
+        }
+    };
+    let ttl_ms = if matches!(op, Op::Release | Op::Delete | Op::Inspect) {
         0
     } else {
         let arg = argv.get(lock.ttl_arg.checked_sub(1)?)?;
@@ -121,6 +138,7 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
         token,
         ttl_ms,
         answer: lock.answer,
+        wake,
     }))
 }
 
@@ -243,6 +261,7 @@ mod tests {
             all_keys,
             params_in_keys: false,
             answer: Answer::Count,
+            signal: None,
         }
     }
 

@@ -774,9 +774,27 @@ impl Machine<'_> {
             }
         };
         Ok(match (cmd.as_slice(), rest.as_slice()) {
-            (b"get", [k]) => {
+            (b"get", [k]) => match &self.keys[key(k)?].value {
+                Some(Val::Table(_)) => return fail("reads a list as a string"),
+                v => v.clone().unwrap_or(Val::Bool(false)),
+            },
+            (b"lpush", [k, items @ ..]) if !items.is_empty() => {
                 let i = key(k)?;
-                self.keys[i].value.clone().unwrap_or(Val::Bool(false))
+                let mut list: Vec<Val> = Vec::with_capacity(items.len());
+                for v in items.iter().rev() {
+                    match v {
+                        Val::Str(_) | Val::Num(_) | Val::Arg(_) => list.push(v.clone()),
+                        v => return fail(format!("pushes {v}")),
+                    }
+                }
+                match &self.keys[i].value {
+                    None => {}
+                    Some(Val::Table(old)) => list.extend(old.iter().cloned()),
+                    Some(_) => return fail("pushes onto a string"),
+                }
+                let len = list.len() as i64;
+                self.keys[i].value = Some(Val::Table(list));
+                Val::Num(len)
             }
             (b"exists", ks) if !ks.is_empty() => {
                 let mut n = 0;

@@ -14,7 +14,7 @@ pub mod parse;
 
 use bytes::Bytes;
 
-use crate::scripts::{Answer, Choice, LockScript, Op, TtlUnit};
+use crate::scripts::{Answer, Choice, LockScript, Op, Signal, TtlUnit};
 use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
 use parse::{Block, Expr, Stat};
 
@@ -166,12 +166,95 @@ fn classify(block: &Block) -> Option<LockScript> {
         return classify_with(block, &[1], argv);
     }
     // KEYS[2], KEYS[3], ... named: parameters passed as keys, the token among them.
-    (1..u.max_literal).find_map(|token| {
-        let layout = Layout {
-            token,
-            keys_as_args: true,
+    (1..u.max_literal)
+        .find_map(|token| {
+            let layout = Layout {
+                token,
+                keys_as_args: true,
+            };
+            classify_with(block, &[1], layout)
+        })
+        .or_else(|| (u.max_literal == 2).then(|| classify_signal(block))?)
+}
+
+/// A lock operation on `KEYS[1]` that also leaves a wake-up signal in the list `KEYS[2]`
+/// (see [`Signal`]): on every run, the list either ends untouched or as exactly one literal
+/// element with a TTL of some `ARGV[j]` milliseconds, and it is signalled either always or
+/// exactly where the operation did its work on `KEYS[1]`. The lock operation itself is judged
+/// on `KEYS[1]` alone, from every starting state of both keys, like any other script.
+fn classify_signal(block: &Block) -> Option<LockScript> {
+    let layout = Layout {
+        token: 1,
+        keys_as_args: false,
+    };
+    let runs = analyse::explore(block, 2, layout).ok()?;
+    let mut signal: Option<(Val, usize)> = None;
+    let mut fired = Vec::with_capacity(runs.len());
+    let mut lock_runs = Vec::with_capacity(runs.len());
+    for mut r in runs {
+        if !r.assumed.is_empty() {
+            return None;
+        }
+        let untouched = KeyNow::start(2, r.start[1], layout.token);
+        let this = match &r.end[1] {
+            end if *end == untouched => None,
+            KeyNow {
+                value: Some(Val::Table(items)),
+                ttl:
+                    TtlNow::Set {
+                        seconds: false,
+                        v: Val::Arg(j),
+                    },
+            } if *j != layout.token && matches!(items.as_slice(), [Val::Str(_) | Val::Num(_)]) => {
+                Some((items[0].clone(), *j))
+            }
+            _ => return None,
         };
-        classify_with(block, &[1], layout)
+        if let Some(this) = this {
+            if *signal.get_or_insert_with(|| this.clone()) != this {
+                return None;
+            }
+            fired.push(true);
+        } else {
+            fired.push(false);
+        }
+        r.start.truncate(1);
+        r.end.truncate(1);
+        lock_runs.push(r);
+    }
+    let (element, ttl_arg) = signal?;
+    let all: Vec<&Run> = lock_runs.iter().collect();
+    let (op, lock_ttl_arg, unit, answer) = side(&all)?;
+    let worked = |r: &Run| match op {
+        Op::Release => r.start[0].held == Held::Token,
+        Op::Delete => r.start[0].held != Held::Missing,
+        _ => false,
+    };
+    let always = fired.iter().all(|f| *f);
+    if !matches!(op, Op::Release | Op::Delete)
+        || !(always || lock_runs.iter().zip(&fired).all(|(r, f)| worked(r) == *f))
+    {
+        return None;
+    }
+    let value = match element {
+        Val::Str(s) => Bytes::from(s),
+        Val::Num(n) => Bytes::from(n.to_string()),
+        _ => return None,
+    };
+    Some(LockScript {
+        choice: Choice::Always(op),
+        token_arg: layout.token,
+        ttl_arg: lock_ttl_arg,
+        unit,
+        all_keys: false,
+        params_in_keys: false,
+        answer,
+        signal: Some(Signal {
+            key: 2,
+            ttl_arg,
+            value,
+            always,
+        }),
     })
 }
 
@@ -197,6 +280,7 @@ fn classify_with(block: &Block, ns: &[usize], layout: Layout) -> Option<LockScri
         all_keys,
         params_in_keys: layout.keys_as_args,
         answer,
+        signal: None,
     };
     match switches.as_slice() {
         [] => {
@@ -234,8 +318,9 @@ fn has(r: &Run, j: usize, s: &[u8], yes: bool) -> bool {
         .any(|(a, b, y)| *a == j && b == s && *y == yes)
 }
 
-const OPS: [Op; 6] = [
+const OPS: [Op; 7] = [
     Op::Release,
+    Op::Delete,
     Op::Inspect,
     Op::Acquire,
     Op::AcquireOrRefresh,
@@ -243,13 +328,14 @@ const OPS: [Op; 6] = [
     Op::ExtendAdd,
 ];
 
-const ANSWERS: [Answer; 6] = [
+const ANSWERS: [Answer; 7] = [
     Answer::OneZero,
     Answer::Count,
     Answer::OkNil,
     Answer::OneMinusOne,
     Answer::Tristate,
     Answer::OkZero,
+    Answer::ZeroOne,
 ];
 
 /// The one operation, TTL argument, unit and reply shape that every run matches.
@@ -258,7 +344,7 @@ fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
         return None;
     }
     for op in OPS {
-        let ttls: Vec<(usize, TtlUnit)> = if matches!(op, Op::Release | Op::Inspect) {
+        let ttls: Vec<(usize, TtlUnit)> = if matches!(op, Op::Release | Op::Delete | Op::Inspect) {
             vec![(2, TtlUnit::Millis)]
         } else {
             match ttl_of(runs, op) {
@@ -313,7 +399,7 @@ fn strict_success(r: &Run, op: Op) -> bool {
         Op::AcquireOrRefresh => all(&|h, t| h == Held::Missing || (h == Held::Token && t)),
         Op::Extend => all(&|h, t| h == Held::Token && t),
         Op::ExtendAdd => all(&|h, t| h == Held::Token && t),
-        Op::Release | Op::Inspect => false,
+        Op::Release | Op::Delete | Op::Inspect => false,
     }
 }
 
@@ -324,6 +410,7 @@ fn expected(answer: Answer, ok: bool, n: usize) -> Val {
         (Answer::OkNil, false) => Val::Nil,
         (Answer::Count, true) => Val::Num(n as i64),
         (Answer::OneMinusOne, false) => Val::Num(-1),
+        (Answer::ZeroOne, ok) => Val::Num(i64::from(!ok)),
         (_, ok) => Val::Num(i64::from(ok)),
     }
 }
@@ -358,6 +445,18 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 shape => expected(shape, deleted == n, n),
             };
             r.end == end && r.reply == reply
+        }
+        Op::Delete => {
+            let gone = KeyNow {
+                value: None,
+                ttl: TtlNow::None,
+            };
+            let existed = r.start.iter().filter(|s| s.held != Held::Missing).count();
+            let reply = match answer {
+                Answer::Count => Val::Num(existed as i64),
+                shape => expected(shape, existed == n, n),
+            };
+            r.end.iter().all(|k| *k == gone) && r.reply == reply
         }
         Op::Inspect => {
             if n != 1 || answer != Answer::OneZero {
@@ -402,13 +501,15 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                     ttl: ttl(i),
                 })
                 .collect();
-            let won = r.end == success && r.reply == expected(answer, true, n);
-            let lost = r.end == unchanged && r.reply == expected(answer, false, n);
             // A key holding the token without a TTL cannot come from the proxy's own grants;
-            // refusing it is as safe as extending it.
+            // refusing it is as safe as extending it (python-redis-lock answers 2 there).
             let lenient = op != Op::Acquire
                 && r.start.iter().any(|s| s.held == Held::Token && !s.ttl)
                 && r.start.iter().all(|s| s.held != Held::Other);
+            let won = r.end == success && r.reply == expected(answer, true, n);
+            let lost = r.end == unchanged
+                && (r.reply == expected(answer, false, n)
+                    || (lenient && answer == Answer::ZeroOne && r.reply == Val::Num(2)));
             if strict_success(r, op) || (lenient && won) {
                 won || (lenient && lost)
             } else {
