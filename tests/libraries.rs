@@ -375,6 +375,9 @@ async fn npm_redis_lock_contention_loses_no_update() {
 
 /// A worker program that follows the contract `W --redis HOST:PORT --counter HOST:PORT
 /// --resource NAME --iterations N --hold-ms MS [--no-lock]` and prints `done <successes>` last.
+/// It may also print `tokens a,b,...` (the lock values it was granted) and `check NAME OK BAD`
+/// (replies to its library's other calls — touch, extend, unlock — that were / were not what the
+/// library expects while it holds the lock).
 type Worker = fn() -> Command;
 
 fn redlock_php() -> Command {
@@ -383,19 +386,125 @@ fn redlock_php() -> Command {
     c
 }
 
-/// Runs 8 workers at once against `redis` and returns (successful critical sections, counter,
-/// tokens that more than one worker used — workers that print a `tokens a,b,...` line).
-async fn run_workers(
+fn redis_py_worker() -> Command {
+    py(&["worker".to_string()])
+}
+
+fn node_redlock_worker() -> Command {
+    let mut c = node();
+    c.arg("worker");
+    c
+}
+
+fn npm_redis_lock_worker() -> Command {
+    let mut c = Command::new("node");
+    c.arg(clients_dir().join("redis_lock.js")).arg("worker");
+    c
+}
+
+fn warlock() -> Command {
+    let modules = clients_dir().join("node_modules/node-redis-warlock");
+    assert!(
+        modules.exists(),
+        "{} is missing: run scripts/deps.sh test (it runs npm ci)",
+        modules.display()
+    );
+    let mut c = Command::new("node");
+    c.arg(clients_dir().join("warlock.js"));
+    c
+}
+
+fn distlock() -> Command {
+    let mut c = Command::new("perl");
+    c.arg(clients_dir().join("distlock.pl"));
+    c
+}
+
+/// Redis::DistLock's documented `lock($resource, $ttl, $value)` form, every worker passing the
+/// host name as value.
+fn distlock_host_value() -> Command {
+    let mut c = distlock();
+    c.arg("--host-value");
+    c
+}
+
+fn redlock_rb() -> Command {
+    let mut c = Command::new("ruby");
+    c.arg(clients_dir().join("redlock_rb.rb"));
+    c
+}
+
+/// The redsync driver, built once per test binary, offline, in GOPATH mode against Debian's
+/// redigo source (`golang-github-gomodule-redigo-dev`).
+fn redsync() -> Command {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let bin = BIN.get_or_init(|| {
+        let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let bin = tmp.join("redsync-driver");
+        let out = std::process::Command::new("go")
+            .args(["build", "-o"])
+            .arg(&bin)
+            .arg(clients_dir().join("redsync.go"))
+            .env("GO111MODULE", "off")
+            .env("GOPATH", "/usr/share/gocode")
+            .env("GOFLAGS", "")
+            .env("GOCACHE", tmp.join("gocache"))
+            .output()
+            .expect("go must be installed (scripts/deps.sh test installs golang-go)");
+        assert!(
+            out.status.success(),
+            "building tests/clients/redsync.go failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        bin
+    });
+    let mut c = Command::new(bin);
+    c.arg("--lua").arg(clients_dir().join("lua"));
+    c
+}
+
+/// What a set of workers did on one resource.
+#[derive(Debug, Default)]
+struct Run {
+    /// Critical sections the workers completed.
+    ok: u64,
+    /// The counter they incremented: `ok - got` updates were lost.
+    got: u64,
+    /// Lock values granted to more than one worker.
+    shared: usize,
+    /// `check` lines summed over the workers: name → (as expected, not).
+    checks: std::collections::BTreeMap<String, (u64, u64)>,
+}
+
+impl Run {
+    fn lost(&self) -> u64 {
+        self.ok.saturating_sub(self.got)
+    }
+
+    /// Every `check` the library made while holding the lock answered as it expects.
+    fn assert_checks_clean(&self, what: &str) {
+        for (name, (good, bad)) in &self.checks {
+            assert!(
+                *good > 0 && *bad == 0,
+                "{what}: check {name}: {good} ok, {bad} not"
+            );
+        }
+    }
+}
+
+/// Runs `workers` worker processes at once against `redis` on one resource.
+async fn run_n(
     worker: Worker,
+    workers: usize,
     redis: &str,
     counter: &Master,
     resource: &str,
     iterations: u32,
     no_lock: bool,
-) -> (u64, u64, usize) {
+) -> Run {
     let counter_addr = counter.addr();
     let mut runs = Vec::new();
-    for _ in 0..8 {
+    for _ in 0..workers {
         let mut cmd = worker();
         cmd.args(["--redis", redis, "--counter", &counter_addr])
             .args([
@@ -410,10 +519,10 @@ async fn run_workers(
         }
         runs.push(tokio::spawn(drive(cmd)));
     }
-    let mut successes = 0;
+    let mut run = Run::default();
     let mut owners: std::collections::HashMap<String, usize> = Default::default();
-    for (w, run) in runs.into_iter().enumerate() {
-        let out = run.await.expect("worker task");
+    for (w, handle) in runs.into_iter().enumerate() {
+        let out = handle.await.expect("worker task");
         for line in out.lines() {
             if let Some(list) = line.strip_prefix("tokens ") {
                 for t in list.split(',').filter(|t| !t.is_empty()) {
@@ -423,20 +532,171 @@ async fn run_workers(
                     }
                 }
             }
+            if let Some(check) = line.strip_prefix("check ") {
+                let f: Vec<&str> = check.split_whitespace().collect();
+                let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                let e = run.checks.entry(f[0].to_string()).or_default();
+                e.0 += n(1);
+                e.1 += n(2);
+            }
         }
         let last = out.lines().last().unwrap_or_default();
-        successes += last
+        run.ok += last
             .strip_prefix("done ")
             .and_then(|n| n.trim().parse::<u64>().ok())
             .unwrap_or_else(|| panic!("worker's last line is not `done N`: {out}"));
     }
+    run.got = counter_value(counter, resource).await;
+    run.shared = owners.values().filter(|w| **w == usize::MAX).count();
+    run
+}
+
+async fn counter_value(counter: &Master, resource: &str) -> u64 {
     let key = format!("count:{resource}");
-    let got = match counter.client().await.cmd(&["GET", &key]).await {
+    match counter.client().await.cmd(&["GET", &key]).await {
         Reply::Bulk(b) => String::from_utf8_lossy(&b).parse().unwrap_or(0),
         _ => 0,
-    };
-    let shared = owners.values().filter(|w| **w == usize::MAX).count();
-    (successes, got, shared)
+    }
+}
+
+/// Runs 8 workers at once against `redis` and returns (successful critical sections, counter,
+/// tokens that more than one worker used).
+async fn run_workers(
+    worker: Worker,
+    redis: &str,
+    counter: &Master,
+    resource: &str,
+    iterations: u32,
+    no_lock: bool,
+) -> (u64, u64, usize) {
+    let r = run_n(worker, 8, redis, counter, resource, iterations, no_lock).await;
+    (r.ok, r.got, r.shared)
+}
+
+/// Kills master `victim` with SIGKILL once `count:<resource>` on the counter has reached
+/// `at`, restarts it empty 300 ms later, and returns the counter seen at the kill (so the test
+/// can show the kill fell mid-run).
+async fn kill_when(
+    ms: &mut [Master],
+    victim: usize,
+    counter: &Master,
+    resource: &str,
+    at: u64,
+) -> u64 {
+    let started = std::time::Instant::now();
+    loop {
+        let seen = counter_value(counter, resource).await;
+        if seen >= at || started.elapsed() > Duration::from_secs(50) {
+            ms[victim].kill();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            ms[victim].restart();
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A library's worker under contention through the proxy (3 masters): no update lost and every
+/// `check` as the library expects; with the lock bypassed, updates are lost (the negative
+/// control); with a master SIGKILLed mid-run and restarted empty, no update lost.
+async fn library_contention(name: &str, worker: Worker, iterations: u32) {
+    let _one_at_a_time = HEAVY.lock().await;
+    let mut ms = masters(3);
+    let counter = Master::start();
+    let p = format!("127.0.0.1:{}", proxy_for(&ms).await.port());
+
+    let run = run_n(
+        worker,
+        8,
+        &p,
+        &counter,
+        &format!("{name}-a"),
+        iterations,
+        false,
+    )
+    .await;
+    eprintln!("{name} through the proxy: {run:?}");
+    assert!(run.ok > 0);
+    assert!(
+        run.lost() == 0 || run.shared > 0,
+        "{name}: {} of {} updates lost through the proxy",
+        run.lost(),
+        run.ok
+    );
+    run.assert_checks_clean(name);
+
+    let run = run_n(
+        worker,
+        8,
+        &p,
+        &counter,
+        &format!("{name}-c"),
+        iterations,
+        true,
+    )
+    .await;
+    eprintln!("{name}, lock bypassed: {run:?}");
+    assert!(
+        run.lost() > 0,
+        "{name}: the control should lose updates, or the test proves nothing: {run:?}"
+    );
+
+    let resource = format!("{name}-b");
+    let total = 8 * u64::from(iterations);
+    let (run, seen) = tokio::join!(
+        run_n(worker, 8, &p, &counter, &resource, iterations, false),
+        kill_when(&mut ms, 1, &counter, &resource, total / 4)
+    );
+    eprintln!("{name}, master 1 SIGKILLed at counter {seen} of {total}, restarted empty: {run:?}");
+    assert!(seen < run.ok, "{name}: the kill should fall mid-run");
+    assert!(
+        run.lost() == 0 || run.shared > 0,
+        "{name}: {} of {} updates lost across the master's kill",
+        run.lost(),
+        run.ok
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warlock_contention_and_master_kill() {
+    library_contention("warlock", warlock, 15).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_distlock_contention_and_master_kill() {
+    library_contention("distlock", distlock, 20).await;
+}
+
+/// Redis::DistLock with a host name as value: every worker writes the same value, so only a
+/// `SET NX` answered nil whenever the key exists keeps them apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_distlock_host_name_value_contention_and_master_kill() {
+    library_contention("distlock-host", distlock_host_value, 20).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_rb_contention_and_master_kill() {
+    library_contention("redlock-rb", redlock_rb, 15).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redsync_contention_and_master_kill() {
+    library_contention("redsync", redsync, 20).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_py_worker_contention_and_master_kill() {
+    library_contention("redis-py", redis_py_worker, 15).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_redlock_worker_contention_and_master_kill() {
+    library_contention("node-redlock", node_redlock_worker, 15).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn npm_redis_lock_worker_contention_and_master_kill() {
+    library_contention("redis-lock", npm_redis_lock_worker, 15).await;
 }
 
 /// redlock-php (reproduced on Debian's php-redis; tokens from `uniqid()`, which repeat across
