@@ -767,3 +767,42 @@ async fn redlock_php_loses_no_update_when_a_master_is_killed() {
     );
     assert!(ok > 0);
 }
+
+/// Redis::DistLock's extend (`lock($resource, $ttl, $value, 1)`, its EXTEND_SCRIPT by EVALSHA)
+/// is refused by the default `unknown_scripts = "reject"`: the script's `SET ... NX` branch
+/// takes a lock that someone else's expiry freed without the Redlock checks, and its `SET XX`
+/// would overwrite another holder's value on a master where they differ, so it has no lock
+/// meaning. The library logs the proxy's error and `lock` returns undef; the lock itself is
+/// untouched and released normally. On one plain Redis the same extend is granted (control).
+/// Also its documented same-value form: a second caller with the same host name is refused.
+/// (87608090… is the SHA1 of tests/clients/lua/distlock_EXTEND_SCRIPT.lua.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_distlock_extend_is_refused_and_a_same_value_caller_too() {
+    let ms = masters(3);
+    let p = format!("127.0.0.1:{}", proxy_for(&ms).await.port());
+    let probe = |redis: &str| {
+        let mut c = distlock();
+        c.args(["--probe", "--redis", redis, "--resource", "dl:probe"]);
+        c
+    };
+    let out = drive(probe(&p)).await;
+    eprintln!("{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "lock granted");
+    assert_eq!(
+        lines[1],
+        "extend refused logged: [evalsha] ERR redlock-proxy does not know what script \
+         87608090ac58c99da53c8994553c2d33364ff9e2 does, and unknown_scripts = \"reject\",",
+        "{out}"
+    );
+    assert_eq!(
+        lines[2], "release 1",
+        "the refused extend left the lock alone"
+    );
+    assert_eq!(lines[3], "same value: first granted, second refused");
+    assert_eq!(lines[4], "release 1");
+
+    let plain = Master::start();
+    let out = drive(probe(&plain.addr())).await;
+    assert!(out.contains("extend granted"), "one plain Redis: {out}");
+}
