@@ -49,13 +49,18 @@ fn node() -> Command {
 
 /// Runs a driver to completion (at most 60 s) and returns its stdout; fails the test with its
 /// stderr when it exits non-zero.
-async fn drive(mut cmd: Command) -> String {
+async fn drive(cmd: Command) -> String {
+    drive_for(cmd, Duration::from_secs(60)).await
+}
+
+/// [`drive`] with a time limit of `limit`.
+async fn drive_for(mut cmd: Command, limit: Duration) -> String {
     cmd.stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+    let out = tokio::time::timeout(limit, cmd.output())
         .await
-        .expect("driver finished within 60 s")
+        .unwrap_or_else(|_| panic!("driver finished within {limit:?}"))
         .expect("driver started");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
@@ -492,8 +497,11 @@ impl Run {
     }
 }
 
-/// Runs `workers` worker processes at once against `redis` on one resource.
-async fn run_n(
+/// Runs `workers` worker processes at once against `redis` on one resource, each for at most
+/// `limit`.
+#[allow(clippy::too_many_arguments)]
+async fn run_n_for(
+    limit: Duration,
     worker: Worker,
     workers: usize,
     redis: &str,
@@ -517,7 +525,7 @@ async fn run_n(
         if no_lock {
             cmd.arg("--no-lock");
         }
-        runs.push(tokio::spawn(drive(cmd)));
+        runs.push(tokio::spawn(drive_for(cmd, limit)));
     }
     let mut run = Run::default();
     let mut owners: std::collections::HashMap<String, usize> = Default::default();
@@ -549,6 +557,23 @@ async fn run_n(
     run.got = counter_value(counter, resource).await;
     run.shared = owners.values().filter(|w| **w == usize::MAX).count();
     run
+}
+
+/// [`run_n_for`] with the 60 s limit of one driver.
+async fn run_n(
+    worker: Worker,
+    workers: usize,
+    redis: &str,
+    counter: &Master,
+    resource: &str,
+    iterations: u32,
+    no_lock: bool,
+) -> Run {
+    let limit = Duration::from_secs(60);
+    run_n_for(
+        limit, worker, workers, redis, counter, resource, iterations, no_lock,
+    )
+    .await
 }
 
 async fn counter_value(counter: &Master, resource: &str) -> u64 {
@@ -805,4 +830,78 @@ async fn redis_distlock_extend_is_refused_and_a_same_value_caller_too() {
     let plain = Master::start();
     let out = drive(probe(&plain.addr())).await;
     assert!(out.contains("extend granted"), "one plain Redis: {out}");
+}
+
+/// The long kill run: several libraries at once against one proxy (3 masters), each on its own
+/// resource with 3 contending workers, while the masters are SIGKILLed and restarted empty in
+/// turn (one down at a time, every 1.5 s) until the run ends; no update may be lost. By default
+/// a short run of about 2,900 grants; with `REDLOCK_LONG_RUN=1` about 21,600:
+/// `REDLOCK_LONG_RUN=1 cargo test --test libraries long_kill_run -- --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_kill_run_loses_no_update() {
+    let _one_at_a_time = HEAVY.lock().await;
+    let long = std::env::var_os("REDLOCK_LONG_RUN").is_some_and(|v| v == "1");
+    let iterations: u32 = if long { 900 } else { 120 };
+    let libraries: [(&str, Worker); 8] = [
+        ("redis-py", redis_py_worker),
+        ("node-redlock", node_redlock_worker),
+        ("redis-lock", npm_redis_lock_worker),
+        ("redlock-php", redlock_php),
+        ("warlock", warlock),
+        ("redsync", redsync),
+        ("redlock-rb", redlock_rb),
+        ("distlock-host", distlock_host_value),
+    ];
+    let mut ms = masters(3);
+    let counter = Master::start();
+    let p = format!("127.0.0.1:{}", proxy_for(&ms).await.port());
+    let resources: Vec<String> = libraries.iter().map(|(n, _)| format!("long-{n}")).collect();
+    let began = std::time::Instant::now();
+    let limit = Duration::from_secs(if long { 1200 } else { 120 });
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let runs = async {
+        let all = futures_util::future::join_all(libraries.iter().zip(&resources).map(
+            |((_, worker), resource)| {
+                run_n_for(limit, *worker, 3, &p, &counter, resource, iterations, false)
+            },
+        ))
+        .await;
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        all
+    };
+    let faults = async {
+        let mut kills = 0usize;
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            ms[kills % 3].kill();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            ms[kills % 3].restart();
+            kills += 1;
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+        }
+        kills
+    };
+    let (all, kills) = tokio::join!(runs, faults);
+    let secs = began.elapsed().as_secs_f64();
+    let (mut grants, mut lost) = (0, 0);
+    for ((name, _), run) in libraries.iter().zip(&all) {
+        eprintln!("  {name}: {run:?}");
+        assert!(
+            run.lost() == 0 || run.shared > 0,
+            "{name}: {} of {} updates lost in the kill run",
+            run.lost(),
+            run.ok
+        );
+        grants += run.ok;
+        lost += run.lost();
+    }
+    eprintln!(
+        "long kill run: {grants} grants by {} libraries, {kills} master kills, {lost} updates lost, {secs:.1} s",
+        libraries.len()
+    );
+    assert!(
+        kills >= 2,
+        "the masters should be killed more than once ({kills})"
+    );
+    assert_eq!(grants, libraries.len() as u64 * 3 * u64::from(iterations));
 }
