@@ -1,11 +1,16 @@
-//! Real lock libraries, unmodified, pointed at the proxy backed by real masters (N = 3 and 5):
-//! redis-py's `Lock` and node-redlock v5 with ioredis (installed from their registries by
-//! `scripts/deps.sh test` into tests/clients), redlock-php reproduced on Debian's php-redis
-//! (workers follow one CLI contract, see `run_workers`), redsync's wire behaviour reproduced
-//! with a raw client, and redis-cli. Each library also runs a contention test: workers compete for a few
-//! resources and do read–sleep–write on a counter kept in a Redis the proxy does not use; no
-//! update may be lost, and the same run with the lock bypassed must lose some (so the test can
-//! fail).
+//! Real lock libraries pointed at the proxy backed by real masters (N = 3 and 5). Unmodified
+//! from their registries (installed by `scripts/deps.sh test` into tests/clients): redis-py's
+//! `Lock`, node-redlock v5 with ioredis, npm `redis-lock` and `node-redis-warlock`. Reproduced
+//! by our own drivers where the library is in no registry reached here (each driver's header
+//! says what it sends and in which order): redlock-php on Debian's php-redis, Redis::DistLock on
+//! libredis-perl, redlock-rb on ruby-redis, redsync on Go + redigo (and with a raw client). Plus
+//! redis-cli.
+//!
+//! Every library also runs as contending worker processes (one CLI contract, see [`Worker`]):
+//! read–sleep–write on a counter kept in a Redis the proxy does not use, under the lock. No
+//! update may be lost; the same run with the lock bypassed must lose some (so the test can
+//! fail); and none may be lost while a master is SIGKILLed mid-run and restarted empty. The
+//! long kill run drives eight libraries at once while the masters are killed in turn.
 
 mod common;
 
