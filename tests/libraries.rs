@@ -474,7 +474,7 @@ fn redsync() -> Command {
 }
 
 /// What a set of workers did on one resource.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Run {
     /// Critical sections the workers completed.
     ok: u64,
@@ -484,11 +484,92 @@ struct Run {
     shared: usize,
     /// `check` lines summed over the workers: name → (as expected, not).
     checks: std::collections::BTreeMap<String, (u64, u64)>,
+    /// `cs` lines (workers that trace their critical sections).
+    sections: Vec<Section>,
+}
+
+/// One critical section as a worker traced it: `cs TOKEN READ BEGAN ENTERED LEFT VALIDITY`
+/// (the counter value read; wall-clock µs when the winning attempt began, the section was
+/// entered and left; the validity in ms the library computed).
+#[derive(Debug, Clone)]
+struct Section {
+    worker: usize,
+    token: String,
+    read: u64,
+    began: u64,
+    entered: u64,
+    left: u64,
+    validity_ms: f64,
+}
+
+impl Section {
+    fn parse(worker: usize, line: &str) -> Option<Section> {
+        let f: Vec<&str> = line.strip_prefix("cs ")?.split_whitespace().collect();
+        Some(Section {
+            worker,
+            token: f.first()?.to_string(),
+            read: f.get(1)?.parse().ok()?,
+            began: f.get(2)?.parse().ok()?,
+            entered: f.get(3)?.parse().ok()?,
+            left: f.get(4)?.parse().ok()?,
+            validity_ms: f.get(5)?.parse().ok()?,
+        })
+    }
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("ok", &self.ok)
+            .field("got", &self.got)
+            .field("shared", &self.shared)
+            .field("checks", &self.checks)
+            .field("traced", &self.sections.len())
+            .finish()
+    }
 }
 
 impl Run {
     fn lost(&self) -> u64 {
         self.ok.saturating_sub(self.got)
+    }
+
+    /// For traced runs, the critical sections that read the same counter value (each such pair
+    /// lost an update), with what explains it: a token two workers shared, a grant whose
+    /// validity ran out inside the section, or neither (two holders at once: a double grant).
+    fn explain(&self) -> String {
+        let mut by_read: std::collections::BTreeMap<u64, Vec<&Section>> = Default::default();
+        for s in &self.sections {
+            by_read.entry(s.read).or_default().push(s);
+        }
+        let mut out = String::new();
+        for (read, group) in by_read.iter().filter(|(_, g)| g.len() > 1) {
+            out += &format!("counter value {read} read by {} sections:\n", group.len());
+            for s in group {
+                let held_ms = (s.left.saturating_sub(s.began)) as f64 / 1000.0;
+                out += &format!(
+                    "  worker {} token {} entered {} left {} held {held_ms:.1} ms of {:.1} ms{}\n",
+                    s.worker,
+                    s.token,
+                    s.entered,
+                    s.left,
+                    s.validity_ms,
+                    if held_ms > s.validity_ms {
+                        " (validity ran out inside)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            let tokens: std::collections::HashSet<&str> =
+                group.iter().map(|s| s.token.as_str()).collect();
+            out += if tokens.len() < group.len() {
+                "  => a token shared between workers (the library's own collision)\n"
+            } else {
+                "  => distinct tokens held at once\n"
+            };
+        }
+        out
     }
 
     /// Every `check` the library made while holding the lock answered as it expects.
@@ -544,6 +625,9 @@ async fn run_n_for(
                         owners.insert(t.to_string(), usize::MAX);
                     }
                 }
+            }
+            if let Some(section) = Section::parse(w, line) {
+                run.sections.push(section);
             }
             if let Some(check) = line.strip_prefix("check ") {
                 let f: Vec<&str> = check.split_whitespace().collect();
@@ -626,12 +710,26 @@ async fn kill_when(
     }
 }
 
+/// One round: 8 workers of `worker` through a new proxy in front of 3 new masters, master 1
+/// SIGKILLed once a quarter of the updates are in and restarted empty 300 ms later. Returns the
+/// run and the counter at the kill.
+async fn kill_round(worker: Worker, resource: &str, iterations: u32) -> (Run, u64) {
+    let mut ms = masters(3);
+    let counter = Master::start();
+    let p = format!("127.0.0.1:{}", proxy_for(&ms).await.port());
+    let total = 8 * u64::from(iterations);
+    tokio::join!(
+        run_n(worker, 8, &p, &counter, resource, iterations, false),
+        kill_when(&mut ms, 1, &counter, resource, total / 4)
+    )
+}
+
 /// A library's worker under contention through the proxy (3 masters): no update lost and every
 /// `check` as the library expects; with the lock bypassed, updates are lost (the negative
 /// control); with a master SIGKILLed mid-run and restarted empty, no update lost.
 async fn library_contention(name: &str, worker: Worker, iterations: u32) {
     let _one_at_a_time = HEAVY.lock().await;
-    let mut ms = masters(3);
+    let ms = masters(3);
     let counter = Master::start();
     let p = format!("127.0.0.1:{}", proxy_for(&ms).await.port());
 
@@ -649,9 +747,10 @@ async fn library_contention(name: &str, worker: Worker, iterations: u32) {
     assert!(run.ok > 0);
     assert!(
         run.lost() == 0 || run.shared > 0,
-        "{name}: {} of {} updates lost through the proxy",
+        "{name}: {} of {} updates lost through the proxy\n{}",
         run.lost(),
-        run.ok
+        run.ok,
+        run.explain()
     );
     run.assert_checks_clean(name);
 
@@ -671,19 +770,15 @@ async fn library_contention(name: &str, worker: Worker, iterations: u32) {
         "{name}: the control should lose updates, or the test proves nothing: {run:?}"
     );
 
-    let resource = format!("{name}-b");
-    let total = 8 * u64::from(iterations);
-    let (run, seen) = tokio::join!(
-        run_n(worker, 8, &p, &counter, &resource, iterations, false),
-        kill_when(&mut ms, 1, &counter, &resource, total / 4)
-    );
-    eprintln!("{name}, master 1 SIGKILLed at counter {seen} of {total}, restarted empty: {run:?}");
+    let (run, seen) = kill_round(worker, &format!("{name}-b"), iterations).await;
+    eprintln!("{name}, master 1 SIGKILLed at counter {seen}, restarted empty: {run:?}");
     assert!(seen < run.ok, "{name}: the kill should fall mid-run");
     assert!(
         run.lost() == 0 || run.shared > 0,
-        "{name}: {} of {} updates lost across the master's kill",
+        "{name}: {} of {} updates lost across the master's kill\n{}",
         run.lost(),
-        run.ok
+        run.ok,
+        run.explain()
     );
 }
 
@@ -772,30 +867,57 @@ async fn redlock_php_contention_loses_no_update() {
 }
 
 /// (b) redlock-php through the proxy while one master is SIGKILLed mid-run and restarted empty:
-/// no update is lost.
+/// no update is lost. Its workers trace every critical section, so a loss names its cause.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_php_loses_no_update_when_a_master_is_killed() {
     let _one_at_a_time = HEAVY.lock().await;
-    let mut ms = masters(3);
-    let counter = Master::start();
-    let p = format!("127.0.0.1:{}", proxy_for(&ms).await.port());
-    let run = run_workers(redlock_php, &p, &counter, "php-b", 80, false);
-    let fault = async {
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        ms[1].kill();
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        ms[1].restart();
-    };
-    let ((ok, got, shared), ()) = tokio::join!(run, fault);
-    eprintln!(
-        "redlock-php, master killed and restarted empty: {ok} critical sections, counter {got}"
-    );
-    eprintln!("  ({shared} tokens shared between workers)");
+    let (run, seen) = kill_round(redlock_php, "php-b", 80).await;
+    eprintln!("redlock-php, master killed at counter {seen}, restarted empty: {run:?}");
+    assert!(run.ok > 0 && seen < run.ok, "the kill should fall mid-run");
     assert!(
-        got == ok || shared > 0,
-        "updates lost across the master's kill"
+        run.lost() == 0 || run.shared > 0,
+        "{} of {} updates lost across the master's kill\n{}",
+        run.lost(),
+        run.ok,
+        run.explain()
     );
-    assert!(ok > 0);
+}
+
+/// The hunt for the redlock-php loss seen once in a kill run (issue 9): `REDLOCK_PHP_HUNT=N`
+/// repeats the kill round N times and prints every loss with its traced explanation; it fails
+/// on a loss that no shared token explains. Without the variable it does nothing.
+/// `REDLOCK_PHP_HUNT=40 cargo test --test libraries redlock_php_kill_hunt -- --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_php_kill_hunt() {
+    let rounds: u32 = std::env::var("REDLOCK_PHP_HUNT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let _one_at_a_time = HEAVY.lock().await;
+    let (mut sections, mut lost, mut shared_rounds) = (0, 0, 0);
+    for round in 0..rounds {
+        let (run, seen) = kill_round(redlock_php, &format!("php-h{round}"), 80).await;
+        sections += run.ok;
+        lost += run.lost();
+        if run.shared > 0 {
+            shared_rounds += 1;
+        }
+        if run.lost() > 0 {
+            eprintln!(
+                "round {round}: {} lost (kill at {seen}), {} tokens shared\n{}",
+                run.lost(),
+                run.shared,
+                run.explain()
+            );
+            assert!(run.shared > 0, "a loss no shared token explains");
+        }
+    }
+    if rounds > 0 {
+        eprintln!(
+            "redlock-php hunt: {rounds} kill rounds, {sections} critical sections, {lost} lost, \
+             {shared_rounds} rounds with a shared token"
+        );
+    }
 }
 
 /// Redis::DistLock's extend (`lock($resource, $ttl, $value, 1)`, its EXTEND_SCRIPT by EVALSHA)
@@ -893,9 +1015,10 @@ async fn long_kill_run_loses_no_update() {
         eprintln!("  {name}: {run:?}");
         assert!(
             run.lost() == 0 || run.shared > 0,
-            "{name}: {} of {} updates lost in the kill run",
+            "{name}: {} of {} updates lost in the kill run\n{}",
             run.lost(),
-            run.ok
+            run.ok,
+            run.explain()
         );
         grants += run.ok;
         lost += run.lost();
@@ -909,4 +1032,47 @@ async fn long_kill_run_loses_no_update() {
         "the masters should be killed more than once ({kills})"
     );
     assert_eq!(grants, libraries.len() as u64 * 3 * u64::from(iterations));
+}
+
+/// `Run::explain` tells a shared token from two distinct holders and flags a validity that ran
+/// out inside the section (the analysis a lost update in a traced run is reported with).
+#[test]
+fn explain_names_the_cause_of_a_lost_update() {
+    let cs = |worker, token: &str, read, began, left| Section {
+        worker,
+        token: token.into(),
+        read,
+        began,
+        entered: began + 100,
+        left,
+        validity_ms: 1.0,
+    };
+    let run = Run {
+        sections: vec![
+            cs(0, "a", 7, 0, 500),
+            cs(1, "a", 7, 200, 700),
+            cs(2, "b", 9, 0, 500),
+            cs(3, "c", 9, 0, 3000),
+            cs(4, "d", 10, 0, 500),
+        ],
+        ..Run::default()
+    };
+    let text = run.explain();
+    assert!(
+        text.contains("counter value 7 read by 2 sections:"),
+        "{text}"
+    );
+    assert!(text.contains("a token shared between workers"), "{text}");
+    assert!(
+        text.contains("counter value 9 read by 2 sections:"),
+        "{text}"
+    );
+    assert!(text.contains("distinct tokens held at once"), "{text}");
+    assert!(
+        text.contains(
+            "worker 3 token c entered 100 left 3000 held 3.0 ms of 1.0 ms (validity ran out inside)"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("value 10"), "{text}");
 }
