@@ -161,11 +161,12 @@ func main() {
 	hold := flag.Int("hold-ms", 2, "ms inside")
 	noLock := flag.Bool("no-lock", false, "bypass the lock")
 	lua := flag.String("lua", "tests/clients/lua", "folder of the library scripts")
+	expiry := flag.Int("expiry-ms", 2000, "lock expiry: whole seconds go out as `ex`, others as `px`")
 	flag.Parse()
 
 	m := &mutex{
 		name:   *resource,
-		expiry: 2 * time.Second,
+		expiry: time.Duration(*expiry) * time.Millisecond,
 		tries:  100000,
 		// Short pauses (redsync's default is 50-250 ms), so workers contend often.
 		delay:  func() time.Duration { return time.Duration(3+mrand.Intn(5)) * time.Millisecond },
