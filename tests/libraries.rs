@@ -979,15 +979,16 @@ async fn redis_distlock_extend_is_refused_and_a_same_value_caller_too() {
 /// The long kill run: several libraries at once against one proxy (3 masters), each on its own
 /// resource with 3 contending workers, while the masters are SIGKILLed and restarted empty in
 /// turn (one down at a time, every 1.5 s) until the run ends; no update may be lost. By default
-/// a short run of about 2,900 grants; with `REDLOCK_LONG_RUN=1` about 21,600:
+/// a short run of about 3,200 grants; with `REDLOCK_LONG_RUN=1` about 24,300:
 /// `REDLOCK_LONG_RUN=1 cargo test --test libraries long_kill_run -- --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_kill_run_loses_no_update() {
     let _one_at_a_time = HEAVY.lock().await;
     let long = std::env::var_os("REDLOCK_LONG_RUN").is_some_and(|v| v == "1");
     let iterations: u32 = if long { 900 } else { 120 };
-    let libraries: [(&str, Worker); 8] = [
+    let libraries: [(&str, Worker); 9] = [
         ("redis-py", redis_py_worker),
+        ("python-redis-lock", python_redis_lock),
         ("node-redlock", node_redlock_worker),
         ("redis-lock", npm_redis_lock_worker),
         ("redlock-php", redlock_php),

@@ -99,8 +99,9 @@ def worker(args):
     for _ in range(args.iterations):
         lock = redis_lock.Lock(r, args.resource, expire=5)
         if not args.no_lock:
-            if not lock.acquire(timeout=5):
-                continue
+            # Waits in BLPOP on the signal list; a wait that times out tries again.
+            while not lock.acquire(timeout=5):
+                pass
         try:
             n = int(counter.get(key) or 0)
             time.sleep(args.hold_ms / 1000)
