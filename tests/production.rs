@@ -1365,9 +1365,10 @@ async fn sigterm_under_lock_load_leaves_only_granted_keys_and_exits_0() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_low_open_files_limit_is_raised_or_reported() {
     let ms: Vec<Redis> = (0..3).map(|_| Redis::plain(&[])).collect();
+    // Soft 256, hard 4096: the proxy raises its own limit to 4096, enough for 2000 clients.
     let proxy = Proxy::launch(
         &addrs(&ms),
-        "",
+        "max_clients = 2000",
         &[],
         &["prlimit", "--nofile=256:4096", "--"],
     );
