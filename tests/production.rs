@@ -1181,15 +1181,18 @@ async fn tls_clients_with_and_without_mutual_tls() {
     // The plaintext listener still works.
     locks_work(&proxy, "lock:plain").await;
 
-    // Mutual TLS, TLS only: no plaintext listener.
+    // Mutual TLS, TLS only: no plaintext listener. The client CA file is the test's own copy,
+    // so that SIGHUP can be shown to re-read it.
     let tls_port = redlock_proxy::dev::free_port()
         .expect("free port")
         .to_string();
+    let scratch = Scratch::new("client-ca");
+    let client_ca = scratch.path("clients-ca.crt");
+    std::fs::copy(c.file("ca.crt"), &client_ca).expect("copy CA");
     let mutual = Proxy::start(
         &addrs(&ms),
         &format!(
-            "listen = \"\"\ntls_listen = \"127.0.0.1:{tls_port}\"\n{files}tls_ca_cert_file = {:?}\n",
-            c.file("ca.crt")
+            "listen = \"\"\ntls_listen = \"127.0.0.1:{tls_port}\"\n{files}tls_ca_cert_file = {client_ca:?}\n"
         ),
         &[],
     );
@@ -1227,19 +1230,63 @@ async fn tls_clients_with_and_without_mutual_tls() {
         "{}",
         mutual.stderr()
     );
-    assert!(mutual.stderr().contains("listen=\"off\"") || mutual.stderr().contains("TLS only"));
-    // SIGHUP re-reads the files without dropping an open connection.
+    assert!(
+        mutual.stderr().contains("listen=\"off\""),
+        "{}",
+        mutual.stderr()
+    );
+    // A connection held open across the reload.
+    let held_script = "import socket, ssl, sys\n\
+        ctx = ssl.create_default_context(cafile=sys.argv[2])\n\
+        ctx.load_cert_chain(sys.argv[3], sys.argv[4])\n\
+        s = ctx.wrap_socket(socket.create_connection(('127.0.0.1', int(sys.argv[1]))), server_hostname='localhost')\n\
+        for line in sys.stdin:\n    s.sendall(b'PING\\r\\n')\n    print(s.recv(100).decode().strip(), flush=True)\n";
+    let mut held = Command::new(python_client())
+        .args(["-c", held_script, &tls_port, &c.file("ca.crt")])
+        .args([c.file("client.crt"), c.file("client.key")])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python");
+    let mut held_in = held.stdin.take().expect("stdin");
+    let mut held_out = std::io::BufReader::new(held.stdout.take().expect("stdout"));
+    let mut ping = move || {
+        use std::io::{BufRead, Write};
+        writeln!(held_in).expect("to python");
+        let mut line = String::new();
+        held_out.read_line(&mut line).expect("from python");
+        line.trim().to_string()
+    };
+    assert_eq!(ping(), "+PONG");
+    // SIGHUP re-reads the files: now only the other authority's clients are let in, and the
+    // connection already open stays open.
+    std::fs::copy(c.file("other.crt"), &client_ca).expect("copy CA");
     kill(&mutual, "HUP");
-    sleep(Duration::from_millis(300)).await;
+    for _ in 0..50 {
+        if mutual.stderr().contains("TLS certificate files reloaded") {
+            break;
+        }
+        sleep(Duration::from_millis(20)).await;
+    }
     assert!(
         mutual.stderr().contains("TLS certificate files reloaded"),
         "{}",
         mutual.stderr()
     );
+    assert_eq!(ping(), "+PONG");
+    assert_ne!(tls_cli(&tls_port, &mine, &["PING"]).1, "PONG");
+    assert_eq!(tls_cli(&tls_port, &stranger, &["PING"]).1, "PONG");
     assert_eq!(
-        tls_cli(&tls_port, &mine, &["EVAL", UNLOCK, "1", "lock:mtls", "t1"]).1,
+        tls_cli(
+            &tls_port,
+            &stranger,
+            &["EVAL", UNLOCK, "1", "lock:mtls", "t1"]
+        )
+        .1,
         "1"
     );
+    let _ = held.kill();
+    let _ = held.wait();
 }
 
 fn kill(proxy: &Proxy, signal: &str) {
