@@ -358,6 +358,29 @@ mod tests {
         assert!(big.capacity() >= 1024 * 1024 - 100_000);
     }
 
+    #[tokio::test]
+    async fn on_shutdown_pipelined_requests_already_read_are_answered_then_it_closes() {
+        let config = crate::config::Config {
+            backends: vec!["127.0.0.1:1".into()],
+            ..crate::config::Config::default()
+        };
+        let proxy = Proxy::new(config, "127.0.0.1:0".parse().unwrap()).unwrap();
+        let (mut ours, theirs) = tokio::io::duplex(64 * 1024);
+        ours.write_all(b"PING\r\nECHO a\r\nECHO b\r\n")
+            .await
+            .unwrap();
+        let task = tokio::spawn(serve_stream(theirs, proxy.clone(), 1));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        proxy.shutdown.cancel();
+        let mut replies = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), ours.read_to_end(&mut replies))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(replies, b"+PONG\r\n$1\r\na\r\n$1\r\nb\r\n");
+        task.await.unwrap().unwrap();
+    }
+
     #[test]
     fn http_is_recognised_in_any_case() {
         for name in [&b"POST"[..], b"post", b"Host:", b"HOST:", b"host:"] {

@@ -1437,10 +1437,18 @@ async fn a_low_open_files_limit_is_raised_or_reported() {
     assert!(!proxy.stderr().contains("max_clients cannot be reached"));
     drop(clients);
     // A hard limit below max_clients is reported.
-    let low = Proxy::launch(&addrs(&ms), "", &[], &["prlimit", "--nofile=256:256", "--"]);
+    let mut low = Proxy::launch(&addrs(&ms), "", &[], &["prlimit", "--nofile=256:256", "--"]);
     low.info_when_up(3).await;
     assert!(
         low.stderr().contains("max_clients cannot be reached"),
+        "{}",
+        low.stderr()
+    );
+    // SIGINT (Ctrl-C) shuts down as SIGTERM does.
+    kill(&low, "INT");
+    assert_eq!(exit_code(&mut low, Duration::from_secs(8)).await, Some(0));
+    assert!(
+        low.stderr().contains("shut down cleanly"),
         "{}",
         low.stderr()
     );
