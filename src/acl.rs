@@ -303,6 +303,31 @@ mod tests {
     }
 
     #[test]
+    fn a_password_file_is_read_and_passwords_are_redacted() {
+        let path = std::env::temp_dir().join(format!("redlock-acl-{}", std::process::id()));
+        std::fs::write(&path, "from-a-file\n").unwrap();
+        let c = config(&format!(
+            "[[users]]\nname = \"f\"\npassword_file = {:?}\nkeys = [\"a*\"]\n\
+             [[users]]\nname = \"p\"\npassword = \"inline-secret\"\n",
+            path.display().to_string()
+        ));
+        let a = Accounts::from_config(&c).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(a.login(Some(b"f"), b"from-a-file").is_ok());
+        // A user with no key patterns may touch no key.
+        let none = a.login(Some(b"p"), b"inline-secret").unwrap();
+        assert!(!none.allows(b"a"));
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("inline-secret"), "{shown}");
+        assert!(
+            Accounts::from_config(&config(
+                "[[users]]\nname = \"x\"\npassword_file = \"/nonexistent\"\n"
+            ))
+            .is_err()
+        );
+    }
+
+    #[test]
     fn a_password_sha256_is_the_digest_redis_shows() {
         // `ACL SETUSER u >pw` then `ACL GETUSER u` shows this digest.
         let hex = "30c952fab122c3f9759f02a6d95c3758b246b4fee239957b2d4fee46e26170c4";
