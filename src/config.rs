@@ -668,6 +668,8 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(c.scripts.len(), 1);
         assert_eq!(c.scripts[0].meaning, Op::Release);
+        assert_eq!(c.users.len(), 1);
+        assert_eq!(c.users[0].keys, ["lock:*"]);
     }
 
     #[test]
