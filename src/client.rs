@@ -27,7 +27,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::future::{Either, FutureExt, Ready, ready};
 use futures_util::stream::{FuturesOrdered, StreamExt};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::{debug, warn};
@@ -57,6 +57,8 @@ pub struct Conn {
     pub watched: Vec<crate::command::transaction::Watched>,
     /// Subscriptions, once the client has subscribed to anything.
     pub pubsub: Option<Arc<ClientSubs>>,
+    /// The keys the logged-in user may touch.
+    pub keys: crate::acl::Keys,
 }
 
 impl Conn {
@@ -71,6 +73,7 @@ impl Conn {
             multi_failed: false,
             watched: Vec::new(),
             pubsub: None,
+            keys: crate::acl::Keys::All,
         }
     }
 
@@ -122,9 +125,34 @@ const BUFFER_SHRINK: usize = 64 * 1024;
 
 /// Serves one client until it disconnects, sends `QUIT`, breaks the protocol, or exceeds a limit.
 pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<()> {
-    let (mut rd, mut wr) = socket.into_split();
+    let (rd, wr) = socket.into_split();
+    serve_io(rd, wr, proxy, id).await
+}
+
+/// Serves one client over any byte stream (a TLS session, a test's duplex pipe).
+pub async fn serve_stream<S>(stream: S, proxy: Arc<Proxy>, id: u64) -> io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (rd, wr) = tokio::io::split(stream);
+    serve_io(rd, wr, proxy, id).await
+}
+
+/// The connection loop over a read half and a write half.
+///
+/// On shutdown ([`Proxy::shutdown`]) it stops reading, runs the complete requests already read,
+/// writes every reply, and returns.
+async fn serve_io<R, W>(mut rd: R, mut wr: W, proxy: Arc<Proxy>, id: u64) -> io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let config = &proxy.config;
-    let mut conn = Conn::new(id, config.password.is_some());
+    // Registered once, so waiting for shutdown costs nothing per loop turn.
+    let stop = proxy.shutdown.clone().cancelled_owned();
+    tokio::pin!(stop);
+    let mut stopping = false;
+    let mut conn = Conn::new(id, proxy.accounts.required());
     let mut decoder = Decoder::new(Limits {
         max_bulk_len: config.max_bulk_len,
         max_request_len: config.client_query_buffer_limit,
@@ -144,6 +172,7 @@ pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<
     let write_timer = tokio::time::sleep(write_timeout);
     tokio::pin!(write_timer);
     loop {
+        let mut exhausted = false;
         while !closing && inflight.len() < max_pipeline {
             match decoder.decode(&mut input, conn.authed) {
                 Ok(Some(args)) => {
@@ -166,7 +195,10 @@ pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<
                         Action::Later(later) => Either::Right(Tagged { later, resp3 }),
                     });
                 }
-                Ok(None) => break,
+                Ok(None) => {
+                    exhausted = true;
+                    break;
+                }
                 Err(e) if !e.answered() => {
                     warn!(
                         limit = query_limit,
@@ -184,6 +216,10 @@ pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<
                 }
             }
         }
+        if stopping && exhausted {
+            // Every complete request already read has been dispatched.
+            closing = true;
+        }
         if input.len() > query_limit {
             // Complete requests waiting behind a full pipeline count too, as in Redis.
             warn!(
@@ -196,6 +232,7 @@ pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<
         shrink(&mut input);
         let was_idle = output.is_empty();
         while let Some(Some((reply, resp3))) = inflight.next().now_or_never() {
+            proxy.metrics.count_reply(&reply);
             reply.encode(&mut output, resp3);
         }
         if output.len() > output_limit {
@@ -234,6 +271,7 @@ pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<
                 if output.is_empty() {
                     progress = Instant::now();
                 }
+                proxy.metrics.count_reply(&reply);
                 reply.encode(&mut output, resp3);
             }
             m = next_message(&conn.pubsub), if conn.pubsub.is_some() => {
@@ -247,7 +285,7 @@ pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<
                 }
                 m.to_reply().encode(&mut output, conn.resp3);
             }
-            n = rd.read_buf(&mut input), if !closing && inflight.len() < max_pipeline => {
+            n = rd.read_buf(&mut input), if !closing && !stopping && inflight.len() < max_pipeline => {
                 match n {
                     Ok(0) => {
                         finish_in_background(inflight);
@@ -260,6 +298,7 @@ pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<
                     }
                 }
             }
+            () = &mut stop, if !stopping => stopping = true,
             () = &mut write_timer, if !output.is_empty() => {
                 let deadline = progress + write_timeout;
                 if Instant::now() >= deadline {
@@ -317,6 +356,29 @@ mod tests {
         shrink(&mut big);
         assert_eq!(big.len(), 100_000);
         assert!(big.capacity() >= 1024 * 1024 - 100_000);
+    }
+
+    #[tokio::test]
+    async fn on_shutdown_pipelined_requests_already_read_are_answered_then_it_closes() {
+        let config = crate::config::Config {
+            backends: vec!["127.0.0.1:1".into()],
+            ..crate::config::Config::default()
+        };
+        let proxy = Proxy::new(config, "127.0.0.1:0".parse().unwrap()).unwrap();
+        let (mut ours, theirs) = tokio::io::duplex(64 * 1024);
+        ours.write_all(b"PING\r\nECHO a\r\nECHO b\r\n")
+            .await
+            .unwrap();
+        let task = tokio::spawn(serve_stream(theirs, proxy.clone(), 1));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        proxy.shutdown.cancel();
+        let mut replies = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), ours.read_to_end(&mut replies))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(replies, b"+PONG\r\n$1\r\na\r\n$1\r\nb\r\n");
+        task.await.unwrap().unwrap();
     }
 
     #[test]

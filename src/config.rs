@@ -199,6 +199,47 @@ pub struct Config {
     pub metrics_listen: Option<String>,
     /// Log line format on stderr: `text` (the default) or `json` (one object a line).
     pub log_format: LogFormat,
+    /// Client users besides `default` (whose password is `password`), as Redis ACL users: each
+    /// logs in with `AUTH name password` and may touch only the keys its patterns match.
+    pub users: Vec<UserDecl>,
+    /// `host:port` where clients connect over TLS; unset, no TLS listener. `listen = ""`
+    /// switches the plaintext listener off.
+    pub tls_listen: Option<String>,
+    /// PEM certificate chain the TLS listener presents (re-read on `SIGHUP`).
+    pub tls_cert_file: Option<String>,
+    /// PEM private key of `tls_cert_file` (re-read on `SIGHUP`).
+    pub tls_key_file: Option<String>,
+    /// PEM authorities for client certificates: when set, TLS clients must present a
+    /// certificate signed by one of them (mutual TLS).
+    pub tls_ca_cert_file: Option<String>,
+    /// On `SIGTERM`/`SIGINT`, how long (ms) commands in flight may take to finish and their
+    /// replies to be written before the proxy exits anyway.
+    pub shutdown_timeout_ms: u64,
+}
+
+/// One `[[users]]` entry: a client user, as a Redis ACL user.
+///
+/// ```toml
+/// [[users]]
+/// name = "locker"
+/// password_file = "/etc/redlock-proxy/locker.pass"   # or password = "...", or password_sha256
+/// keys = ["lock:*"]                                  # `~lock:*` (Redis's spelling) works too
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserDecl {
+    /// The user name given to `AUTH name password`.
+    pub name: String,
+    /// The user's password. Give exactly one of `password`, `password_sha256`, `password_file`.
+    pub password: Option<String>,
+    /// SHA-256 of the password in hex, as `ACL GETUSER` shows it.
+    pub password_sha256: Option<String>,
+    /// File holding the password (a trailing newline is ignored).
+    pub password_file: Option<String>,
+    /// Glob patterns (Redis's `*`, `?`, `[...]`) of the keys the user may lock, read or
+    /// release; a leading `~` is accepted. Empty: no key at all. `*`: every key.
+    #[serde(default)]
+    pub keys: Vec<String>,
 }
 
 /// How log lines are written.
@@ -224,6 +265,13 @@ impl std::fmt::Debug for Config {
         for key in SECRET_KEYS {
             if table.contains_key(key) {
                 table.insert(key.into(), "<redacted>".into());
+            }
+        }
+        if let Some(toml::Value::Array(us)) = table.get_mut("users") {
+            for u in us.iter_mut().filter_map(toml::Value::as_table_mut) {
+                if u.contains_key("password") {
+                    u.insert("password".into(), "<redacted>".into());
+                }
             }
         }
         if let Some(toml::Value::Array(bs)) = table.get_mut("backends") {
@@ -328,6 +376,12 @@ impl Default for Config {
             backend_tls_server_name: None,
             metrics_listen: None,
             log_format: LogFormat::Text,
+            users: Vec::new(),
+            tls_listen: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_ca_cert_file: None,
+            shutdown_timeout_ms: 5000,
         }
     }
 }
@@ -414,9 +468,20 @@ impl Config {
                 ConfigError::Invalid(format!("bad metrics_listen address '{m}': {e}"))
             })?;
         }
-        check_addr(&self.listen).map_err(|m| {
-            ConfigError::Invalid(format!("bad listen address '{}': {m}", self.listen))
-        })?;
+        if !self.listen.is_empty() || self.tls_listen.is_none() {
+            check_addr(&self.listen).map_err(|m| {
+                ConfigError::Invalid(format!("bad listen address '{}': {m}", self.listen))
+            })?;
+        }
+        if let Some(t) = &self.tls_listen {
+            check_addr(t)
+                .map_err(|e| ConfigError::Invalid(format!("bad tls_listen address '{t}': {e}")))?;
+            if self.tls_cert_file.is_none() || self.tls_key_file.is_none() {
+                return bad("tls_listen needs tls_cert_file and tls_key_file".into());
+            }
+            crate::tls::acceptor(self).map_err(ConfigError::Invalid)?;
+        }
+        crate::acl::Accounts::from_config(self)?;
         for (name, v) in [
             ("node_timeout_ms", self.node_timeout_ms),
             ("connect_timeout_ms", self.connect_timeout_ms),
@@ -438,6 +503,7 @@ impl Config {
             ("client_write_timeout_ms", self.client_write_timeout_ms),
             ("clock_jump_ms", self.clock_jump_ms),
             ("probe_interval_ms", self.probe_interval_ms),
+            ("shutdown_timeout_ms", self.shutdown_timeout_ms),
         ] {
             if v == 0 {
                 return bad(format!("{name} must be greater than 0"));
@@ -602,6 +668,8 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(c.scripts.len(), 1);
         assert_eq!(c.scripts[0].meaning, Op::Release);
+        assert_eq!(c.users.len(), 1);
+        assert_eq!(c.users[0].keys, ["lock:*"]);
     }
 
     #[test]

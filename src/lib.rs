@@ -19,13 +19,15 @@
 //! - [`lua`]: Lua lexer, depth-capped parser and behavioural analyser that recognise lock scripts.
 //! - [`pubsub`]: publish/subscribe across the masters, each message delivered once.
 //! - [`reply`]: reply values and their RESP2/RESP3 encoding.
+//! - [`acl`]: client users, their passwords and the keys each may touch.
 //! - [`config`]: the TOML file and flags. [`stats`]: counters for `INFO`. [`dev`]: local masters.
-//! - [`tls`]: rustls client configuration towards TLS masters. [`logging`]: stderr, text or
+//! - [`tls`]: rustls towards TLS masters, and the TLS listener for clients. [`logging`]: stderr, text or
 //!   JSON. [`metrics`]: Prometheus families served at `/metrics`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod acl;
 pub mod backend;
 pub mod client;
 pub mod command;

@@ -112,12 +112,18 @@ async fn run(cli: Cli) -> i32 {
             return 2;
         }
     };
-    // Listen first: a port that is taken is reported before anything is started.
-    let listener = match tokio::net::TcpListener::bind(&config.listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("redlock-proxy: cannot listen on {}: {e}", config.listen);
-            return 2;
+    raise_open_files_limit(config.max_clients);
+    // Listen first: a port that is taken is reported before anything is started. `listen = ""`
+    // switches the plaintext listener off (TLS only).
+    let listener = if config.listen.is_empty() {
+        None
+    } else {
+        match tokio::net::TcpListener::bind(&config.listen).await {
+            Ok(l) => Some(l),
+            Err(e) => {
+                eprintln!("redlock-proxy: cannot listen on {}: {e}", config.listen);
+                return 2;
+            }
         }
     };
     let _dev = match cli.dev {
@@ -140,16 +146,46 @@ async fn run(cli: Cli) -> i32 {
         eprintln!("redlock-proxy: {e}");
         return 2;
     }
-    tokio::select! {
-        r = redlock_proxy::server::serve(listener, config) => {
-            if let Err(e) = r {
-                eprintln!("redlock-proxy: {e:#}");
-                return 1;
-            }
-        }
-        _ = shutdown_signal() => tracing::info!("shutting down"),
+    // On SIGTERM/SIGINT the server stops accepting, finishes what is in flight (within
+    // shutdown_timeout_ms) and returns here, so destructors run before the process exits.
+    if let Err(e) = redlock_proxy::server::serve_until(listener, config, shutdown_signal()).await {
+        eprintln!("redlock-proxy: {e:#}");
+        return 1;
     }
     0
+}
+
+/// File descriptors the proxy needs besides one per client: the masters' connections, the
+/// listeners, the metrics endpoint and the standard streams, with room to spare.
+const SPARE_FILES: u64 = 64;
+
+/// Raises the soft open-files limit to the hard limit, as Redis does at start, and warns when
+/// `max_clients` still cannot be reached with what was obtained.
+fn raise_open_files_limit(max_clients: usize) {
+    let wanted = max_clients as u64 + SPARE_FILES;
+    let before = rlimit::Resource::NOFILE.get().map(|(soft, _)| soft).ok();
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => {
+            if before.is_some_and(|b| b < limit) {
+                tracing::info!(
+                    from = before,
+                    to = limit,
+                    "raised the open-files limit (RLIMIT_NOFILE) to its hard limit"
+                );
+            }
+            if limit < wanted {
+                tracing::warn!(
+                    open_files_limit = limit,
+                    max_clients,
+                    "max_clients cannot be reached: the open-files limit allows about {} clients; \
+                     raise the hard limit (systemd LimitNOFILE=, ulimit -Hn, docker --ulimit nofile=) \
+                     or lower max_clients",
+                    limit.saturating_sub(SPARE_FILES)
+                );
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot read or raise the open-files limit"),
+    }
 }
 
 async fn shutdown_signal() {

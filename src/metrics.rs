@@ -4,11 +4,15 @@
 //! The counters the proxy already keeps for `INFO` (in [`Stats`], in each
 //! master's [`MasterInfo`]) are the source of truth: a collector reads them on every scrape, so
 //! the hot path pays nothing extra and `INFO` and `/metrics` always agree. Only the per-master
-//! reply latency is a histogram observed as replies arrive.
+//! reply latency is a histogram observed as replies arrive; the few figures `INFO` does not
+//! keep (commands by name, errors by kind, acquisition latency) live in [`Live`].
 //!
 //! Families (all prefixed `redlock_`; counters end in `_total`, durations in `_seconds`):
 //! - `redlock_locks_total{outcome}`: `granted`, `denied`, `rolled_back`, `released`;
-//! - `redlock_commands_total`; `redlock_client_connections` (open) and
+//! - `redlock_commands_total`, and `redlock_commands_by_name_total{command}`;
+//!   `redlock_errors_total{kind}` (error replies by their first word, as Redis's
+//!   `errorstat_*`); `redlock_acquire_seconds` (from a `SET ... NX` request being read to its
+//!   answer); `redlock_client_connections` (open) and
 //!   `redlock_client_connections_accepted_total`;
 //! - per master (`master="host:port"`): `redlock_master_up`, `_trusted`, `_quarantined`,
 //!   `_clock_suspect` (0 or 1), `redlock_master_restarts_total`, `_clock_jumps_total`,
@@ -19,6 +23,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -26,14 +31,82 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, warn};
 
 use crate::backend::{MasterInfo, Status};
+use crate::command::{Spec, TABLE};
 use crate::proxy::Proxy;
+use crate::reply::Reply;
 use crate::stats::Stats;
+
+/// Error kinds counted by name; any other first word counts as `other`.
+const ERROR_KINDS: [&str; 12] = [
+    "ERR",
+    "WRONGTYPE",
+    "NOAUTH",
+    "WRONGPASS",
+    "NOPERM",
+    "NOSCRIPT",
+    "EXECABORT",
+    "NOPROTO",
+    "BUSY",
+    "LOADING",
+    "READONLY",
+    "MASTERDOWN",
+];
+
+/// Figures kept only for `/metrics`, updated as commands run.
+pub struct Live {
+    /// One counter per row of the command table, in table order.
+    commands: Box<[AtomicU64]>,
+    /// One counter per [`ERROR_KINDS`] entry, then `other`.
+    errors: [AtomicU64; ERROR_KINDS.len() + 1],
+    /// From a `SET ... NX` request being read to its answer.
+    acquire: Histogram,
+}
+
+impl Default for Live {
+    fn default() -> Live {
+        Live {
+            commands: TABLE.iter().map(|_| AtomicU64::new(0)).collect(),
+            errors: Default::default(),
+            acquire: Histogram::new(crate::backend::health::latency_buckets()),
+        }
+    }
+}
+
+impl Live {
+    /// Counts one command of the table.
+    pub fn count_command(&self, spec: &'static Spec) {
+        // The row's index, from its address in the table (no search on the hot path).
+        let at = (spec as *const Spec as usize).wrapping_sub(TABLE.as_ptr() as usize)
+            / std::mem::size_of::<Spec>().max(1);
+        if let Some(c) = self.commands.get(at) {
+            Stats::bump(c);
+        }
+    }
+
+    /// Counts an error reply by its kind (its first word).
+    pub fn count_reply(&self, reply: &Reply) {
+        if let Reply::Error(e) = reply {
+            let word = e.split(|&c| c == b' ').next().unwrap_or_default();
+            let at = ERROR_KINDS
+                .iter()
+                .position(|k| k.as_bytes() == word)
+                .unwrap_or(ERROR_KINDS.len());
+            Stats::bump(&self.errors[at]);
+        }
+    }
+
+    /// Records how long an acquisition took, from the request to the answer.
+    pub fn observe_acquire(&self, took: Duration) {
+        self.acquire.observe(took.as_secs_f64());
+    }
+}
 
 /// Reads the proxy's counters on each scrape.
 struct ProxyCollector(Arc<Proxy>);
@@ -99,6 +172,37 @@ impl Collector for ProxyCollector {
             "Client commands processed.",
             Stats::get(&s.commands),
         )?;
+        {
+            let mut family = e.encode_descriptor(
+                "redlock_commands_by_name",
+                "Client commands processed, by command (unknown commands not counted).",
+                None,
+                MetricType::Counter,
+            )?;
+            for (spec, c) in TABLE.iter().zip(p.metrics.commands.iter()) {
+                let labels = [("command", spec.name)];
+                ConstCounter::new(Stats::get(c)).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        {
+            let mut family = e.encode_descriptor(
+                "redlock_errors",
+                "Error replies sent to clients, by kind (the error's first word).",
+                None,
+                MetricType::Counter,
+            )?;
+            let kinds = ERROR_KINDS.iter().copied().chain(["other"]);
+            for (kind, c) in kinds.zip(p.metrics.errors.iter()) {
+                let labels = [("kind", kind)];
+                ConstCounter::new(Stats::get(c)).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        p.metrics.acquire.encode(e.encode_descriptor(
+            "redlock_acquire",
+            "Time from reading a SET ... NX request to its answer.",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?)?;
         ConstGauge::new(p.clients() as i64).encode(e.encode_descriptor(
             "redlock_client_connections",
             "Client connections open.",

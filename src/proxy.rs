@@ -39,6 +39,12 @@ pub struct Proxy {
     pub(crate) clients: AtomicUsize,
     /// The next `CLIENT ID`.
     pub(crate) next_client_id: AtomicU64,
+    /// Client users and the keys each may touch.
+    pub accounts: crate::acl::Accounts,
+    /// Cancelled on `SIGTERM`/`SIGINT`: clients answer what they have read, then close.
+    pub shutdown: tokio_util::sync::CancellationToken,
+    /// Live metrics that have no `INFO` counterpart (histograms, per-command counters).
+    pub metrics: crate::metrics::Live,
 }
 
 impl Proxy {
@@ -68,6 +74,7 @@ impl Proxy {
             tls: None,
         };
         let links = crate::backend::target::links(&config)?;
+        let accounts = crate::acl::Accounts::from_config(&config)?;
         let hub = crate::pubsub::Hub::new(&links);
         let masters = links
             .into_iter()
@@ -96,6 +103,9 @@ impl Proxy {
             run_id,
             clients: AtomicUsize::new(0),
             next_client_id: AtomicU64::new(1),
+            accounts,
+            shutdown: tokio_util::sync::CancellationToken::new(),
+            metrics: crate::metrics::Live::default(),
         }))
     }
 

@@ -1,11 +1,21 @@
-//! The accept loop and the client cap; the shared state is [`crate::proxy::Proxy`].
+//! The accept loops (plaintext and TLS), the client cap, certificate reloads on `SIGHUP`, and
+//! graceful shutdown; the shared state is [`crate::proxy::Proxy`].
 
-use std::sync::Arc;
+use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, debug, error, info, info_span, warn};
+
+use crate::quorum::Request;
 
 use crate::config::Config;
 use crate::proxy::Proxy;
@@ -19,7 +29,7 @@ impl Drop for Slot {
     }
 }
 
-/// Binds the listener and serves clients until the task is dropped.
+/// Binds the listeners and serves clients until the task is dropped.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let listener = TcpListener::bind(&config.listen).await?;
     serve(listener, config).await
@@ -27,51 +37,225 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
 /// Serves clients on an already bound listener (tests bind port 0 themselves).
 pub async fn serve(listener: TcpListener, config: Config) -> anyhow::Result<()> {
-    let addr = listener.local_addr()?;
+    serve_until(Some(listener), config, std::future::pending()).await
+}
+
+/// Serves clients on `listener` (`None` when `listen = ""`) and on `tls_listen` until
+/// `shutdown` completes, then shuts down gracefully (see [`drain`]).
+pub async fn serve_until(
+    listener: Option<TcpListener>,
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let tls = match &config.tls_listen {
+        Some(at) => {
+            let acceptor = crate::tls::acceptor(&config).map_err(anyhow::Error::msg)?;
+            Some((
+                TcpListener::bind(at).await?,
+                Arc::new(RwLock::new(acceptor)),
+            ))
+        }
+        None => None,
+    };
+    let addr = match (&listener, &tls) {
+        (Some(l), _) => l.local_addr()?,
+        (None, Some((t, _))) => t.local_addr()?,
+        (None, None) => anyhow::bail!("no listener: set listen or tls_listen"),
+    };
     let proxy = Proxy::new(config, addr)?;
     let masters: Vec<&str> = proxy
         .masters
         .iter()
         .map(|m| m.info().addr.as_str())
         .collect();
-    info!(listen = %addr, masters = ?masters, quorum = proxy.quorum(), "redlock-proxy listening");
+    match &listener {
+        Some(l) => {
+            info!(listen = %l.local_addr()?, masters = ?masters, quorum = proxy.quorum(), "redlock-proxy listening")
+        }
+        None => {
+            info!(listen = "off", masters = ?masters, quorum = proxy.quorum(), "redlock-proxy listening (TLS only)")
+        }
+    }
+    if let Some((t, _)) = &tls {
+        info!(tls_listen = %t.local_addr()?, mutual_tls = proxy.config.tls_ca_cert_file.is_some(), "listening for TLS clients");
+    }
     if let Some(at) = &proxy.config.metrics_listen {
         let metrics = TcpListener::bind(at).await?;
         info!(metrics = %metrics.local_addr()?, "serving Prometheus metrics at /metrics");
         tokio::spawn(crate::metrics::serve(metrics, proxy.clone()));
     }
+    let tasks = TaskTracker::new();
+    let mut hangup = hangups();
+    tokio::pin!(shutdown);
     loop {
-        let (mut socket, peer) = match listener.accept().await {
-            Ok(pair) => pair,
-            Err(e) => {
-                // Running out of file descriptors must not end the server.
-                warn!(error = %e, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        let (socket, peer, secure) = tokio::select! {
+            () = &mut shutdown => break,
+            Some(()) = next_hangup(&mut hangup) => {
+                if let Some((_, acceptor)) = &tls {
+                    reload(&proxy.config, acceptor);
+                }
                 continue;
             }
+            accepted = accept(listener.as_ref()) => match accepted {
+                Ok((socket, peer)) => (socket, peer, false),
+                Err(e) => {
+                    accept_failed(e).await;
+                    continue;
+                }
+            },
+            accepted = accept(tls.as_ref().map(|(t, _)| t)) => match accepted {
+                Ok((socket, peer)) => (socket, peer, true),
+                Err(e) => {
+                    accept_failed(e).await;
+                    continue;
+                }
+            },
         };
         let _ = socket.set_nodelay(true);
-        if proxy.clients.fetch_add(1, Ordering::AcqRel) >= proxy.config.max_clients {
-            proxy.clients.fetch_sub(1, Ordering::AcqRel);
-            let _ = socket
-                .write_all(b"-ERR max number of clients reached\r\n")
-                .await;
+        let Some(slot) = Slot::take(&proxy) else {
+            if !secure {
+                let mut socket = socket;
+                let _ = socket
+                    .write_all(b"-ERR max number of clients reached\r\n")
+                    .await;
+            }
             continue;
-        }
+        };
         let id = proxy.next_client_id.fetch_add(1, Ordering::Relaxed);
-        let slot = Slot(proxy.clone());
         let proxy = proxy.clone();
+        let acceptor = tls.as_ref().map(|(_, a)| current(a));
         // A panic in a client task ends that client only: tokio contains it (the release
         // profile keeps unwinding), and the slot is given back as it unwinds.
-        tokio::spawn(
+        tasks.spawn(
             async move {
                 let _slot = slot;
-                if let Err(e) = crate::client::serve(socket, proxy, id).await {
+                let served = match acceptor.filter(|_| secure) {
+                    None => crate::client::serve(socket, proxy, id).await,
+                    Some(acceptor) => {
+                        let handshake = tokio::time::timeout(
+                            Duration::from_millis(proxy.config.connect_timeout_ms.max(1000)),
+                            acceptor.accept(socket),
+                        );
+                        match handshake.await {
+                            Ok(Ok(stream)) => crate::client::serve_stream(stream, proxy, id).await,
+                            Ok(Err(e)) => {
+                                info!(error = %e, "TLS client refused");
+                                return;
+                            }
+                            Err(_) => {
+                                debug!("TLS handshake timed out");
+                                return;
+                            }
+                        }
+                    }
+                };
+                if let Err(e) = served {
                     debug!(error = %e, "client connection ended");
                 }
             }
-            .instrument(info_span!("client", client.addr = %peer)),
+            .instrument(info_span!("client", client.addr = %peer, client.tls = secure)),
         );
+    }
+    drop(listener);
+    drop(tls);
+    tasks.close();
+    drain(&proxy, &tasks).await;
+    Ok(())
+}
+
+/// Graceful shutdown, after the listeners are closed: every client answers the requests it
+/// has read and closes; then operations still running on their own (acquisitions whose client
+/// left, roll-backs waiting for late answers) finish and free their keys; then a `PING` sent
+/// behind everything queued to each master that is up shows that those writes have been
+/// answered. All of it within `shutdown_timeout_ms`.
+async fn drain(proxy: &Arc<Proxy>, tasks: &TaskTracker) {
+    let timeout = Duration::from_millis(proxy.config.shutdown_timeout_ms);
+    let deadline = Instant::now() + timeout;
+    info!(
+        clients = proxy.clients(),
+        timeout_ms = timeout.as_millis() as u64,
+        "shutting down: no new clients; finishing requests in flight"
+    );
+    proxy.shutdown.cancel();
+    let finished = async {
+        tasks.wait().await;
+        while proxy.keylocks.busy() > 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let ping = Request::Same(crate::reply::command(&[b"PING"]));
+        crate::quorum::ask(&proxy.masters, ping, 1, deadline)
+            .finish()
+            .await;
+    };
+    match tokio::time::timeout_at(deadline, finished).await {
+        Ok(()) => info!("shut down cleanly"),
+        Err(_) => warn!(
+            clients = proxy.clients(),
+            keys_in_flight = proxy.keylocks.busy(),
+            "shutdown_timeout_ms reached with work unfinished; exiting anyway"
+        ),
+    }
+}
+
+impl Slot {
+    /// Takes a place under `max_clients`, or `None` when every place is taken.
+    fn take(proxy: &Arc<Proxy>) -> Option<Slot> {
+        if proxy.clients.fetch_add(1, Ordering::AcqRel) >= proxy.config.max_clients {
+            proxy.clients.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Slot(proxy.clone()))
+    }
+}
+
+/// Accepts on `listener`, or waits for ever when there is none.
+async fn accept(listener: Option<&TcpListener>) -> std::io::Result<(TcpStream, SocketAddr)> {
+    match listener {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn accept_failed(e: std::io::Error) {
+    // Running out of file descriptors must not end the server.
+    warn!(error = %e, "accept failed");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+}
+
+/// `SIGHUP`s, where the platform has them.
+fn hangups() -> Option<Signal> {
+    match signal(SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            warn!(error = %e, "cannot listen for SIGHUP; certificates will not be reloaded");
+            None
+        }
+    }
+}
+
+async fn next_hangup(s: &mut Option<Signal>) -> Option<()> {
+    match s {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The acceptor in force now.
+fn current(acceptor: &RwLock<TlsAcceptor>) -> TlsAcceptor {
+    acceptor.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Re-reads the listener's certificate, key and client CA. Connections already open keep the
+/// session they have; new ones get the new files. A bad file keeps the old ones in force.
+fn reload(config: &Config, acceptor: &RwLock<TlsAcceptor>) {
+    match crate::tls::acceptor(config) {
+        Ok(fresh) => {
+            *acceptor.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+            info!("SIGHUP: TLS certificate files reloaded");
+        }
+        Err(e) => {
+            error!(error = %e, "SIGHUP: TLS certificate files not reloaded; the old ones stay in force")
+        }
     }
 }
 

@@ -1,17 +1,21 @@
-//! TLS towards the masters, with rustls (no OpenSSL): which certificate authorities are
-//! trusted, and the client certificate shown to masters that run with `tls-auth-clients yes`.
+//! TLS with rustls (no OpenSSL), both ways. Towards the masters: which certificate
+//! authorities are trusted, and the client certificate shown to masters that run with
+//! `tls-auth-clients yes`. Towards clients: the listener's certificate and, for mutual TLS, the
+//! authorities that sign client certificates.
 //!
-//! Everything is read once at start-up, so a missing or malformed file is a configuration error
-//! the operator sees before any master is contacted.
+//! Files are read at start-up, so a missing or malformed file is a configuration error the
+//! operator sees before anything is served; the listener's files are read again on `SIGHUP`.
 
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{ClientConfig, RootCertStore, crypto};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 /// Where a master's TLS connection is opened and which name its certificate must carry.
 #[derive(Clone)]
@@ -82,6 +86,39 @@ pub fn connector(files: ClientFiles<'_>) -> Result<TlsConnector, String> {
         }
     };
     Ok(TlsConnector::from(Arc::new(config)))
+}
+
+/// Builds the client listener's TLS configuration from `tls_cert_file`, `tls_key_file` and, for
+/// mutual TLS, `tls_ca_cert_file`; errors name the file and what is wrong with it.
+pub fn acceptor(config: &crate::config::Config) -> Result<TlsAcceptor, String> {
+    let (Some(cert), Some(key)) = (&config.tls_cert_file, &config.tls_key_file) else {
+        return Err("tls_listen needs tls_cert_file and tls_key_file".to_string());
+    };
+    let provider = Arc::new(crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let builder = match &config.tls_ca_cert_file {
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            let (added, _) = roots.add_parsable_certificates(read_certs(ca)?);
+            if added == 0 {
+                return Err(format!("{ca}: no usable CA certificate"));
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| format!("{ca}: {e}"))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let chain = read_certs(cert)?;
+    let key_der = PrivateKeyDer::from_pem_file(Path::new(key))
+        .map_err(|e| format!("{key}: no private key read ({e})"))?;
+    let server = builder
+        .with_single_cert(chain, key_der)
+        .map_err(|e| format!("{cert}: {e}"))?;
+    Ok(TlsAcceptor::from(Arc::new(server)))
 }
 
 /// The name checked on a master's certificate: an IP address or a DNS name.

@@ -254,19 +254,49 @@ struct Proxy {
 impl Proxy {
     /// Starts the proxy with `settings` (TOML lines) and environment `env`.
     fn start(backends: &[String], settings: &str, env: &[(&str, &str)]) -> Proxy {
+        Proxy::launch(backends, settings, env, &[])
+    }
+
+    /// Like [`Proxy::start`], run through `wrapper` (such as `prlimit --nofile=...`). Settings
+    /// may set `listen` themselves (`listen = ""` for TLS only); `[[users]]` tables go last.
+    fn launch(
+        backends: &[String],
+        settings: &str,
+        env: &[(&str, &str)],
+        wrapper: &[&str],
+    ) -> Proxy {
         let dir = Scratch::new("proxy");
         let port = redlock_proxy::dev::free_port().expect("free port");
         let addr = format!("127.0.0.1:{port}");
         let list: Vec<String> = backends.iter().map(|b| format!("{b:?}")).collect();
+        let listen = if settings.starts_with("listen =") {
+            String::new()
+        } else {
+            format!("listen = {addr:?}\n")
+        };
+        let quarantine = if settings.contains("quarantine =") {
+            ""
+        } else {
+            "quarantine = false\n"
+        };
         let config = format!(
-            "listen = {addr:?}\nbackends = [{}]\nquarantine = false\nreconnect_min_ms = 20\n\
+            "{listen}backends = [{}]\n{quarantine}reconnect_min_ms = 20\n\
              reconnect_max_ms = 200\nnode_timeout_ms = 200\n{settings}\n",
             list.join(", ")
         );
         std::fs::write(dir.0.join("proxy.toml"), config).expect("config");
         let stderr = std::fs::File::create(dir.0.join("stderr.log")).expect("log file");
         let stdout = std::fs::File::create(dir.0.join("stdout.log")).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_redlock-proxy"))
+        let bin = env!("CARGO_BIN_EXE_redlock-proxy");
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let child = cmd
             .args(["--config", &dir.path("proxy.toml")])
             .env_remove("RUST_LOG")
             .env_remove("REDLOCK_BACKEND_PASSWORD")
@@ -727,6 +757,35 @@ async fn metrics_move_with_a_grant_a_denial_and_a_release_and_promtool_accepts_t
         after.contains("redlock_master_reply_seconds_bucket{"),
         "{after}"
     );
+    // Commands by name, acquisition latency, errors by kind, connections open.
+    let by_name = |c: &str| format!("redlock_commands_by_name_total{{command=\"{c}\"}}");
+    assert_eq!(sample(&after, &by_name("set")), "2", "{after}");
+    assert_eq!(sample(&after, &by_name("eval")), "1", "{after}");
+    assert_eq!(
+        sample(&after, "redlock_acquire_seconds_count"),
+        "2",
+        "{after}"
+    );
+    assert!(
+        after.contains("redlock_acquire_seconds_bucket{le=\"0.1\"} "),
+        "{after}"
+    );
+    let errors = |k: &str| format!("redlock_errors_total{{kind=\"{k}\"}}");
+    assert_eq!(sample(&after, &errors("ERR")), "0", "{after}");
+    assert!(
+        c.raw(&["NOSUCHCOMMAND"])
+            .await
+            .starts_with("-ERR unknown command")
+    );
+    assert!(
+        c.raw(&["EVALSHA", &"0".repeat(40), "0"])
+            .await
+            .starts_with("-NOSCRIPT")
+    );
+    let (_, after) = http_get(&metrics, "/metrics", "").await;
+    assert_eq!(sample(&after, &errors("ERR")), "1", "{after}");
+    assert_eq!(sample(&after, &errors("NOSCRIPT")), "1", "{after}");
+    assert_eq!(sample(&after, "redlock_client_connections"), "1", "{after}");
     let (code, lint) = promtool(&after);
     assert_eq!(code, 0, "promtool: {lint}\n{after}");
     // Prometheus itself asks for OpenMetrics, which promtool cannot lint: the classic format
@@ -888,4 +947,533 @@ fn check_config_exits_0_or_2_with_the_reason() {
     let (code, out) = run("backends = []\n");
     assert_eq!(code, Some(2), "{out}");
     assert!(out.contains("no backends"), "{out}");
+}
+
+/// Runs `redis-cli` against the proxy at `port` with `args` before the command.
+fn proxy_cli(port: &str, opts: &[&str], command: &[&str]) -> (bool, String) {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", port, "--no-auth-warning"])
+        .args(opts)
+        .args(command)
+        .output()
+        .expect("redis-cli");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text.trim().to_string())
+}
+
+fn port_of(addr: &str) -> String {
+    addr.rsplit(':').next().unwrap_or_default().to_string()
+}
+
+fn python_client() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/.venv/bin/python");
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/deps.sh test",
+        p.display()
+    );
+    p
+}
+
+const NOPERM: &str =
+    "NOPERM this user has no permissions to access one of the keys used as arguments";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_limited_to_lock_keys_gets_noperm_for_any_other_key() {
+    let ms: Vec<Redis> = (0..3).map(|_| Redis::plain(&[])).collect();
+    let proxy = Proxy::start(
+        &addrs(&ms),
+        "password = \"rootpw\"\n[[users]]\nname = \"locker\"\npassword = \"lockpw\"\nkeys = [\"~lock:*\"]\n",
+        &[],
+    );
+    let mut c = proxy.client().await;
+    assert_eq!(
+        c.raw(&["SET", "lock:a", "t", "NX", "PX", "10000"]).await,
+        "-NOAUTH Authentication required.\r\n"
+    );
+    assert_eq!(
+        c.raw(&["AUTH", "locker", "rootpw"]).await,
+        "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+    );
+    assert_eq!(c.raw(&["AUTH", "locker", "lockpw"]).await, "+OK\r\n");
+    for _ in 0..250 {
+        if field(&c.text(&["INFO", "redlock"]).await, "masters_up") == "3" {
+            break;
+        }
+        sleep(Duration::from_millis(20)).await;
+    }
+    let noperm = format!("-{NOPERM}\r\n");
+    assert_eq!(
+        c.raw(&["SET", "lock:a", "t1", "NX", "PX", "10000"]).await,
+        "+OK\r\n"
+    );
+    assert_eq!(
+        c.raw(&["SET", "other:a", "t1", "NX", "PX", "10000"]).await,
+        noperm
+    );
+    assert_eq!(c.raw(&["GET", "other:a"]).await, noperm);
+    assert_eq!(c.raw(&["EVAL", UNLOCK, "1", "other:a", "t1"]).await, noperm);
+    assert_eq!(
+        c.raw(&["EVAL", UNLOCK, "2", "lock:a", "other:a", "t1"])
+            .await,
+        noperm
+    );
+    assert_eq!(c.raw(&["DEL", "lock:a", "other:a"]).await, noperm);
+    assert_eq!(c.raw(&["WATCH", "other:a"]).await, noperm);
+    assert_eq!(c.raw(&["MULTI"]).await, "+OK\r\n");
+    assert_eq!(c.raw(&["GET", "other:a"]).await, noperm);
+    assert_eq!(
+        c.raw(&["EXEC"]).await,
+        "-EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+    assert_eq!(
+        c.raw(&["EVAL", UNLOCK, "1", "lock:a", "t1"]).await,
+        ":1\r\n"
+    );
+    // Nothing outside lock:* reached a master.
+    for m in &ms {
+        assert_eq!(m.cli(("", ""), &["EXISTS", "other:a"]), "0");
+    }
+    // HELLO 3 AUTH, and the default user with every key.
+    let mut h = proxy.client().await;
+    assert!(
+        h.raw(&["HELLO", "3", "AUTH", "locker", "lockpw"])
+            .await
+            .starts_with('%')
+    );
+    assert_eq!(h.raw(&["GET", "other:a"]).await, noperm);
+    let mut d = proxy.client().await;
+    assert_eq!(d.raw(&["AUTH", "rootpw"]).await, "+OK\r\n");
+    assert_eq!(
+        d.raw(&["SET", "other:a", "t", "NX", "PX", "10000"]).await,
+        "+OK\r\n"
+    );
+    // redis-cli --user --pass.
+    let port = port_of(&proxy.addr);
+    let user = ["--user", "locker", "--pass", "lockpw"];
+    assert_eq!(
+        proxy_cli(&port, &user, &["SET", "lock:cli", "t", "NX", "PX", "10000"]).1,
+        "OK"
+    );
+    assert_eq!(
+        proxy_cli(
+            &port,
+            &user,
+            &["SET", "other:cli", "t", "NX", "PX", "10000"]
+        )
+        .1,
+        NOPERM
+    );
+    // redis-py with username=.
+    let script = format!(
+        "import redis\nr = redis.Redis(host='127.0.0.1', port={port}, username='locker', password='lockpw')\n\
+         lock = r.lock('lock:py', timeout=10)\nassert lock.acquire(blocking=False)\nlock.release()\n\
+         try:\n    r.get('other:py')\n    raise SystemExit('no error')\n\
+         except redis.exceptions.NoPermissionError as e:\n    print('NOPERM', e)\n"
+    );
+    let out = Command::new(python_client())
+        .args(["-c", &script])
+        .output()
+        .expect("python");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("NOPERM this user has no permissions"),
+        "{stdout}"
+    );
+}
+
+/// A TLS client of the proxy: redis-cli over TLS, with `extra` options.
+fn tls_cli(port: &str, extra: &[&str], command: &[&str]) -> (bool, String) {
+    let c = Certs::get();
+    let mut opts = vec![
+        "--tls".to_string(),
+        "--cacert".to_string(),
+        c.file("ca.crt"),
+    ];
+    opts.extend(extra.iter().map(|s| s.to_string()));
+    let opts: Vec<&str> = opts.iter().map(String::as_str).collect();
+    proxy_cli(port, &opts, command)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_clients_with_and_without_mutual_tls() {
+    let c = Certs::get();
+    let ms: Vec<Redis> = (0..3).map(|_| Redis::plain(&[])).collect();
+    let tls_port = redlock_proxy::dev::free_port()
+        .expect("free port")
+        .to_string();
+    let files = format!(
+        "tls_cert_file = {:?}\ntls_key_file = {:?}\n",
+        c.file("server.crt"),
+        c.file("server.key")
+    );
+    let proxy = Proxy::start(
+        &addrs(&ms),
+        &format!("tls_listen = \"127.0.0.1:{tls_port}\"\n{files}"),
+        &[],
+    );
+    proxy.info_when_up(3).await;
+    // redis-cli over TLS.
+    assert_eq!(
+        tls_cli(
+            &tls_port,
+            &[],
+            &["SET", "lock:tls", "t1", "NX", "PX", "10000"]
+        )
+        .1,
+        "OK"
+    );
+    assert_eq!(
+        tls_cli(
+            &tls_port,
+            &[],
+            &["SET", "lock:tls", "t2", "NX", "PX", "10000"]
+        )
+        .1,
+        ""
+    );
+    assert_eq!(
+        tls_cli(&tls_port, &[], &["EVAL", UNLOCK, "1", "lock:tls", "t1"]).1,
+        "1"
+    );
+    // redis-py with ssl=True.
+    let script = format!(
+        "import redis\nr = redis.Redis(host='127.0.0.1', port={tls_port}, ssl=True, ssl_ca_certs={:?})\n\
+         lock = r.lock('lock:pytls', timeout=10)\nassert lock.acquire(blocking=False)\n\
+         assert not r.lock('lock:pytls', timeout=10).acquire(blocking=False)\nlock.release()\nprint('ok')\n",
+        c.file("ca.crt")
+    );
+    let out = Command::new(python_client())
+        .args(["-c", &script])
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // node-redlock with ioredis over TLS.
+    let js = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/tls_clients.js");
+    let out = Command::new("node")
+        .arg(&js)
+        .args([&tls_port, &c.file("ca.crt")])
+        .output()
+        .expect("node");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A plaintext client on the TLS port gets no answer: the connection is closed.
+    let mut plain = Client::connect(&format!("127.0.0.1:{tls_port}")).await;
+    plain.send(&["PING"]).await;
+    assert!(
+        plain.closed().await,
+        "a plaintext client on the TLS port must be refused"
+    );
+    // The plaintext listener still works.
+    locks_work(&proxy, "lock:plain").await;
+
+    // Mutual TLS, TLS only: no plaintext listener. The client CA file is the test's own copy,
+    // so that SIGHUP can be shown to re-read it.
+    let tls_port = redlock_proxy::dev::free_port()
+        .expect("free port")
+        .to_string();
+    let scratch = Scratch::new("client-ca");
+    let client_ca = scratch.path("clients-ca.crt");
+    std::fs::copy(c.file("ca.crt"), &client_ca).expect("copy CA");
+    let mutual = Proxy::start(
+        &addrs(&ms),
+        &format!(
+            "listen = \"\"\ntls_listen = \"127.0.0.1:{tls_port}\"\n{files}tls_ca_cert_file = {client_ca:?}\n"
+        ),
+        &[],
+    );
+    let mine = [
+        "--cert",
+        &c.file("client.crt"),
+        "--key",
+        &c.file("client.key"),
+    ];
+    let mut answer = (false, String::new());
+    for _ in 0..100 {
+        answer = tls_cli(
+            &tls_port,
+            &mine,
+            &["SET", "lock:mtls", "t1", "NX", "PX", "10000"],
+        );
+        if answer.1 == "OK" {
+            break;
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(answer.1, "OK", "{}", mutual.stderr());
+    let stranger = [
+        "--cert",
+        &c.file("stranger.crt"),
+        "--key",
+        &c.file("stranger.key"),
+    ];
+    let (_, refused) = tls_cli(&tls_port, &stranger, &["PING"]);
+    assert_ne!(refused, "PONG");
+    let (_, refused) = tls_cli(&tls_port, &[], &["PING"]);
+    assert_ne!(refused, "PONG");
+    assert!(
+        mutual.stderr().contains("TLS client refused"),
+        "{}",
+        mutual.stderr()
+    );
+    assert!(
+        mutual.stderr().contains("listen=\"off\""),
+        "{}",
+        mutual.stderr()
+    );
+    // A connection held open across the reload.
+    let held_script = "import socket, ssl, sys\n\
+        ctx = ssl.create_default_context(cafile=sys.argv[2])\n\
+        ctx.load_cert_chain(sys.argv[3], sys.argv[4])\n\
+        s = ctx.wrap_socket(socket.create_connection(('127.0.0.1', int(sys.argv[1]))), server_hostname='localhost')\n\
+        for line in sys.stdin:\n    s.sendall(b'PING\\r\\n')\n    print(s.recv(100).decode().strip(), flush=True)\n";
+    let mut held = Command::new(python_client())
+        .args(["-c", held_script, &tls_port, &c.file("ca.crt")])
+        .args([c.file("client.crt"), c.file("client.key")])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python");
+    let mut held_in = held.stdin.take().expect("stdin");
+    let mut held_out = std::io::BufReader::new(held.stdout.take().expect("stdout"));
+    let mut ping = move || {
+        use std::io::{BufRead, Write};
+        writeln!(held_in).expect("to python");
+        let mut line = String::new();
+        held_out.read_line(&mut line).expect("from python");
+        line.trim().to_string()
+    };
+    assert_eq!(ping(), "+PONG");
+    // SIGHUP re-reads the files: now only the other authority's clients are let in, and the
+    // connection already open stays open.
+    std::fs::copy(c.file("other.crt"), &client_ca).expect("copy CA");
+    kill(&mutual, "HUP");
+    for _ in 0..50 {
+        if mutual.stderr().contains("TLS certificate files reloaded") {
+            break;
+        }
+        sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        mutual.stderr().contains("TLS certificate files reloaded"),
+        "{}",
+        mutual.stderr()
+    );
+    assert_eq!(ping(), "+PONG");
+    assert_ne!(tls_cli(&tls_port, &mine, &["PING"]).1, "PONG");
+    assert_eq!(tls_cli(&tls_port, &stranger, &["PING"]).1, "PONG");
+    assert_eq!(
+        tls_cli(
+            &tls_port,
+            &stranger,
+            &["EVAL", UNLOCK, "1", "lock:mtls", "t1"]
+        )
+        .1,
+        "1"
+    );
+    let _ = held.kill();
+    let _ = held.wait();
+}
+
+fn kill(proxy: &Proxy, signal: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{signal}"), &proxy.child.id().to_string()])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok);
+}
+
+/// Waits for the proxy process to exit, at most `within`; its exit code.
+async fn exit_code(proxy: &mut Proxy, within: Duration) -> Option<i32> {
+    let until = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < until {
+        if let Ok(Some(status)) = proxy.child.try_wait() {
+            return status.code();
+        }
+        sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_under_lock_load_leaves_only_granted_keys_and_exits_0() {
+    use std::collections::HashSet;
+    use std::sync::{Arc, Mutex};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let ms: Vec<Redis> = (0..3).map(|_| Redis::plain(&[])).collect();
+    let mut proxy = Proxy::start(&addrs(&ms), "shutdown_timeout_ms = 5000", &[]);
+    proxy.info_when_up(3).await;
+    let grants: Arc<Mutex<HashSet<(String, String)>>> = Arc::default();
+    let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for w in 0..16 {
+        let (addr, grants, attempts) = (proxy.addr.clone(), grants.clone(), attempts.clone());
+        workers.push(tokio::spawn(async move {
+            let Ok(mut s) = tokio::net::TcpStream::connect(&addr).await else {
+                return;
+            };
+            let mut buf = Vec::new();
+            for n in 0.. {
+                // Four contended keys; each round pipelines the acquisition and its release.
+                let key = format!("lock:sig{}", (w + n) % 4);
+                let token = format!("w{w}-{n}");
+                let req = format!(
+                    "*6\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n{token}\r\n$2\r\nNX\r\n$2\r\nPX\r\n$4\r\n5000\r\n\
+                     *5\r\n$4\r\nEVAL\r\n${}\r\n{UNLOCK}\r\n$1\r\n1\r\n${}\r\n{key}\r\n${}\r\n{token}\r\n",
+                    key.len(),
+                    token.len(),
+                    UNLOCK.len(),
+                    key.len(),
+                    token.len()
+                );
+                if s.write_all(req.as_bytes()).await.is_err() {
+                    return;
+                }
+                attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                // Two one-line replies.
+                let mut lines = Vec::new();
+                while lines.len() < 2 {
+                    if let Some(nl) = buf.windows(2).position(|p| p == b"\r\n") {
+                        lines.push(String::from_utf8_lossy(&buf[..nl]).into_owned());
+                        buf.drain(..nl + 2);
+                        continue;
+                    }
+                    let mut chunk = [0u8; 512];
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => {
+                            if lines.first().is_some_and(|l| l == "+OK") {
+                                grants.lock().unwrap().insert((key, token));
+                            }
+                            return;
+                        }
+                        Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                    }
+                }
+                if lines[0] == "+OK" {
+                    grants.lock().unwrap().insert((key, token));
+                }
+            }
+        }));
+    }
+    sleep(Duration::from_millis(700)).await;
+    kill(&proxy, "TERM");
+    let code = exit_code(&mut proxy, Duration::from_secs(8)).await;
+    for w in workers {
+        let _ = tokio::time::timeout(Duration::from_secs(5), w).await;
+    }
+    assert_eq!(code, Some(0), "{}", proxy.stderr());
+    let grants = grants.lock().unwrap().clone();
+    let attempts = attempts.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(attempts > 50, "too little load: {attempts} attempts");
+    assert!(!grants.is_empty());
+    let mut left = 0;
+    for m in &ms {
+        let keys = m.cli(("", ""), &["KEYS", "lock:sig*"]);
+        for key in keys.lines().filter(|k| !k.is_empty()) {
+            let value = m.cli(("", ""), &["GET", key]);
+            if value.is_empty() {
+                continue; // expired meanwhile
+            }
+            left += 1;
+            assert!(
+                grants.contains(&(key.to_string(), value.clone())),
+                "{key}={value} on {} was never granted to a client",
+                m.addr()
+            );
+        }
+    }
+    assert!(
+        proxy.stderr().contains("shut down cleanly"),
+        "{}",
+        proxy.stderr()
+    );
+    eprintln!(
+        "SIGTERM: {attempts} attempts, {} grants, {left} granted keys left",
+        grants.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_low_open_files_limit_is_raised_or_reported() {
+    let ms: Vec<Redis> = (0..3).map(|_| Redis::plain(&[])).collect();
+    // Soft 256, hard 4096: the proxy raises its own limit to 4096, enough for 2000 clients.
+    let proxy = Proxy::launch(
+        &addrs(&ms),
+        "max_clients = 2000",
+        &[],
+        &["prlimit", "--nofile=256:4096", "--"],
+    );
+    proxy.info_when_up(3).await;
+    let mut clients = Vec::new();
+    for _ in 0..600 {
+        let mut c = Client::connect(&proxy.addr).await;
+        c.send(&["PING"]).await;
+        clients.push(c);
+    }
+    for c in &mut clients {
+        assert_eq!(c.read_raw().await, b"+PONG\r\n", "{}", proxy.stderr());
+    }
+    assert!(
+        proxy.stderr().contains("raised the open-files limit"),
+        "{}",
+        proxy.stderr()
+    );
+    assert!(!proxy.stderr().contains("max_clients cannot be reached"));
+    drop(clients);
+    // A hard limit below max_clients is reported.
+    let mut low = Proxy::launch(&addrs(&ms), "", &[], &["prlimit", "--nofile=256:256", "--"]);
+    low.info_when_up(3).await;
+    assert!(
+        low.stderr().contains("max_clients cannot be reached"),
+        "{}",
+        low.stderr()
+    );
+    // SIGINT (Ctrl-C) shuts down as SIGTERM does.
+    kill(&low, "INT");
+    assert_eq!(exit_code(&mut low, Duration::from_secs(8)).await, Some(0));
+    assert!(
+        low.stderr().contains("shut down cleanly"),
+        "{}",
+        low.stderr()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn masters_quarantined_on_first_connect_are_explained_at_start_up() {
+    let ms: Vec<Redis> = (0..3).map(|_| Redis::plain(&[])).collect();
+    let proxy = Proxy::start(&addrs(&ms), "quarantine = true\nmax_ttl_ms = 60000", &[]);
+    let info = proxy.info_when_up(3).await;
+    assert_eq!(field(&info, "quorum_available"), "0", "{info}");
+    let wait: i64 = field(&info, "quorum_available_in_ms")
+        .parse()
+        .expect("a number");
+    assert!((50_000..=61_000).contains(&wait), "{info}");
+    let log = proxy.stderr();
+    assert!(log.contains("WARN"), "{log}");
+    assert!(
+        log.contains("set `quarantine = false` to skip this"),
+        "{log}"
+    );
+    assert!(log.contains("s more"), "{log}");
+    let mut c = proxy.client().await;
+    assert_eq!(
+        c.raw(&["SET", "lock:q", "t", "NX", "PX", "1000"]).await,
+        "$-1\r\n"
+    );
 }

@@ -360,7 +360,11 @@ pub(super) fn admit<S>(
                     uptime_s = up.as_secs(),
                     quarantine_ms = left.as_millis() as u64,
                     status = "quarantined",
-                    "master started recently and may have lost locks granted before: quarantined"
+                    "master started {}s ago and may have lost locks granted before it restarted: \
+                     its votes do not count for {}s more; if it is brand-new and never held a \
+                     lock, set `quarantine = false` to skip this",
+                    up.as_secs(),
+                    left.as_secs_f64().ceil() as u64
                 );
             }
         }

@@ -59,8 +59,9 @@ pub fn hello(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     while i < args.len() {
         let opt = &args[i];
         if opt.eq_ignore_ascii_case(b"AUTH") && i + 2 < args.len() {
-            if let Err(e) = check_password(proxy, Some(&args[i + 1]), &args[i + 2]) {
-                return e.into();
+            match proxy.accounts.login(Some(&args[i + 1]), &args[i + 2]) {
+                Ok(keys) => conn.keys = keys,
+                Err(e) => return Reply::static_error(e).into(),
             }
             conn.authed = true;
             i += 3;
@@ -98,51 +99,20 @@ pub fn hello(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     .into()
 }
 
-/// Checks `AUTH [user] password` against the configuration, as Redis 7 with `requirepass`
-/// does: the only user is `default`. With no password configured, `default` is a `nopass` user
-/// (any password logs in), and the one-argument form is refused with Redis's hint.
-fn check_password(proxy: &Proxy, user: Option<&[u8]>, given: &[u8]) -> Result<(), Reply> {
-    let wrongpass =
-        || Reply::static_error("WRONGPASS invalid username-password pair or user is disabled.");
-    let default_user = user.is_none_or(|u| u == b"default");
-    match &proxy.config.password {
-        // Both comparisons always run, so the time taken tells nothing about either.
-        Some(p) => match same_secret(p.as_bytes(), given) & default_user {
-            true => Ok(()),
-            false => Err(wrongpass()),
-        },
-        None if user.is_none() => Err(Reply::static_error(
-            "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
-        )),
-        None if default_user => Ok(()),
-        None => Err(wrongpass()),
-    }
-}
-
-/// Compares two secrets in time that depends on neither: both are hashed to a fixed length,
-/// and every byte of the digests is compared.
-fn same_secret(expected: &[u8], given: &[u8]) -> bool {
-    let a = sha1_smol::Sha1::from(expected).digest().bytes();
-    let b = sha1_smol::Sha1::from(given).digest().bytes();
-    a.iter()
-        .zip(b.iter())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-        == 0
-}
-
-/// `AUTH [username] password`
+/// `AUTH [username] password`, as Redis 7 checks it (see [`crate::acl::Accounts::login`]).
 pub fn auth(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     let (user, password) = match args.len() {
         2 => (None, &args[1]),
         3 => (Some(&args[1][..]), &args[2]),
         _ => return syntax_error().into(),
     };
-    match check_password(proxy, user, password) {
-        Ok(()) => {
+    match proxy.accounts.login(user, password) {
+        Ok(keys) => {
             conn.authed = true;
+            conn.keys = keys;
             Reply::ok().into()
         }
-        Err(e) => e.into(),
+        Err(e) => Reply::static_error(e).into(),
     }
 }
 
@@ -229,6 +199,6 @@ pub fn quit(_: &Arc<Proxy>, _: &mut Conn, _: Vec<Bytes>) -> Action {
 
 /// `RESET`: back to a new connection's state.
 pub fn reset(proxy: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
-    *conn = Conn::new(conn.id, proxy.config.password.is_some());
+    *conn = Conn::new(conn.id, proxy.accounts.required());
     Reply::simple("RESET").into()
 }

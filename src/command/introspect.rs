@@ -122,12 +122,13 @@ pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         let trusted = proxy.masters.iter().filter(|m| m.is_trusted()).count();
         let _ = write!(
             out,
-            "# Redlock\r\nmasters:{}\r\nmasters_up:{}\r\nmasters_trusted:{}\r\nquorum:{}\r\nquorum_available:{}\r\nnode_timeout_ms:{}\r\ndrift_factor:{}\r\nmax_ttl_ms:{}\r\nquarantine_window_ms:{}\r\nlocks_granted:{}\r\nlocks_denied:{}\r\nlocks_rolled_back:{}\r\nlocks_released:{}\r\nkeys_in_flight:{}\r\nscripts_cached:{}\r\n",
+            "# Redlock\r\nmasters:{}\r\nmasters_up:{}\r\nmasters_trusted:{}\r\nquorum:{}\r\nquorum_available:{}\r\nquorum_available_in_ms:{}\r\nnode_timeout_ms:{}\r\ndrift_factor:{}\r\nmax_ttl_ms:{}\r\nquarantine_window_ms:{}\r\nlocks_granted:{}\r\nlocks_denied:{}\r\nlocks_rolled_back:{}\r\nlocks_released:{}\r\nkeys_in_flight:{}\r\nscripts_cached:{}\r\n",
             proxy.masters.len(),
             up,
             trusted,
             proxy.quorum(),
             u8::from(trusted >= proxy.quorum()),
+            quorum_available_in_ms(proxy),
             proxy.config.node_timeout_ms,
             proxy.config.drift_factor,
             proxy.config.max_ttl_ms,
@@ -145,6 +146,31 @@ pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         out.push_str("\r\n");
     }
     Reply::Bulk(Bytes::from(out)).into()
+}
+
+/// Milliseconds until a quorum of masters is trusted again, as far as the proxy can tell: 0
+/// when it is now, -1 when it waits on masters that are down (no time can be given).
+fn quorum_available_in_ms(proxy: &Proxy) -> i64 {
+    let mut waits: Vec<Option<u128>> = proxy
+        .masters
+        .iter()
+        .map(|m| {
+            let i = m.info();
+            i.is_connected().then(|| {
+                if i.is_trusted() {
+                    0
+                } else {
+                    i.quarantine_left().max(i.clock_suspect_left()).as_millis()
+                }
+            })
+        })
+        .collect();
+    // `None` (down) sorts first; put it last.
+    waits.sort_by_key(|w| w.unwrap_or(u128::MAX));
+    match waits.get(proxy.quorum() - 1).copied().flatten() {
+        Some(ms) => ms.min(i64::MAX as u128) as i64,
+        None => -1,
+    }
 }
 
 /// `CONFIG GET pattern...` answers an empty map: the proxy has no Redis parameters to show, and

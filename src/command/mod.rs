@@ -24,6 +24,7 @@ use std::sync::{Arc, LazyLock};
 
 use bytes::Bytes;
 
+use crate::acl::Keys;
 use crate::client::Conn;
 use crate::proxy::Proxy;
 use crate::reply::Reply;
@@ -251,12 +252,19 @@ pub fn dispatch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action
         conn.multi_failed |= conn.multi.is_some();
         return unknown_command(&args).into();
     };
+    proxy.metrics.count_command(spec);
     if !arity_ok(spec.arity, args.len()) {
         conn.multi_failed |= conn.multi.is_some();
         return wrong_arity(spec.name).into();
     }
     if !conn.authed && !spec.before_auth {
         return Reply::static_error("NOAUTH Authentication required.").into();
+    }
+    if conn.keys != Keys::All && keys_of(spec, &args).any(|k| !conn.keys.allows(k)) {
+        // Checked here, once, for every command (queued ones included, as Redis checks them
+        // when queueing and then aborts EXEC).
+        conn.multi_failed |= conn.multi.is_some();
+        return Reply::static_error(crate::acl::NOPERM).into();
     }
     if !conn.resp3 && conn.subscribed() && !pubsub::allowed_while_subscribed(spec.name) {
         return Reply::error(format!(
@@ -274,7 +282,59 @@ pub fn dispatch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action
     if conn.multi.is_some() && !transaction::runs_at_once(spec.name) {
         return transaction::queue(proxy, conn, args);
     }
+    if spec.name == "set" && args[3..].iter().any(|a| a.eq_ignore_ascii_case(b"NX")) {
+        return timed_acquisition(proxy, (spec.run)(proxy, conn, args));
+    }
     (spec.run)(proxy, conn, args)
+}
+
+/// Observes how long an acquisition takes, from its request to its answer.
+fn timed_acquisition(proxy: &Arc<Proxy>, action: Action) -> Action {
+    let started = tokio::time::Instant::now();
+    match action {
+        Action::Later(later) => {
+            let proxy = proxy.clone();
+            Action::Later(Box::pin(async move {
+                let reply = later.await;
+                proxy.metrics.observe_acquire(started.elapsed());
+                reply
+            }))
+        }
+        other => {
+            proxy.metrics.observe_acquire(started.elapsed());
+            other
+        }
+    }
+}
+
+/// The keys a command names: from its table row's key positions, and for `EVAL`/`EVALSHA`
+/// from `numkeys`. Publish/subscribe channels are not keys (the shard commands list them as
+/// keys for `COMMAND`, but Redis checks them against channel permissions).
+pub fn keys_of<'a>(spec: &Spec, args: &'a [Bytes]) -> impl Iterator<Item = &'a Bytes> + 'a {
+    let argc = args.len() as i64;
+    let (first, last, step) = match spec.name {
+        "eval" | "evalsha" => {
+            let n = args.get(2).and_then(|a| parse_int(a)).unwrap_or(0);
+            if n > 0 { (3, 2 + n, 1) } else { (0, -1, 1) }
+        }
+        _ if spec.flags.contains(&"pubsub") || spec.keys.0 == 0 => (0, -1, 1),
+        _ => {
+            let (f, l, st) = spec.keys;
+            let l = if l < 0 {
+                argc + i64::from(l)
+            } else {
+                i64::from(l)
+            };
+            (i64::from(f), l, i64::from(st.max(1)))
+        }
+    };
+    let end = (last + 1).clamp(0, argc) as usize;
+    let start = if first <= 0 {
+        end
+    } else {
+        (first as usize).min(end)
+    };
+    args[start..end].iter().step_by(step as usize)
 }
 
 fn arity_ok(arity: i32, argc: usize) -> bool {
@@ -388,6 +448,28 @@ mod tests {
             unknown_command(&b(&["foo"])),
             Reply::error("ERR unknown command 'foo', with args beginning with: ")
         );
+    }
+
+    #[test]
+    fn keys_come_from_the_table_and_from_numkeys() {
+        let keys = |v: &[&str]| -> Vec<String> {
+            let args = b(v);
+            let spec = lookup(&args[0]).unwrap();
+            keys_of(spec, &args)
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .collect()
+        };
+        assert_eq!(keys(&["SET", "k", "v", "NX"]), ["k"]);
+        assert_eq!(keys(&["DEL", "a", "b", "c"]), ["a", "b", "c"]);
+        assert_eq!(keys(&["BLPOP", "a", "b", "0"]), ["a", "b"]);
+        assert_eq!(keys(&["EVAL", "s", "2", "a", "b", "argv"]), ["a", "b"]);
+        assert_eq!(keys(&["EVALSHA", "s", "0", "argv"]), Vec::<String>::new());
+        // A numkeys larger than the arguments names what is there; the handler refuses it.
+        assert_eq!(keys(&["EVAL", "s", "9", "a"]), ["a"]);
+        assert_eq!(keys(&["EVAL", "s", "x", "a"]), Vec::<String>::new());
+        assert_eq!(keys(&["SSUBSCRIBE", "ch"]), Vec::<String>::new());
+        assert_eq!(keys(&["PING"]), Vec::<String>::new());
+        assert_eq!(keys(&["WATCH", "a", "b"]), ["a", "b"]);
     }
 
     #[test]
