@@ -41,6 +41,17 @@ pub fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> Option<D
         .checked_sub(drift(ttl, drift_factor))
 }
 
+/// The quorum-th largest of `values` by `rank`: the most that at least `quorum` of them reach
+/// (the TTL a quorum of masters still hold, say). `None` with fewer than `quorum` values.
+pub fn quorum_th<T: Copy, K: Ord>(
+    quorum: usize,
+    mut values: Vec<T>,
+    rank: impl Fn(&T) -> K,
+) -> Option<T> {
+    values.sort_unstable_by_key(|v| std::cmp::Reverse(rank(v)));
+    values.get(quorum.checked_sub(1)?).copied()
+}
+
 /// The replies gathered from the masters, indexed by master. `None` means no vote: no reply yet,
 /// down, timed out, or connection lost.
 #[derive(Debug, Clone)]
@@ -287,6 +298,15 @@ pub fn tell_all(masters: &[Backend], request: Request, replies: usize) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn quorum_th_is_what_a_quorum_reach() {
+        assert_eq!(super::quorum_th(2, vec![5, 9, 7], |v| *v), Some(7));
+        assert_eq!(super::quorum_th(3, vec![5, 9], |v| *v), None);
+        // Ranked otherwise: no expiry (-1) counts as the longest.
+        let rank = |v: &i64| if *v == -1 { i64::MAX } else { *v };
+        assert_eq!(super::quorum_th(2, vec![-1, 4, -1], rank), Some(-1));
+    }
+
     use super::*;
 
     #[test]

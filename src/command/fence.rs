@@ -173,10 +173,8 @@ fn promise(r: &Option<Reply>) -> Promise {
 /// `REDLOCK.FENCE key token`
 pub fn fence(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     let (key, token) = (args[1].clone(), args[2].clone());
-    let ticket = proxy.keylocks.enqueue(std::slice::from_ref(&key));
-    let proxy = proxy.clone();
-    Action::Later(Box::pin(async move {
-        let _held = ticket.ready().await;
+    let turn = vec![key.clone()];
+    super::in_turn(proxy, &turn, move |proxy| async move {
         if proxy.config.fence_single_master {
             return single_master(&proxy, &key, &token).await;
         }
@@ -192,7 +190,7 @@ pub fn fence(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         Reply::static_error(
             "TRYAGAIN redlock-proxy: another proxy is fencing the same grant; try again",
         )
-    }))
+    })
 }
 
 enum Minted {

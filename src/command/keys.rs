@@ -67,13 +67,10 @@ pub fn forward_with(
     gather: Gather,
     rule: Rule,
 ) -> Action {
-    let ticket = proxy.keylocks.enqueue(keys);
-    let proxy = proxy.clone();
-    Action::Later(Box::pin(async move {
-        let _held = ticket.ready().await;
+    super::in_turn(proxy, keys, move |proxy| async move {
         let ballots = vote(&proxy, request, gather).await;
         decide(&proxy, ballots, rule)
-    }))
+    })
 }
 
 /// Sends `request` to every master and gathers the replies.
@@ -123,7 +120,7 @@ pub fn ttl_floor(ballots: &Ballots) -> Reply {
 
 /// The quorum-th largest integer reply, ordered by `rank`.
 fn ranked(ballots: &Ballots, rank: fn(i64) -> i64) -> Reply {
-    let mut values: Vec<i64> = ballots
+    let values: Vec<i64> = ballots
         .replies
         .iter()
         .filter_map(|r| match r {
@@ -131,9 +128,8 @@ fn ranked(ballots: &Ballots, rank: fn(i64) -> i64) -> Reply {
             _ => None,
         })
         .collect();
-    values.sort_unstable_by_key(|v| std::cmp::Reverse(rank(*v)));
-    match values.get(ballots.quorum - 1) {
-        Some(v) => Reply::Integer(*v),
+    match crate::quorum::quorum_th(ballots.quorum, values, |v| rank(*v)) {
+        Some(v) => Reply::Integer(v),
         None => majority_error(ballots).unwrap_or_else(no_quorum),
     }
 }

@@ -34,7 +34,7 @@ use tracing::{debug, trace};
 use super::{Action, not_an_integer, parse_int, syntax_error};
 use crate::client::Conn;
 use crate::proxy::Proxy;
-use crate::quorum::{Ballots, Request, ask, ask_timed, validity};
+use crate::quorum::{Ballots, Request, ask, ask_timed, quorum_th, validity};
 use crate::reply::{Reply, command};
 use crate::scripts::{ACQUIRE, Answer, DELETE, EXTEND, INSPECT, Op, RELEASE};
 use crate::stats::Stats;
@@ -229,22 +229,18 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
         .into();
     }
     // The signal list takes its turn too, so a waiter's pop never overtakes the release.
-    let ticket = match &op.wake {
-        Some(w) => proxy
-            .keylocks
-            .enqueue(&[op.keys.as_slice(), std::slice::from_ref(&w.list)].concat()),
-        None => proxy.keylocks.enqueue(&op.keys),
+    let keys = match &op.wake {
+        Some(w) => [op.keys.as_slice(), std::slice::from_ref(&w.list)].concat(),
+        None => op.keys.clone(),
     };
-    let proxy = proxy.clone();
-    Action::Later(Box::pin(async move {
-        let held = ticket.ready().await;
+    super::in_turn_held(proxy, &keys, move |proxy, held| async move {
         match op.op {
             Op::Acquire | Op::AcquireOrRefresh => run_acquire(proxy, op, held).await,
             Op::Extend | Op::ExtendAdd => run_extend(&proxy, &op).await,
             Op::Release | Op::Delete => run_release(&proxy, &op).await,
             Op::Inspect => run_inspect(&proxy, &op).await,
         }
-    }))
+    })
 }
 
 /// `EVAL script numkeys keys... args...`
@@ -499,7 +495,7 @@ async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
     let mut vote = ask(&proxy.masters, Request::Same(req), 1, deadline);
     let ballots = vote.decide_by(extended).await;
     // The TTL a quorum of masters now hold at least.
-    let mut ttls: Vec<i64> = ballots
+    let ttls: Vec<i64> = ballots
         .replies
         .iter()
         .flatten()
@@ -508,9 +504,9 @@ async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
             _ => None,
         })
         .collect();
-    ttls.sort_unstable_by(|a, b| b.cmp(a));
+    let extended = ttls.len();
     let min = Duration::from_millis(proxy.config.min_validity_ms);
-    let valid = ttls.get(ballots.quorum - 1).is_some_and(|&t| {
+    let valid = quorum_th(ballots.quorum, ttls, |t| *t).is_some_and(|t| {
         validity(
             Duration::from_millis(t as u64),
             start.elapsed(),
@@ -527,7 +523,7 @@ async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
             proxy.config.max_ttl_ms
         ));
     }
-    debug!(extended = ttls.len(), keys = k, "extension refused");
+    debug!(extended, keys = k, "extension refused");
     answer(op.answer, false, k)
 }
 
@@ -631,13 +627,12 @@ async fn run_inspect(proxy: &Proxy, op: &LockOp) -> Reply {
         .find(|v| pairs.iter().filter(|(o, _)| o == v).count() >= ballots.quorum);
     match value {
         Some(Reply::Bulk(v)) => {
-            let mut ttls: Vec<i64> = pairs
+            let ttls: Vec<i64> = pairs
                 .iter()
                 .filter(|(o, _)| matches!(o, Reply::Bulk(b) if b == v))
                 .map(|(_, t)| *t)
                 .collect();
-            ttls.sort_unstable_by(|a, b| b.cmp(a));
-            let ttl = ttls.get(ballots.quorum - 1).copied().unwrap_or(-2);
+            let ttl = quorum_th(ballots.quorum, ttls, |t| *t).unwrap_or(-2);
             Reply::Array(vec![Reply::Bulk(v.clone()), Reply::Integer(ttl)])
         }
         _ => Reply::Array(vec![Reply::Nil, Reply::Integer(-2)]),

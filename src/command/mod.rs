@@ -245,6 +245,38 @@ pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
     BY_NAME.get(std::str::from_utf8(lower).ok()?).copied()
 }
 
+/// Runs `op` on the masters once every key in `keys` has its turn (see [`crate::keylock`]):
+/// the one way a command that reads or writes keys is put in line. The turn is taken now, at
+/// dispatch, so pipelined commands keep their order on every key, and it is held until `op`'s
+/// reply is ready.
+pub fn in_turn<F, Fut>(proxy: &Arc<Proxy>, keys: &[Bytes], op: F) -> Action
+where
+    F: FnOnce(Arc<Proxy>) -> Fut + Send + 'static,
+    Fut: Future<Output = Reply> + Send + 'static,
+{
+    in_turn_held(proxy, keys, move |proxy, held| async move {
+        let reply = op(proxy).await;
+        drop(held);
+        reply
+    })
+}
+
+/// [`in_turn`] for an operation that keeps the turn beyond its reply (a lock acquisition
+/// answers early and cleans up in the background before the keys are free): `op` owns the
+/// turn, and the keys are free when it drops `held`.
+pub fn in_turn_held<F, Fut>(proxy: &Arc<Proxy>, keys: &[Bytes], op: F) -> Action
+where
+    F: FnOnce(Arc<Proxy>, crate::keylock::Held) -> Fut + Send + 'static,
+    Fut: Future<Output = Reply> + Send + 'static,
+{
+    let ticket = proxy.keylocks.enqueue(keys);
+    let proxy = proxy.clone();
+    Action::Later(Box::pin(async move {
+        let held = ticket.ready().await;
+        op(proxy, held).await
+    }))
+}
+
 /// Runs one request.
 pub fn dispatch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     Stats::bump(&proxy.stats.commands);

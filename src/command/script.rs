@@ -156,10 +156,7 @@ fn unknown(proxy: &Arc<Proxy>, script: &Script, keys: &[Bytes], args: &[Bytes]) 
     parts.push(&script.body);
     parts.extend(args[2..].iter().map(|a| a.as_ref()));
     let req = command(&parts);
-    let ticket = proxy.keylocks.enqueue(keys);
-    let proxy = proxy.clone();
-    Action::Later(Box::pin(async move {
-        let _held = ticket.ready().await;
+    super::in_turn(proxy, keys, move |proxy| async move {
         let ballots = ask(
             &proxy.masters,
             Request::Same(req),
@@ -174,7 +171,7 @@ fn unknown(proxy: &Arc<Proxy>, script: &Script, keys: &[Bytes], args: &[Bytes]) 
                 "ERR redlock-proxy: the masters did not agree on the script's reply (no majority)",
             ),
         }
-    }))
+    })
 }
 
 /// `SCRIPT LOAD | EXISTS | FLUSH | KILL | HELP` on the proxy's cache.

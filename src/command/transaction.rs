@@ -148,16 +148,13 @@ pub fn watch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
         })
         .collect();
     conn.watched.extend(watched.iter().cloned());
-    let ticket = proxy.keylocks.enqueue(&args[1..]);
-    let proxy = proxy.clone();
-    Action::Later(Box::pin(async move {
-        let _held = ticket.ready().await;
+    super::in_turn(proxy, &args[1..], move |proxy| async move {
         let keys: Vec<Bytes> = watched.iter().map(|w| w.key.clone()).collect();
         for (w, seen) in watched.iter().zip(read(&proxy, &keys).await) {
             let _ = w.seen.set(seen);
         }
         Reply::ok()
-    }))
+    })
 }
 
 /// `UNWATCH`
@@ -252,10 +249,7 @@ fn queued_action(
 /// holds the value seen at `WATCH` (read when the command runs, after the `WATCH` read); the
 /// other keys unconditionally. Answers how many keys a quorum deleted.
 fn del_watched(proxy: &Arc<Proxy>, keys: Vec<Bytes>, expected: Vec<Option<Watched>>) -> Action {
-    let ticket = proxy.keylocks.enqueue(&keys);
-    let proxy = proxy.clone();
-    Action::Later(Box::pin(async move {
-        let _held = ticket.ready().await;
+    super::in_turn(proxy, &keys.clone(), move |proxy| async move {
         let mut argv: Vec<Bytes> = Vec::with_capacity(2 * keys.len());
         for w in &expected {
             match w.as_ref().and_then(Watched::value) {
@@ -267,5 +261,5 @@ fn del_watched(proxy: &Arc<Proxy>, keys: Vec<Bytes>, expected: Vec<Option<Watche
         let request = eval(DEL_IF, &keys, &argv);
         let ballots = keys::vote(&proxy, request, keys::Gather::Outcome).await;
         keys::decide(&proxy, ballots, Box::new(|_, b| keys::quorum_floor(b)))
-    }))
+    })
 }
