@@ -285,38 +285,43 @@ pub const EXTEND: &str = "local ttl = {} local least = nil \
 /// Inspect: the value of `KEYS[1]` and its PTTL, as `{value or nil, pttl}`.
 pub const INSPECT: &str = "return { redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1]) }";
 
+/// The end of [`RELEASE`] and [`DELETE`]: the wake-up signal (see [`Signal`]) on the list that
+/// follows the `n` lock keys in `KEYS`, with `ARGV[3]` its TTL in ms, `ARGV[4]` its element and
+/// `ARGV[5] == "1"` to signal whatever the outcome (else only where every key was deleted).
+macro_rules! signal_then_return {
+    () => {
+        "if n < #KEYS and (all or ARGV[5] == '1') then \
+          local s = KEYS[n + 1] \
+          redis.call('del', s) redis.call('lpush', s, ARGV[4]) redis.call('pexpire', s, ARGV[3]) \
+        end \
+        return out"
+    };
+}
+
 /// Release: `KEYS` = the keys, `ARGV[1]` = token. Answers one code per key: 1 deleted,
-/// 0 held by another token, -1 missing.
-///
-/// With a wake-up signal, the list follows the keys in `KEYS` and `ARGV` continues with the
-/// number of lock keys, the list's TTL in ms, its element, and `"1"` to signal whatever the
-/// outcome (else only where every key was deleted). See [`Signal`].
-pub const RELEASE: &str = "local out = {} local n = tonumber(ARGV[2]) or #KEYS local all = true \
+/// 0 held by another token, -1 missing. With a wake-up signal, the list follows the keys in
+/// `KEYS` and `ARGV[2]` is the number of lock keys (see `signal_then_return`).
+pub const RELEASE: &str = concat!(
+    "local out = {} local n = tonumber(ARGV[2]) or #KEYS local all = true \
     for i = 1, n do \
       local key = KEYS[i] \
       local v = redis.call('get', key) \
       if v == false then out[i] = -1 all = false \
       elseif v == ARGV[1] then redis.call('del', key) out[i] = 1 \
       else out[i] = 0 all = false end \
-    end \
-    if n < #KEYS and (all or ARGV[5] == '1') then \
-      local s = KEYS[n + 1] \
-      redis.call('del', s) redis.call('lpush', s, ARGV[4]) redis.call('pexpire', s, ARGV[3]) \
-    end \
-    return out";
+    end ",
+    signal_then_return!()
+);
 
-/// Delete: `KEYS` = the keys, then optionally a signal list, `ARGV` = the number of keys to
-/// delete, then the signal's TTL in ms, element and `"1"` to signal whatever the outcome (else
-/// only where every key existed). Answers one code per key: 1 deleted, -1 missing.
-pub const DELETE: &str = "local out = {} local n = tonumber(ARGV[1]) local all = true \
+/// Delete: `KEYS` and `ARGV` as [`RELEASE`] with a signal (`ARGV[1]` is not read), but every key
+/// is deleted whatever it holds. Answers one code per key: 1 deleted, -1 missing.
+pub const DELETE: &str = concat!(
+    "local out = {} local n = tonumber(ARGV[2]) local all = true \
     for i = 1, n do \
       if redis.call('del', KEYS[i]) == 1 then out[i] = 1 else out[i] = -1 all = false end \
-    end \
-    if n < #KEYS and (all or ARGV[4] == '1') then \
-      local s = KEYS[n + 1] \
-      redis.call('del', s) redis.call('lpush', s, ARGV[3]) redis.call('pexpire', s, ARGV[2]) \
-    end \
-    return out";
+    end ",
+    signal_then_return!()
+);
 
 // ---------------------------------------------------------------------------------------------
 // The cache.

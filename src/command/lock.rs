@@ -536,11 +536,7 @@ async fn run_release(proxy: &Proxy, op: &LockOp) -> Reply {
         (wake, _) => {
             let n = Bytes::from(k.to_string());
             let mut keys: Vec<&Bytes> = op.keys.iter().collect();
-            let mut args: Vec<Bytes> = if op.op == Op::Release {
-                vec![op.token.clone(), n]
-            } else {
-                vec![n]
-            };
+            let mut args: Vec<Bytes> = vec![op.token.clone(), n];
             if let Some(w) = wake {
                 keys.push(&w.list);
                 args.extend(w.args());
