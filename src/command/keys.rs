@@ -30,14 +30,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::lock::{SetOptions, eval};
+use super::lock::{eval, take_back};
+use super::set::SetOptions;
 use super::{Action, not_an_integer, parse_int};
 use crate::client::Conn;
 use crate::config::LegacyDecision;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask};
 use crate::reply::{Reply, command};
-use crate::scripts::RELEASE;
 
 /// A rule that turns the masters' replies into one answer. It runs while the command's keys
 /// are still held, so clean-ups it queues reach each master before any later command on them.
@@ -211,16 +211,14 @@ fn undo_write(
     value: &Bytes,
     wrote: impl Fn(&Reply) -> bool,
 ) {
-    let undo = eval(RELEASE, &[key], &[value]);
-    for (i, m) in proxy.masters.iter().enumerate() {
-        let maybe = match &b.replies[i] {
-            Some(r) => wrote(r),
-            None => b.may_have_run(i),
-        };
-        if maybe {
-            m.send(undo.clone(), 1, None);
-        }
-    }
+    let plan: Vec<Vec<&Bytes>> = (0..b.replies.len())
+        .map(|i| match &b.replies[i] {
+            Some(r) if wrote(r) => vec![key],
+            None if b.may_have_run(i) => vec![key],
+            _ => Vec::new(),
+        })
+        .collect();
+    take_back(proxy, &plan, value);
 }
 
 /// The old-value rule of `GETSET` and `SET ... GET`: the old value a quorum agree on. Without

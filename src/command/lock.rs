@@ -31,98 +31,13 @@ use bytes::Bytes;
 use tokio::time::Instant;
 use tracing::{debug, trace};
 
-use super::{Action, not_an_integer, parse_int, syntax_error};
-use crate::client::Conn;
+use super::Action;
+use crate::config::Config;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask, ask_timed, quorum_th, validity};
 use crate::reply::{Reply, command};
 use crate::scripts::{ACQUIRE, Answer, DELETE, EXTEND, INSPECT, Op, RELEASE};
 use crate::stats::Stats;
-
-/// The options of a `SET` command.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct SetOptions {
-    /// `NX`: only if absent.
-    pub nx: bool,
-    /// `XX`: only if present.
-    pub xx: bool,
-    /// `GET`: return the old value.
-    pub get: bool,
-    /// `KEEPTTL`.
-    pub keep_ttl: bool,
-    /// The TTL in milliseconds from now, from `EX`, `PX`, `EXAT` or `PXAT`.
-    pub ttl_ms: Option<i64>,
-}
-
-/// Parses `SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]` in any order and case.
-pub fn parse_set(args: &[Bytes]) -> Result<SetOptions, Reply> {
-    let mut o = SetOptions::default();
-    let mut expiry_seen = false;
-    let mut i = 3;
-    let mut upper = [0u8; 8];
-    while i < args.len() {
-        let opt = super::upper(&args[i], &mut upper);
-        match opt {
-            b"NX" if !o.xx => o.nx = true,
-            b"XX" if !o.nx => o.xx = true,
-            b"GET" => o.get = true,
-            b"KEEPTTL" if !expiry_seen => {
-                o.keep_ttl = true;
-                expiry_seen = true;
-            }
-            b"EX" | b"PX" | b"EXAT" | b"PXAT" if !expiry_seen && i + 1 < args.len() => {
-                let n = parse_int(&args[i + 1]).ok_or_else(not_an_integer)?;
-                if n <= 0 {
-                    return Err(Reply::static_error(
-                        "ERR invalid expire time in 'set' command",
-                    ));
-                }
-                let ms = match opt {
-                    b"EX" => n.checked_mul(1000),
-                    b"PX" => Some(n),
-                    b"EXAT" => n.checked_mul(1000).map(|at| at - super::unix_ms()),
-                    _ => Some(n - super::unix_ms()),
-                }
-                .ok_or_else(|| Reply::static_error("ERR invalid expire time in 'set' command"))?;
-                o.ttl_ms = Some(ms);
-                expiry_seen = true;
-                i += 1;
-            }
-            _ => return Err(syntax_error()),
-        }
-        i += 1;
-    }
-    Ok(o)
-}
-
-/// `SET`: the lock form (`NX` with an expiry) becomes a Redlock acquisition.
-pub fn set(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
-    let opts = match parse_set(&args) {
-        Ok(o) => o,
-        Err(e) => return e.into(),
-    };
-    if !opts.nx {
-        // Not a lock acquisition: a plain, `XX` or `GET` write under the majority rule.
-        return super::keys::set(proxy, args, opts);
-    }
-    if opts.get || opts.keep_ttl {
-        return Reply::static_error(
-            "ERR redlock-proxy supports SET NX only as a lock: SET key token NX PX milliseconds (or EX seconds)",
-        )
-        .into();
-    }
-    let ttl = match opts.ttl_ms {
-        Some(ttl) => ttl,
-        None if proxy.config.default_ttl_ms > 0 => proxy.config.default_ttl_ms as i64,
-        None => {
-            return Reply::static_error(
-                "ERR redlock-proxy refuses SET NX without an expiry: the lock could never expire (add PX or EX, or set default_ttl_ms)",
-            )
-            .into();
-        }
-    };
-    acquire(proxy, args[1].clone(), args[2].clone(), ttl)
-}
 
 /// A lock operation, ready to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -365,20 +280,17 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
     } else {
         Some(vote)
     };
-    let yes = ballots.count(wrote);
-    let quorum = ballots.quorum;
-    let left = validity(ttl, start.elapsed(), proxy.config.drift_factor);
-    let min = Duration::from_millis(proxy.config.min_validity_ms);
-    if yes >= quorum && left.is_some_and(|v| v > min) {
-        trace!(
-            validity_ms = left.map(|v| v.as_millis()),
-            keys = k,
-            "lock granted"
-        );
+    if let Some(left) = granted(&ballots, ttl, start.elapsed(), &proxy.config) {
+        trace!(validity_ms = left.as_millis(), keys = k, "lock granted");
         Stats::bump(&proxy.stats.grants);
         return answer(op.answer, true, k);
     }
-    debug!(yes, quorum, keys = k, "lock refused");
+    debug!(
+        yes = ballots.count(wrote),
+        quorum = ballots.quorum,
+        keys = k,
+        "lock refused"
+    );
     Stats::bump(&proxy.stats.denials);
     let refused = answer(op.answer, false, k);
     if let Some(vote) = unfinished.filter(|_| {
@@ -420,17 +332,32 @@ fn normalise(ballots: &mut Ballots, token: &[u8]) {
     }
 }
 
-/// Deletes (where they still hold the token) the keys a refused acquisition may have created:
-/// on a master that said yes, the keys it reports as created (a reentrant attempt leaves keys
-/// that already held the token alone); on a master whose outcome is unknown (no answer yet, or
-/// an answer that did not count: excluded, clock jump, connection lost), every key, unless an
-/// earlier grant of this token may live there (see [`earlier_grant_possible`]); then what the
-/// attempt may have created there is left to expire with its TTL.
+/// The acquisition's decision: granted, with the validity left, when a quorum of masters
+/// created the keys and the validity (`ttl − elapsed − drift`) is above `min_validity_ms`.
+fn granted(ballots: &Ballots, ttl: Duration, elapsed: Duration, cfg: &Config) -> Option<Duration> {
+    let min = Duration::from_millis(cfg.min_validity_ms);
+    validity(ttl, elapsed, cfg.drift_factor)
+        .filter(|left| ballots.count(wrote) >= ballots.quorum && *left > min)
+}
+
+/// Deletes (where they still hold the token) the keys a refused acquisition may have created
+/// (see [`roll_back_plan`]).
 fn roll_back(proxy: &Proxy, ballots: &Ballots, op: &LockOp) {
+    if take_back(proxy, &roll_back_plan(ballots, op), &op.token) {
+        Stats::bump(&proxy.stats.rollbacks);
+    }
+}
+
+/// For each master, the keys a refused acquisition may have created there: on a master that
+/// said yes, the keys it reports as created (a reentrant attempt leaves keys that already held
+/// the token alone); on a master whose outcome is unknown (no answer yet, or an answer that did
+/// not count: excluded, clock jump, connection lost), every key, unless an earlier grant of
+/// this token may live there (see [`earlier_grant_possible`]); then what the attempt may have
+/// created there is left to expire with its TTL. A master that said "taken" wrote nothing.
+fn roll_back_plan<'a>(ballots: &Ballots, op: &'a LockOp) -> Vec<Vec<&'a Bytes>> {
     let keep_unknown = earlier_grant_possible(ballots, op);
-    let mut sent = false;
-    for (i, m) in proxy.masters.iter().enumerate() {
-        let keys: Vec<&Bytes> = match &ballots.replies[i] {
+    (0..ballots.replies.len())
+        .map(|i| match &ballots.replies[i] {
             Some(r) if r.is_ok() => op.keys.iter().collect(),
             Some(Reply::Array(codes)) => op
                 .keys
@@ -439,18 +366,26 @@ fn roll_back(proxy: &Proxy, ballots: &Ballots, op: &LockOp) {
                 .filter(|(_, c)| **c == Reply::Integer(1))
                 .map(|(key, _)| key)
                 .collect(),
-            Some(_) => continue,
+            Some(_) => Vec::new(),
             None if ballots.may_have_run(i) && !keep_unknown => op.keys.iter().collect(),
-            None => continue,
-        };
+            None => Vec::new(),
+        })
+        .collect()
+}
+
+/// Takes a write back where it may have landed: on each master, compare-and-delete of `value`
+/// from the keys `plan` names for it (the one clean-up that refused acquisitions and legacy
+/// writes share). Answers whether anything was sent. The clean-up is queued behind the write
+/// on the same connection, so it reaches a slow master after the write it undoes.
+pub(crate) fn take_back(proxy: &Proxy, plan: &[Vec<&Bytes>], value: &Bytes) -> bool {
+    let mut sent = false;
+    for (m, keys) in proxy.masters.iter().zip(plan) {
         if !keys.is_empty() {
-            m.send(eval(RELEASE, &keys, &[&op.token]), 1, None);
+            m.send(eval(RELEASE, keys, &[value]), 1, None);
             sent = true;
         }
     }
-    if sent {
-        Stats::bump(&proxy.stats.rollbacks);
-    }
+    sent
 }
 
 /// Whether a still valid grant of this very token may hold the key on a master whose outcome
@@ -494,7 +429,37 @@ async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
     let deadline = start + proxy.config.node_timeout();
     let mut vote = ask(&proxy.masters, Request::Same(req), 1, deadline);
     let ballots = vote.decide_by(extended).await;
-    // The TTL a quorum of masters now hold at least.
+    match extension(ballots, start.elapsed(), &proxy.config) {
+        Extension::Granted => answer(op.answer, true, k),
+        Extension::BeyondMax => Reply::error(format!(
+            "ERR lock TTL would exceed the proxy's max_ttl_ms ({} ms)",
+            proxy.config.max_ttl_ms
+        )),
+        Extension::Refused => {
+            debug!(
+                extended = ballots.count(extended),
+                keys = k,
+                "extension refused"
+            );
+            answer(op.answer, false, k)
+        }
+    }
+}
+
+/// An extension's outcome.
+#[derive(Debug, PartialEq, Eq)]
+enum Extension {
+    /// A quorum extended, and the TTL they agree on is still valid.
+    Granted,
+    /// Refused because the new TTL would exceed `max_ttl_ms` (the script answers -2).
+    BeyondMax,
+    /// Refused: fewer than a quorum hold the token, or too little time is left.
+    Refused,
+}
+
+/// Decides an extension from the masters' new TTLs: granted when the TTL a quorum now hold at
+/// least, minus the elapsed time and drift, is above `min_validity_ms`.
+fn extension(ballots: &Ballots, elapsed: Duration, cfg: &Config) -> Extension {
     let ttls: Vec<i64> = ballots
         .replies
         .iter()
@@ -504,27 +469,18 @@ async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
             _ => None,
         })
         .collect();
-    let extended = ttls.len();
-    let min = Duration::from_millis(proxy.config.min_validity_ms);
+    let min = Duration::from_millis(cfg.min_validity_ms);
     let valid = quorum_th(ballots.quorum, ttls, |t| *t).is_some_and(|t| {
-        validity(
-            Duration::from_millis(t as u64),
-            start.elapsed(),
-            proxy.config.drift_factor,
-        )
-        .is_some_and(|v| v > min)
+        validity(Duration::from_millis(t as u64), elapsed, cfg.drift_factor)
+            .is_some_and(|v| v > min)
     });
     if valid {
-        return answer(op.answer, true, k);
+        Extension::Granted
+    } else if ballots.count(|r| *r == Reply::Integer(-2)) > 0 {
+        Extension::BeyondMax
+    } else {
+        Extension::Refused
     }
-    if ballots.count(|r| *r == Reply::Integer(-2)) > 0 {
-        return Reply::error(format!(
-            "ERR lock TTL would exceed the proxy's max_ttl_ms ({} ms)",
-            proxy.config.max_ttl_ms
-        ));
-    }
-    debug!(extended, keys = k, "extension refused");
-    answer(op.answer, false, k)
 }
 
 /// Release (compare-and-delete) or delete (whatever the keys hold) on all N masters, with the
@@ -554,6 +510,19 @@ async fn run_release(proxy: &Proxy, op: &LockOp) -> Reply {
     let ballots = ask(&proxy.masters, Request::Same(req), 1, deadline)
         .outcome()
         .await;
+    let (reply, all) = released(&ballots, k, op.answer);
+    if all {
+        Stats::bump(&proxy.stats.releases);
+    }
+    reply
+}
+
+/// Decides a release or delete over `k` keys from each master's per-key codes (1 deleted,
+/// -1 missing, 0 held by another): a key counts as released when a quorum deleted it, and as
+/// already gone when a quorum deleted it or no longer had it. Answered in `shape`; the
+/// `CLUSTERDOWN` error when fewer than a quorum gave a full set of codes. Also says whether
+/// every key was released.
+fn released(ballots: &Ballots, k: usize, shape: Answer) -> (Reply, bool) {
     let codes: Vec<&[Reply]> = ballots
         .replies
         .iter()
@@ -564,9 +533,10 @@ async fn run_release(proxy: &Proxy, op: &LockOp) -> Reply {
         })
         .collect();
     if codes.len() < ballots.quorum {
-        return Reply::static_error(
+        let down = Reply::static_error(
             "CLUSTERDOWN redlock-proxy: fewer than a quorum of masters answered the release",
         );
+        return (down, false);
     }
     let (mut released, mut gone) = (0, 0);
     for i in 0..k {
@@ -583,16 +553,14 @@ async fn run_release(proxy: &Proxy, op: &LockOp) -> Reply {
             gone += 1;
         }
     }
-    if released == k {
-        Stats::bump(&proxy.stats.releases);
-    }
-    match op.answer {
+    let reply = match shape {
         Answer::Count => Reply::Integer(released as i64),
         Answer::Tristate if released == k => Reply::Integer(1),
         Answer::Tristate if released + gone == k => Reply::Integer(-1),
         Answer::Tristate => Reply::Integer(0),
         shape => answer(shape, released == k, k),
-    }
+    };
+    (reply, released == k)
 }
 
 async fn run_inspect(proxy: &Proxy, op: &LockOp) -> Reply {
@@ -605,6 +573,12 @@ async fn run_inspect(proxy: &Proxy, op: &LockOp) -> Reply {
         })
         .await
         .clone();
+    inspected(&ballots)
+}
+
+/// Decides a read of a lock: `[value, pttl]` with the value a quorum of masters agree on and
+/// the quorum-th largest TTL among the masters holding it; `[nil, -2]` without such a value.
+fn inspected(ballots: &Ballots) -> Reply {
     let pairs: Vec<(&Reply, i64)> = ballots
         .replies
         .iter()
@@ -635,47 +609,154 @@ async fn run_inspect(proxy: &Proxy, op: &LockOp) -> Reply {
     }
 }
 
+/// The decisions above, each against a scripted set of masters' answers.
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::BackendError;
+    use Reply::Integer as I;
 
-    fn args(s: &str) -> Vec<Bytes> {
-        s.split(' ')
-            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
-            .collect()
+    fn ballots(replies: Vec<Option<Reply>>) -> Ballots {
+        let n = replies.len();
+        Ballots {
+            replies,
+            failed: vec![None; n],
+            quorum: n / 2 + 1,
+        }
+    }
+
+    fn codes_of(c: &[i64]) -> Option<Reply> {
+        Some(Reply::Array(c.iter().map(|&n| I(n)).collect()))
+    }
+
+    fn op(keys: &[&'static str]) -> LockOp {
+        LockOp {
+            op: Op::Acquire,
+            keys: keys
+                .iter()
+                .map(|k| Bytes::from_static(k.as_bytes()))
+                .collect(),
+            token: Bytes::from_static(b"tok"),
+            ttl_ms: 10_000,
+            answer: Answer::OkNil,
+            wake: None,
+        }
+    }
+
+    /// `SET NX GET` answers as masters give them, normalised as the acquisition does.
+    fn set_nx_get(replies: Vec<Option<Reply>>) -> Ballots {
+        let mut b = ballots(replies);
+        normalise(&mut b, b"tok");
+        b
+    }
+
+    const TTL: Duration = Duration::from_secs(10);
+    const FAST: Duration = Duration::from_millis(10);
+
+    #[test]
+    fn acquisition_is_granted_only_with_a_quorum_of_creations_in_time() {
+        let cfg = Config::default();
+        let created = Some(Reply::Nil);
+        let taken = Some(Reply::Bulk(Bytes::from_static(b"other")));
+        let yes2 = set_nx_get(vec![created.clone(), created.clone(), taken.clone()]);
+        assert!(granted(&yes2, TTL, FAST, &cfg).is_some());
+        let yes1 = set_nx_get(vec![created.clone(), taken.clone(), None]);
+        assert!(granted(&yes1, TTL, FAST, &cfg).is_none());
+        // A quorum, but the validity left (ttl − elapsed − drift) is gone.
+        let late = Duration::from_millis(9_950);
+        assert!(granted(&yes2, TTL, late, &cfg).is_none());
+        // Keys that already hold the caller's own value are not creations: Redis answers nil
+        // to a second `SET NX` with the same value, and so must the quorum.
+        let mine = Some(Reply::Bulk(Bytes::from_static(b"tok")));
+        let same = set_nx_get(vec![mine.clone(), mine, created]);
+        assert!(granted(&same, TTL, FAST, &cfg).is_none());
     }
 
     #[test]
-    fn set_options_in_any_order_and_case() {
-        let o = parse_set(&args("SET k v px 100 nx")).unwrap();
-        assert!(o.nx);
-        assert_eq!(o.ttl_ms, Some(100));
-        let o = parse_set(&args("set k v Nx eX 8")).unwrap();
-        assert_eq!(o.ttl_ms, Some(8000));
-    }
-
-    #[test]
-    fn set_option_errors_match_redis() {
-        assert_eq!(parse_set(&args("SET k v NX XX")), Err(syntax_error()));
-        assert_eq!(parse_set(&args("SET k v PX 1 EX 1")), Err(syntax_error()));
-        assert_eq!(parse_set(&args("SET k v PX")), Err(syntax_error()));
-        assert_eq!(parse_set(&args("SET k v PX abc")), Err(not_an_integer()));
+    fn a_refused_acquisition_is_rolled_back_only_where_it_may_have_written() {
+        let o = op(&["k"]);
+        let k = &o.keys[0];
+        let taken = Some(Reply::Bulk(Bytes::from_static(b"other")));
+        // Created on master 0, taken on master 1, master 2 has not answered: clean 0 and 2.
+        let b = set_nx_get(vec![Some(Reply::Nil), taken.clone(), None]);
+        assert_eq!(roll_back_plan(&b, &o), vec![vec![k], vec![], vec![k]]);
+        // A master that was down never got the attempt.
+        let mut b = set_nx_get(vec![Some(Reply::Nil), taken.clone(), None]);
+        b.failed[2] = Some(BackendError::Down);
+        assert_eq!(roll_back_plan(&b, &o), vec![vec![k], vec![], vec![]]);
+        // Some master reports the key holding this very value: a grant of it may live on
+        // the unanswered master, so that one is left to expire.
+        let mine = Some(Reply::Bulk(Bytes::from_static(b"tok")));
+        let b = set_nx_get(vec![Some(Reply::Nil), mine, None]);
+        assert_eq!(roll_back_plan(&b, &o), vec![vec![k], vec![], vec![]]);
+        // Several keys: only those a master reports as created (1), never ones it found
+        // already holding the token (2).
+        let two = op(&["a", "b"]);
+        let b = ballots(vec![codes_of(&[1, 2]), Some(I(0)), Some(I(0))]);
         assert_eq!(
-            parse_set(&args("SET k v PX 0")),
-            Err(Reply::static_error(
-                "ERR invalid expire time in 'set' command"
-            ))
+            roll_back_plan(&b, &two),
+            vec![vec![&two.keys[0]], vec![], vec![]]
         );
     }
 
     #[test]
-    fn absolute_expiry_becomes_relative() {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as i64;
-        let o = parse_set(&args(&format!("SET k v NX PXAT {}", now + 5000))).unwrap();
-        let ttl = o.ttl_ms.unwrap();
-        assert!((4000..=5000).contains(&ttl), "{ttl}");
+    fn extension_needs_a_quorum_still_valid() {
+        let cfg = Config::default();
+        let b = ballots(vec![Some(I(9_000)), Some(I(9_000)), Some(I(0))]);
+        assert_eq!(extension(&b, FAST, &cfg), Extension::Granted);
+        let b = ballots(vec![Some(I(9_000)), Some(I(0)), None]);
+        assert_eq!(extension(&b, FAST, &cfg), Extension::Refused);
+        // A quorum extended, but the TTL they share has run out while waiting.
+        let b = ballots(vec![Some(I(50)), Some(I(50)), Some(I(9_000))]);
+        assert_eq!(
+            extension(&b, Duration::from_millis(60), &cfg),
+            Extension::Refused
+        );
+        let b = ballots(vec![Some(I(-2)), Some(I(-2)), Some(I(0))]);
+        assert_eq!(extension(&b, FAST, &cfg), Extension::BeyondMax);
+    }
+
+    #[test]
+    fn release_counts_a_key_when_a_quorum_deleted_it() {
+        let b = ballots(vec![codes_of(&[1]), codes_of(&[1]), codes_of(&[0])]);
+        assert_eq!(released(&b, 1, Answer::OneZero), (I(1), true));
+        assert_eq!(released(&b, 1, Answer::ZeroOne), (I(0), true));
+        // Deleted on one, expired on another: gone, not released by this call.
+        let b = ballots(vec![codes_of(&[1]), codes_of(&[-1]), codes_of(&[0])]);
+        assert_eq!(released(&b, 1, Answer::Tristate), (I(-1), false));
+        assert_eq!(released(&b, 1, Answer::OneZero), (I(0), false));
+        let b = ballots(vec![codes_of(&[1]), codes_of(&[0]), codes_of(&[0])]);
+        assert_eq!(released(&b, 1, Answer::Tristate), (I(0), false));
+        // Fewer than a quorum answered with codes: no answer can be given.
+        let b = ballots(vec![
+            codes_of(&[1]),
+            None,
+            Some(Reply::static_error("ERR x")),
+        ]);
+        assert!(released(&b, 1, Answer::OneZero).0.is_error());
+        // Two keys, one released by a quorum.
+        let b = ballots(vec![
+            codes_of(&[1, 1]),
+            codes_of(&[1, 0]),
+            codes_of(&[0, 0]),
+        ]);
+        assert_eq!(released(&b, 2, Answer::Count), (I(1), false));
+    }
+
+    #[test]
+    fn inspect_answers_the_majority_value_and_the_time_a_quorum_hold_it() {
+        let pair = |v: &'static str, t: i64| {
+            Some(Reply::Array(vec![
+                Reply::Bulk(Bytes::from_static(v.as_bytes())),
+                I(t),
+            ]))
+        };
+        let b = ballots(vec![pair("a", 900), pair("a", 1_000), pair("b", 5_000)]);
+        assert_eq!(
+            inspected(&b),
+            Reply::Array(vec![Reply::Bulk(Bytes::from_static(b"a")), I(900)])
+        );
+        let b = ballots(vec![pair("a", 900), pair("b", 1_000), None]);
+        assert_eq!(inspected(&b), Reply::Array(vec![Reply::Nil, I(-2)]));
     }
 }

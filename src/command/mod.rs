@@ -15,6 +15,7 @@ pub mod keys;
 pub mod lock;
 pub mod pubsub;
 pub mod script;
+pub mod set;
 pub mod transaction;
 
 use std::collections::HashMap;
@@ -149,7 +150,7 @@ pub static TABLE: &[Spec] = &[
         NONE,
         introspect::config,
     ),
-    spec("set", -3, &["write", "denyoom"], FIRST, lock::set),
+    spec("set", -3, &["write", "denyoom"], FIRST, set::set),
     spec("get", 2, &["readonly", "fast"], FIRST, keys::get),
     spec("exists", -2, &["readonly", "fast"], ALL, keys::exists),
     spec(
@@ -314,29 +315,7 @@ pub fn dispatch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action
     if conn.multi.is_some() && !transaction::runs_at_once(spec.name) {
         return transaction::queue(proxy, conn, args);
     }
-    if spec.name == "set" && args[3..].iter().any(|a| a.eq_ignore_ascii_case(b"NX")) {
-        return timed_acquisition(proxy, (spec.run)(proxy, conn, args));
-    }
     (spec.run)(proxy, conn, args)
-}
-
-/// Observes how long an acquisition takes, from its request to its answer.
-fn timed_acquisition(proxy: &Arc<Proxy>, action: Action) -> Action {
-    let started = tokio::time::Instant::now();
-    match action {
-        Action::Later(later) => {
-            let proxy = proxy.clone();
-            Action::Later(Box::pin(async move {
-                let reply = later.await;
-                proxy.metrics.observe_acquire(started.elapsed());
-                reply
-            }))
-        }
-        other => {
-            proxy.metrics.observe_acquire(started.elapsed());
-            other
-        }
-    }
 }
 
 /// The keys a command names: from its table row's key positions, and for `EVAL`/`EVALSHA`

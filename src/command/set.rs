@@ -1,0 +1,227 @@
+//! `SET`, parsed once into what it means: a Redlock acquisition (`NX` with an expiry) or a
+//! plain write. The decision is made here, in one place; the acquisition runs in
+//! [`super::lock`], the write under the majority rule in [`super::keys`].
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{Action, not_an_integer, parse_int, syntax_error};
+use crate::client::Conn;
+use crate::proxy::Proxy;
+use crate::reply::Reply;
+
+/// The options of a `SET` command.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SetOptions {
+    /// `NX`: only if absent.
+    pub nx: bool,
+    /// `XX`: only if present.
+    pub xx: bool,
+    /// `GET`: return the old value.
+    pub get: bool,
+    /// `KEEPTTL`.
+    pub keep_ttl: bool,
+    /// The TTL in milliseconds from now, from `EX`, `PX`, `EXAT` or `PXAT`.
+    pub ttl_ms: Option<i64>,
+}
+
+/// Parses `SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]` in any order and case.
+pub fn parse_set(args: &[Bytes]) -> Result<SetOptions, Reply> {
+    let mut o = SetOptions::default();
+    let mut expiry_seen = false;
+    let mut i = 3;
+    let mut upper = [0u8; 8];
+    while i < args.len() {
+        let opt = super::upper(&args[i], &mut upper);
+        match opt {
+            b"NX" if !o.xx => o.nx = true,
+            b"XX" if !o.nx => o.xx = true,
+            b"GET" => o.get = true,
+            b"KEEPTTL" if !expiry_seen => {
+                o.keep_ttl = true;
+                expiry_seen = true;
+            }
+            b"EX" | b"PX" | b"EXAT" | b"PXAT" if !expiry_seen && i + 1 < args.len() => {
+                let n = parse_int(&args[i + 1]).ok_or_else(not_an_integer)?;
+                if n <= 0 {
+                    return Err(Reply::static_error(
+                        "ERR invalid expire time in 'set' command",
+                    ));
+                }
+                let ms = match opt {
+                    b"EX" => n.checked_mul(1000),
+                    b"PX" => Some(n),
+                    b"EXAT" => n.checked_mul(1000).map(|at| at - super::unix_ms()),
+                    _ => Some(n - super::unix_ms()),
+                }
+                .ok_or_else(|| Reply::static_error("ERR invalid expire time in 'set' command"))?;
+                o.ttl_ms = Some(ms);
+                expiry_seen = true;
+                i += 1;
+            }
+            _ => return Err(syntax_error()),
+        }
+        i += 1;
+    }
+    Ok(o)
+}
+
+/// What a `SET` command means.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Set {
+    /// `SET key token NX PX|EX|PXAT|EXAT ttl` (or `NX` alone with `default_ttl_ms`): a Redlock
+    /// acquisition of `key` for `token`.
+    Acquire {
+        /// The lock's key.
+        key: Bytes,
+        /// The holder's token.
+        token: Bytes,
+        /// The TTL in milliseconds (from now).
+        ttl_ms: i64,
+    },
+    /// Any `SET` without `NX`: a write under the majority rule.
+    Write {
+        /// The command as the client sent it.
+        args: Vec<Bytes>,
+        /// Its parsed options.
+        opts: SetOptions,
+    },
+}
+
+impl Set {
+    /// Parses a `SET` command; `default_ttl_ms` (0 = none) stands in for a missing expiry of the
+    /// lock form. The error is the reply: Redis's wording for syntax, the proxy's for `NX`
+    /// forms it does not serve as locks.
+    pub fn parse(args: Vec<Bytes>, default_ttl_ms: u64) -> Result<Set, Reply> {
+        let opts = parse_set(&args)?;
+        if !opts.nx {
+            return Ok(Set::Write { args, opts });
+        }
+        if opts.get || opts.keep_ttl {
+            return Err(Reply::static_error(
+                "ERR redlock-proxy supports SET NX only as a lock: SET key token NX PX milliseconds (or EX seconds)",
+            ));
+        }
+        let ttl_ms = match opts.ttl_ms {
+            Some(ttl) => ttl,
+            None if default_ttl_ms > 0 => default_ttl_ms as i64,
+            None => {
+                return Err(Reply::static_error(
+                    "ERR redlock-proxy refuses SET NX without an expiry: the lock could never expire (add PX or EX, or set default_ttl_ms)",
+                ));
+            }
+        };
+        let mut args = args.into_iter().skip(1);
+        let (Some(key), Some(token)) = (args.next(), args.next()) else {
+            return Err(super::wrong_arity("set"));
+        };
+        Ok(Set::Acquire { key, token, ttl_ms })
+    }
+}
+
+/// `SET`: a lock acquisition (timed for the `redlock_acquire_seconds` histogram) or a write.
+pub fn set(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    match Set::parse(args, proxy.config.default_ttl_ms) {
+        Err(e) => e.into(),
+        Ok(Set::Acquire { key, token, ttl_ms }) => {
+            timed(proxy, super::lock::acquire(proxy, key, token, ttl_ms))
+        }
+        Ok(Set::Write { args, opts }) => super::keys::set(proxy, args, opts),
+    }
+}
+
+/// Observes how long an acquisition takes, from its request to its answer.
+fn timed(proxy: &Arc<Proxy>, action: Action) -> Action {
+    let started = tokio::time::Instant::now();
+    match action {
+        Action::Later(later) => {
+            let proxy = proxy.clone();
+            Action::Later(Box::pin(async move {
+                let reply = later.await;
+                proxy.metrics.observe_acquire(started.elapsed());
+                reply
+            }))
+        }
+        other => {
+            proxy.metrics.observe_acquire(started.elapsed());
+            other
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<Bytes> {
+        s.split(' ')
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn set_options_in_any_order_and_case() {
+        let o = parse_set(&args("SET k v px 100 nx")).unwrap();
+        assert!(o.nx);
+        assert_eq!(o.ttl_ms, Some(100));
+        let o = parse_set(&args("set k v Nx eX 8")).unwrap();
+        assert_eq!(o.ttl_ms, Some(8000));
+    }
+
+    #[test]
+    fn set_option_errors_match_redis() {
+        assert_eq!(parse_set(&args("SET k v NX XX")), Err(syntax_error()));
+        assert_eq!(parse_set(&args("SET k v PX 1 EX 1")), Err(syntax_error()));
+        assert_eq!(parse_set(&args("SET k v PX")), Err(syntax_error()));
+        assert_eq!(parse_set(&args("SET k v PX abc")), Err(not_an_integer()));
+        assert_eq!(
+            parse_set(&args("SET k v PX 0")),
+            Err(Reply::static_error(
+                "ERR invalid expire time in 'set' command"
+            ))
+        );
+    }
+
+    #[test]
+    fn absolute_expiry_becomes_relative() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let o = parse_set(&args(&format!("SET k v NX PXAT {}", now + 5000))).unwrap();
+        let ttl = o.ttl_ms.unwrap();
+        assert!((4000..=5000).contains(&ttl), "{ttl}");
+    }
+
+    #[test]
+    fn the_lock_form_and_a_write_are_told_apart_once() {
+        assert_eq!(
+            Set::parse(args("set k t nx px 100"), 0),
+            Ok(Set::Acquire {
+                key: Bytes::from_static(b"k"),
+                token: Bytes::from_static(b"t"),
+                ttl_ms: 100
+            })
+        );
+        assert!(matches!(
+            Set::parse(args("SET k t NX"), 0),
+            Err(Reply::Error(_))
+        ));
+        assert!(matches!(
+            Set::parse(args("SET k t NX"), 5000),
+            Ok(Set::Acquire { ttl_ms: 5000, .. })
+        ));
+        assert!(matches!(
+            Set::parse(args("SET k t NX PX 100 GET"), 0),
+            Err(Reply::Error(_))
+        ));
+        assert!(matches!(
+            Set::parse(args("SET k t XX PX 100"), 0),
+            Ok(Set::Write {
+                opts: SetOptions { xx: true, .. },
+                ..
+            })
+        ));
+    }
+}
