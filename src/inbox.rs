@@ -76,6 +76,7 @@ impl ReplyRx {
     }
 
     /// Waits for the next outcome, oldest first.
+    #[cfg(test)]
     pub async fn recv(&mut self) -> Delivery {
         std::future::poll_fn(|cx| {
             let first = |rx: &ReplyRx| {

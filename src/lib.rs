@@ -27,23 +27,23 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod acl;
-pub mod backend;
-pub mod client;
+pub(crate) mod acl;
+pub(crate) mod backend;
+pub(crate) mod client;
 pub mod command;
 pub mod config;
 pub mod dev;
-pub mod inbox;
-pub mod keylock;
+pub(crate) mod inbox;
+pub(crate) mod keylock;
 pub mod logging;
-pub mod lua;
-pub mod metrics;
-pub mod proxy;
-pub mod pubsub;
+pub(crate) mod lua;
+pub(crate) mod metrics;
+pub(crate) mod proxy;
+pub(crate) mod pubsub;
 pub mod quorum;
 pub mod reply;
 pub mod request;
 pub mod scripts;
 pub mod server;
-pub mod stats;
-pub mod tls;
+pub(crate) mod stats;
+pub(crate) mod tls;

@@ -45,7 +45,9 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::reply::{Reply, command};
 use clock::ClockWatch;
-pub use handshake::{Duplex, Wire, dial, info_field};
+pub use handshake::dial;
+#[cfg(test)]
+use handshake::info_field;
 use handshake::{Refused, admit, connect};
 pub use health::{MasterInfo, Status};
 use io::{Ended, serve};

@@ -126,7 +126,8 @@ fn key_use(e: &Expr, u: &mut KeyUse) {
 
 /// The behaviour table of a script: one line per run (starting state and argument case),
 /// with the calls made, the reply and the keys' final states. `Err` says why the analyser
-/// could not follow it.
+/// could not follow it. (A reading aid for tests.)
+#[cfg(test)]
 pub fn behaviour(body: &[u8]) -> Result<Vec<String>, String> {
     let block = parse_script(body)?;
     let mut u = KeyUse::default();
