@@ -148,9 +148,10 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
         Some(w) => [op.keys.as_slice(), std::slice::from_ref(&w.list)].concat(),
         None => op.keys.clone(),
     };
+    let since = Instant::now();
     super::in_turn_held(proxy, &keys, move |proxy, held| async move {
         match op.op {
-            Op::Acquire | Op::AcquireOrRefresh => run_acquire(proxy, op, held).await,
+            Op::Acquire | Op::AcquireOrRefresh => run_acquire(proxy, op, held, since).await,
             Op::Extend | Op::ExtendAdd => run_extend(&proxy, &op).await,
             Op::Release | Op::Delete => run_release(&proxy, &op).await,
             Op::Inspect => run_inspect(&proxy, &op).await,
@@ -168,22 +169,12 @@ pub(crate) fn eval<K: AsRef<[u8]>>(script: &str, keys: &[K], args: &[&[u8]]) -> 
     command(&parts)
 }
 
-/// A master's "yes" to an acquisition: the per-key codes of [`ACQUIRE`] (after [`codes`]).
+/// A master's "yes" to an acquisition: nil from `SET key token NX PX ttl GET` (it created the
+/// key), or the per-key codes of [`ACQUIRE`]. Anything else is a "no": another holder's value,
+/// the caller's own value (the key was already there: Redis answers nil to a second `SET NX`),
+/// 0 or -1 from the script, an error.
 fn wrote(r: &Reply) -> bool {
-    matches!(r, Reply::Array(_))
-}
-
-/// Turns a master's answer to `SET key token NX PX ttl GET` into the reply [`ACQUIRE`] would
-/// have given: nil (it created the key) becomes `[1]`; another holder's value becomes 0. The
-/// caller's own token is kept as it is: the key is already theirs but was not refreshed, which
-/// a reentrant acquisition settles in a second round.
-fn codes(r: Reply, token: &[u8]) -> Reply {
-    match r {
-        Reply::Nil => Reply::Array(vec![Reply::Integer(1)]),
-        Reply::Bulk(v) if v.as_ref() == token => Reply::Bulk(v),
-        Reply::Bulk(_) => Reply::Integer(0),
-        other => other,
-    }
+    matches!(r, Reply::Nil | Reply::Array(_))
 }
 
 /// A master's "yes" to an extension: the new TTL.
@@ -203,7 +194,14 @@ fn answer(shape: Answer, ok: bool, keys: usize) -> Reply {
     }
 }
 
-async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) -> Reply {
+/// Runs an acquisition that was dispatched at `since` (for the `redlock_acquire_seconds`
+/// histogram, which every acquisition feeds: `SET NX` and library scripts alike).
+async fn run_acquire(
+    proxy: Arc<Proxy>,
+    op: LockOp,
+    held: crate::keylock::Held,
+    since: Instant,
+) -> Reply {
     let k = op.keys.len();
     if op.ttl_ms <= 0 {
         // An absolute expiry in the past: the lock would be born expired.
@@ -251,22 +249,28 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
     let start = Instant::now();
     let deadline = start + proxy.config.node_timeout();
     let mut vote = ask_timed(&proxy.masters, req, 1, deadline);
-    let token = op.token.clone();
-    let created = |r: &Reply| matches!(r, Reply::Nil | Reply::Array(_));
-    let mut ballots = vote.decide_by(created).await.clone();
-    normalise(&mut ballots, &token);
-    let mine = |b: &Ballots| b.count(|r| *r == Reply::Bulk(token.clone()));
+    let first = vote.decide_by(wrote).await;
+    let granted_now = |ballots: &Ballots| {
+        let left = granted(ballots, ttl, start.elapsed(), &proxy.config)?;
+        trace!(validity_ms = left.as_millis(), keys = k, "lock granted");
+        Stats::bump(&proxy.stats.grants);
+        proxy.metrics.observe_acquire(since.elapsed());
+        Some(answer(op.answer, true, k))
+    };
+    if let Some(ok) = granted_now(first) {
+        return ok;
+    }
+    let mine = |r: &Reply| matches!(r, Reply::Bulk(v) if *v == op.token);
     // The first round's vote, while answers may still be due (see the refusal below).
-    let unfinished = if reentrant && mine(&ballots) > 0 && ballots.count(wrote) < ballots.quorum {
+    let (ballots, unfinished) = if reentrant && first.count(mine) > 0 {
         // A retry by the same token found the key already its own on some masters: refresh it
         // there (the script answers `[2]`), so the retry is granted with a full TTL rather
         // than refused until the first attempt's keys expire.
-        ballots = vote.finish().await;
-        normalise(&mut ballots, &token);
+        let mut ballots = vote.finish().await;
         let again: Vec<Option<Bytes>> = ballots
             .replies
             .iter()
-            .map(|r| (*r == Some(Reply::Bulk(token.clone()))).then(script))
+            .map(|r| r.as_ref().is_some_and(mine).then(script))
             .collect();
         let refreshed = ask_timed(&proxy.masters, Request::Some(again), 1, deadline)
             .outcome()
@@ -276,15 +280,13 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
                 ballots.replies[i] = Some(r);
             }
         }
-        None
+        if let Some(ok) = granted_now(&ballots) {
+            return ok;
+        }
+        (ballots, None)
     } else {
-        Some(vote)
+        (first.clone(), Some(vote))
     };
-    if let Some(left) = granted(&ballots, ttl, start.elapsed(), &proxy.config) {
-        trace!(validity_ms = left.as_millis(), keys = k, "lock granted");
-        Stats::bump(&proxy.stats.grants);
-        return answer(op.answer, true, k);
-    }
     debug!(
         yes = ballots.count(wrote),
         quorum = ballots.quorum,
@@ -292,6 +294,7 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
         "lock refused"
     );
     Stats::bump(&proxy.stats.denials);
+    proxy.metrics.observe_acquire(since.elapsed());
     let refused = answer(op.answer, false, k);
     if let Some(vote) = unfinished.filter(|_| {
         ballots.replies.iter().any(Option::is_none)
@@ -305,8 +308,7 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
         // answers (until the node deadline). The client has its answer now; the keys stay held until the clean-up is
         // queued.
         tokio::spawn(async move {
-            let mut ballots = vote.finish().await;
-            normalise(&mut ballots, &op.token);
+            let ballots = vote.finish().await;
             roll_back(&proxy, &ballots, &op);
             drop(held);
         });
@@ -319,17 +321,6 @@ async fn run_acquire(proxy: Arc<Proxy>, op: LockOp, held: crate::keylock::Held) 
     roll_back(&proxy, &ballots, &op);
     drop(held);
     refused
-}
-
-/// Rewrites `SET NX GET` answers as [`ACQUIRE`] answers (see [`codes`]). A key that already
-/// held the caller's token stays `Bulk(token)`: not a "yes" (only a reentrant attempt turns it
-/// into one, in a second round), but a sign that a grant of this value may exist.
-fn normalise(ballots: &mut Ballots, token: &[u8]) {
-    for r in ballots.replies.iter_mut() {
-        if let Some(reply) = r.take() {
-            *r = Some(codes(reply, token));
-        }
-    }
 }
 
 /// The acquisition's decision: granted, with the validity left, when a quorum of masters
@@ -358,7 +349,7 @@ fn roll_back_plan<'a>(ballots: &Ballots, op: &'a LockOp) -> Vec<Vec<&'a Bytes>> 
     let keep_unknown = earlier_grant_possible(ballots, op);
     (0..ballots.replies.len())
         .map(|i| match &ballots.replies[i] {
-            Some(r) if r.is_ok() => op.keys.iter().collect(),
+            Some(Reply::Nil) => op.keys.iter().collect(),
             Some(Reply::Array(codes)) => op
                 .keys
                 .iter()
@@ -643,11 +634,9 @@ mod tests {
         }
     }
 
-    /// `SET NX GET` answers as masters give them, normalised as the acquisition does.
+    /// `SET key tok NX PX ttl GET` answers as masters give them.
     fn set_nx_get(replies: Vec<Option<Reply>>) -> Ballots {
-        let mut b = ballots(replies);
-        normalise(&mut b, b"tok");
-        b
+        ballots(replies)
     }
 
     const TTL: Duration = Duration::from_secs(10);

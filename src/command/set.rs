@@ -120,33 +120,12 @@ impl Set {
     }
 }
 
-/// `SET`: a lock acquisition (timed for the `redlock_acquire_seconds` histogram) or a write.
+/// `SET`: a lock acquisition or a write.
 pub fn set(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     match Set::parse(args, proxy.config.default_ttl_ms) {
         Err(e) => e.into(),
-        Ok(Set::Acquire { key, token, ttl_ms }) => {
-            timed(proxy, super::lock::acquire(proxy, key, token, ttl_ms))
-        }
+        Ok(Set::Acquire { key, token, ttl_ms }) => super::lock::acquire(proxy, key, token, ttl_ms),
         Ok(Set::Write { args, opts }) => super::keys::set(proxy, args, opts),
-    }
-}
-
-/// Observes how long an acquisition takes, from its request to its answer.
-fn timed(proxy: &Arc<Proxy>, action: Action) -> Action {
-    let started = tokio::time::Instant::now();
-    match action {
-        Action::Later(later) => {
-            let proxy = proxy.clone();
-            Action::Later(Box::pin(async move {
-                let reply = later.await;
-                proxy.metrics.observe_acquire(started.elapsed());
-                reply
-            }))
-        }
-        other => {
-            proxy.metrics.observe_acquire(started.elapsed());
-            other
-        }
     }
 }
 
