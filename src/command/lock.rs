@@ -144,12 +144,14 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
         .into();
     }
     // The signal list takes its turn too, so a waiter's pop never overtakes the release.
-    let keys = match &op.wake {
-        Some(w) => [op.keys.as_slice(), std::slice::from_ref(&w.list)].concat(),
-        None => op.keys.clone(),
+    let ticket = match &op.wake {
+        Some(w) => proxy
+            .keylocks
+            .enqueue(&[op.keys.as_slice(), std::slice::from_ref(&w.list)].concat()),
+        None => proxy.keylocks.enqueue(&op.keys),
     };
     let since = Instant::now();
-    super::in_turn_held(proxy, &keys, move |proxy, held| async move {
+    super::in_turn_of(proxy, ticket, move |proxy, held| async move {
         match op.op {
             Op::Acquire | Op::AcquireOrRefresh => run_acquire(proxy, op, held, since).await,
             Op::Extend | Op::ExtendAdd => run_extend(&proxy, &op).await,
@@ -209,7 +211,8 @@ async fn run_acquire(
         return answer(op.answer, false, k);
     }
     let reentrant = op.op == Op::AcquireOrRefresh;
-    let ttl_arg = itoa::Buffer::new().format(op.ttl_ms).to_owned();
+    let mut ttl_buf = itoa::Buffer::new();
+    let ttl_arg = ttl_buf.format(op.ttl_ms);
     let flag: &[u8] = if reentrant { b"1" } else { b"0" };
     let script = || eval(ACQUIRE, &op.keys, &[&op.token, ttl_arg.as_bytes(), flag]);
     // One key: `SET NX PX GET` creates the key or names its holder in one plain command,

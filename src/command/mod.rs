@@ -270,7 +270,16 @@ where
     F: FnOnce(Arc<Proxy>, crate::keylock::Held) -> Fut + Send + 'static,
     Fut: Future<Output = Reply> + Send + 'static,
 {
-    let ticket = proxy.keylocks.enqueue(keys);
+    in_turn_of(proxy, proxy.keylocks.enqueue(keys), op)
+}
+
+/// [`in_turn_held`] for a turn already taken (`ticket`), so the caller need not own a copy of
+/// its keys.
+pub fn in_turn_of<F, Fut>(proxy: &Arc<Proxy>, ticket: crate::keylock::Ticket, op: F) -> Action
+where
+    F: FnOnce(Arc<Proxy>, crate::keylock::Held) -> Fut + Send + 'static,
+    Fut: Future<Output = Reply> + Send + 'static,
+{
     let proxy = proxy.clone();
     Action::Later(Box::pin(async move {
         let held = ticket.ready().await;
