@@ -37,7 +37,7 @@ target/release/redlock-proxy --listen "127.0.0.1:$proxy" --backends "127.0.0.1:$
 ppid=$!
 pids+=($ppid)
 # A second proxy for the 10,000-connection check, started with the default soft limit (1024).
-(ulimit -n 1024 && exec target/release/redlock-proxy --listen "127.0.0.1:$proxy2" \
+(ulimit -Sn 1024 && exec target/release/redlock-proxy --listen "127.0.0.1:$proxy2" \
   --backends "127.0.0.1:$master" --set quarantine=false) >"$tmp/proxy2.log" 2>&1 &
 ppid2=$!
 pids+=($ppid2)

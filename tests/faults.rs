@@ -191,6 +191,55 @@ async fn a_master_slower_than_the_node_timeout_neither_votes_nor_delays() {
     );
 }
 
+/// A release has no validity clock: two masters slower than the node timeout (but not stalled)
+/// still make it count, where giving up at the node timeout answered `CLUSTERDOWN` (seen with
+/// 10,000 clients at once, `benches/scale.sh`). A silent master still ends the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_waits_for_busy_masters_until_they_answer() {
+    let ms = masters(3);
+    let fx = front(&addrs_of(&ms)).await;
+    let p = proxy(fault_config(&fault_addrs(&fx))).await.to_string();
+    wait_trusted(&p, 3, SETTLE).await;
+    let mut c = Client::connect(&p).await;
+    assert_eq!(
+        c.cmd(&["SET", "busy", "tok", "NX", "PX", "2000"]).await,
+        Reply::ok()
+    );
+    // 250 ms per reply against a 100 ms node timeout and a 500 ms stall timeout.
+    fx[0].set(Fault::Delay(Duration::from_millis(250)));
+    fx[1].set(Fault::Delay(Duration::from_millis(250)));
+    let unlock = "if redis.call('get',KEYS[1]) == ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end";
+    assert_eq!(
+        c.cmd(&["EVAL", unlock, "1", "busy", "tok"]).await,
+        Reply::Integer(1)
+    );
+    assert_eq!(values_on(&ms, "busy").await, vec![None, None, None]);
+    // Two masters silent: the release is answered once they are marked down, not never.
+    fx[0].heal();
+    fx[1].heal();
+    sleep(Duration::from_millis(500)).await;
+    wait_trusted(&p, 3, SETTLE).await;
+    assert_eq!(
+        c.cmd(&["SET", "busy", "tok", "NX", "PX", "2000"]).await,
+        Reply::ok()
+    );
+    fx[0].set(Fault::Blackhole);
+    fx[1].set(Fault::Blackhole);
+    let started = Instant::now();
+    let reply = tokio::time::timeout(
+        Duration::from_secs(3),
+        c.cmd(&["EVAL", unlock, "1", "busy", "tok"]),
+    )
+    .await
+    .expect("the release was answered");
+    assert!(reply.is_error(), "{reply:?}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_replies_partitions_and_resets_grant_nothing_twice() {
     let ms = masters(3);

@@ -500,10 +500,22 @@ async fn run_release(proxy: &Proxy, op: &LockOp) -> Reply {
             eval(script, &keys, &args)
         }
     };
-    let deadline = Instant::now() + proxy.config.node_timeout();
-    let ballots = ask(&proxy.masters, Request::Same(req), 1, deadline)
-        .outcome()
-        .await;
+    // A release has no validity clock running: rather than answer "not released" because a
+    // busy master was slower than `node_timeout_ms`, it waits for each master until it answers
+    // or is marked down (`stall_timeout_ms` without an answer). A quorum that agree still
+    // decide at once.
+    let patience = proxy
+        .config
+        .node_timeout()
+        .max(Duration::from_millis(proxy.config.stall_timeout_ms));
+    let ballots = ask(
+        &proxy.masters,
+        Request::Same(req),
+        1,
+        Instant::now() + patience,
+    )
+    .outcome()
+    .await;
     let (reply, all) = released(&ballots, k, op.answer);
     if all {
         Stats::bump(&proxy.stats.releases);
