@@ -537,6 +537,18 @@ async fn differential_legacy_commands() {
         "DEL",
         "TTL",
         "SET k v NX XX",
+        "SETEX k 100 v8",
+        "GET k",
+        "TTL k",
+        "PSETEX k 200000 v9",
+        "TTL k",
+        "SETEX k 0 v",
+        "SETEX k x v",
+        "PSETEX k -5 v",
+        "SETEX k 10",
+        "UNLINK k nokey",
+        "GET k",
+        "UNLINK",
     ])
     .await;
 }

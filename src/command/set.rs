@@ -129,6 +129,31 @@ pub fn set(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     }
 }
 
+/// `SETEX key seconds value`, `PSETEX key milliseconds value`: a plain write with an expiry,
+/// run as `SET key value EX|PX ttl` (Redis's own definition), with Redis's errors.
+pub fn setex(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
+    let name = if args[0].eq_ignore_ascii_case(b"psetex") {
+        "psetex"
+    } else {
+        "setex"
+    };
+    let Some(n) = parse_int(&args[2]) else {
+        return not_an_integer().into();
+    };
+    if n <= 0 {
+        return Reply::error(format!("ERR invalid expire time in '{name}' command")).into();
+    }
+    let unit: &'static [u8] = if name == "psetex" { b"PX" } else { b"EX" };
+    let set = vec![
+        Bytes::from_static(b"SET"),
+        args[1].clone(),
+        args[3].clone(),
+        Bytes::from_static(unit),
+        args[2].clone(),
+    ];
+    self::set(proxy, conn, set)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
