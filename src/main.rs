@@ -112,6 +112,13 @@ async fn run(cli: Cli) -> i32 {
             return 2;
         }
     };
+    let dev = cli.dev.is_some_and(|n| n > 0);
+    // A configuration mistake is reported before anything else, even when the port is taken
+    // (dev mode fills in the masters first, and is checked once it has).
+    if !dev && let Err(e) = config.validate() {
+        eprintln!("redlock-proxy: {e}");
+        return 2;
+    }
     raise_open_files_limit(config.max_clients);
     // Listen first: a port that is taken is reported before anything is started. `listen = ""`
     // switches the plaintext listener off (TLS only).
