@@ -160,11 +160,75 @@ impl LockScript {
     }
 }
 
+/// An operation on a re-entrant hash lock (Redisson's `RLock`): the lock is a hash whose one
+/// field, the holder's name (`<uuid>:<threadId>`), counts how often it holds the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HashOp {
+    /// Take the lock, or take it once more when the caller already holds it; answers nil on
+    /// success and otherwise the lock's PTTL.
+    Acquire,
+    /// Give up one hold: nil when the caller does not hold it, 0 when it still does (the TTL
+    /// renewed), 1 when this was its last hold (the hash deleted and the release published).
+    Unlock,
+    /// Set the TTL where the caller holds the lock: 1, else 0 (the watchdog's renewal).
+    Renew,
+    /// Delete the lock whoever holds it, publishing the release: 1 when it existed, else 0.
+    ForceUnlock,
+}
+
+/// Where a hash-lock script publishes the release for waiters subscribed to the lock's channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publish {
+    /// 1-based `KEYS` index of the channel.
+    pub channel_key: usize,
+    /// 1-based `ARGV` index of the message.
+    pub message_arg: usize,
+    /// The command: `PUBLISH`/`SPUBLISH` literally, or named by an argument.
+    pub command: PublishCommand,
+}
+
+/// How a hash-lock script names its publish command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublishCommand {
+    /// A literal command, upper case (`PUBLISH` or `SPUBLISH`).
+    Literal(Bytes),
+    /// 1-based `ARGV` index of the command's name; the proxy accepts only `publish` and
+    /// `spublish` there (any case) and refuses the call otherwise.
+    Arg(usize),
+}
+
+/// An unlock latch: the unlock's answer, kept under `KEYS[key]` for `ARGV[ttl_arg]` ms, so
+/// that a retried unlock (same request, same latch key) answers the same again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Latch {
+    /// 1-based `KEYS` index of the latch key.
+    pub key: usize,
+    /// 1-based `ARGV` index of its TTL in milliseconds.
+    pub ttl_arg: usize,
+}
+
+/// A hash-lock script the proxy understands (Redisson's lock, unlock, renewal, forceUnlock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HashScript {
+    /// The operation, always on `KEYS[1]`.
+    pub op: HashOp,
+    /// 1-based `ARGV` index of the caller's field (0 for `ForceUnlock`, which names none).
+    pub field_arg: usize,
+    /// 1-based `ARGV` index of the TTL in milliseconds (0 for `ForceUnlock`).
+    pub ttl_arg: usize,
+    /// Where the release is published (`Unlock`, `ForceUnlock`).
+    pub publish: Option<Publish>,
+    /// The unlock latch, if the unlock keeps one.
+    pub latch: Option<Latch>,
+}
+
 /// What a script does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Meaning {
     /// A lock operation the proxy runs as a quorum operation.
     Lock(LockScript),
+    /// A hash-lock operation the proxy runs as a quorum operation.
+    Hash(HashScript),
     /// Not understood: handled by the `unknown_scripts` policy.
     Unknown,
 }
@@ -233,7 +297,10 @@ fn classify(body: &[u8], sha: &str, declared: &[Declared]) -> Meaning {
 
 /// Classifies a script by its content alone (no declared meanings).
 pub fn recognise(body: &[u8]) -> Meaning {
-    lua::recognise(body).map_or(Meaning::Unknown, Meaning::Lock)
+    if let Some(lock) = lua::recognise(body) {
+        return Meaning::Lock(lock);
+    }
+    lua::recognise_hash(body).map_or(Meaning::Unknown, Meaning::Hash)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -448,7 +515,7 @@ mod tests {
             .collect();
         match recognise(body) {
             Meaning::Lock(l) => Some((l.op(&argv), l.all_keys, l.answer)),
-            Meaning::Unknown => None,
+            Meaning::Hash(_) | Meaning::Unknown => None,
         }
     }
 
@@ -636,13 +703,112 @@ mod tests {
         }
     }
 
+    fn hash(body: &[u8]) -> HashScript {
+        match recognise(body) {
+            Meaning::Hash(h) => h,
+            other => panic!(
+                "{}: {other:?}\n{:#?}",
+                String::from_utf8_lossy(body),
+                lua::behaviour(body)
+            ),
+        }
+    }
+
+    /// Redisson's `RLock` scripts are hash-lock operations, recognised by what they do.
     #[test]
-    fn hash_based_scripts_stay_unknown() {
+    fn redisson_scripts_are_hash_lock_operations() {
+        let by_arg = |j| Publish {
+            channel_key: 2,
+            message_arg: 1,
+            command: PublishCommand::Arg(j),
+        };
+        let literal = Publish {
+            channel_key: 2,
+            message_arg: 1,
+            command: PublishCommand::Literal(Bytes::from_static(b"PUBLISH")),
+        };
+        let script = |op, field_arg, ttl_arg, publish, latch| HashScript {
+            op,
+            field_arg,
+            ttl_arg,
+            publish,
+            latch,
+        };
+        for (body, want) in [
+            (
+                lua!("redisson_lock"),
+                script(HashOp::Acquire, 2, 1, None, None),
+            ),
+            (
+                lua!("redisson_lock_old"),
+                script(HashOp::Acquire, 2, 1, None, None),
+            ),
+            (
+                lua!("redisson_renew"),
+                script(HashOp::Renew, 2, 1, None, None),
+            ),
+            (
+                lua!("redisson_unlock"),
+                script(
+                    HashOp::Unlock,
+                    3,
+                    2,
+                    Some(by_arg(4)),
+                    Some(Latch { key: 3, ttl_arg: 5 }),
+                ),
+            ),
+            (
+                lua!("redisson_unlock_old"),
+                script(HashOp::Unlock, 3, 2, Some(literal), None),
+            ),
+            (
+                lua!("redisson_forceUnlock"),
+                script(HashOp::ForceUnlock, 0, 0, Some(by_arg(2)), None),
+            ),
+        ] {
+            assert_eq!(hash(body), want, "{}", String::from_utf8_lossy(body));
+        }
+    }
+
+    /// Near misses of Redisson's scripts do something else, and stay unknown.
+    #[test]
+    fn hash_lock_near_misses_stay_unknown() {
+        for text in [
+            // Takes the lock even when another holds it.
+            "redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil;",
+            // Sets the hold count to 1 instead of counting re-entry.
+            "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hset', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; return redis.call('pttl', KEYS[1]);",
+            // No TTL on a new lock.
+            "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hincrby', KEYS[1], ARGV[2], 1); return nil; end; return redis.call('pttl', KEYS[1]);",
+            // Seconds, not milliseconds.
+            "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('expire', KEYS[1], ARGV[1]); return nil; end; return redis.call('pttl', KEYS[1]);",
+            // Answers 0 instead of the PTTL when taken.
+            "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; return 0;",
+            // Renews whoever holds it.
+            "if (redis.call('exists', KEYS[1]) == 1) then redis.call('pexpire', KEYS[1], ARGV[1]); return 1; end; return 0;",
+            // Unlock that deletes on the first of two holds.
+            "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); if (counter > 1) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; else redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], ARGV[1]); return 1; end;",
+            // Unlock that never publishes.
+            "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; else redis.call('del', KEYS[1]); return 1; end;",
+            // Unlock that publishes twice.
+            "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; else redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], ARGV[1]); redis.call('publish', KEYS[2], ARGV[1]); return 1; end;",
+            // Unlock that publishes on every decrement too.
+            "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; redis.call(ARGV[4], KEYS[2], ARGV[1]); local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; else redis.call('del', KEYS[1]); return 1; end;",
+            // Unlock that ignores its latch.
+            "local val = redis.call('get', KEYS[3]); if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); redis.call('set', KEYS[3], 0, 'px', ARGV[5]); return 0; else redis.call('del', KEYS[1]); redis.call(ARGV[4], KEYS[2], ARGV[1]); redis.call('set', KEYS[3], 1, 'px', ARGV[5]); return 1; end;",
+            // A command named by an argument that is not only a publish.
+            "if (redis.call('del', KEYS[1]) == 1) then redis.call(ARGV[2], KEYS[1], ARGV[1]); return 1 else return 0 end",
+            // forceUnlock that publishes even when nothing was deleted.
+            "redis.call('del', KEYS[1]); redis.call(ARGV[2], KEYS[2], ARGV[1]); return 1",
+        ] {
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
+        }
+        // Not (yet) run as hash-lock operations: RFencedLock's lock (it also counts a token in
+        // `KEYS[2]`) and the multi-lock renewal chunk (one field per key, `table.insert`).
         for body in [
-            lua!("redisson_lock"),
-            lua!("redisson_unlock"),
-            lua!("redisson_renew"),
-            lua!("redisson_forceUnlock"),
+            lua!("redisson_fenced_lock"),
+            lua!("redisson_fenced_lockAndGetToken"),
+            lua!("redisson_LockTask_chunk"),
         ] {
             assert_eq!(recognise(body), Meaning::Unknown);
         }

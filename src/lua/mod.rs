@@ -9,12 +9,14 @@
 //! `None`. Scripts larger than [`MAX_SCRIPT`] are not analysed.
 
 pub mod analyse;
+pub mod hash;
 pub mod lex;
 pub mod parse;
 
 use bytes::Bytes;
 
 use crate::scripts::{Answer, Choice, LockScript, Op, Signal, TtlUnit};
+pub use hash::recognise_hash;
 use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
 use parse::{Block, Expr, Stat};
 
@@ -141,6 +143,7 @@ pub fn behaviour(body: &[u8]) -> Result<Vec<String>, String> {
         let layout = Layout {
             token: 1,
             keys_as_args: false,
+            field: 0,
         };
         out.extend(
             analyse::explore(&block, n, layout)?
@@ -157,6 +160,7 @@ fn classify(block: &Block) -> Option<LockScript> {
     let argv = Layout {
         token: 1,
         keys_as_args: false,
+        field: 0,
     };
     if u.dynamic {
         // Works on all of KEYS: unrolled over one and two keys.
@@ -171,6 +175,7 @@ fn classify(block: &Block) -> Option<LockScript> {
             let layout = Layout {
                 token,
                 keys_as_args: true,
+                field: 0,
             };
             classify_with(block, &[1], layout)
         })
@@ -186,6 +191,7 @@ fn classify_signal(block: &Block) -> Option<LockScript> {
     let layout = Layout {
         token: 1,
         keys_as_args: false,
+        field: 0,
     };
     let runs = analyse::explore(block, 2, layout).ok()?;
     let mut signal: Option<(Val, usize)> = None;
@@ -340,7 +346,11 @@ const ANSWERS: [Answer; 7] = [
 
 /// The one operation, TTL argument, unit and reply shape that every run matches.
 fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
-    if runs.is_empty() || runs.iter().any(|r| r.foreign) {
+    if runs.is_empty()
+        || runs
+            .iter()
+            .any(|r| r.foreign || r.calls.iter().any(|(c, _)| c == b"publish"))
+    {
         return None;
     }
     for op in OPS {

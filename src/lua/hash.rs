@@ -1,0 +1,300 @@
+//! Recognition of hash locks (Redisson's `RLock`) by what their scripts do.
+//!
+//! A hash lock is a hash in `KEYS[1]` whose one field, the holder's name (`ARGV[field]`,
+//! `<uuid>:<threadId>` in Redisson), counts its holds. The script is run symbolically (see
+//! [`analyse`]) from each state the lock can be in: missing, held once by the caller, re-entered
+//! by the caller (a count `c ≥ 2`), held by another, all with a TTL; for an unlock with a latch,
+//! also with the latch of an earlier unlock present. Its behaviour table must then match one of
+//! [`HashOp`]'s exactly, reply by reply and write by write, with the release published once
+//! where (and only where) the lock was deleted. Anything else is not a hash lock.
+
+use bytes::Bytes;
+
+use super::analyse::{self, KeyNow, Layout, Run, TtlNow, Val};
+use super::{KeyUse, key_use_block, parse_script};
+use crate::scripts::{HashOp, HashScript, Latch, Publish, PublishCommand};
+
+/// Highest `ARGV` index tried as the caller's field.
+const MAX_FIELD_ARG: usize = 8;
+
+/// The states of the lock key, in this order: missing, held once by the caller, re-entered by
+/// the caller, held by another (index 3).
+fn lock_states() -> [KeyNow; 4] {
+    let hash = |mine: Option<Val>, others| KeyNow {
+        value: Some(Val::Hash {
+            mine: mine.map(Box::new),
+            others,
+        }),
+        ttl: TtlNow::Orig,
+    };
+    [
+        KeyNow {
+            value: None,
+            ttl: TtlNow::None,
+        },
+        hash(Some(Val::Num(1)), false),
+        hash(Some(Val::Many(0)), false),
+        hash(None, true),
+    ]
+}
+
+const MISSING: usize = 0;
+const ONCE: usize = 1;
+const MANY: usize = 2;
+
+/// One run, named by its starting state.
+struct Case<'a> {
+    lock: usize,
+    latch: bool,
+    run: &'a Run,
+}
+
+/// The hash-lock operation a script performs, if its behaviour matches one exactly.
+pub fn recognise_hash(body: &[u8]) -> Option<HashScript> {
+    let block = parse_script(body).ok()?;
+    let mut u = KeyUse::default();
+    key_use_block(&block, &mut u);
+    if u.dynamic || !(1..=3).contains(&u.max_literal) {
+        return None;
+    }
+    let n = u.max_literal;
+    let missing = KeyNow {
+        value: None,
+        ttl: TtlNow::None,
+    };
+    let latch_held = KeyNow {
+        value: Some(Val::Other(3)),
+        ttl: TtlNow::Orig,
+    };
+    let mut starts = Vec::new();
+    for lock in lock_states() {
+        let mut keys = vec![lock; 1];
+        keys.resize(n, missing.clone());
+        starts.push(keys.clone());
+        if n == 3 {
+            keys[2] = latch_held.clone();
+            starts.push(keys);
+        }
+    }
+    (0..=MAX_FIELD_ARG).find_map(|field| {
+        let layout = Layout {
+            token: 0,
+            keys_as_args: false,
+            field,
+        };
+        let runs = analyse::explore_states(&block, layout, &starts).ok()?;
+        let cases: Vec<Case> = runs
+            .iter()
+            .map(|(k, run)| Case {
+                lock: if n == 3 { k / 2 } else { *k },
+                latch: n == 3 && k % 2 == 1,
+                run,
+            })
+            .collect();
+        if cases
+            .iter()
+            .any(|c| !c.run.assumed.is_empty() || c.run.foreign)
+        {
+            return None;
+        }
+        classify(&cases, n, field)
+    })
+}
+
+fn classify(cases: &[Case], n: usize, field: usize) -> Option<HashScript> {
+    let publish = published(cases)?;
+    let ttl_arg = |state: usize| {
+        let c = cases.iter().find(|c| c.lock == state && !c.latch)?;
+        match &c.run.end.first()?.ttl {
+            TtlNow::Set {
+                seconds: false,
+                v: Val::Arg(t),
+            } if *t != field => Some(*t),
+            _ => None,
+        }
+    };
+    let script = match (n, field) {
+        (1, 1..) => {
+            // Acquire and renew both set the TTL where the caller is alone in the hash.
+            let t = ttl_arg(ONCE)?;
+            [HashOp::Acquire, HashOp::Renew]
+                .into_iter()
+                .find(|op| cases.iter().all(|c| fits(c, *op, t, None, &publish)))
+                .map(|op| HashScript {
+                    op,
+                    field_arg: field,
+                    ttl_arg: t,
+                    publish: None,
+                    latch: None,
+                })?
+        }
+        (2, 0) => {
+            let publish = publish.clone()?;
+            cases
+                .iter()
+                .all(|c| fits(c, HashOp::ForceUnlock, 0, None, &Some(publish.clone())))
+                .then_some(HashScript {
+                    op: HashOp::ForceUnlock,
+                    field_arg: 0,
+                    ttl_arg: 0,
+                    publish: Some(publish),
+                    latch: None,
+                })?
+        }
+        (2 | 3, 1..) => {
+            let t = ttl_arg(MANY)?;
+            let latch = if n == 3 {
+                let c = cases.iter().find(|c| c.lock == ONCE && !c.latch)?;
+                match &c.run.end.get(2)?.ttl {
+                    TtlNow::Set {
+                        seconds: false,
+                        v: Val::Arg(l),
+                    } if *l != field => Some(Latch {
+                        key: 3,
+                        ttl_arg: *l,
+                    }),
+                    _ => return None,
+                }
+            } else {
+                None
+            };
+            publish.as_ref()?;
+            cases
+                .iter()
+                .all(|c| fits(c, HashOp::Unlock, t, latch.as_ref(), &publish))
+                .then_some(HashScript {
+                    op: HashOp::Unlock,
+                    field_arg: field,
+                    ttl_arg: t,
+                    publish: publish.clone(),
+                    latch,
+                })?
+        }
+        _ => return None,
+    };
+    let args_distinct = script.publish.as_ref().is_none_or(|p| {
+        let cmd = match p.command {
+            PublishCommand::Arg(j) => j,
+            PublishCommand::Literal(_) => 0,
+        };
+        ![field, script.ttl_arg, cmd].contains(&p.message_arg)
+            && ![field, script.ttl_arg].contains(&cmd)
+    });
+    args_distinct.then_some(script)
+}
+
+/// The one publish the script makes (the same call in every run that publishes), if any.
+/// `None` (as a failure) when runs publish differently or one publishes twice.
+fn published(cases: &[Case]) -> Option<Option<Publish>> {
+    let mut found: Option<Publish> = None;
+    for c in cases {
+        let calls: Vec<&[Val]> = c
+            .run
+            .calls
+            .iter()
+            .filter(|(cmd, _)| cmd == b"publish")
+            .map(|(_, args)| args.as_slice())
+            .collect();
+        let p = match calls.as_slice() {
+            [] => continue,
+            [[command, Val::Key(ch), Val::Arg(m)]] => Publish {
+                channel_key: *ch,
+                message_arg: *m,
+                command: match command {
+                    Val::Arg(j) => PublishCommand::Arg(*j),
+                    Val::Str(s) => PublishCommand::Literal(Bytes::from(s.to_ascii_uppercase())),
+                    _ => return None,
+                },
+            },
+            _ => return None,
+        };
+        if p.channel_key == 1 || found.get_or_insert_with(|| p.clone()) != &p {
+            return None;
+        }
+    }
+    Some(found)
+}
+
+/// Whether one run does exactly what `op` does from its starting state.
+fn fits(c: &Case, op: HashOp, t: usize, latch: Option<&Latch>, publish: &Option<Publish>) -> bool {
+    let r = c.run;
+    let start = &lock_states()[c.lock];
+    let set_ttl = TtlNow::Set {
+        seconds: false,
+        v: Val::Arg(t),
+    };
+    let hash = |mine: Val| {
+        Some(KeyNow {
+            value: Some(Val::Hash {
+                mine: Some(Box::new(mine)),
+                others: false,
+            }),
+            ttl: set_ttl.clone(),
+        })
+    };
+    let gone = KeyNow {
+        value: None,
+        ttl: TtlNow::None,
+    };
+    // (lock's end state or None for unchanged, reply, published, latch value written)
+    let (end, reply, publishes, wrote): (Option<KeyNow>, Val, bool, Option<i64>) = match op {
+        HashOp::Acquire => match c.lock {
+            MISSING => (hash(Val::Num(1)), Val::Nil, false, None),
+            ONCE => (hash(Val::Num(2)), Val::Nil, false, None),
+            MANY => (hash(Val::Many(1)), Val::Nil, false, None),
+            _ => (None, Val::Pttl(1), false, None),
+        },
+        HashOp::Renew => match c.lock {
+            ONCE | MANY => {
+                let mut k = start.clone();
+                k.ttl = set_ttl.clone();
+                (Some(k), Val::Num(1), false, None)
+            }
+            _ => (None, Val::Num(0), false, None),
+        },
+        HashOp::ForceUnlock => match c.lock {
+            MISSING => (None, Val::Num(0), false, None),
+            _ => (Some(gone.clone()), Val::Num(1), true, None),
+        },
+        HashOp::Unlock if c.latch => (None, Val::Other(3), false, None),
+        HashOp::Unlock => match c.lock {
+            ONCE => (Some(gone.clone()), Val::Num(1), true, Some(1)),
+            MANY => (hash(Val::Many(-1)), Val::Num(0), false, Some(0)),
+            _ => (None, Val::Nil, false, None),
+        },
+    };
+    let lock_ok = r.end[0] == end.unwrap_or_else(|| start.clone());
+    // The channel key is never touched as a key.
+    let channel_ok = r.end.len() < 2
+        || r.end[1]
+            == KeyNow {
+                value: None,
+                ttl: TtlNow::None,
+            };
+    let latch_ok = match (latch, r.end.get(2)) {
+        (_, None) => true,
+        (Some(l), Some(now)) => match wrote {
+            Some(v) => {
+                let value_ok = matches!(&now.value, Some(Val::Num(n)) if *n == v)
+                    || matches!(&now.value, Some(Val::Str(s)) if *s == v.to_string().into_bytes());
+                value_ok
+                    && now.ttl
+                        == TtlNow::Set {
+                            seconds: false,
+                            v: Val::Arg(l.ttl_arg),
+                        }
+            }
+            None if c.latch => {
+                *now == KeyNow {
+                    value: Some(Val::Other(3)),
+                    ttl: TtlNow::Orig,
+                }
+            }
+            None => now.value.is_none(),
+        },
+        (None, Some(_)) => false,
+    };
+    let published = r.calls.iter().any(|(cmd, _)| cmd == b"publish");
+    let publish_ok = published == publishes && (!publishes || publish.is_some());
+    lock_ok && channel_ok && latch_ok && publish_ok && r.reply == reply
+}
