@@ -1,0 +1,375 @@
+//! Re-entrant hash locks (Redisson's `RLock`) as Redlock quorum operations.
+//!
+//! The lock is a hash in one key; its one field, the holder's name (`<uuid>:<threadId>`),
+//! counts how often the holder took it (see [`HashOp`]). Each master runs the proxy's own
+//! scripts below and reports what it did; the proxy decides by the majority rule:
+//!
+//! - **Acquire** is granted when a quorum created or re-entered the lock within its validity
+//!   (`ttl − elapsed − drift`), and answers nil as Redisson expects. A refused attempt is undone
+//!   where it wrote: a hash it created is deleted (only while it is still the caller's alone
+//!   with one hold), a re-entry is counted back down. The refusal answers the time a majority
+//!   still hold the lock: the quorum-th largest PTTL among the masters that found it taken.
+//! - **Unlock** gives up one hold on every master. It answers 0 only while a quorum still hold
+//!   the lock (their count was above one), 1 when the lock is gone from a majority (deleted here,
+//!   with the release published once by each master that deleted it: the pub/sub hub hands it
+//!   to subscribers once), and nil when the caller held it nowhere. With Redisson's unlock latch
+//!   each master also keeps its answer under the latch key, and a retried unlock answers what a
+//!   quorum kept.
+//! - **Renew** (the watchdog) succeeds when a quorum still held the lock and set its TTL, within
+//!   the validity of that TTL.
+//! - **ForceUnlock** deletes the lock everywhere, publishing where it existed: 1 when a quorum
+//!   deleted it.
+//!
+//! TTLs are capped by `max_ttl_ms` like every lock's.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+use tracing::debug;
+
+use super::Action;
+use super::lock::eval;
+use crate::proxy::Proxy;
+use crate::quorum::{Ballots, Request, ask, ask_timed, quorum_th, validity};
+use crate::reply::Reply;
+use crate::scripts::HashOp;
+use crate::stats::Stats;
+
+/// Acquire on one master: `KEYS[1]` the lock; `ARGV[1]` TTL ms, `ARGV[2]` the caller's field.
+/// Answers `{1}` created, `{2}` re-entered, or the lock's PTTL when another holds it.
+const LOCK: &str = "if redis.call('exists', KEYS[1]) == 0 then \
+      redis.call('hincrby', KEYS[1], ARGV[2], 1) redis.call('pexpire', KEYS[1], ARGV[1]) \
+      return {1} \
+    end \
+    if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then \
+      redis.call('hincrby', KEYS[1], ARGV[2], 1) redis.call('pexpire', KEYS[1], ARGV[1]) \
+      return {2} \
+    end \
+    return redis.call('pttl', KEYS[1])";
+
+/// Undoes a creation: deletes the lock while it is the caller's alone with one hold.
+/// `ARGV[1]` the field.
+const UNDO_CREATE: &str = "if redis.call('hget', KEYS[1], ARGV[1]) == '1' \
+      and redis.call('hlen', KEYS[1]) == 1 then return redis.call('del', KEYS[1]) end \
+    return 0";
+
+/// Undoes a re-entry: one hold less, never below one. `ARGV[1]` the field.
+const UNDO_REENTER: &str = "local n = tonumber(redis.call('hget', KEYS[1], ARGV[1])) \
+    if n and n > 1 then return redis.call('hincrby', KEYS[1], ARGV[1], -1) end \
+    return 0";
+
+/// Unlock on one master: `KEYS` = lock, channel[, latch]; `ARGV` = field, TTL ms, publish
+/// command, message, latch TTL ms. Answers `{3, latch}` when the latch of an earlier unlock is
+/// there, `{0}` not held, `{1}` one hold less (TTL renewed), `{2}` deleted and published.
+const UNLOCK: &str = "if #KEYS > 2 then \
+      local v = redis.call('get', KEYS[3]) \
+      if v then return {3, v} end \
+    end \
+    if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return {0} end \
+    if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then \
+      redis.call('pexpire', KEYS[1], ARGV[2]) \
+      if #KEYS > 2 then redis.call('set', KEYS[3], '0', 'px', ARGV[5]) end \
+      return {1} \
+    end \
+    redis.call('del', KEYS[1]) \
+    redis.call(ARGV[3], KEYS[2], ARGV[4]) \
+    if #KEYS > 2 then redis.call('set', KEYS[3], '1', 'px', ARGV[5]) end \
+    return {2}";
+
+/// Renew on one master: `ARGV[1]` field, `ARGV[2]` TTL ms. Answers 1 renewed, 0 not held.
+const RENEW: &str = "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then \
+      redis.call('pexpire', KEYS[1], ARGV[2]) return 1 \
+    end \
+    return 0";
+
+/// ForceUnlock on one master: `KEYS` = lock, channel; `ARGV` = publish command, message.
+/// Answers 1 deleted (and published), 0 missing.
+const FORCE: &str = "if redis.call('del', KEYS[1]) == 1 then \
+      redis.call(ARGV[1], KEYS[2], ARGV[2]) return 1 \
+    end \
+    return 0";
+
+/// Where a release is published: the command (`PUBLISH` or `SPUBLISH`), channel and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publication {
+    /// `PUBLISH` or `SPUBLISH`.
+    pub command: Bytes,
+    /// The channel.
+    pub channel: Bytes,
+    /// The message.
+    pub message: Bytes,
+}
+
+/// A hash-lock operation bound to one call, ready to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HashLockOp {
+    /// What to do.
+    pub op: HashOp,
+    /// The lock's key.
+    pub key: Bytes,
+    /// The caller's field (empty for `ForceUnlock`).
+    pub field: Bytes,
+    /// The TTL in ms (`Acquire`, `Unlock`, `Renew`).
+    pub ttl_ms: i64,
+    /// Where the release is published (`Unlock`, `ForceUnlock`).
+    pub publish: Option<Publication>,
+    /// The unlock latch's key and TTL in ms.
+    pub latch: Option<(Bytes, i64)>,
+}
+
+/// Runs a hash-lock operation as a quorum operation.
+pub fn run(proxy: &Arc<Proxy>, op: HashLockOp) -> Action {
+    let max = proxy.config.max_ttl_ms as i64;
+    if matches!(op.op, HashOp::Acquire | HashOp::Unlock | HashOp::Renew) {
+        if op.ttl_ms <= 0 {
+            return Reply::static_error("ERR invalid expire time in lock script").into();
+        }
+        if op.ttl_ms > max {
+            return Reply::error(format!(
+                "ERR lock TTL {} ms exceeds the proxy's max_ttl_ms ({max} ms)",
+                op.ttl_ms
+            ))
+            .into();
+        }
+    }
+    if let Some((_, ttl)) = &op.latch
+        && (*ttl <= 0 || *ttl > max)
+    {
+        return Reply::error(format!(
+            "ERR unlock latch TTL {ttl} ms must be positive and within the proxy's max_ttl_ms ({max} ms)"
+        ))
+        .into();
+    }
+    let mut keys = vec![op.key.clone()];
+    if let Some((latch, _)) = &op.latch {
+        keys.push(latch.clone());
+    }
+    super::in_turn_held(proxy, &keys, move |proxy, held| async move {
+        match op.op {
+            HashOp::Acquire => acquire(proxy, op, held).await,
+            HashOp::Unlock => {
+                let reply = unlock(&proxy, &op).await;
+                drop(held);
+                reply
+            }
+            HashOp::Renew => {
+                let reply = renew(&proxy, &op).await;
+                drop(held);
+                reply
+            }
+            HashOp::ForceUnlock => {
+                let reply = force(&proxy, &op).await;
+                drop(held);
+                reply
+            }
+        }
+    })
+}
+
+fn ms(n: i64) -> Bytes {
+    Bytes::from(itoa::Buffer::new().format(n).to_owned())
+}
+
+/// What a master did with an acquisition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Took {
+    Created,
+    Reentered,
+    /// Another holds it, with this PTTL.
+    Taken(i64),
+    /// An error or a reply of another shape: a "no" that wrote nothing.
+    No,
+}
+
+fn took(r: &Reply) -> Took {
+    match r {
+        Reply::Array(c) if c.as_slice() == [Reply::Integer(1)] => Took::Created,
+        Reply::Array(c) if c.as_slice() == [Reply::Integer(2)] => Took::Reentered,
+        Reply::Integer(t) => Took::Taken(*t),
+        _ => Took::No,
+    }
+}
+
+fn granted(r: &Reply) -> bool {
+    matches!(took(r), Took::Created | Took::Reentered)
+}
+
+async fn acquire(proxy: Arc<Proxy>, op: HashLockOp, held: crate::keylock::Held) -> Reply {
+    let ttl = ms(op.ttl_ms);
+    let req = eval(LOCK, &[&op.key], &[&ttl, &op.field]);
+    let start = Instant::now();
+    let deadline = start + proxy.config.node_timeout();
+    let mut vote = ask_timed(&proxy.masters, Request::Same(req), 1, deadline);
+    let ballots = vote.decide_by(granted).await.clone();
+    let yes = ballots.count(granted);
+    let left = validity(
+        Duration::from_millis(op.ttl_ms as u64),
+        start.elapsed(),
+        proxy.config.drift_factor,
+    );
+    let min = Duration::from_millis(proxy.config.min_validity_ms);
+    if yes >= ballots.quorum && left.is_some_and(|v| v > min) {
+        Stats::bump(&proxy.stats.grants);
+        drop(held);
+        return Reply::Nil;
+    }
+    debug!(yes, quorum = ballots.quorum, "hash lock refused");
+    Stats::bump(&proxy.stats.denials);
+    let refused = Reply::Integer(wait_hint(&ballots));
+    // The client has its answer; the undo waits for every answer still due (until the node
+    // deadline), so it knows which masters created and which re-entered, and the key stays in
+    // turn until it is queued.
+    tokio::spawn(async move {
+        let ballots = vote.finish().await;
+        undo(&proxy, &ballots, &op);
+        drop(held);
+    });
+    refused
+}
+
+/// The refusal's PTTL: how long a majority still hold the lock (the quorum-th largest PTTL
+/// among masters that found it taken). When no majority found it taken (a split, masters down,
+/// or a grant too late to be valid), a short random wait, so that competing callers spread out.
+fn wait_hint(ballots: &Ballots) -> i64 {
+    let ttls: Vec<i64> = ballots
+        .replies
+        .iter()
+        .flatten()
+        .filter_map(|r| match took(r) {
+            Took::Taken(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    match quorum_th(ballots.quorum, ttls, |t| *t) {
+        Some(t) if t > 0 => t,
+        _ => rand::random_range(5..=50),
+    }
+}
+
+/// Undoes a refused acquisition where it wrote: a creation is deleted, a re-entry counted down.
+/// A master whose outcome is unknown is treated as a creation, unless some master reported a
+/// re-entry (the caller held the lock already, and deleting its hold there could take away a
+/// grant it still relies on; what the attempt may have added there expires with its TTL).
+fn undo(proxy: &Proxy, ballots: &Ballots, op: &HashLockOp) {
+    let reentry = ballots.count(|r| took(r) == Took::Reentered) > 0;
+    let mut sent = false;
+    for (i, m) in proxy.masters.iter().enumerate() {
+        let script = match ballots.replies[i].as_ref().map(took) {
+            Some(Took::Created) => UNDO_CREATE,
+            Some(Took::Reentered) => UNDO_REENTER,
+            Some(_) => continue,
+            None if ballots.may_have_run(i) && !reentry => UNDO_CREATE,
+            None => continue,
+        };
+        m.send(eval(script, &[&op.key], &[&op.field]), 1, None);
+        sent = true;
+    }
+    if sent {
+        Stats::bump(&proxy.stats.rollbacks);
+    }
+}
+
+async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
+    let Some(p) = &op.publish else {
+        return Reply::static_error("ERR redlock-proxy: an unlock needs a channel");
+    };
+    let mut keys = vec![&op.key, &p.channel];
+    let latch_ttl = op.latch.as_ref().map_or(ms(0), |(latch, ttl)| {
+        keys.push(latch);
+        ms(*ttl)
+    });
+    let req = eval(
+        UNLOCK,
+        &keys,
+        &[&op.field, &ms(op.ttl_ms), &p.command, &p.message, &latch_ttl],
+    );
+    let deadline = Instant::now() + proxy.config.node_timeout();
+    let ballots = ask(&proxy.masters, Request::Same(req), 1, deadline)
+        .finish()
+        .await;
+    let codes: Vec<&[Reply]> = ballots
+        .replies
+        .iter()
+        .flatten()
+        .filter_map(|r| match r {
+            Reply::Array(c) if !c.is_empty() => Some(c.as_slice()),
+            _ => None,
+        })
+        .collect();
+    if codes.len() < ballots.quorum {
+        return Reply::static_error(
+            "CLUSTERDOWN redlock-proxy: fewer than a quorum of masters answered the unlock",
+        );
+    }
+    // A retried unlock: what a quorum kept under the latch.
+    let latched: Vec<&[Reply]> = codes
+        .iter()
+        .copied()
+        .filter(|c| c.first() == Some(&Reply::Integer(3)))
+        .collect();
+    if let Some(kept) = latched.iter().find_map(|c| {
+        let same = latched.iter().filter(|o| o.get(1) == c.get(1)).count();
+        (same >= ballots.quorum).then(|| c.get(1))?
+    }) {
+        return match kept {
+            Reply::Bulk(v) => std::str::from_utf8(v)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .map_or(Reply::Nil, Reply::Integer),
+            _ => Reply::Nil,
+        };
+    }
+    let said = |code: i64| codes.iter().filter(|c| c[0] == Reply::Integer(code)).count();
+    let (less, deleted) = (said(1), said(2));
+    if less >= ballots.quorum {
+        // Still held by a majority, one hold less.
+        Reply::Integer(0)
+    } else if less + deleted > 0 {
+        // Gone from a majority: the caller no longer holds it.
+        Stats::bump(&proxy.stats.releases);
+        Reply::Integer(1)
+    } else {
+        Reply::Nil
+    }
+}
+
+async fn renew(proxy: &Proxy, op: &HashLockOp) -> Reply {
+    let req = eval(RENEW, &[&op.key], &[&op.field, &ms(op.ttl_ms)]);
+    let start = Instant::now();
+    let deadline = start + proxy.config.node_timeout();
+    let mut vote = ask(&proxy.masters, Request::Same(req), 1, deadline);
+    let ballots = vote.decide_by(|r| *r == Reply::Integer(1)).await;
+    let renewed = ballots.count(|r| *r == Reply::Integer(1));
+    let left = validity(
+        Duration::from_millis(op.ttl_ms as u64),
+        start.elapsed(),
+        proxy.config.drift_factor,
+    );
+    let min = Duration::from_millis(proxy.config.min_validity_ms);
+    let ok = renewed >= ballots.quorum && left.is_some_and(|v| v > min);
+    if !ok {
+        debug!(renewed, "hash lock renewal refused");
+    }
+    Reply::Integer(i64::from(ok))
+}
+
+async fn force(proxy: &Proxy, op: &HashLockOp) -> Reply {
+    let Some(p) = &op.publish else {
+        return Reply::static_error("ERR redlock-proxy: a forced unlock needs a channel");
+    };
+    let req = eval(FORCE, &[&op.key, &p.channel], &[&p.command, &p.message]);
+    let deadline = Instant::now() + proxy.config.node_timeout();
+    let ballots = ask(&proxy.masters, Request::Same(req), 1, deadline)
+        .finish()
+        .await;
+    let answered = ballots.count(|r| matches!(r, Reply::Integer(0 | 1)));
+    if answered < ballots.quorum {
+        return Reply::static_error(
+            "CLUSTERDOWN redlock-proxy: fewer than a quorum of masters answered the unlock",
+        );
+    }
+    let deleted = ballots.count(|r| *r == Reply::Integer(1));
+    Reply::Integer(i64::from(deleted >= ballots.quorum))
+}
