@@ -1052,3 +1052,117 @@ async fn python_redis_lock_scripts_answer_what_one_redis_answers() {
         }
     }
 }
+
+/// A hash lock's fields and TTL bucket.
+async fn hash_state(c: &mut Client, key: &str) -> (String, i64) {
+    let fields = c.raw(&["HGETALL", key]).await;
+    (fields, ttl_bucket(&c.cmd(&["PTTL", key]).await))
+}
+
+/// A reply with any PTTL in it bucketed to whole seconds (masters differ by milliseconds).
+fn bucketed(r: Reply) -> Reply {
+    match r {
+        Reply::Integer(t) if t > 100 => Reply::Integer(ttl_bucket(&Reply::Integer(t))),
+        r => r,
+    }
+}
+
+/// Redisson's `RLock` scripts (lock, unlock with its latch, the older unlock, renew and
+/// forceUnlock) from each starting state of the lock (missing, held by the caller once,
+/// re-entered, held by another, expired): the reply, the hash and the latch a majority of
+/// masters hold are what one plain Redis answers and holds, with unknown scripts refused (so
+/// every one of them runs as a hash-lock quorum operation). A retried unlock (same latch)
+/// answers what the first one did.
+#[tokio::test]
+async fn redisson_scripts_answer_what_one_redis_answers() {
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let mut r = reference.client().await;
+    let mut c = Client::connect(&p).await;
+    let mut direct = Vec::new();
+    for m in &ms {
+        direct.push(m.client().await);
+    }
+    let lock = lua("redisson_lock");
+    let me = "uuid-1:7";
+    let mut case = 0;
+    for name in [
+        "redisson_lock",
+        "redisson_lock_old",
+        "redisson_unlock",
+        "redisson_unlock_old",
+        "redisson_renew",
+        "redisson_forceUnlock",
+    ] {
+        let script = lua(name);
+        for start in ["missing", "mine", "mine twice", "other", "expired"] {
+            case += 1;
+            let key = format!("rlock:{case}");
+            let channel = format!("redisson_lock__channel:{{rlock:{case}}}");
+            let latch = format!("redisson_unlock_latch:{{rlock:{case}}}:req{case}");
+            let (holder, times, ttl) = match start {
+                "missing" => ("", 0, "10000"),
+                "mine" => (me, 1, "10000"),
+                "mine twice" => (me, 2, "10000"),
+                "other" => ("uuid-2:9", 1, "10000"),
+                _ => (me, 1, "60"),
+            };
+            for _ in 0..times {
+                let take = ["EVAL", lock.as_str(), "1", key.as_str(), ttl, holder];
+                assert_eq!(r.cmd(&take).await, Reply::Nil);
+                assert_eq!(c.cmd(&take).await, Reply::Nil, "{name}: set up {start}");
+            }
+            if start == "expired" {
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+            let args: Vec<&str> = match name {
+                "redisson_lock" | "redisson_lock_old" | "redisson_renew" => {
+                    vec!["1", &key, "30000", me]
+                }
+                "redisson_unlock" => {
+                    vec!["3", &key, &channel, &latch, "0", "30000", me, "publish", "5000"]
+                }
+                "redisson_unlock_old" => vec!["2", &key, &channel, "0", "30000", me],
+                _ => vec!["2", &key, &channel, "0", "publish"],
+            };
+            let mut full = vec!["EVALSHA", ""];
+            let sha = sha1(&script);
+            full[1] = &sha;
+            full.extend(&args);
+            // Redisson's way: EVALSHA, and EVAL on NOSCRIPT.
+            let call = async |cl: &mut Client| {
+                let first = cl.cmd(&full).await;
+                if matches!(&first, Reply::Error(e) if e.starts_with(b"NOSCRIPT")) {
+                    let mut eval = vec!["EVAL", script.as_str()];
+                    eval.extend(&args);
+                    bucketed(cl.cmd(&eval).await)
+                } else {
+                    bucketed(first)
+                }
+            };
+            let want = call(&mut r).await;
+            let got = call(&mut c).await;
+            let what = format!("{name} from {start}");
+            assert_eq!(got, want, "reply of {what}");
+            if name == "redisson_unlock" {
+                // A retry with the same latch answers the same and changes nothing.
+                assert_eq!(call(&mut c).await, want, "retried {what}");
+                assert_eq!(call(&mut r).await, want, "retried {what} on one Redis");
+            }
+            let want = (
+                hash_state(&mut r, &key).await,
+                state(&mut r, &latch).await,
+            );
+            let mut per_master = Vec::new();
+            for d in direct.iter_mut() {
+                per_master.push((hash_state(d, &key).await, state(d, &latch).await));
+            }
+            let agreed = per_master.iter().filter(|s| **s == want).count();
+            assert!(
+                agreed >= 2,
+                "{what}: one Redis {want:?}, masters {per_master:?}"
+            );
+        }
+    }
+}
