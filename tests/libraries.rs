@@ -1144,3 +1144,37 @@ async fn python_redis_lock_contention_loses_no_update() {
     assert_eq!(got, ok, "updates lost across the master's kill");
     assert!(ok > 0);
 }
+
+fn redisson() -> Command {
+    let mut c = Command::new(python());
+    c.arg(clients_dir().join("redisson.py"));
+    c
+}
+
+/// Redisson's `RLock` protocol (its exact scripts, EVALSHA then EVAL, `<uuid>:<threadId>`
+/// fields, waiters subscribed to `redisson_lock__channel:{name}`, the watchdog, the unlock
+/// latch): re-entrancy and hold counts by `HGET`/`HEXISTS`, a waiter woken once and quickly by
+/// the release, renewal past the lease, `forceUnlock`, a dead holder's lock expiring, and a
+/// publish command other than `publish`/`spublish` refused, at N = 3 and 5, with each master
+/// checked behind the proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redisson_rlock_works_through_the_proxy() {
+    let _one_at_a_time = HEAVY.lock().await;
+    for n in [3, 5] {
+        let ms = masters(n);
+        let proxy = proxy_for(&ms).await;
+        let mut cmd = redisson();
+        cmd.arg("api")
+            .arg(proxy.port().to_string())
+            .args(ports(&ms));
+        assert_eq!(drive(cmd).await.trim(), "ok", "N = {n}");
+    }
+}
+
+/// Redisson `RLock` workers (two threads per process, waiting on the release channel, the
+/// watchdog renewing) under contention: no update lost through the proxy, updates lost with
+/// the lock bypassed (the control), no update lost across a master's SIGKILL and empty restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redisson_contention_and_master_kill() {
+    library_contention("redisson", redisson, 20).await;
+}
