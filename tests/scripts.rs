@@ -1121,7 +1121,9 @@ async fn redisson_scripts_answer_what_one_redis_answers() {
                     vec!["1", &key, "30000", me]
                 }
                 "redisson_unlock" => {
-                    vec!["3", &key, &channel, &latch, "0", "30000", me, "publish", "5000"]
+                    vec![
+                        "3", &key, &channel, &latch, "0", "30000", me, "publish", "5000",
+                    ]
                 }
                 "redisson_unlock_old" => vec!["2", &key, &channel, "0", "30000", me],
                 _ => vec!["2", &key, &channel, "0", "publish"],
@@ -1150,10 +1152,7 @@ async fn redisson_scripts_answer_what_one_redis_answers() {
                 assert_eq!(call(&mut c).await, want, "retried {what}");
                 assert_eq!(call(&mut r).await, want, "retried {what} on one Redis");
             }
-            let want = (
-                hash_state(&mut r, &key).await,
-                state(&mut r, &latch).await,
-            );
+            let want = (hash_state(&mut r, &key).await, state(&mut r, &latch).await);
             let mut per_master = Vec::new();
             for d in direct.iter_mut() {
                 per_master.push((hash_state(d, &key).await, state(d, &latch).await));

@@ -283,7 +283,13 @@ async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
     let req = eval(
         UNLOCK,
         &keys,
-        &[&op.field, &ms(op.ttl_ms), &p.command, &p.message, &latch_ttl],
+        &[
+            &op.field,
+            &ms(op.ttl_ms),
+            &p.command,
+            &p.message,
+            &latch_ttl,
+        ],
     );
     let deadline = Instant::now() + proxy.config.node_timeout();
     let ballots = ask(&proxy.masters, Request::Same(req), 1, deadline)
@@ -321,7 +327,12 @@ async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
             _ => Reply::Nil,
         };
     }
-    let said = |code: i64| codes.iter().filter(|c| c[0] == Reply::Integer(code)).count();
+    let said = |code: i64| {
+        codes
+            .iter()
+            .filter(|c| c[0] == Reply::Integer(code))
+            .count()
+    };
     let (less, deleted) = (said(1), said(2));
     if less >= ballots.quorum {
         // Still held by a majority, one hold less.

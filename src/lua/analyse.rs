@@ -977,12 +977,17 @@ impl Machine<'_> {
     /// Recorded as a call `publish command channel message`; the channel must be a key name
     /// and the message an argument or literal. The reply (receivers) is not modelled.
     fn publish(&mut self, command: Val, rest: &[Val]) -> R<Val> {
-        let [channel @ Val::Key(_), message @ (Val::Arg(_) | Val::Str(_) | Val::Num(_))] = rest
+        let [
+            channel @ Val::Key(_),
+            message @ (Val::Arg(_) | Val::Str(_) | Val::Num(_)),
+        ] = rest
         else {
             return fail("a publish it does not model");
         };
-        self.calls
-            .push((b"publish".to_vec(), vec![command, channel.clone(), message.clone()]));
+        self.calls.push((
+            b"publish".to_vec(),
+            vec![command, channel.clone(), message.clone()],
+        ));
         Ok(Val::Opaque)
     }
 

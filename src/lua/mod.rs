@@ -16,8 +16,8 @@ pub mod parse;
 use bytes::Bytes;
 
 use crate::scripts::{Answer, Choice, LockScript, Op, Signal, TtlUnit};
-pub use hash::recognise_hash;
 use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
+pub use hash::recognise_hash;
 use parse::{Block, Expr, Stat};
 
 /// Largest script analysed, in bytes.
