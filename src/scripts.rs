@@ -174,6 +174,10 @@ pub enum HashOp {
     Renew,
     /// Delete the lock whoever holds it, publishing the release: 1 when it existed, else 0.
     ForceUnlock,
+    /// [`HashOp::Renew`] of every key in `KEYS`, each with its own field (`KEYS[i]`'s is
+    /// `ARGV[field_arg + i - 1]`), answering one 1 or 0 per key (Redisson's multi-lock
+    /// renewal, `LockTask`, the watchdog of 3.44 and later).
+    RenewAll,
 }
 
 /// Where a hash-lock script publishes the release for waiters subscribed to the lock's channel.
@@ -212,7 +216,8 @@ pub struct Latch {
 pub struct HashScript {
     /// The operation, always on `KEYS[1]`.
     pub op: HashOp,
-    /// 1-based `ARGV` index of the caller's field (0 for `ForceUnlock`, which names none).
+    /// 1-based `ARGV` index of the caller's field (0 for `ForceUnlock`, which names none; the
+    /// first key's for `RenewAll`).
     pub field_arg: usize,
     /// 1-based `ARGV` index of the TTL in milliseconds (0 for `ForceUnlock`).
     pub ttl_arg: usize,
@@ -765,6 +770,10 @@ mod tests {
                 lua!("redisson_forceUnlock"),
                 script(HashOp::ForceUnlock, 0, 0, Some(by_arg(2)), None),
             ),
+            (
+                lua!("redisson_LockTask_chunk"),
+                script(HashOp::RenewAll, 2, 1, None, None),
+            ),
         ] {
             assert_eq!(hash(body), want, "{}", String::from_utf8_lossy(body));
         }
@@ -800,15 +809,22 @@ mod tests {
             "if (redis.call('del', KEYS[1]) == 1) then redis.call(ARGV[2], KEYS[1], ARGV[1]); return 1 else return 0 end",
             // forceUnlock that publishes even when nothing was deleted.
             "redis.call('del', KEYS[1]); redis.call(ARGV[2], KEYS[2], ARGV[1]); return 1",
+            // Multi-lock renewal with every key's field the same argument.
+            "local result = {} for i = 1, #KEYS, 1 do if (redis.call('hexists', KEYS[i], ARGV[2]) == 1) then redis.call('pexpire', KEYS[i], ARGV[1]); table.insert(result, 1); else table.insert(result, 0); end; end; return result;",
+            // ... renewing whoever holds each key.
+            "local result = {} for i = 1, #KEYS, 1 do if (redis.call('exists', KEYS[i]) == 1) then redis.call('pexpire', KEYS[i], ARGV[1]); table.insert(result, 1); else table.insert(result, 0); end; end; return result;",
+            // ... answering through an alias of the table it fills.
+            "local result = {} local r2 = result for i = 1, #KEYS, 1 do if (redis.call('hexists', KEYS[i], ARGV[i + 1]) == 1) then redis.call('pexpire', KEYS[i], ARGV[1]); table.insert(r2, 1); else table.insert(r2, 0); end; end; return result;",
+            // ... stopping at the first key not held.
+            "local result = {} for i = 1, #KEYS, 1 do if (redis.call('hexists', KEYS[i], ARGV[i + 1]) == 1) then redis.call('pexpire', KEYS[i], ARGV[1]); table.insert(result, 1); else return result; end; end; return result;",
         ] {
             assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
         }
         // Not (yet) run as hash-lock operations: RFencedLock's lock (it also counts a token in
-        // `KEYS[2]`) and the multi-lock renewal chunk (one field per key, `table.insert`).
+        // `KEYS[2]`).
         for body in [
             lua!("redisson_fenced_lock"),
             lua!("redisson_fenced_lockAndGetToken"),
-            lua!("redisson_LockTask_chunk"),
         ] {
             assert_eq!(recognise(body), Meaning::Unknown);
         }

@@ -17,6 +17,8 @@
 //!   quorum kept.
 //! - **Renew** (the watchdog) succeeds when a quorum still held the lock and set its TTL, within
 //!   the validity of that TTL.
+//! - **RenewAll** (the watchdog of Redisson 3.44 and later, many locks in one script) renews
+//!   each key as `Renew` does, and answers one 1 or 0 per key.
 //! - **ForceUnlock** deletes the lock everywhere, publishing where it existed: 1 when a quorum
 //!   deleted it.
 //!
@@ -78,11 +80,15 @@ const UNLOCK: &str = "if #KEYS > 2 then \
     if #KEYS > 2 then redis.call('set', KEYS[3], '1', 'px', ARGV[5]) end \
     return {2}";
 
-/// Renew on one master: `ARGV[1]` field, `ARGV[2]` TTL ms. Answers 1 renewed, 0 not held.
-const RENEW: &str = "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then \
-      redis.call('pexpire', KEYS[1], ARGV[2]) return 1 \
+/// Renew on one master: `KEYS` the locks; `ARGV[1]` TTL ms, `ARGV[i + 1]` the field of
+/// `KEYS[i]`. Answers one code per key: 1 renewed, 0 not held.
+const RENEW: &str = "local out = {} \
+    for i, key in ipairs(KEYS) do \
+      if redis.call('hexists', key, ARGV[i + 1]) == 1 then \
+        redis.call('pexpire', key, ARGV[1]) out[i] = 1 \
+      else out[i] = 0 end \
     end \
-    return 0";
+    return out";
 
 /// ForceUnlock on one master: `KEYS` = lock, channel; `ARGV` = publish command, message.
 /// Answers 1 deleted (and published), 0 missing.
@@ -117,12 +123,17 @@ pub struct HashLockOp {
     pub publish: Option<Publication>,
     /// The unlock latch's key and TTL in ms.
     pub latch: Option<(Bytes, i64)>,
+    /// Further locks and their fields, after `key` and `field` (`RenewAll`).
+    pub also: Vec<(Bytes, Bytes)>,
 }
 
 /// Runs a hash-lock operation as a quorum operation.
 pub fn run(proxy: &Arc<Proxy>, op: HashLockOp) -> Action {
     let max = proxy.config.max_ttl_ms as i64;
-    if matches!(op.op, HashOp::Acquire | HashOp::Unlock | HashOp::Renew) {
+    if matches!(
+        op.op,
+        HashOp::Acquire | HashOp::Unlock | HashOp::Renew | HashOp::RenewAll
+    ) {
         if op.ttl_ms <= 0 {
             return Reply::static_error("ERR invalid expire time in lock script").into();
         }
@@ -143,6 +154,7 @@ pub fn run(proxy: &Arc<Proxy>, op: HashLockOp) -> Action {
         .into();
     }
     let mut keys = vec![op.key.clone()];
+    keys.extend(op.also.iter().map(|(k, _)| k.clone()));
     if let Some((latch, _)) = &op.latch {
         keys.push(latch.clone());
     }
@@ -154,7 +166,7 @@ pub fn run(proxy: &Arc<Proxy>, op: HashLockOp) -> Action {
                 drop(held);
                 reply
             }
-            HashOp::Renew => {
+            HashOp::Renew | HashOp::RenewAll => {
                 let reply = renew(&proxy, &op).await;
                 drop(held);
                 reply
@@ -347,23 +359,42 @@ async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
 }
 
 async fn renew(proxy: &Proxy, op: &HashLockOp) -> Reply {
-    let req = eval(RENEW, &[&op.key], &[&op.field, &ms(op.ttl_ms)]);
+    let locks: Vec<(&Bytes, &Bytes)> = std::iter::once((&op.key, &op.field))
+        .chain(op.also.iter().map(|(k, f)| (k, f)))
+        .collect();
+    let keys: Vec<&Bytes> = locks.iter().map(|(k, _)| *k).collect();
+    let ttl = ms(op.ttl_ms);
+    let mut args: Vec<&[u8]> = vec![&ttl];
+    args.extend(locks.iter().map(|(_, f)| f.as_ref()));
+    let req = eval(RENEW, &keys, &args);
     let start = Instant::now();
     let deadline = start + proxy.config.node_timeout();
     let mut vote = ask(&proxy.masters, Request::Same(req), 1, deadline);
-    let ballots = vote.decide_by(|r| *r == Reply::Integer(1)).await;
-    let renewed = ballots.count(|r| *r == Reply::Integer(1));
+    let ballots = vote.decide_by(|r| r.clone()).await;
     let left = validity(
         Duration::from_millis(op.ttl_ms as u64),
         start.elapsed(),
         proxy.config.drift_factor,
     );
     let min = Duration::from_millis(proxy.config.min_validity_ms);
-    let ok = renewed >= ballots.quorum && left.is_some_and(|v| v > min);
-    if !ok {
-        debug!(renewed, "hash lock renewal refused");
+    let valid = left.is_some_and(|v| v > min);
+    let renewed: Vec<Reply> = (0..locks.len())
+        .map(|i| {
+            let yes = ballots.count(|r| match r {
+                Reply::Array(codes) if codes.len() == locks.len() => codes[i] == Reply::Integer(1),
+                _ => false,
+            });
+            let ok = valid && yes >= ballots.quorum;
+            if !ok {
+                debug!(renewed = yes, "hash lock renewal refused");
+            }
+            Reply::Integer(i64::from(ok))
+        })
+        .collect();
+    match op.op {
+        HashOp::RenewAll => Reply::Array(renewed),
+        _ => renewed.into_iter().next().unwrap_or(Reply::Integer(0)),
     }
-    Reply::Integer(i64::from(ok))
 }
 
 async fn force(proxy: &Proxy, op: &HashLockOp) -> Reply {

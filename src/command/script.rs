@@ -25,7 +25,9 @@ use crate::config::UnknownScripts;
 use crate::proxy::Proxy;
 use crate::quorum::{Request, ask};
 use crate::reply::{Reply, command};
-use crate::scripts::{HashScript, LockScript, Meaning, Op, PublishCommand, Script, TtlUnit};
+use crate::scripts::{
+    HashOp, HashScript, LockScript, Meaning, Op, PublishCommand, Script, TtlUnit,
+};
 
 /// `EVAL script numkeys [key ...] [arg ...]`
 pub fn eval(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
@@ -206,6 +208,13 @@ fn bind_hash(
             }
         }
     };
+    // RenewAll: every further key with its own field.
+    let mut also = Vec::new();
+    if script.op == HashOp::RenewAll {
+        for (i, k) in keys.iter().enumerate().skip(1) {
+            also.push((k.clone(), arg(script.field_arg + i)?));
+        }
+    }
     Some(Ok(HashLockOp {
         op: script.op,
         key,
@@ -213,6 +222,7 @@ fn bind_hash(
         ttl_ms,
         publish,
         latch,
+        also,
     }))
 }
 

@@ -305,6 +305,9 @@ pub struct Layout {
     /// The `ARGV` index of the hash field that names the caller in a hash lock (Redisson's
     /// `<uuid>:<threadId>`), 0 for scripts without one. Only then are hash commands modelled.
     pub field: usize,
+    /// True when each key has its own field: `KEYS[i]`'s is `ARGV[field + i - 1]` (Redisson's
+    /// multi-lock renewal).
+    pub field_per_key: bool,
 }
 
 /// Runs `block` from every combination of starting states of `n` keys; `Err` with the reason
@@ -660,6 +663,9 @@ impl Machine<'_> {
                 }
             }
             Expr::Call(f, args) => {
+                if is_table_insert(f) {
+                    return self.table_insert(args);
+                }
                 if is_redis_call(f) {
                     let args = self.exprs(args)?;
                     return self.redis(args);
@@ -972,7 +978,39 @@ impl Machine<'_> {
     }
 }
 
+/// `table.insert`.
+fn is_table_insert(f: &Expr) -> bool {
+    matches!(f, Expr::Index(t, name)
+        if matches!(&**t, Expr::Global(g) if g == "table")
+        && matches!(&**name, Expr::Str(s) if s == b"insert"))
+}
+
 impl Machine<'_> {
+    /// `table.insert(t, v)` appending a value to a table held in a local (a reply being built).
+    fn table_insert(&mut self, args: &[Expr]) -> R<Val> {
+        let [Expr::Local(id), v] = args else {
+            return fail("table.insert other than appending to a local table");
+        };
+        let v = self.expr(v)?;
+        if matches!(v, Val::Nil) {
+            return fail("table.insert of nil");
+        }
+        // Locals hold copies here, while Lua tables are shared: a table is appended to only
+        // when no other local (and no table) could be another name for it.
+        let aliased = self.locals.iter().enumerate().any(|(k, l)| match l {
+            Val::Table(items) => k != *id || items.iter().any(|i| matches!(i, Val::Table(_))),
+            _ => false,
+        });
+        if aliased || matches!(v, Val::Table(_)) {
+            return fail("table.insert into a table that may have another name");
+        }
+        match self.locals.get_mut(*id) {
+            Some(Val::Table(items)) if !items.contains(&Val::Nil) => items.push(v),
+            _ => return fail("table.insert into something other than a table"),
+        }
+        Ok(Val::Nil)
+    }
+
     /// `PUBLISH channel message`, the command taken from `command` (a literal or an argument).
     /// Recorded as a call `publish command channel message`; the channel must be a key name
     /// and the message an argument or literal. The reply (receivers) is not modelled.
@@ -998,10 +1036,13 @@ impl Machine<'_> {
         let (Some(Val::Key(i)), Some(Val::Arg(f))) = (rest.first(), rest.get(1)) else {
             return fail("a hash command on something other than a key and an argument");
         };
-        if *f != field {
+        if *f != field && !self.layout.field_per_key {
             return fail("a hash field other than the caller's");
         }
         let i = *i - 1;
+        if self.layout.field_per_key && *f != field + i {
+            return fail("a hash field other than the key's own");
+        }
         self.calls.push((cmd.clone(), rest.to_vec()));
         let (mine, others) = match &self.keys[i].value {
             None => (None, false),
@@ -1042,6 +1083,13 @@ fn overflow() -> Stop {
 }
 
 fn add(l: Val, r: Val) -> R<Val> {
+    // An index that follows the keys (`ARGV[i + 1]` in a loop over `KEYS`).
+    match (&l, &r) {
+        (Val::Count(a), Val::Num(b)) | (Val::Num(b), Val::Count(a)) => {
+            return Ok(Val::Count(a.checked_add(*b).ok_or_else(overflow)?));
+        }
+        _ => {}
+    }
     let (l, r) = (numeric(l)?, numeric(r)?);
     match (&l, &r) {
         (Val::Num(x), Val::Num(y)) => return Ok(Val::Num(x.checked_add(*y).ok_or_else(overflow)?)),

@@ -11,6 +11,7 @@
 use bytes::Bytes;
 
 use super::analyse::{self, KeyNow, Layout, Run, TtlNow, Val};
+use super::parse;
 use super::{KeyUse, key_use_block, parse_script};
 use crate::scripts::{HashOp, HashScript, Latch, Publish, PublishCommand};
 
@@ -54,7 +55,10 @@ pub fn recognise_hash(body: &[u8]) -> Option<HashScript> {
     let block = parse_script(body).ok()?;
     let mut u = KeyUse::default();
     key_use_block(&block, &mut u);
-    if u.dynamic || !(1..=3).contains(&u.max_literal) {
+    if u.dynamic {
+        return (u.max_literal <= 1).then(|| renew_all(&block))?;
+    }
+    if !(1..=3).contains(&u.max_literal) {
         return None;
     }
     let n = u.max_literal;
@@ -81,6 +85,7 @@ pub fn recognise_hash(body: &[u8]) -> Option<HashScript> {
             token: 0,
             keys_as_args: false,
             field,
+            field_per_key: false,
         };
         let runs = analyse::explore_states(&block, layout, &starts).ok()?;
         let cases: Vec<Case> = runs
@@ -98,6 +103,66 @@ pub fn recognise_hash(body: &[u8]) -> Option<HashScript> {
             return None;
         }
         classify(&cases, n, field)
+    })
+}
+
+/// A renewal of every key in `KEYS`, each with its own field `ARGV[field + i - 1]`, answering a
+/// table of 1 (renewed: the key's field was there) or 0 per key; unrolled over one and two keys,
+/// each key in every state.
+fn renew_all(block: &parse::Block) -> Option<HashScript> {
+    let states = lock_states();
+    let mut starts: Vec<Vec<KeyNow>> = states.iter().map(|s| vec![s.clone()]).collect();
+    for a in &states {
+        for b in &states {
+            starts.push(vec![a.clone(), b.clone()]);
+        }
+    }
+    (1..=MAX_FIELD_ARG).find_map(|field| {
+        let layout = Layout {
+            token: 0,
+            keys_as_args: false,
+            field,
+            field_per_key: true,
+        };
+        let runs = analyse::explore_states(block, layout, &starts).ok()?;
+        let mut ttl_arg = None;
+        for (k, r) in &runs {
+            if !r.assumed.is_empty() || r.foreign || !r.calls.iter().all(|(c, _)| c != b"publish") {
+                return None;
+            }
+            let start = &starts[*k];
+            let mut reply = Vec::with_capacity(start.len());
+            for (i, (before, after)) in start.iter().zip(&r.end).enumerate() {
+                let mine = matches!(&before.value, Some(Val::Hash { mine: Some(_), .. }));
+                if mine {
+                    let t = match &after.ttl {
+                        TtlNow::Set {
+                            seconds: false,
+                            v: Val::Arg(t),
+                        } if ![field, field + i].contains(t) => *t,
+                        _ => return None,
+                    };
+                    if *ttl_arg.get_or_insert(t) != t || after.value != before.value {
+                        return None;
+                    }
+                } else if after != before {
+                    return None;
+                }
+                reply.push(Val::Num(i64::from(mine)));
+            }
+            if r.reply != Val::Table(reply) {
+                return None;
+            }
+        }
+        // The TTL must not be one of the fields (`ARGV[field ..]`).
+        let t = ttl_arg?;
+        (t < field).then_some(HashScript {
+            op: HashOp::RenewAll,
+            field_arg: field,
+            ttl_arg: t,
+            publish: None,
+            latch: None,
+        })
     })
 }
 
@@ -256,6 +321,7 @@ fn fits(c: &Case, op: HashOp, t: usize, latch: Option<&Latch>, publish: &Option<
             MISSING => (None, Val::Num(0), false, None),
             _ => (Some(gone.clone()), Val::Num(1), true, None),
         },
+        HashOp::RenewAll => return false,
         HashOp::Unlock if c.latch => (None, Val::Other(3), false, None),
         HashOp::Unlock => match c.lock {
             ONCE => (Some(gone.clone()), Val::Num(1), true, Some(1)),

@@ -144,6 +144,7 @@ pub fn behaviour(body: &[u8]) -> Result<Vec<String>, String> {
             token: 1,
             keys_as_args: false,
             field: 0,
+            field_per_key: false,
         };
         out.extend(
             analyse::explore(&block, n, layout)?
@@ -161,6 +162,7 @@ fn classify(block: &Block) -> Option<LockScript> {
         token: 1,
         keys_as_args: false,
         field: 0,
+        field_per_key: false,
     };
     if u.dynamic {
         // Works on all of KEYS: unrolled over one and two keys.
@@ -176,6 +178,7 @@ fn classify(block: &Block) -> Option<LockScript> {
                 token,
                 keys_as_args: true,
                 field: 0,
+                field_per_key: false,
             };
             classify_with(block, &[1], layout)
         })
@@ -192,6 +195,7 @@ fn classify_signal(block: &Block) -> Option<LockScript> {
         token: 1,
         keys_as_args: false,
         field: 0,
+        field_per_key: false,
     };
     let runs = analyse::explore(block, 2, layout).ok()?;
     let mut signal: Option<(Val, usize)> = None;
