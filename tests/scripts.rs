@@ -1086,6 +1086,10 @@ async fn redisson_scripts_answer_what_one_redis_answers() {
     }
     let lock = lua("redisson_lock");
     let me = "uuid-1:7";
+    for cl in [&mut r, &mut c] {
+        let take = ["EVAL", lock.as_str(), "1", "rlock:mine", "120000", me];
+        assert_eq!(cl.cmd(&take).await, Reply::Nil);
+    }
     let mut case = 0;
     for name in [
         "redisson_lock",
@@ -1093,6 +1097,7 @@ async fn redisson_scripts_answer_what_one_redis_answers() {
         "redisson_unlock",
         "redisson_unlock_old",
         "redisson_renew",
+        "redisson_LockTask_chunk",
         "redisson_forceUnlock",
     ] {
         let script = lua(name);
@@ -1120,6 +1125,8 @@ async fn redisson_scripts_answer_what_one_redis_answers() {
                 "redisson_lock" | "redisson_lock_old" | "redisson_renew" => {
                     vec!["1", &key, "30000", me]
                 }
+                // With a second lock, held by the caller, renewed alongside.
+                "redisson_LockTask_chunk" => vec!["2", &key, "rlock:mine", "30000", me, me],
                 "redisson_unlock" => {
                     vec![
                         "3", &key, &channel, &latch, "0", "30000", me, "publish", "5000",
@@ -1163,5 +1170,63 @@ async fn redisson_scripts_answer_what_one_redis_answers() {
                 "{what}: one Redis {want:?}, masters {per_master:?}"
             );
         }
+    }
+}
+
+/// A refused Redisson lock is undone exactly where it wrote: a hash it created is deleted, a
+/// re-entry is counted back down, and another holder's hash is left alone; the refusal answers
+/// how long a majority still hold the lock (the quorum-th largest PTTL).
+#[tokio::test]
+async fn a_refused_redisson_lock_undoes_exactly_what_it_wrote() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let mut c = Client::connect(&p).await;
+    let mut direct = Vec::new();
+    for m in &ms {
+        direct.push(m.client().await);
+    }
+    let lock = lua("redisson_lock");
+    let me = "uuid-1:7";
+    // Another holds it on masters 1 and 2 (TTLs 8 s and 6 s); master 0 is free.
+    for (d, ttl) in direct.iter_mut().zip(["0", "8000", "6000"]).skip(1) {
+        d.cmd(&["HSET", "r1", "uuid-2:9", "1"]).await;
+        d.cmd(&["PEXPIRE", "r1", ttl]).await;
+    }
+    let got = c.cmd(&["EVAL", &lock, "1", "r1", "30000", me]).await;
+    let Reply::Integer(pttl) = got else {
+        panic!("refusal answers a PTTL: {got:?}")
+    };
+    assert!(
+        (5000..=6000).contains(&pttl),
+        "the quorum-th largest: {pttl}"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(direct[0].cmd(&["EXISTS", "r1"]).await, Reply::Integer(0));
+    for d in direct.iter_mut().skip(1) {
+        assert_eq!(
+            d.raw(&["HGETALL", "r1"]).await,
+            "*2\r\n$8\r\nuuid-2:9\r\n$1\r\n1\r\n"
+        );
+    }
+    // The caller holds it on master 0 alone (count 1); another on masters 1 and 2: the
+    // re-entry is refused and master 0 counted back to 1.
+    direct[0].cmd(&["HSET", "r2", me, "1"]).await;
+    direct[0].cmd(&["PEXPIRE", "r2", "9000"]).await;
+    for d in direct.iter_mut().skip(1) {
+        d.cmd(&["HSET", "r2", "uuid-2:9", "1"]).await;
+        d.cmd(&["PEXPIRE", "r2", "7000"]).await;
+    }
+    let got = c.cmd(&["EVAL", &lock, "1", "r2", "30000", me]).await;
+    assert!(matches!(got, Reply::Integer(t) if t > 6000), "{got:?}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        direct[0].cmd(&["HGET", "r2", me]).await,
+        Reply::Bulk("1".into())
+    );
+    // Granted where a majority is free: nil, and the hash on every master.
+    let got = c.cmd(&["EVAL", &lock, "1", "r3", "30000", me]).await;
+    assert_eq!(got, Reply::Nil);
+    for d in direct.iter_mut() {
+        assert_eq!(d.cmd(&["HGET", "r3", me]).await, Reply::Bulk("1".into()));
     }
 }
