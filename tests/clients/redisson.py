@@ -35,6 +35,7 @@ LOCK = script("lock")
 UNLOCK = script("unlock")
 RENEW = script("renew")
 FORCE = script("forceUnlock")
+CHUNK = script("LockTask_chunk")
 UNLOCK_MESSAGE = 0
 
 
@@ -56,8 +57,9 @@ def evalsha(r, body, keys, args):
 class RLock:
     """One Redisson client's RLock on `name` (one UUID per client, one field per thread)."""
 
-    def __init__(self, r, name, client_id=None, lease_ms=30000):
+    def __init__(self, r, name, client_id=None, lease_ms=30000, chunk=False):
         self.r = r
+        self.chunk = chunk
         self.name = name
         self.id = client_id or str(uuid.uuid4())
         self.lease_ms = lease_ms
@@ -72,14 +74,19 @@ class RLock:
         return evalsha(self.r, LOCK, [self.name], [ttl, self.field()])
 
     def _watchdog(self, field):
-        """Renews every third of the lease while the lock is held (the pre-3.44 single-lock
-        renewal script); stops when the renewal answers 0 or the lock is released."""
+        """Renews every third of the lease while the lock is held, with the single-lock renewal
+        script (before 3.44) or the multi-lock `LockTask` chunk (3.44 and later, here with this
+        one lock); stops when the renewal answers 0 or the lock is released."""
         stop = threading.Event()
 
         def run():
             while not stop.wait(self.lease_ms / 3000):
                 try:
-                    if evalsha(self.r, RENEW, [self.name], [self.lease_ms, field]) != 1:
+                    if self.chunk:
+                        res = evalsha(self.r, CHUNK, [self.name], [self.lease_ms, field])
+                        if res != [1]:
+                            return
+                    elif evalsha(self.r, RENEW, [self.name], [self.lease_ms, field]) != 1:
                         return
                 except redis.exceptions.RedisError:
                     pass
@@ -235,15 +242,25 @@ def api(proxy_port, master_ports):
     check(woken["unlock"] == 1, "b releases")
     listener.close()
 
-    # Watchdog: a lease of 1.5 s renewed every 0.5 s keeps the lock for 4 s.
-    w = RLock(r, "dog", lease_ms=1500)
-    check(w.lock(wait_s=0), "w locks with the watchdog")
-    time.sleep(4)
-    check(w.is_held_by_current_thread(), "still held past the lease, renewed")
-    check(isinstance(RLock(r, "dog").try_acquire(), int), "others still refused")
-    on_majority(lambda m: 0 < m.pttl("dog") <= 1500, "renewed TTL")
-    check(w.unlock() == 1, "w releases")
-    check(r.exists("dog") == 0, "gone after unlock")
+    # Watchdog: a lease of 1.5 s renewed every 0.5 s keeps the lock for 4 s, with either
+    # renewal script.
+    for chunk in [False, True]:
+        w = RLock(r, "dog", lease_ms=1500, chunk=chunk)
+        check(w.lock(wait_s=0), "w locks with the watchdog")
+        time.sleep(4)
+        check(w.is_held_by_current_thread(), f"still held past the lease (chunk {chunk})")
+        check(isinstance(RLock(r, "dog").try_acquire(), int), "others still refused")
+        on_majority(lambda m: 0 < m.pttl("dog") <= 1500, "renewed TTL")
+        check(w.unlock() == 1, "w releases")
+        check(r.exists("dog") == 0, "gone after unlock")
+    # The chunk renews each lock by its own field: held ones 1, others' and missing ones 0.
+    x = RLock(r, "x1", lease_ms=10000)
+    check(x.lock(wait_s=0, watchdog=False), "x1 locked")
+    check(RLock(r, "x2").lock(wait_s=0, watchdog=False), "x2 locked by another")
+    res = evalsha(r, CHUNK, ["x1", "x2", "x3"], [20000, x.field(), x.field(), x.field()])
+    check(res == [1, 0, 0], f"chunk answers per lock: {res}")
+    on_majority(lambda m: 10000 < m.pttl("x1") <= 20000, "x1 renewed")
+    on_majority(lambda m: m.pttl("x2") <= 30000, "x2 untouched")
 
     # forceUnlock deletes whoever holds it and wakes waiters; again answers 0.
     f = RLock(r, "force", lease_ms=10000)
@@ -279,7 +296,8 @@ def worker(args):
     done = [0, 0]
 
     def loop(i):
-        lock = RLock(r, args.resource, client_id=client_id, lease_ms=3000)
+        # One thread renews like Redisson before 3.44, the other like 3.44 and later.
+        lock = RLock(r, args.resource, client_id=client_id, lease_ms=3000, chunk=i == 1)
         for _ in range(args.iterations // 2 + (i < args.iterations % 2)):
             if not args.no_lock:
                 lock.lock()
