@@ -986,8 +986,9 @@ async fn long_kill_run_loses_no_update() {
     let _one_at_a_time = HEAVY.lock().await;
     let long = std::env::var_os("REDLOCK_LONG_RUN").is_some_and(|v| v == "1");
     let iterations: u32 = if long { 900 } else { 120 };
-    let libraries: [(&str, Worker); 9] = [
+    let libraries: [(&str, Worker); 10] = [
         ("redis-py", redis_py_worker),
+        ("redisson", redisson),
         ("python-redis-lock", python_redis_lock),
         ("node-redlock", node_redlock_worker),
         ("redis-lock", npm_redis_lock_worker),
