@@ -9,7 +9,9 @@
 //!
 //! A recognised script becomes a [`LockScript`]: one of the operations in [`Op`], where its
 //! token and TTL sit in `ARGV`, whether it works on one key or on all of `KEYS`, and the reply
-//! shape its library expects ([`Answer`]). The masters never run client scripts that the proxy
+//! shape its library expects ([`Answer`]). A re-entrant hash lock's script (Redisson's `RLock`)
+//! becomes a [`HashScript`] instead: one of [`HashOp`], with where its field, TTL, publish and
+//! unlock latch sit. The masters never run client scripts that the proxy
 //! understands; they run the proxy's canonical scripts below ([`ACQUIRE`], [`EXTEND`],
 //! [`RELEASE`]), sent with `EVAL`, so that a restarted master that forgot every script needs no
 //! reloading. Operators can declare the meaning of their own scripts in the configuration.
@@ -1086,6 +1088,15 @@ mod tests {
                 .collect(),
             b"local a = 1 ".repeat(5_000),
             b"for i = 1, #KEYS do ".repeat(2_000),
+            // Long runs of hash commands, over fixed keys and over all of KEYS.
+            b"local x = redis.call('hexists', KEYS[1], ARGV[2]) ".repeat(2_000),
+            b"local x = redis.call('hincrby', KEYS[3], ARGV[2], 1) ".repeat(2_000),
+            b"for i = 1, #KEYS do local x = redis.call('hexists', KEYS[i], ARGV[i + 1]) "
+                .iter()
+                .copied()
+                .chain(b"x = redis.call('hexists', KEYS[i], ARGV[i + 1]) ".repeat(1_500))
+                .chain(b"end".iter().copied())
+                .collect(),
         ];
         let mut deep = b"return ".to_vec();
         deep.extend(b"{".repeat(10_000));

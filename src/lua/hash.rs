@@ -52,11 +52,17 @@ struct Case<'a> {
 
 /// The hash-lock operation a script performs, if its behaviour matches one exactly.
 pub fn recognise_hash(body: &[u8]) -> Option<HashScript> {
+    // Command names are literals (anything else stops the analysis), so a script that never
+    // spells a hash command is tried only as a forced unlock, with no field.
+    let lower = body.to_ascii_lowercase();
+    let hashes = [&b"hexists"[..], b"hincrby", b"hset"]
+        .iter()
+        .any(|c| lower.windows(c.len()).any(|w| w == *c));
     let block = parse_script(body).ok()?;
     let mut u = KeyUse::default();
     key_use_block(&block, &mut u);
     if u.dynamic {
-        return (u.max_literal <= 1).then(|| renew_all(&block))?;
+        return (hashes && u.max_literal <= 1).then(|| renew_all(&block))?;
     }
     if !(1..=3).contains(&u.max_literal) {
         return None;
@@ -80,7 +86,8 @@ pub fn recognise_hash(body: &[u8]) -> Option<HashScript> {
             starts.push(keys);
         }
     }
-    (0..=MAX_FIELD_ARG).find_map(|field| {
+    let fields = if hashes { MAX_FIELD_ARG } else { 0 };
+    (0..=fields).find_map(|field| {
         let layout = Layout {
             token: 0,
             keys_as_args: false,

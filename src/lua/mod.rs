@@ -1,6 +1,6 @@
 //! Lua scripts read by the proxy: a linear-time lexer ([`lex`]), a depth-capped parser
 //! ([`parse`]) and a behavioural analyser ([`analyse`]) that together recognise a lock script by
-//! what it does.
+//! what it does; [`hash`] recognises re-entrant hash locks (Redisson) on the same analyser.
 //!
 //! [`recognise`] runs the script symbolically from every starting state of its keys (see
 //! [`analyse`]) and accepts it only when the behaviour table matches one lock operation exactly:
