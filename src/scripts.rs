@@ -176,6 +176,12 @@ pub enum HashOp {
     Renew,
     /// Delete the lock whoever holds it, publishing the release: 1 when it existed, else 0.
     ForceUnlock,
+    /// [`HashOp::Acquire`] that also counts a fencing token in `KEYS[2]` on every grant
+    /// (Redisson's `RFencedLock`); answers as `Acquire` (the token is read with `GET KEYS[2]`).
+    FencedAcquire,
+    /// [`HashOp::FencedAcquire`] answering `{-1, token}` on success and `{pttl, -1}` otherwise
+    /// (`RFencedLock.lockAndGetToken`).
+    FencedAcquireToken,
     /// [`HashOp::Renew`] of every key in `KEYS`, each with its own field (`KEYS[i]`'s is
     /// `ARGV[field_arg + i - 1]`), answering one 1 or 0 per key (Redisson's multi-lock
     /// renewal, `LockTask`, the watchdog of 3.44 and later).
@@ -776,6 +782,14 @@ mod tests {
                 lua!("redisson_LockTask_chunk"),
                 script(HashOp::RenewAll, 2, 1, None, None),
             ),
+            (
+                lua!("redisson_fenced_lock"),
+                script(HashOp::FencedAcquire, 2, 1, None, None),
+            ),
+            (
+                lua!("redisson_fenced_lockAndGetToken"),
+                script(HashOp::FencedAcquireToken, 2, 1, None, None),
+            ),
         ] {
             assert_eq!(hash(body), want, "{}", String::from_utf8_lossy(body));
         }
@@ -822,13 +836,15 @@ mod tests {
         ] {
             assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
         }
-        // Not (yet) run as hash-lock operations: RFencedLock's lock (it also counts a token in
-        // `KEYS[2]`).
-        for body in [
-            lua!("redisson_fenced_lock"),
-            lua!("redisson_fenced_lockAndGetToken"),
+        // RFencedLock near misses: the token counted on refusals too, or before the check
+        // (also when refused), or twice; the token answered on refusals.
+        for text in [
+            "redis.call('incr', KEYS[2]); if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; return redis.call('pttl', KEYS[1]);",
+            "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('incr', KEYS[2]); redis.call('incr', KEYS[2]); redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; return redis.call('pttl', KEYS[1]);",
+            "if (redis.call('exists', KEYS[1]) == 0 or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then local token = redis.call('incr', KEYS[2]);redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return {-1, token}; end; return {redis.call('pttl', KEYS[1]), redis.call('get', KEYS[2])};",
+            "if (redis.call('exists', KEYS[1]) == 0) then local token = redis.call('incr', KEYS[2]);redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return {-1, token}; end; return {redis.call('pttl', KEYS[1]), -1};",
         ] {
-            assert_eq!(recognise(body), Meaning::Unknown);
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
         }
     }
 

@@ -31,25 +31,35 @@ use bytes::Bytes;
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::Action;
 use super::lock::eval;
+use super::{Action, fence};
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask, ask_timed, quorum_th, validity};
 use crate::reply::Reply;
 use crate::scripts::HashOp;
 use crate::stats::Stats;
 
-/// Acquire on one master: `KEYS[1]` the lock; `ARGV[1]` TTL ms, `ARGV[2]` the caller's field.
-/// Answers `{1}` created, `{2}` re-entered, or the lock's PTTL when another holds it.
-const LOCK: &str = "if redis.call('exists', KEYS[1]) == 0 then \
-      redis.call('hincrby', KEYS[1], ARGV[2], 1) redis.call('pexpire', KEYS[1], ARGV[1]) \
-      return {1} \
+/// Acquire on one master: `KEYS[1]` the lock (and `KEYS[2]` a fenced lock's token counter);
+/// `ARGV[1]` TTL ms, `ARGV[2]` the caller's field, `ARGV[3]` the counter's retention ms.
+/// Answers `{1}` created, `{2}` re-entered (with the counter's new value second when fenced),
+/// or the lock's PTTL when another holds it.
+const LOCK: &str = "local code \
+    if redis.call('exists', KEYS[1]) == 0 then code = 1 \
+    elseif redis.call('hexists', KEYS[1], ARGV[2]) == 1 then code = 2 \
+    else return redis.call('pttl', KEYS[1]) end \
+    redis.call('hincrby', KEYS[1], ARGV[2], 1) redis.call('pexpire', KEYS[1], ARGV[1]) \
+    if #KEYS > 1 then \
+      local t = redis.call('incr', KEYS[2]) redis.call('pexpire', KEYS[2], ARGV[3]) \
+      return {code, t} \
     end \
-    if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then \
-      redis.call('hincrby', KEYS[1], ARGV[2], 1) redis.call('pexpire', KEYS[1], ARGV[1]) \
-      return {2} \
-    end \
-    return redis.call('pttl', KEYS[1])";
+    return {code}";
+
+/// Raises a fenced lock's token counter `KEYS[1]` to the granted token `ARGV[1]` (kept as a
+/// string: tokens are microseconds, beyond what Lua prints exactly), with retention `ARGV[2]`.
+const RAISE: &str = "local c = tonumber(redis.call('get', KEYS[1]) or '0') or 0 \
+    if c < tonumber(ARGV[1]) then redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2]) \
+    else redis.call('pexpire', KEYS[1], ARGV[2]) end \
+    return 1";
 
 /// Undoes a creation: deletes the lock while it is the caller's alone with one hold.
 /// `ARGV[1]` the field.
@@ -125,6 +135,8 @@ pub struct HashLockOp {
     pub latch: Option<(Bytes, i64)>,
     /// Further locks and their fields, after `key` and `field` (`RenewAll`).
     pub also: Vec<(Bytes, Bytes)>,
+    /// A fenced lock's token counter (`FencedAcquire`, `FencedAcquireToken`).
+    pub counter: Option<Bytes>,
 }
 
 /// Runs a hash-lock operation as a quorum operation.
@@ -132,7 +144,12 @@ pub fn run(proxy: &Arc<Proxy>, op: HashLockOp) -> Action {
     let max = proxy.config.max_ttl_ms as i64;
     if matches!(
         op.op,
-        HashOp::Acquire | HashOp::Unlock | HashOp::Renew | HashOp::RenewAll
+        HashOp::Acquire
+            | HashOp::FencedAcquire
+            | HashOp::FencedAcquireToken
+            | HashOp::Unlock
+            | HashOp::Renew
+            | HashOp::RenewAll
     ) {
         if op.ttl_ms <= 0 {
             return Reply::static_error("ERR invalid expire time in lock script").into();
@@ -155,12 +172,15 @@ pub fn run(proxy: &Arc<Proxy>, op: HashLockOp) -> Action {
     }
     let mut keys = vec![op.key.clone()];
     keys.extend(op.also.iter().map(|(k, _)| k.clone()));
+    keys.extend(op.counter.iter().cloned());
     if let Some((latch, _)) = &op.latch {
         keys.push(latch.clone());
     }
     super::in_turn_held(proxy, &keys, move |proxy, held| async move {
         match op.op {
-            HashOp::Acquire => acquire(proxy, op, held).await,
+            HashOp::Acquire | HashOp::FencedAcquire | HashOp::FencedAcquireToken => {
+                acquire(proxy, op, held).await
+            }
             HashOp::Unlock => {
                 let reply = unlock(&proxy, &op).await;
                 drop(held);
@@ -197,8 +217,8 @@ enum Took {
 
 fn took(r: &Reply) -> Took {
     match r {
-        Reply::Array(c) if c.as_slice() == [Reply::Integer(1)] => Took::Created,
-        Reply::Array(c) if c.as_slice() == [Reply::Integer(2)] => Took::Reentered,
+        Reply::Array(c) if c.first() == Some(&Reply::Integer(1)) => Took::Created,
+        Reply::Array(c) if c.first() == Some(&Reply::Integer(2)) => Took::Reentered,
         Reply::Integer(t) => Took::Taken(*t),
         _ => Took::No,
     }
@@ -210,35 +230,89 @@ fn granted(r: &Reply) -> bool {
 
 async fn acquire(proxy: Arc<Proxy>, op: HashLockOp, held: crate::keylock::Held) -> Reply {
     let ttl = ms(op.ttl_ms);
-    let req = eval(LOCK, &[&op.key], &[&ttl, &op.field]);
+    let retention = ms(fence::retention(&proxy) as i64);
+    let req = match &op.counter {
+        None => eval(LOCK, &[&op.key], &[&ttl, &op.field]),
+        Some(counter) => eval(LOCK, &[&op.key, counter], &[&ttl, &op.field, &retention]),
+    };
     let start = Instant::now();
     let deadline = start + proxy.config.node_timeout();
     let mut vote = ask_timed(&proxy.masters, Request::Same(req), 1, deadline);
     let ballots = vote.decide_by(granted).await.clone();
     let yes = ballots.count(granted);
-    let left = validity(
-        Duration::from_millis(op.ttl_ms as u64),
-        start.elapsed(),
-        proxy.config.drift_factor,
-    );
+    let ttl_left = Duration::from_millis(op.ttl_ms as u64);
     let min = Duration::from_millis(proxy.config.min_validity_ms);
-    if yes >= ballots.quorum && left.is_some_and(|v| v > min) {
-        Stats::bump(&proxy.stats.grants);
-        drop(held);
-        return Reply::Nil;
+    let valid =
+        || validity(ttl_left, start.elapsed(), proxy.config.drift_factor).is_some_and(|v| v > min);
+    if yes >= ballots.quorum && valid() {
+        let token = match &op.counter {
+            None => Some(0),
+            Some(counter) => mint(&proxy, &ballots, counter, &retention).await,
+        };
+        // A fenced grant counts only once its token is on a quorum, still within validity.
+        if let Some(token) = token.filter(|_| valid()) {
+            Stats::bump(&proxy.stats.grants);
+            drop(held);
+            return match op.op {
+                HashOp::FencedAcquireToken => {
+                    Reply::Array(vec![Reply::Integer(-1), Reply::Integer(token)])
+                }
+                _ => Reply::Nil,
+            };
+        }
     }
     debug!(yes, quorum = ballots.quorum, "hash lock refused");
     Stats::bump(&proxy.stats.denials);
-    let refused = Reply::Integer(wait_hint(&ballots));
+    let hint = wait_hint(&ballots);
+    let refused = match op.op {
+        HashOp::FencedAcquireToken => Reply::Array(vec![Reply::Integer(hint), Reply::Integer(-1)]),
+        _ => Reply::Integer(hint),
+    };
     // The client has its answer; the undo waits for every answer still due (until the node
     // deadline), so it knows which masters created and which re-entered, and the key stays in
-    // turn until it is queued.
+    // turn until it is queued. Counter increments stay: tokens only need to grow.
     tokio::spawn(async move {
         let ballots = vote.finish().await;
         undo(&proxy, &ballots, &op);
         drop(held);
     });
     refused
+}
+
+/// A fenced grant's token: the largest counter value among the masters that granted, and at
+/// least this proxy's wall clock in microseconds (so tokens keep growing past a master that
+/// restarted empty and lost its counter, as [`fence`] does), written to the counter on every
+/// master that granted. `None` unless a quorum of them wrote it.
+///
+/// A later grant of the same lock needs a quorum, which meets this one's quorum of raised
+/// counters on a master that held this grant; its increment there comes after this grant's
+/// raise (the lock was this grant's until then), so its token is larger.
+async fn mint(
+    proxy: &Arc<Proxy>,
+    ballots: &Ballots,
+    counter: &Bytes,
+    retention: &Bytes,
+) -> Option<i64> {
+    let counted = ballots.replies.iter().flatten().filter_map(|r| match r {
+        Reply::Array(c) if granted(r) => match c.get(1) {
+            Some(Reply::Integer(n)) => Some(*n),
+            _ => None,
+        },
+        _ => None,
+    });
+    let token = counted.max()?.max(fence::now_us() as i64);
+    let value = ms(token);
+    let raise = eval(RAISE, &[counter], &[&value, retention]);
+    let each: Vec<Option<Bytes>> = ballots
+        .replies
+        .iter()
+        .map(|r| r.as_ref().filter(|r| granted(r)).map(|_| raise.clone()))
+        .collect();
+    let deadline = Instant::now() + proxy.config.node_timeout();
+    let raised = ask(&proxy.masters, Request::Some(each), 1, deadline)
+        .finish()
+        .await;
+    (raised.count(|r| *r == Reply::Integer(1)) >= ballots.quorum).then_some(token)
 }
 
 /// The refusal's PTTL: how long a majority still hold the lock (the quorum-th largest PTTL

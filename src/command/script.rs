@@ -223,6 +223,10 @@ fn bind_hash(
         publish,
         latch,
         also,
+        counter: match script.op {
+            HashOp::FencedAcquire | HashOp::FencedAcquireToken => Some(keys.get(1)?.clone()),
+            _ => None,
+        },
     }))
 }
 

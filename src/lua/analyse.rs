@@ -957,6 +957,17 @@ impl Machine<'_> {
                 };
                 Val::Status
             }
+            // A hash lock's token counter (Redisson's `RFencedLock`): only modelled there.
+            (b"incr", [k]) if self.layout.field != 0 => {
+                let i = key(k)?;
+                let now = match &self.keys[i].value {
+                    None => Val::Num(1),
+                    Some(v @ (Val::Num(_) | Val::Many(_))) => add(v.clone(), Val::Num(1))?,
+                    Some(v) => return fail(format!("increments {v}")),
+                };
+                self.keys[i].value = Some(now.clone());
+                now
+            }
             (b"pexpire" | b"expire", [k, t]) => {
                 let i = key(k)?;
                 let v = ttl_value(t)?;

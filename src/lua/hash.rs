@@ -87,30 +87,146 @@ pub fn recognise_hash(body: &[u8]) -> Option<HashScript> {
         }
     }
     let fields = if hashes { MAX_FIELD_ARG } else { 0 };
-    (0..=fields).find_map(|field| {
+    (0..=fields)
+        .find_map(|field| {
+            let layout = Layout {
+                token: 0,
+                keys_as_args: false,
+                field,
+                field_per_key: false,
+            };
+            let runs = analyse::explore_states(&block, layout, &starts).ok()?;
+            let cases: Vec<Case> = runs
+                .iter()
+                .map(|(k, run)| Case {
+                    lock: if n == 3 { k / 2 } else { *k },
+                    latch: n == 3 && k % 2 == 1,
+                    run,
+                })
+                .collect();
+            if cases
+                .iter()
+                .any(|c| !c.run.assumed.is_empty() || c.run.foreign)
+            {
+                return None;
+            }
+            classify(&cases, n, field)
+        })
+        .or_else(|| (n == 2 && hashes).then(|| fenced(&block))?)
+}
+
+/// A fenced acquisition (`KEYS` = lock, token counter): the lock taken as [`HashOp::Acquire`]
+/// takes it, and the counter incremented by one exactly where the lock was granted; answering
+/// as `Acquire`, or `{-1, token}` / `{pttl, -1}`.
+fn fenced(block: &parse::Block) -> Option<HashScript> {
+    let counter = [
+        KeyNow {
+            value: None,
+            ttl: TtlNow::None,
+        },
+        KeyNow {
+            value: Some(Val::Many(0)),
+            ttl: TtlNow::None,
+        },
+    ];
+    let states = lock_states();
+    let mut starts = Vec::new();
+    for lock in &states {
+        for c in &counter {
+            starts.push(vec![lock.clone(), c.clone()]);
+        }
+    }
+    (1..=MAX_FIELD_ARG).find_map(|field| {
         let layout = Layout {
             token: 0,
             keys_as_args: false,
             field,
             field_per_key: false,
         };
-        let runs = analyse::explore_states(&block, layout, &starts).ok()?;
-        let cases: Vec<Case> = runs
-            .iter()
-            .map(|(k, run)| Case {
-                lock: if n == 3 { k / 2 } else { *k },
-                latch: n == 3 && k % 2 == 1,
-                run,
-            })
-            .collect();
-        if cases
-            .iter()
-            .any(|c| !c.run.assumed.is_empty() || c.run.foreign)
-        {
-            return None;
+        let runs = analyse::explore_states(block, layout, &starts).ok()?;
+        let once = runs.iter().find(|(k, _)| *k / 2 == ONCE)?;
+        let t = match &once.1.end[0].ttl {
+            TtlNow::Set {
+                seconds: false,
+                v: Val::Arg(t),
+            } if *t != field => *t,
+            _ => return None,
+        };
+        let mut pair = None;
+        for (k, r) in &runs {
+            let (lock, start) = (k / 2, &starts[*k]);
+            if !r.assumed.is_empty() || r.foreign || r.calls.iter().any(|(c, _)| c == b"publish") {
+                return None;
+            }
+            let acquire = Case {
+                lock,
+                latch: false,
+                run: r,
+            };
+            // The lock alone must behave as `Acquire`: judge it with the counter set aside.
+            let mut alone = r.clone();
+            alone.end.truncate(1);
+            let reply_ok;
+            let counted = match &start[1].value {
+                None => Val::Num(1),
+                Some(v) => analyse_add_one(v)?,
+            };
+            if lock == 3 {
+                if r.end[1] != start[1] {
+                    return None;
+                }
+                reply_ok = match &r.reply {
+                    Val::Pttl(1) => !*pair.get_or_insert(false),
+                    Val::Table(items) => {
+                        items.as_slice() == [Val::Pttl(1), Val::Num(-1)]
+                            && *pair.get_or_insert(true)
+                    }
+                    _ => false,
+                };
+                alone.reply = Val::Pttl(1);
+            } else {
+                if r.end[1].value.as_ref() != Some(&counted) || r.end[1].ttl != start[1].ttl {
+                    return None;
+                }
+                reply_ok = match &r.reply {
+                    Val::Nil => !*pair.get_or_insert(false),
+                    Val::Table(items) => {
+                        items.as_slice() == [Val::Num(-1), counted.clone()]
+                            && *pair.get_or_insert(true)
+                    }
+                    _ => false,
+                };
+                alone.reply = Val::Nil;
+            }
+            let judged = Case {
+                run: &alone,
+                ..acquire
+            };
+            if !reply_ok || !fits(&judged, HashOp::Acquire, t, None, &None) {
+                return None;
+            }
         }
-        classify(&cases, n, field)
+        Some(HashScript {
+            op: if pair? {
+                HashOp::FencedAcquireToken
+            } else {
+                HashOp::FencedAcquire
+            },
+            field_arg: field,
+            ttl_arg: t,
+            publish: None,
+            latch: None,
+        })
     })
+}
+
+/// A counter after `INCR`.
+fn analyse_add_one(v: &Val) -> Option<Val> {
+    match v {
+        Val::Num(n) => Some(Val::Num(n.checked_add(1)?)),
+        Val::Many(k) => Some(Val::Many(k.checked_add(1)?)),
+        _ => None,
+    }
 }
 
 /// A renewal of every key in `KEYS`, each with its own field `ARGV[field + i - 1]`, answering a
@@ -328,7 +444,7 @@ fn fits(c: &Case, op: HashOp, t: usize, latch: Option<&Latch>, publish: &Option<
             MISSING => (None, Val::Num(0), false, None),
             _ => (Some(gone.clone()), Val::Num(1), true, None),
         },
-        HashOp::RenewAll => return false,
+        HashOp::RenewAll | HashOp::FencedAcquire | HashOp::FencedAcquireToken => return false,
         HashOp::Unlock if c.latch => (None, Val::Other(3), false, None),
         HashOp::Unlock => match c.lock {
             ONCE => (Some(gone.clone()), Val::Num(1), true, Some(1)),
