@@ -1230,3 +1230,105 @@ async fn a_refused_redisson_lock_undoes_exactly_what_it_wrote() {
         assert_eq!(d.cmd(&["HGET", "r3", me]).await, Reply::Bulk("1".into()));
     }
 }
+
+/// A fenced lock's reply with its token masked (the proxy's tokens are not one Redis's
+/// counter) and PTTLs bucketed; the token, if any, returned beside it.
+fn fenced_reply(r: Reply) -> (Reply, Option<i64>) {
+    match r {
+        Reply::Array(items) => match items.as_slice() {
+            [Reply::Integer(-1), Reply::Integer(t)] if *t > 0 => (
+                Reply::Array(vec![Reply::Integer(-1), Reply::Simple("token".into())]),
+                Some(*t),
+            ),
+            [pttl, Reply::Integer(-1)] => (
+                Reply::Array(vec![bucketed(pttl.clone()), Reply::Integer(-1)]),
+                None,
+            ),
+            _ => panic!("a fenced lock answered {items:?}"),
+        },
+        r => (bucketed(r), None),
+    }
+}
+
+/// Redisson's `RFencedLock` (lock, and lockAndGetToken) from each starting state answers and
+/// leaves the lock as one Redis does, and every grant's token is larger than the one before
+/// (also across re-entry), with `GET` of the counter answering the latest token, as
+/// `getToken()` reads it.
+#[tokio::test]
+async fn redisson_fenced_lock_answers_what_one_redis_answers_with_growing_tokens() {
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let mut r = reference.client().await;
+    let mut c = Client::connect(&p).await;
+    let mut direct = Vec::new();
+    for m in &ms {
+        direct.push(m.client().await);
+    }
+    let lock = lua("redisson_lock");
+    let me = "uuid-1:7";
+    let mut last = 0;
+    let mut case = 0;
+    for name in ["redisson_fenced_lock", "redisson_fenced_lockAndGetToken"] {
+        let script = lua(name);
+        for start in ["missing", "mine", "mine twice", "other", "expired"] {
+            case += 1;
+            let key = format!("flock:{case}");
+            let counter = format!("redisson_lock_token:{{flock:{case}}}");
+            let (holder, times, ttl) = match start {
+                "missing" => ("", 0, "10000"),
+                "mine" => (me, 1, "10000"),
+                "mine twice" => (me, 2, "10000"),
+                "other" => ("uuid-2:9", 1, "10000"),
+                _ => (me, 1, "60"),
+            };
+            for _ in 0..times {
+                let take = ["EVAL", lock.as_str(), "1", key.as_str(), ttl, holder];
+                assert_eq!(r.cmd(&take).await, Reply::Nil);
+                assert_eq!(c.cmd(&take).await, Reply::Nil);
+            }
+            if start == "expired" {
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+            let call = ["EVAL", &script, "2", &key, &counter, "30000", me];
+            let (want, _) = fenced_reply(r.cmd(&call).await);
+            let (got, token) = fenced_reply(c.cmd(&call).await);
+            let what = format!("{name} from {start}");
+            assert_eq!(got, want, "reply of {what}");
+            let granted = matches!(&got, Reply::Nil | Reply::Array(_))
+                && !matches!(&got, Reply::Array(a) if a.get(1) == Some(&Reply::Integer(-1)));
+            if granted {
+                let now = match c.cmd(&["GET", &counter]).await {
+                    Reply::Bulk(b) => String::from_utf8_lossy(&b).parse::<i64>().unwrap(),
+                    other => panic!("{what}: GET of the counter answered {other:?}"),
+                };
+                if let Some(t) = token {
+                    assert_eq!(t, now, "{what}: the token answered is the one kept");
+                }
+                assert!(now > last, "{what}: token {now} after {last}");
+                // Taken again by the caller (re-entry): a larger token still.
+                let (_, again) = fenced_reply(c.cmd(&call).await);
+                let now2 = match c.cmd(&["GET", &counter]).await {
+                    Reply::Bulk(b) => String::from_utf8_lossy(&b).parse::<i64>().unwrap(),
+                    other => panic!("{what}: {other:?}"),
+                };
+                assert!(now2 > now, "{what}: re-entry token {now2} after {now}");
+                if let Some(t) = again {
+                    assert_eq!(t, now2);
+                }
+                last = now2;
+                r.cmd(&call).await;
+            }
+            let want = hash_state(&mut r, &key).await;
+            let mut per_master = Vec::new();
+            for d in direct.iter_mut() {
+                per_master.push(hash_state(d, &key).await);
+            }
+            let agreed = per_master.iter().filter(|s| **s == want).count();
+            assert!(
+                agreed >= 2,
+                "{what}: one Redis {want:?}, masters {per_master:?}"
+            );
+        }
+    }
+}

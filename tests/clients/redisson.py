@@ -36,6 +36,7 @@ UNLOCK = script("unlock")
 RENEW = script("renew")
 FORCE = script("forceUnlock")
 CHUNK = script("LockTask_chunk")
+FENCED = script("fenced_lockAndGetToken")
 UNLOCK_MESSAGE = 0
 
 
@@ -57,9 +58,13 @@ def evalsha(r, body, keys, args):
 class RLock:
     """One Redisson client's RLock on `name` (one UUID per client, one field per thread)."""
 
-    def __init__(self, r, name, client_id=None, lease_ms=30000, chunk=False):
+    def __init__(self, r, name, client_id=None, lease_ms=30000, chunk=False, fenced=False):
         self.r = r
         self.chunk = chunk
+        # RFencedLock: lockAndGetToken, the token counted in redisson_lock_token:{name}.
+        self.fenced = fenced
+        self.token_name = f"redisson_lock_token:{{{name}}}"
+        self.token = None
         self.name = name
         self.id = client_id or str(uuid.uuid4())
         self.lease_ms = lease_ms
@@ -71,6 +76,12 @@ class RLock:
 
     def try_acquire(self, lease_ms=None):
         ttl = lease_ms or self.lease_ms
+        if self.fenced:
+            res = evalsha(self.r, FENCED, [self.name, self.token_name], [ttl, self.field()])
+            if res[0] == -1:
+                self.token = res[1]
+                return None
+            return res[0]
         return evalsha(self.r, LOCK, [self.name], [ttl, self.field()])
 
     def _watchdog(self, field):
@@ -285,6 +296,21 @@ def api(proxy_port, master_ports):
     took = time.monotonic() - began
     check(0.8 < took < 2.5, f"after the lease ran out: {took:.2f} s")
     check(heir.unlock() == 1, "heir releases")
+
+    # RFencedLock: every grant (re-entry too) a larger token, which getToken() (GET) reads.
+    fl = RLock(r, "fenced", lease_ms=10000, fenced=True)
+    tokens = []
+    for _ in range(3):
+        check(fl.lock(wait_s=0, watchdog=False), "fenced lock")
+        tokens.append(fl.token)
+        check(int(r.get(fl.token_name)) == fl.token, "getToken() is the latest token")
+    check(fl.unlock() == 0 and fl.unlock() == 0 and fl.unlock() == 1, "three unlocks")
+    other = RLock(r, "fenced", lease_ms=10000, fenced=True)
+    check(other.lock(wait_s=0, watchdog=False), "another takes it")
+    tokens.append(other.token)
+    check(tokens == sorted(set(tokens)), f"tokens grow: {tokens}")
+    check(isinstance(fl.try_acquire(), int), "refused while held: the PTTL")
+    check(other.unlock() == 1, "released")
     print("ok")
 
 
@@ -294,10 +320,13 @@ def worker(args):
     key = f"count:{args.resource}"
     client_id = str(uuid.uuid4())
     done = [0, 0]
+    out = threading.Lock()
 
     def loop(i):
         # One thread renews like Redisson before 3.44, the other like 3.44 and later.
-        lock = RLock(r, args.resource, client_id=client_id, lease_ms=3000, chunk=i == 1)
+        lock = RLock(
+            r, args.resource, client_id=client_id, lease_ms=3000, chunk=i == 1, fenced=args.fenced
+        )
         for _ in range(args.iterations // 2 + (i < args.iterations % 2)):
             if not args.no_lock:
                 lock.lock()
@@ -306,6 +335,9 @@ def worker(args):
                 time.sleep(args.hold_ms / 1000)
                 counter.set(key, n + 1)
                 done[i] += 1
+                if args.fenced and not args.no_lock:
+                    with out:
+                        print(f"fence {n} {lock.token}", flush=True)
             finally:
                 if not args.no_lock and lock.unlock() is None:
                     print("expired while held", file=sys.stderr)
@@ -330,6 +362,7 @@ def main():
     p.add_argument("--iterations", type=int, required=True)
     p.add_argument("--hold-ms", type=int, default=2)
     p.add_argument("--no-lock", action="store_true")
+    p.add_argument("--fenced", action="store_true", help="RFencedLock: print `fence READ TOKEN`")
     worker(p.parse_args())
 
 
