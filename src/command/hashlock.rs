@@ -381,6 +381,17 @@ async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
     let ballots = ask(&proxy.masters, Request::Same(req), 1, deadline)
         .finish()
         .await;
+    let reply = unlocked(&ballots);
+    if reply == Reply::Integer(1) {
+        Stats::bump(&proxy.stats.releases);
+    }
+    reply
+}
+
+/// The unlock's answer from the masters' codes (see [`UNLOCK`]): what a quorum kept under the
+/// latch (a retried unlock); else 0 while a quorum still hold the lock, 1 when it is gone from a
+/// majority after this unlock held it somewhere, nil when the caller held it nowhere.
+fn unlocked(ballots: &Ballots) -> Reply {
     let codes: Vec<&[Reply]> = ballots
         .replies
         .iter()
@@ -395,7 +406,6 @@ async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
             "CLUSTERDOWN redlock-proxy: fewer than a quorum of masters answered the unlock",
         );
     }
-    // A retried unlock: what a quorum kept under the latch.
     let latched: Vec<&[Reply]> = codes
         .iter()
         .copied()
@@ -425,7 +435,6 @@ async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
         Reply::Integer(0)
     } else if less + deleted > 0 {
         // Gone from a majority: the caller no longer holds it.
-        Stats::bump(&proxy.stats.releases);
         Reply::Integer(1)
     } else {
         Reply::Nil
@@ -488,4 +497,83 @@ async fn force(proxy: &Proxy, op: &HashLockOp) -> Reply {
     }
     let deleted = ballots.count(|r| *r == Reply::Integer(1));
     Reply::Integer(i64::from(deleted >= ballots.quorum))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ballots(replies: Vec<Option<Reply>>) -> Ballots {
+        let n = replies.len();
+        Ballots {
+            replies,
+            failed: vec![None; n],
+            quorum: n / 2 + 1,
+        }
+    }
+
+    fn codes(c: &[i64]) -> Option<Reply> {
+        Some(Reply::Array(c.iter().map(|n| Reply::Integer(*n)).collect()))
+    }
+
+    #[test]
+    fn what_a_master_did_with_an_acquisition() {
+        assert_eq!(took(&codes(&[1]).unwrap()), Took::Created);
+        assert_eq!(took(&codes(&[2, 17]).unwrap()), Took::Reentered);
+        assert_eq!(took(&Reply::Integer(900)), Took::Taken(900));
+        assert_eq!(took(&Reply::static_error("WRONGTYPE x")), Took::No);
+        assert_eq!(took(&codes(&[]).unwrap()), Took::No);
+    }
+
+    #[test]
+    fn a_refusal_answers_how_long_a_majority_still_hold_it() {
+        let b = ballots(vec![
+            Some(Reply::Integer(9000)),
+            Some(Reply::Integer(7000)),
+            codes(&[1]),
+        ]);
+        assert_eq!(wait_hint(&b), 7000);
+        // Fewer than a quorum found it taken: a short random wait.
+        let b = ballots(vec![Some(Reply::Integer(9000)), codes(&[1]), None]);
+        assert!((5..=50).contains(&wait_hint(&b)));
+    }
+
+    #[test]
+    fn unlock_follows_the_majority() {
+        let bulk = |s: &'static str| Reply::Bulk(Bytes::from_static(s.as_bytes()));
+        // One hold less on a quorum: still held.
+        assert_eq!(
+            unlocked(&ballots(vec![codes(&[1]), codes(&[1]), codes(&[2])])),
+            Reply::Integer(0)
+        );
+        // Gone from a majority.
+        assert_eq!(
+            unlocked(&ballots(vec![codes(&[2]), codes(&[2]), None])),
+            Reply::Integer(1)
+        );
+        assert_eq!(
+            unlocked(&ballots(vec![codes(&[1]), codes(&[2]), codes(&[0])])),
+            Reply::Integer(1)
+        );
+        // Not held anywhere.
+        assert_eq!(
+            unlocked(&ballots(vec![codes(&[0]), codes(&[0]), None])),
+            Reply::Nil
+        );
+        // A retry: what a quorum's latch kept.
+        let latch = |v| Some(Reply::Array(vec![Reply::Integer(3), bulk(v)]));
+        assert_eq!(
+            unlocked(&ballots(vec![latch("1"), latch("1"), codes(&[0])])),
+            Reply::Integer(1)
+        );
+        assert_eq!(
+            unlocked(&ballots(vec![latch("0"), latch("0"), None])),
+            Reply::Integer(0)
+        );
+        // Too few answers.
+        assert!(matches!(
+            unlocked(&ballots(vec![codes(&[2]), None, None])),
+            Reply::Error(_)
+        ));
+    }
 }
