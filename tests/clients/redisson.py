@@ -253,6 +253,24 @@ def api(proxy_port, master_ports):
     check(woken["unlock"] == 1, "b releases")
     listener.close()
 
+    # Sharded pub/sub (Redisson with `spublish`): a waiter in SSUBSCRIBE gets the release once.
+    sh = RLock(r, "shard", lease_ms=10000)
+    check(sh.lock(wait_s=0, watchdog=False), "shard lock")
+    shard = r.pubsub()
+    shard.ssubscribe(sh.channel)
+    shard.get_sharded_message(timeout=1)  # the ssubscribe confirmation
+    latch = "redisson_unlock_latch:{shard}:s1"
+    res = evalsha(r, UNLOCK, ["shard", sh.channel, latch], [0, 10000, sh.field(), "SPUBLISH", 5000])
+    check(res == 1, f"unlock by spublish: {res}")
+    got = []
+    end = time.monotonic() + 1
+    while time.monotonic() < end:
+        m = shard.get_sharded_message(timeout=0.2)
+        if m and m["type"] == "smessage":
+            got.append(m["data"])
+    check(got == [b"0"], f"one sharded release message: {got}")
+    shard.close()
+
     # Watchdog: a lease of 1.5 s renewed every 0.5 s keeps the lock for 4 s, with either
     # renewal script.
     for chunk in [False, True]:
