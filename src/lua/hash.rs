@@ -1,4 +1,4 @@
-//! Recognition of hash locks (Redisson's `RLock`) by what their scripts do.
+//! Recognition of hash locks (Redisson's `RLock`, `RFencedLock`) by what their scripts do.
 //!
 //! A hash lock is a hash in `KEYS[1]` whose one field, the holder's name (`ARGV[field]`,
 //! `<uuid>:<threadId>` in Redisson), counts its holds. The script is run symbolically (see
@@ -7,6 +7,12 @@
 //! also with the latch of an earlier unlock present. Its behaviour table must then match one of
 //! [`HashOp`]'s exactly, reply by reply and write by write, with the release published once
 //! where (and only where) the lock was deleted. Anything else is not a hash lock.
+//!
+//! Two more shapes: `RFencedLock`'s lock, which also increments a token counter in `KEYS[2]`
+//! exactly where it grants (from a missing counter or an existing one), and the multi-lock
+//! renewal of Redisson 3.44 and later, run over one and two keys in every combination of states,
+//! each key with its own field `ARGV[i + 1]`. The caller's field is found by running the script
+//! to its first hash command; every other hash command must name the same field.
 
 use bytes::Bytes;
 
