@@ -1,4 +1,4 @@
-//! Re-entrant hash locks (Redisson's `RLock`) as Redlock quorum operations.
+//! Re-entrant hash locks (Redisson's `RLock`, `RFencedLock`) as Redlock quorum operations.
 //!
 //! The lock is a hash in one key; its one field, the holder's name (`<uuid>:<threadId>`),
 //! counts how often the holder took it (see [`HashOp`]). Each master runs the proxy's own
@@ -9,6 +9,11 @@
 //!   where it wrote: a hash it created is deleted (only while it is still the caller's alone
 //!   with one hold), a re-entry is counted back down. The refusal answers the time a majority
 //!   still hold the lock: the quorum-th largest PTTL among the masters that found it taken.
+//! - **FencedAcquire** (`RFencedLock`) also counts a token in `KEYS[2]` where it grants; the
+//!   grant's token is the largest count among the granting masters and at least the proxy's
+//!   clock in µs, written back to a quorum of them before the grant counts (see `mint`), so
+//!   every later grant gets a larger token and a majority `GET` of the counter reads it. The
+//!   counter keeps a TTL (the fencing retention, as [`fence`]'s counters do) instead of none.
 //! - **Unlock** gives up one hold on every master. It answers 0 only while a quorum still hold
 //!   the lock (their count was above one), 1 when the lock is gone from a majority (deleted here,
 //!   with the release published once by each master that deleted it: the pub/sub hub hands it
