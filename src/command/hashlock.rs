@@ -269,9 +269,13 @@ async fn acquire(proxy: Arc<Proxy>, op: HashLockOp, held: crate::keylock::Held) 
     debug!(yes, quorum = ballots.quorum, "hash lock refused");
     Stats::bump(&proxy.stats.denials);
     let hint = wait_hint(&ballots);
-    let refused = match op.op {
-        HashOp::FencedAcquireToken => Reply::Array(vec![Reply::Integer(hint), Reply::Integer(-1)]),
-        _ => Reply::Integer(hint),
+    let refused = match (agreed_error(&ballots), op.op) {
+        // The key is no hash lock (`WRONGTYPE`): the error, as one Redis answers it.
+        (Some(e), _) => e,
+        (None, HashOp::FencedAcquireToken) => {
+            Reply::Array(vec![Reply::Integer(hint), Reply::Integer(-1)])
+        }
+        (None, _) => Reply::Integer(hint),
     };
     // The client has its answer; the undo waits for every answer still due (until the node
     // deadline), so it knows which masters created and which re-entered, and the key stays in
@@ -318,6 +322,15 @@ async fn mint(
         .finish()
         .await;
     (raised.count(|r| *r == Reply::Integer(1)) >= ballots.quorum).then_some(token)
+}
+
+/// The error a quorum of masters answered alike (such as `WRONGTYPE` for a key that is no
+/// hash), which the client gets as one Redis would give it.
+fn agreed_error(ballots: &Ballots) -> Option<Reply> {
+    ballots
+        .majority()
+        .filter(|r| matches!(r, Reply::Error(_)))
+        .cloned()
 }
 
 /// The refusal's PTTL: how long a majority still hold the lock (the quorum-th largest PTTL
@@ -386,6 +399,9 @@ async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
     let ballots = ask(&proxy.masters, Request::Same(req), 1, deadline)
         .finish()
         .await;
+    if let Some(e) = agreed_error(&ballots) {
+        return e;
+    }
     let reply = unlocked(&ballots);
     if reply == Reply::Integer(1) {
         Stats::bump(&proxy.stats.releases);
@@ -459,6 +475,9 @@ async fn renew(proxy: &Proxy, op: &HashLockOp) -> Reply {
     let deadline = start + proxy.config.node_timeout();
     let mut vote = ask(&proxy.masters, Request::Same(req), 1, deadline);
     let ballots = vote.decide_by(|r| r.clone()).await;
+    if let Some(e) = agreed_error(ballots) {
+        return e;
+    }
     let left = validity(
         Duration::from_millis(op.ttl_ms as u64),
         start.elapsed(),
