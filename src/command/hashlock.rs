@@ -396,8 +396,10 @@ async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
         ],
     );
     let deadline = Instant::now() + proxy.config.node_timeout();
+    // Decided as soon as a quorum answered alike; a master still due has published or not by
+    // itself, and the answer a quorum gave stands either way.
     let ballots = ask(&proxy.masters, Request::Same(req), 1, deadline)
-        .finish()
+        .outcome()
         .await;
     if let Some(e) = agreed_error(&ballots) {
         return e;
@@ -511,7 +513,7 @@ async fn force(proxy: &Proxy, op: &HashLockOp) -> Reply {
     let req = eval(FORCE, &[&op.key, &p.channel], &[&p.command, &p.message]);
     let deadline = Instant::now() + proxy.config.node_timeout();
     let ballots = ask(&proxy.masters, Request::Same(req), 1, deadline)
-        .finish()
+        .outcome()
         .await;
     let answered = ballots.count(|r| matches!(r, Reply::Integer(0 | 1)));
     if answered < ballots.quorum {
