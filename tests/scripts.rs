@@ -1107,7 +1107,14 @@ async fn redisson_scripts_answer_what_one_redis_answers() {
         "redisson_forceUnlock",
     ] {
         let script = lua(name);
-        for start in ["missing", "mine", "mine twice", "other", "expired", "a string"] {
+        for start in [
+            "missing",
+            "mine",
+            "mine twice",
+            "other",
+            "expired",
+            "a string",
+        ] {
             case += 1;
             let key = format!("rlock:{case}");
             let channel = format!("redisson_lock__channel:{{rlock:{case}}}");
