@@ -1351,3 +1351,58 @@ async fn redisson_fenced_lock_answers_what_one_redis_answers_with_growing_tokens
         }
     }
 }
+
+/// Redisson's lock, renewal and unlock with one master stopped (SIGSTOP): granted and answered
+/// by the other two; a waiter subscribed to the lock's channel gets the release once; a retried
+/// unlock (same latch) answers what the first did; once the master resumes, its late copy of
+/// the unlock leaves it agreeing with the others.
+#[tokio::test]
+async fn redisson_with_a_stopped_master() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let mut c = Client::connect(&p).await;
+    let (lock, renew, unlock) = (
+        lua("redisson_lock"),
+        lua("redisson_renew"),
+        lua("redisson_unlock"),
+    );
+    let me = "uuid-1:7";
+    let channel = "redisson_lock__channel:{rs}";
+    let mut sub = Client::connect(&p).await;
+    sub.send(&["SUBSCRIBE", channel]).await;
+    sub.read_raw().await;
+    ms[2].pause();
+    let take = ["EVAL", lock.as_str(), "1", "rs", "10000", me];
+    assert_eq!(c.cmd(&take).await, Reply::Nil, "granted by two of three");
+    let again = ["EVAL", renew.as_str(), "1", "rs", "10000", me];
+    assert_eq!(c.cmd(&again).await, Reply::Integer(1), "renewed by two");
+    let latch = "redisson_unlock_latch:{rs}:r1";
+    let release = [
+        "EVAL", &unlock, "3", "rs", channel, latch, "0", "10000", me, "publish", "5000",
+    ];
+    assert_eq!(c.cmd(&release).await, Reply::Integer(1));
+    let message = sub.read_raw().await;
+    assert_eq!(
+        String::from_utf8_lossy(&message),
+        "*3\r\n$7\r\nmessage\r\n$27\r\nredisson_lock__channel:{rs}\r\n$1\r\n0\r\n"
+    );
+    assert_eq!(
+        c.cmd(&release).await,
+        Reply::Integer(1),
+        "a retry: the latch"
+    );
+    ms[2].resume();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for m in &ms {
+        assert_eq!(
+            m.client().await.cmd(&["EXISTS", "rs"]).await,
+            Reply::Integer(0)
+        );
+    }
+    // No second copy of the message reaches the subscriber.
+    sub.send(&["PING"]).await;
+    assert_eq!(
+        String::from_utf8_lossy(&sub.read_raw().await),
+        "*2\r\n$4\r\npong\r\n$0\r\n\r\n"
+    );
+}
