@@ -837,6 +837,10 @@ mod tests {
         ] {
             assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
         }
+        // An older Redisson unlock answered 1 and published for a lock already gone: not the
+        // unlock the proxy runs (nil there), so it stays unknown (and runs under the
+        // unknown-script rule; its replies do not differ between masters).
+        assert_eq!(recognise(lua!("redisson_unlock_oldest")), Meaning::Unknown);
         // RFencedLock near misses: the token counted on refusals too, or before the check
         // (also when refused), or twice; the token answered on refusals.
         for text in [
