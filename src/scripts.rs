@@ -9,7 +9,9 @@
 //!
 //! A recognised script becomes a [`LockScript`]: one of the operations in [`Op`], where its
 //! token and TTL sit in `ARGV`, whether it works on one key or on all of `KEYS`, and the reply
-//! shape its library expects ([`Answer`]). The masters never run client scripts that the proxy
+//! shape its library expects ([`Answer`]). A re-entrant hash lock's script (Redisson's `RLock`)
+//! becomes a [`HashScript`] instead: one of [`HashOp`], with where its field, TTL, publish and
+//! unlock latch sit. The masters never run client scripts that the proxy
 //! understands; they run the proxy's canonical scripts below ([`ACQUIRE`], [`EXTEND`],
 //! [`RELEASE`]), sent with `EVAL`, so that a restarted master that forgot every script needs no
 //! reloading. Operators can declare the meaning of their own scripts in the configuration.
@@ -160,11 +162,86 @@ impl LockScript {
     }
 }
 
+/// An operation on a re-entrant hash lock (Redisson's `RLock`): the lock is a hash whose one
+/// field, the holder's name (`<uuid>:<threadId>`), counts how often it holds the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HashOp {
+    /// Take the lock, or take it once more when the caller already holds it; answers nil on
+    /// success and otherwise the lock's PTTL.
+    Acquire,
+    /// Give up one hold: nil when the caller does not hold it, 0 when it still does (the TTL
+    /// renewed), 1 when this was its last hold (the hash deleted and the release published).
+    Unlock,
+    /// Set the TTL where the caller holds the lock: 1, else 0 (the watchdog's renewal).
+    Renew,
+    /// Delete the lock whoever holds it, publishing the release: 1 when it existed, else 0.
+    ForceUnlock,
+    /// [`HashOp::Acquire`] that also counts a fencing token in `KEYS[2]` on every grant
+    /// (Redisson's `RFencedLock`); answers as `Acquire` (the token is read with `GET KEYS[2]`).
+    FencedAcquire,
+    /// [`HashOp::FencedAcquire`] answering `{-1, token}` on success and `{pttl, -1}` otherwise
+    /// (`RFencedLock.lockAndGetToken`).
+    FencedAcquireToken,
+    /// [`HashOp::Renew`] of every key in `KEYS`, each with its own field (`KEYS[i]`'s is
+    /// `ARGV[field_arg + i - 1]`), answering one 1 or 0 per key (Redisson's multi-lock
+    /// renewal, `LockTask`, the watchdog of 3.44 and later).
+    RenewAll,
+}
+
+/// Where a hash-lock script publishes the release for waiters subscribed to the lock's channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publish {
+    /// 1-based `KEYS` index of the channel.
+    pub channel_key: usize,
+    /// 1-based `ARGV` index of the message.
+    pub message_arg: usize,
+    /// The command: `PUBLISH`/`SPUBLISH` literally, or named by an argument.
+    pub command: PublishCommand,
+}
+
+/// How a hash-lock script names its publish command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublishCommand {
+    /// A literal command, upper case (`PUBLISH` or `SPUBLISH`).
+    Literal(Bytes),
+    /// 1-based `ARGV` index of the command's name; the proxy accepts only `publish` and
+    /// `spublish` there (any case) and refuses the call otherwise.
+    Arg(usize),
+}
+
+/// An unlock latch: the unlock's answer, kept under `KEYS[key]` for `ARGV[ttl_arg]` ms, so
+/// that a retried unlock (same request, same latch key) answers the same again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Latch {
+    /// 1-based `KEYS` index of the latch key.
+    pub key: usize,
+    /// 1-based `ARGV` index of its TTL in milliseconds.
+    pub ttl_arg: usize,
+}
+
+/// A hash-lock script the proxy understands (Redisson's lock, unlock, renewal, forceUnlock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HashScript {
+    /// The operation, always on `KEYS[1]`.
+    pub op: HashOp,
+    /// 1-based `ARGV` index of the caller's field (0 for `ForceUnlock`, which names none; the
+    /// first key's for `RenewAll`).
+    pub field_arg: usize,
+    /// 1-based `ARGV` index of the TTL in milliseconds (0 for `ForceUnlock`).
+    pub ttl_arg: usize,
+    /// Where the release is published (`Unlock`, `ForceUnlock`).
+    pub publish: Option<Publish>,
+    /// The unlock latch, if the unlock keeps one.
+    pub latch: Option<Latch>,
+}
+
 /// What a script does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Meaning {
     /// A lock operation the proxy runs as a quorum operation.
     Lock(LockScript),
+    /// A hash-lock operation the proxy runs as a quorum operation.
+    Hash(HashScript),
     /// Not understood: handled by the `unknown_scripts` policy.
     Unknown,
 }
@@ -233,7 +310,11 @@ fn classify(body: &[u8], sha: &str, declared: &[Declared]) -> Meaning {
 
 /// Classifies a script by its content alone (no declared meanings).
 pub fn recognise(body: &[u8]) -> Meaning {
-    lua::recognise(body).map_or(Meaning::Unknown, Meaning::Lock)
+    match lua::recognise_any(body) {
+        Some(lua::Recognised::Lock(lock)) => Meaning::Lock(lock),
+        Some(lua::Recognised::Hash(hash)) => Meaning::Hash(hash),
+        None => Meaning::Unknown,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -448,7 +529,7 @@ mod tests {
             .collect();
         match recognise(body) {
             Meaning::Lock(l) => Some((l.op(&argv), l.all_keys, l.answer)),
-            Meaning::Unknown => None,
+            Meaning::Hash(_) | Meaning::Unknown => None,
         }
     }
 
@@ -636,15 +717,139 @@ mod tests {
         }
     }
 
+    fn hash(body: &[u8]) -> HashScript {
+        match recognise(body) {
+            Meaning::Hash(h) => h,
+            other => panic!(
+                "{}: {other:?}\n{:#?}",
+                String::from_utf8_lossy(body),
+                lua::behaviour(body)
+            ),
+        }
+    }
+
+    /// Redisson's `RLock` scripts are hash-lock operations, recognised by what they do.
     #[test]
-    fn hash_based_scripts_stay_unknown() {
-        for body in [
-            lua!("redisson_lock"),
-            lua!("redisson_unlock"),
-            lua!("redisson_renew"),
-            lua!("redisson_forceUnlock"),
+    fn redisson_scripts_are_hash_lock_operations() {
+        let by_arg = |j| Publish {
+            channel_key: 2,
+            message_arg: 1,
+            command: PublishCommand::Arg(j),
+        };
+        let literal = Publish {
+            channel_key: 2,
+            message_arg: 1,
+            command: PublishCommand::Literal(Bytes::from_static(b"PUBLISH")),
+        };
+        let script = |op, field_arg, ttl_arg, publish, latch| HashScript {
+            op,
+            field_arg,
+            ttl_arg,
+            publish,
+            latch,
+        };
+        for (body, want) in [
+            (
+                lua!("redisson_lock"),
+                script(HashOp::Acquire, 2, 1, None, None),
+            ),
+            (
+                lua!("redisson_lock_old"),
+                script(HashOp::Acquire, 2, 1, None, None),
+            ),
+            (
+                lua!("redisson_renew"),
+                script(HashOp::Renew, 2, 1, None, None),
+            ),
+            (
+                lua!("redisson_unlock"),
+                script(
+                    HashOp::Unlock,
+                    3,
+                    2,
+                    Some(by_arg(4)),
+                    Some(Latch { key: 3, ttl_arg: 5 }),
+                ),
+            ),
+            (
+                lua!("redisson_unlock_old"),
+                script(HashOp::Unlock, 3, 2, Some(literal), None),
+            ),
+            (
+                lua!("redisson_forceUnlock"),
+                script(HashOp::ForceUnlock, 0, 0, Some(by_arg(2)), None),
+            ),
+            (
+                lua!("redisson_LockTask_chunk"),
+                script(HashOp::RenewAll, 2, 1, None, None),
+            ),
+            (
+                lua!("redisson_fenced_lock"),
+                script(HashOp::FencedAcquire, 2, 1, None, None),
+            ),
+            (
+                lua!("redisson_fenced_lockAndGetToken"),
+                script(HashOp::FencedAcquireToken, 2, 1, None, None),
+            ),
         ] {
-            assert_eq!(recognise(body), Meaning::Unknown);
+            assert_eq!(hash(body), want, "{}", String::from_utf8_lossy(body));
+        }
+    }
+
+    /// Near misses of Redisson's scripts do something else, and stay unknown.
+    #[test]
+    fn hash_lock_near_misses_stay_unknown() {
+        for text in [
+            // Takes the lock even when another holds it.
+            "redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil;",
+            // Sets the hold count to 1 instead of counting re-entry.
+            "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hset', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; return redis.call('pttl', KEYS[1]);",
+            // No TTL on a new lock.
+            "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hincrby', KEYS[1], ARGV[2], 1); return nil; end; return redis.call('pttl', KEYS[1]);",
+            // Seconds, not milliseconds.
+            "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('expire', KEYS[1], ARGV[1]); return nil; end; return redis.call('pttl', KEYS[1]);",
+            // Answers 0 instead of the PTTL when taken.
+            "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; return 0;",
+            // Renews whoever holds it.
+            "if (redis.call('exists', KEYS[1]) == 1) then redis.call('pexpire', KEYS[1], ARGV[1]); return 1; end; return 0;",
+            // Unlock that deletes on the first of two holds.
+            "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); if (counter > 1) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; else redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], ARGV[1]); return 1; end;",
+            // Unlock that never publishes.
+            "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; else redis.call('del', KEYS[1]); return 1; end;",
+            // Unlock that publishes twice.
+            "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; else redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], ARGV[1]); redis.call('publish', KEYS[2], ARGV[1]); return 1; end;",
+            // Unlock that publishes on every decrement too.
+            "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; redis.call(ARGV[4], KEYS[2], ARGV[1]); local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; else redis.call('del', KEYS[1]); return 1; end;",
+            // Unlock that ignores its latch.
+            "local val = redis.call('get', KEYS[3]); if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); redis.call('set', KEYS[3], 0, 'px', ARGV[5]); return 0; else redis.call('del', KEYS[1]); redis.call(ARGV[4], KEYS[2], ARGV[1]); redis.call('set', KEYS[3], 1, 'px', ARGV[5]); return 1; end;",
+            // A command named by an argument that is not only a publish.
+            "if (redis.call('del', KEYS[1]) == 1) then redis.call(ARGV[2], KEYS[1], ARGV[1]); return 1 else return 0 end",
+            // forceUnlock that publishes even when nothing was deleted.
+            "redis.call('del', KEYS[1]); redis.call(ARGV[2], KEYS[2], ARGV[1]); return 1",
+            // Multi-lock renewal with every key's field the same argument.
+            "local result = {} for i = 1, #KEYS, 1 do if (redis.call('hexists', KEYS[i], ARGV[2]) == 1) then redis.call('pexpire', KEYS[i], ARGV[1]); table.insert(result, 1); else table.insert(result, 0); end; end; return result;",
+            // ... renewing whoever holds each key.
+            "local result = {} for i = 1, #KEYS, 1 do if (redis.call('exists', KEYS[i]) == 1) then redis.call('pexpire', KEYS[i], ARGV[1]); table.insert(result, 1); else table.insert(result, 0); end; end; return result;",
+            // ... answering through an alias of the table it fills.
+            "local result = {} local r2 = result for i = 1, #KEYS, 1 do if (redis.call('hexists', KEYS[i], ARGV[i + 1]) == 1) then redis.call('pexpire', KEYS[i], ARGV[1]); table.insert(r2, 1); else table.insert(r2, 0); end; end; return result;",
+            // ... stopping at the first key not held.
+            "local result = {} for i = 1, #KEYS, 1 do if (redis.call('hexists', KEYS[i], ARGV[i + 1]) == 1) then redis.call('pexpire', KEYS[i], ARGV[1]); table.insert(result, 1); else return result; end; end; return result;",
+        ] {
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
+        }
+        // An older Redisson unlock answered 1 and published for a lock already gone: not the
+        // unlock the proxy runs (nil there), so it stays unknown (and runs under the
+        // unknown-script rule; its replies do not differ between masters).
+        assert_eq!(recognise(lua!("redisson_unlock_oldest")), Meaning::Unknown);
+        // RFencedLock near misses: the token counted on refusals too, or before the check
+        // (also when refused), or twice; the token answered on refusals.
+        for text in [
+            "redis.call('incr', KEYS[2]); if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; return redis.call('pttl', KEYS[1]);",
+            "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('incr', KEYS[2]); redis.call('incr', KEYS[2]); redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; return redis.call('pttl', KEYS[1]);",
+            "if (redis.call('exists', KEYS[1]) == 0 or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then local token = redis.call('incr', KEYS[2]);redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return {-1, token}; end; return {redis.call('pttl', KEYS[1]), redis.call('get', KEYS[2])};",
+            "if (redis.call('exists', KEYS[1]) == 0) then local token = redis.call('incr', KEYS[2]);redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return {-1, token}; end; return {redis.call('pttl', KEYS[1]), -1};",
+        ] {
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
         }
     }
 
@@ -904,6 +1109,15 @@ mod tests {
                 .collect(),
             b"local a = 1 ".repeat(5_000),
             b"for i = 1, #KEYS do ".repeat(2_000),
+            // Long runs of hash commands, over fixed keys and over all of KEYS.
+            b"local x = redis.call('hexists', KEYS[1], ARGV[2]) ".repeat(400),
+            b"local x = redis.call('hincrby', KEYS[3], ARGV[2], 1) ".repeat(400),
+            b"for i = 1, #KEYS do local x = redis.call('hexists', KEYS[i], ARGV[i + 1]) "
+                .iter()
+                .copied()
+                .chain(b"x = redis.call('hexists', KEYS[i], ARGV[i + 1]) ".repeat(150))
+                .chain(b"end".iter().copied())
+                .collect(),
         ];
         let mut deep = b"return ".to_vec();
         deep.extend(b"{".repeat(10_000));

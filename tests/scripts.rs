@@ -1052,3 +1052,357 @@ async fn python_redis_lock_scripts_answer_what_one_redis_answers() {
         }
     }
 }
+
+/// A hash lock's fields and TTL bucket.
+async fn hash_state(c: &mut Client, key: &str) -> (String, i64) {
+    let fields = c.raw(&["HGETALL", key]).await;
+    (fields, ttl_bucket(&c.cmd(&["PTTL", key]).await))
+}
+
+/// A reply with any PTTL in it bucketed to whole seconds (masters differ by milliseconds), and
+/// an error cut to its code (a script error names the script that ran, and the masters run the
+/// proxy's own).
+fn bucketed(r: Reply) -> Reply {
+    match r {
+        Reply::Integer(t) if t > 100 => Reply::Integer(ttl_bucket(&Reply::Integer(t))),
+        Reply::Error(e) => {
+            let code = e.split(|b| *b == b' ').next().unwrap_or_default().to_vec();
+            Reply::Error(code.into())
+        }
+        r => r,
+    }
+}
+
+/// Redisson's `RLock` scripts (lock, unlock with its latch, the older unlock, renew and
+/// forceUnlock) from each starting state of the lock (missing, held by the caller once,
+/// re-entered, held by another, expired): the reply, the hash and the latch a majority of
+/// masters hold are what one plain Redis answers and holds, with unknown scripts refused (so
+/// every one of them runs as a hash-lock quorum operation). A retried unlock (same latch)
+/// answers what the first one did.
+#[tokio::test]
+async fn redisson_scripts_answer_what_one_redis_answers() {
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let mut r = reference.client().await;
+    let mut c = Client::connect(&p).await;
+    let mut direct = Vec::new();
+    for m in &ms {
+        direct.push(m.client().await);
+    }
+    let lock = lua("redisson_lock");
+    let me = "uuid-1:7";
+    for cl in [&mut r, &mut c] {
+        let take = ["EVAL", lock.as_str(), "1", "rlock:mine", "120000", me];
+        assert_eq!(cl.cmd(&take).await, Reply::Nil);
+    }
+    let mut case = 0;
+    for name in [
+        "redisson_lock",
+        "redisson_lock_old",
+        "redisson_unlock",
+        "redisson_unlock_old",
+        "redisson_renew",
+        "redisson_LockTask_chunk",
+        "redisson_forceUnlock",
+    ] {
+        let script = lua(name);
+        for start in [
+            "missing",
+            "mine",
+            "mine twice",
+            "other",
+            "expired",
+            "a string",
+        ] {
+            case += 1;
+            let key = format!("rlock:{case}");
+            let channel = format!("redisson_lock__channel:{{rlock:{case}}}");
+            let latch = format!("redisson_unlock_latch:{{rlock:{case}}}:req{case}");
+            let (holder, times, ttl) = match start {
+                "missing" => ("", 0, "10000"),
+                "mine" => (me, 1, "10000"),
+                "mine twice" => (me, 2, "10000"),
+                "other" => ("uuid-2:9", 1, "10000"),
+                "a string" => ("", 0, "10000"),
+                _ => (me, 1, "60"),
+            };
+            for _ in 0..times {
+                let take = ["EVAL", lock.as_str(), "1", key.as_str(), ttl, holder];
+                assert_eq!(r.cmd(&take).await, Reply::Nil);
+                assert_eq!(c.cmd(&take).await, Reply::Nil, "{name}: set up {start}");
+            }
+            if start == "a string" {
+                let set = ["SET", key.as_str(), "v", "PX", "10000"];
+                assert_eq!(r.cmd(&set).await, Reply::ok());
+                assert_eq!(c.cmd(&set).await, Reply::ok());
+            }
+            if start == "expired" {
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+            let args: Vec<&str> = match name {
+                "redisson_lock" | "redisson_lock_old" | "redisson_renew" => {
+                    vec!["1", &key, "30000", me]
+                }
+                // With a second lock, held by the caller, renewed alongside.
+                "redisson_LockTask_chunk" => vec!["2", &key, "rlock:mine", "30000", me, me],
+                "redisson_unlock" => {
+                    vec![
+                        "3", &key, &channel, &latch, "0", "30000", me, "publish", "5000",
+                    ]
+                }
+                "redisson_unlock_old" => vec!["2", &key, &channel, "0", "30000", me],
+                _ => vec!["2", &key, &channel, "0", "publish"],
+            };
+            let mut full = vec!["EVALSHA", ""];
+            let sha = sha1(&script);
+            full[1] = &sha;
+            full.extend(&args);
+            // Redisson's way: EVALSHA, and EVAL on NOSCRIPT.
+            let call = async |cl: &mut Client| {
+                let first = cl.cmd(&full).await;
+                if matches!(&first, Reply::Error(e) if e.starts_with(b"NOSCRIPT")) {
+                    let mut eval = vec!["EVAL", script.as_str()];
+                    eval.extend(&args);
+                    bucketed(cl.cmd(&eval).await)
+                } else {
+                    bucketed(first)
+                }
+            };
+            let want = call(&mut r).await;
+            let got = call(&mut c).await;
+            let what = format!("{name} from {start}");
+            assert_eq!(got, want, "reply of {what}");
+            if name == "redisson_unlock" {
+                // A retry with the same latch answers the same and changes nothing.
+                assert_eq!(call(&mut c).await, want, "retried {what}");
+                assert_eq!(call(&mut r).await, want, "retried {what} on one Redis");
+            }
+            let want = (hash_state(&mut r, &key).await, state(&mut r, &latch).await);
+            let mut per_master = Vec::new();
+            for d in direct.iter_mut() {
+                per_master.push((hash_state(d, &key).await, state(d, &latch).await));
+            }
+            let agreed = per_master.iter().filter(|s| **s == want).count();
+            assert!(
+                agreed >= 2,
+                "{what}: one Redis {want:?}, masters {per_master:?}"
+            );
+        }
+    }
+}
+
+/// A refused Redisson lock is undone exactly where it wrote: a hash it created is deleted, a
+/// re-entry is counted back down, and another holder's hash is left alone; the refusal answers
+/// how long a majority still hold the lock (the quorum-th largest PTTL).
+#[tokio::test]
+async fn a_refused_redisson_lock_undoes_exactly_what_it_wrote() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let mut c = Client::connect(&p).await;
+    let mut direct = Vec::new();
+    for m in &ms {
+        direct.push(m.client().await);
+    }
+    let lock = lua("redisson_lock");
+    let me = "uuid-1:7";
+    // Another holds it on masters 1 and 2 (TTLs 8 s and 6 s); master 0 is free.
+    for (d, ttl) in direct.iter_mut().zip(["0", "8000", "6000"]).skip(1) {
+        d.cmd(&["HSET", "r1", "uuid-2:9", "1"]).await;
+        d.cmd(&["PEXPIRE", "r1", ttl]).await;
+    }
+    let got = c.cmd(&["EVAL", &lock, "1", "r1", "30000", me]).await;
+    let Reply::Integer(pttl) = got else {
+        panic!("refusal answers a PTTL: {got:?}")
+    };
+    assert!(
+        (5000..=6000).contains(&pttl),
+        "the quorum-th largest: {pttl}"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(direct[0].cmd(&["EXISTS", "r1"]).await, Reply::Integer(0));
+    for d in direct.iter_mut().skip(1) {
+        assert_eq!(
+            d.raw(&["HGETALL", "r1"]).await,
+            "*2\r\n$8\r\nuuid-2:9\r\n$1\r\n1\r\n"
+        );
+    }
+    // The caller holds it on master 0 alone (count 1); another on masters 1 and 2: the
+    // re-entry is refused and master 0 counted back to 1.
+    direct[0].cmd(&["HSET", "r2", me, "1"]).await;
+    direct[0].cmd(&["PEXPIRE", "r2", "9000"]).await;
+    for d in direct.iter_mut().skip(1) {
+        d.cmd(&["HSET", "r2", "uuid-2:9", "1"]).await;
+        d.cmd(&["PEXPIRE", "r2", "7000"]).await;
+    }
+    let got = c.cmd(&["EVAL", &lock, "1", "r2", "30000", me]).await;
+    assert!(matches!(got, Reply::Integer(t) if t > 6000), "{got:?}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        direct[0].cmd(&["HGET", "r2", me]).await,
+        Reply::Bulk("1".into())
+    );
+    // Granted where a majority is free: nil, and the hash on every master.
+    let got = c.cmd(&["EVAL", &lock, "1", "r3", "30000", me]).await;
+    assert_eq!(got, Reply::Nil);
+    for d in direct.iter_mut() {
+        assert_eq!(d.cmd(&["HGET", "r3", me]).await, Reply::Bulk("1".into()));
+    }
+}
+
+/// A fenced lock's reply with its token masked (the proxy's tokens are not one Redis's
+/// counter) and PTTLs bucketed; the token, if any, returned beside it.
+fn fenced_reply(r: Reply) -> (Reply, Option<i64>) {
+    match r {
+        Reply::Array(items) => match items.as_slice() {
+            [Reply::Integer(-1), Reply::Integer(t)] if *t > 0 => (
+                Reply::Array(vec![Reply::Integer(-1), Reply::Simple("token".into())]),
+                Some(*t),
+            ),
+            [pttl, Reply::Integer(-1)] => (
+                Reply::Array(vec![bucketed(pttl.clone()), Reply::Integer(-1)]),
+                None,
+            ),
+            _ => panic!("a fenced lock answered {items:?}"),
+        },
+        r => (bucketed(r), None),
+    }
+}
+
+/// Redisson's `RFencedLock` (lock, and lockAndGetToken) from each starting state answers and
+/// leaves the lock as one Redis does, and every grant's token is larger than the one before
+/// (also across re-entry), with `GET` of the counter answering the latest token, as
+/// `getToken()` reads it.
+#[tokio::test]
+async fn redisson_fenced_lock_answers_what_one_redis_answers_with_growing_tokens() {
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let mut r = reference.client().await;
+    let mut c = Client::connect(&p).await;
+    let mut direct = Vec::new();
+    for m in &ms {
+        direct.push(m.client().await);
+    }
+    let lock = lua("redisson_lock");
+    let me = "uuid-1:7";
+    let mut last = 0;
+    let mut case = 0;
+    for name in ["redisson_fenced_lock", "redisson_fenced_lockAndGetToken"] {
+        let script = lua(name);
+        for start in ["missing", "mine", "mine twice", "other", "expired"] {
+            case += 1;
+            let key = format!("flock:{case}");
+            let counter = format!("redisson_lock_token:{{flock:{case}}}");
+            let (holder, times, ttl) = match start {
+                "missing" => ("", 0, "10000"),
+                "mine" => (me, 1, "10000"),
+                "mine twice" => (me, 2, "10000"),
+                "other" => ("uuid-2:9", 1, "10000"),
+                _ => (me, 1, "60"),
+            };
+            for _ in 0..times {
+                let take = ["EVAL", lock.as_str(), "1", key.as_str(), ttl, holder];
+                assert_eq!(r.cmd(&take).await, Reply::Nil);
+                assert_eq!(c.cmd(&take).await, Reply::Nil);
+            }
+            if start == "expired" {
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+            let call = ["EVAL", &script, "2", &key, &counter, "30000", me];
+            let (want, _) = fenced_reply(r.cmd(&call).await);
+            let (got, token) = fenced_reply(c.cmd(&call).await);
+            let what = format!("{name} from {start}");
+            assert_eq!(got, want, "reply of {what}");
+            let granted = matches!(&got, Reply::Nil | Reply::Array(_))
+                && !matches!(&got, Reply::Array(a) if a.get(1) == Some(&Reply::Integer(-1)));
+            if granted {
+                let now = match c.cmd(&["GET", &counter]).await {
+                    Reply::Bulk(b) => String::from_utf8_lossy(&b).parse::<i64>().unwrap(),
+                    other => panic!("{what}: GET of the counter answered {other:?}"),
+                };
+                if let Some(t) = token {
+                    assert_eq!(t, now, "{what}: the token answered is the one kept");
+                }
+                assert!(now > last, "{what}: token {now} after {last}");
+                // Taken again by the caller (re-entry): a larger token still.
+                let (_, again) = fenced_reply(c.cmd(&call).await);
+                let now2 = match c.cmd(&["GET", &counter]).await {
+                    Reply::Bulk(b) => String::from_utf8_lossy(&b).parse::<i64>().unwrap(),
+                    other => panic!("{what}: {other:?}"),
+                };
+                assert!(now2 > now, "{what}: re-entry token {now2} after {now}");
+                if let Some(t) = again {
+                    assert_eq!(t, now2);
+                }
+                last = now2;
+                r.cmd(&call).await;
+            }
+            let want = hash_state(&mut r, &key).await;
+            let mut per_master = Vec::new();
+            for d in direct.iter_mut() {
+                per_master.push(hash_state(d, &key).await);
+            }
+            let agreed = per_master.iter().filter(|s| **s == want).count();
+            assert!(
+                agreed >= 2,
+                "{what}: one Redis {want:?}, masters {per_master:?}"
+            );
+        }
+    }
+}
+
+/// Redisson's lock, renewal and unlock with one master stopped (SIGSTOP): granted and answered
+/// by the other two; a waiter subscribed to the lock's channel gets the release once; a retried
+/// unlock (same latch) answers what the first did; once the master resumes, its late copy of
+/// the unlock leaves it agreeing with the others.
+#[tokio::test]
+async fn redisson_with_a_stopped_master() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let mut c = Client::connect(&p).await;
+    let (lock, renew, unlock) = (
+        lua("redisson_lock"),
+        lua("redisson_renew"),
+        lua("redisson_unlock"),
+    );
+    let me = "uuid-1:7";
+    let channel = "redisson_lock__channel:{rs}";
+    let mut sub = Client::connect(&p).await;
+    sub.send(&["SUBSCRIBE", channel]).await;
+    sub.read_raw().await;
+    ms[2].pause();
+    let take = ["EVAL", lock.as_str(), "1", "rs", "10000", me];
+    assert_eq!(c.cmd(&take).await, Reply::Nil, "granted by two of three");
+    let again = ["EVAL", renew.as_str(), "1", "rs", "10000", me];
+    assert_eq!(c.cmd(&again).await, Reply::Integer(1), "renewed by two");
+    let latch = "redisson_unlock_latch:{rs}:r1";
+    let release = [
+        "EVAL", &unlock, "3", "rs", channel, latch, "0", "10000", me, "publish", "5000",
+    ];
+    assert_eq!(c.cmd(&release).await, Reply::Integer(1));
+    let message = sub.read_raw().await;
+    assert_eq!(
+        String::from_utf8_lossy(&message),
+        "*3\r\n$7\r\nmessage\r\n$27\r\nredisson_lock__channel:{rs}\r\n$1\r\n0\r\n"
+    );
+    assert_eq!(
+        c.cmd(&release).await,
+        Reply::Integer(1),
+        "a retry: the latch"
+    );
+    ms[2].resume();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for m in &ms {
+        assert_eq!(
+            m.client().await.cmd(&["EXISTS", "rs"]).await,
+            Reply::Integer(0)
+        );
+    }
+    // No second copy of the message reaches the subscriber.
+    sub.send(&["PING"]).await;
+    assert_eq!(
+        String::from_utf8_lossy(&sub.read_raw().await),
+        "*2\r\n$4\r\npong\r\n$0\r\n\r\n"
+    );
+}

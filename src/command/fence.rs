@@ -100,7 +100,7 @@ pub fn retention(proxy: &Proxy) -> u64 {
 
 /// This process's wall clock, anchored once and advanced by the monotonic clock, so a step of
 /// the system clock while the proxy runs cannot make it go back.
-fn now_us() -> u64 {
+pub(crate) fn now_us() -> u64 {
     static ANCHOR: LazyLock<(u64, std::time::Instant)> = LazyLock::new(|| {
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)

@@ -10,6 +10,7 @@
 pub mod blocking;
 pub mod connection;
 pub mod fence;
+pub mod hashlock;
 pub mod introspect;
 pub mod keys;
 pub mod lock;

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use super::hashlock::{HashLockOp, Publication};
 use super::lock::{LockOp, Wake};
 use super::{Action, not_an_integer, parse_int, unknown_subcommand, wrong_arity};
 use crate::client::Conn;
@@ -24,7 +25,9 @@ use crate::config::UnknownScripts;
 use crate::proxy::Proxy;
 use crate::quorum::{Request, ask};
 use crate::reply::{Reply, command};
-use crate::scripts::{LockScript, Meaning, Op, Script, TtlUnit};
+use crate::scripts::{
+    HashOp, HashScript, LockScript, Meaning, Op, PublishCommand, Script, TtlUnit,
+};
 
 /// `EVAL script numkeys [key ...] [arg ...]`
 pub fn eval(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
@@ -64,12 +67,18 @@ fn run(proxy: &Arc<Proxy>, script: &Script, args: Vec<Bytes>) -> Action {
         Ok(split) => split,
         Err(e) => return e.into(),
     };
-    if let Meaning::Lock(lock) = &script.meaning {
-        match bind(lock, keys, argv) {
+    match &script.meaning {
+        Meaning::Lock(lock) => match bind(lock, keys, argv) {
             Some(Ok(op)) => return super::lock::run(proxy, op),
             Some(Err(e)) => return e.into(),
             None => {}
-        }
+        },
+        Meaning::Hash(hash) => match bind_hash(hash, keys, argv) {
+            Some(Ok(op)) => return super::hashlock::run(proxy, op),
+            Some(Err(e)) => return e.into(),
+            None => {}
+        },
+        Meaning::Unknown => {}
     }
     unknown(proxy, script, keys, &args)
 }
@@ -139,6 +148,85 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
         ttl_ms,
         answer: lock.answer,
         wake,
+    }))
+}
+
+/// Binds a hash-lock script to one call's keys and arguments; `None` when the call does not
+/// fit its layout (it then runs as written, under the unknown-script policy). A publish command
+/// named by an argument must be `publish` or `spublish`: anything else is refused, since the
+/// proxy would otherwise run a command it never saw.
+fn bind_hash(
+    script: &HashScript,
+    keys: &[Bytes],
+    argv: &[Bytes],
+) -> Option<Result<HashLockOp, Reply>> {
+    let arg = |j: usize| argv.get(j.checked_sub(1)?).cloned();
+    let key = keys.first()?.clone();
+    let field = match script.field_arg {
+        0 => Bytes::new(),
+        j => arg(j)?,
+    };
+    let ttl_ms = match script.ttl_arg {
+        0 => 0,
+        j => match parse_int(&arg(j)?) {
+            Some(ms) => ms,
+            None => return Some(Err(not_an_integer())),
+        },
+    };
+    let publish = match &script.publish {
+        None => None,
+        Some(p) => {
+            let command = match &p.command {
+                PublishCommand::Literal(c) => c.clone(),
+                PublishCommand::Arg(j) => {
+                    let c = arg(*j)?;
+                    if c.eq_ignore_ascii_case(b"publish") {
+                        Bytes::from_static(b"PUBLISH")
+                    } else if c.eq_ignore_ascii_case(b"spublish") {
+                        Bytes::from_static(b"SPUBLISH")
+                    } else {
+                        return Some(Err(Reply::error(format!(
+                            "ERR redlock-proxy runs ARGV[{j}] of this lock script only as PUBLISH or SPUBLISH"
+                        ))));
+                    }
+                }
+            };
+            Some(Publication {
+                command,
+                channel: keys.get(p.channel_key.checked_sub(1)?)?.clone(),
+                message: arg(p.message_arg)?,
+            })
+        }
+    };
+    let latch = match &script.latch {
+        None => None,
+        Some(l) => {
+            let key = keys.get(l.key.checked_sub(1)?)?.clone();
+            match parse_int(&arg(l.ttl_arg)?) {
+                Some(ms) => Some((key, ms)),
+                None => return Some(Err(not_an_integer())),
+            }
+        }
+    };
+    // RenewAll: every further key with its own field.
+    let mut also = Vec::new();
+    if script.op == HashOp::RenewAll {
+        for (i, k) in keys.iter().enumerate().skip(1) {
+            also.push((k.clone(), arg(script.field_arg + i)?));
+        }
+    }
+    Some(Ok(HashLockOp {
+        op: script.op,
+        key,
+        field,
+        ttl_ms,
+        publish,
+        latch,
+        also,
+        counter: match script.op {
+            HashOp::FencedAcquire | HashOp::FencedAcquireToken => Some(keys.get(1)?.clone()),
+            _ => None,
+        },
     }))
 }
 

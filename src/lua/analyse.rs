@@ -49,6 +49,17 @@ pub enum Val {
     Ttl(usize),
     /// A sum of the above, terms in a fixed order.
     Sum(Vec<Val>),
+    /// A hold count known only to be at least 2, plus an offset: `Many(k)` is `c + k` with
+    /// `c ≥ 2` (a re-entered hash lock). Comparisons that this does not decide stop the run.
+    Many(i64),
+    /// A hash lock's value: the caller's hold count in its field (`ARGV[field]`), if it has
+    /// one, and whether another holder's field is present.
+    Hash {
+        /// The caller's count (`Num` or `Many`).
+        mine: Option<Box<Val>>,
+        /// Another holder's field is present.
+        others: bool,
+    },
     /// The status reply `OK`.
     Status,
     /// A table of values (a multi-bulk reply).
@@ -90,6 +101,11 @@ impl fmt::Display for Val {
                 write!(f, "({})", parts.join(" + "))
             }
             Val::Status => write!(f, "OK"),
+            Val::Many(k) => write!(f, "(n{k:+})"),
+            Val::Hash { mine, others } => {
+                let mine = mine.as_ref().map_or("-".to_string(), |m| m.to_string());
+                write!(f, "hash(mine {mine}, others {others})")
+            }
             Val::Table(t) => {
                 let parts: Vec<String> = t.iter().map(|v| v.to_string()).collect();
                 write!(f, "{{{}}}", parts.join(", "))
@@ -253,6 +269,38 @@ impl fmt::Display for Run {
 enum Stop {
     Fork(usize, Vec<u8>),
     Fail(String),
+    /// [`find_field`]: the first hash command names this field.
+    Found(usize),
+}
+
+/// [`Layout::field`] while looking for the field (see [`find_field`]).
+const FIND_FIELD: usize = usize::MAX;
+
+/// The `ARGV` index a hash-lock script uses as the caller's field (with `per_key`, the first
+/// key's, `KEYS[i]`'s being `ARGV[field + i - 1]`): the field its first hash command names, from
+/// the first of `starts` whose run reaches one. Finding it first spares trying every index.
+pub fn find_field(block: &Block, starts: &[Vec<KeyNow>], per_key: bool) -> Option<usize> {
+    let layout = Layout {
+        token: 0,
+        keys_as_args: false,
+        field: FIND_FIELD,
+        field_per_key: per_key,
+    };
+    starts.iter().find_map(|keys| {
+        let mut m = Machine {
+            layout,
+            keys: keys.clone(),
+            locals: Vec::new(),
+            assumed: &[],
+            calls: Vec::new(),
+            foreign: false,
+            steps: 0,
+        };
+        match m.block(block) {
+            Err(Stop::Found(j)) => Some(j),
+            _ => None,
+        }
+    })
 }
 
 type R<T> = Result<T, Stop>;
@@ -286,6 +334,12 @@ pub struct Layout {
     /// parameters from `KEYS[2]`, `KEYS[3]`, ... (warlock's `parityRelock`); parameter `j` is
     /// then `KEYS[j + 1]`, shown as `ARGV[j]`.
     pub keys_as_args: bool,
+    /// The `ARGV` index of the hash field that names the caller in a hash lock (Redisson's
+    /// `<uuid>:<threadId>`), 0 for scripts without one. Only then are hash commands modelled.
+    pub field: usize,
+    /// True when each key has its own field: `KEYS[i]`'s is `ARGV[field + i - 1]` (Redisson's
+    /// multi-lock renewal).
+    pub field_per_key: bool,
 }
 
 /// Runs `block` from every combination of starting states of `n` keys; `Err` with the reason
@@ -298,60 +352,89 @@ pub fn explore(block: &Block, n: usize, layout: Layout) -> Result<Vec<Run>, Stri
         let start: Vec<Start> = (0..n)
             .map(|i| STARTS[(c / STARTS.len().pow(i as u32)) % STARTS.len()])
             .collect();
-        let mut work: Vec<Vec<Assumption>> = vec![Vec::new()];
-        while let Some(assumed) = work.pop() {
-            total += 1;
-            if total > MAX_RUNS {
-                return Err("too many cases to analyse".into());
+        let keys = start
+            .iter()
+            .enumerate()
+            .map(|(i, s)| KeyNow::start(i + 1, *s, layout.token))
+            .collect();
+        runs_from(block, layout, keys, &start, &mut total, &mut runs)?;
+    }
+    Ok(runs)
+}
+
+/// Runs `block` from each of the given starting states of its keys (hash locks, whose states
+/// [`STARTS`] does not describe). Each run's `start` is empty; runs come in the order of
+/// `starts`, with `state` telling which one each run began from.
+pub fn explore_states(
+    block: &Block,
+    layout: Layout,
+    starts: &[Vec<KeyNow>],
+) -> Result<Vec<(usize, Run)>, String> {
+    let mut out = Vec::new();
+    let mut total = 0;
+    for (k, keys) in starts.iter().enumerate() {
+        let mut runs = Vec::new();
+        runs_from(block, layout, keys.clone(), &[], &mut total, &mut runs)?;
+        out.extend(runs.into_iter().map(|r| (k, r)));
+    }
+    Ok(out)
+}
+
+/// Every run from one starting state, forking on argument comparisons.
+fn runs_from(
+    block: &Block,
+    layout: Layout,
+    keys: Vec<KeyNow>,
+    start: &[Start],
+    total: &mut usize,
+    runs: &mut Vec<Run>,
+) -> Result<(), String> {
+    let mut work: Vec<Vec<Assumption>> = vec![Vec::new()];
+    while let Some(assumed) = work.pop() {
+        *total += 1;
+        if *total > MAX_RUNS {
+            return Err("too many cases to analyse".into());
+        }
+        let mut m = Machine {
+            layout,
+            keys: keys.clone(),
+            locals: Vec::new(),
+            assumed: &assumed,
+            calls: Vec::new(),
+            foreign: false,
+            steps: 0,
+        };
+        match m.block(block) {
+            Ok(flow) => {
+                let reply = match flow {
+                    Flow::Return(v) => to_reply(v),
+                    _ => Val::Nil,
+                };
+                runs.push(Run {
+                    layout,
+                    start: start.to_vec(),
+                    assumed: assumed.clone(),
+                    calls: m.calls,
+                    foreign: m.foreign,
+                    end: m.keys,
+                    reply,
+                });
             }
-            let mut m = Machine {
-                layout,
-                keys: start
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| KeyNow::start(i + 1, *s, layout.token))
-                    .collect(),
-                locals: Vec::new(),
-                assumed: &assumed,
-                calls: Vec::new(),
-                foreign: false,
-                steps: 0,
-            };
-            match m.block(block) {
-                Ok(flow) => {
-                    let reply = match flow {
-                        Flow::Return(v) => to_reply(v),
-                        _ => Val::Nil,
-                    };
-                    runs.push(Run {
-                        layout,
-                        start: start.clone(),
-                        assumed: assumed.clone(),
-                        calls: m.calls,
-                        foreign: m.foreign,
-                        end: m.keys,
-                        reply,
-                    });
+            Err(Stop::Fork(j, s)) => {
+                for yes in [false, true] {
+                    let mut a = assumed.clone();
+                    a.push((j, s.clone(), yes));
+                    work.push(a);
                 }
-                Err(Stop::Fork(j, s)) => {
-                    for yes in [false, true] {
-                        let mut a = assumed.clone();
-                        a.push((j, s.clone(), yes));
-                        work.push(a);
-                    }
-                }
-                Err(Stop::Fail(why)) => {
-                    let start: Vec<String> = start
-                        .iter()
-                        .enumerate()
-                        .map(|(i, s)| KeyNow::start(i + 1, *s, layout.token).to_string())
-                        .collect();
-                    return Err(format!("{why} (keys: {})", start.join("; ")));
-                }
+            }
+            Err(Stop::Found(_)) => return Err("looking for a field".into()),
+            Err(Stop::Fail(why)) => {
+                let from: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+                return Err(format!("{why} (keys: {})", from.join("; ")));
             }
         }
     }
-    Ok(runs)
+    Ok(())
 }
 
 /// Lua to Redis reply conversion.
@@ -384,11 +467,15 @@ fn kind(v: &Val) -> u8 {
     match v {
         Val::Nil => 0,
         Val::Bool(_) => 1,
-        Val::Num(_) | Val::Count(_) | Val::NumArg(_) | Val::Pttl(_) | Val::Ttl(_) | Val::Sum(_) => {
-            2
-        }
+        Val::Num(_)
+        | Val::Count(_)
+        | Val::NumArg(_)
+        | Val::Pttl(_)
+        | Val::Ttl(_)
+        | Val::Sum(_)
+        | Val::Many(_) => 2,
         Val::Str(_) | Val::Arg(_) | Val::Other(_) | Val::Key(_) => 3,
-        Val::Status | Val::Table(_) | Val::Keys | Val::Argv | Val::Redis => 4,
+        Val::Status | Val::Table(_) | Val::Keys | Val::Argv | Val::Redis | Val::Hash { .. } => 4,
         Val::Opaque => 5,
         _ => 6,
     }
@@ -398,7 +485,7 @@ fn kind(v: &Val) -> u8 {
 fn numeric(v: Val) -> R<Val> {
     match v {
         Val::NumArg(j) | Val::Arg(j) => Ok(Val::Arg(j)),
-        v @ (Val::Num(_) | Val::Pttl(_) | Val::Ttl(_) | Val::Sum(_)) => Ok(v),
+        v @ (Val::Num(_) | Val::Pttl(_) | Val::Ttl(_) | Val::Sum(_) | Val::Many(_)) => Ok(v),
         Val::Str(s) => match std::str::from_utf8(&s)
             .ok()
             .and_then(|s| s.trim().parse().ok())
@@ -609,6 +696,9 @@ impl Machine<'_> {
                 }
             }
             Expr::Call(f, args) => {
+                if is_table_insert(f) {
+                    return self.table_insert(args);
+                }
                 if is_redis_call(f) {
                     let args = self.exprs(args)?;
                     return self.redis(args);
@@ -635,6 +725,8 @@ impl Machine<'_> {
                         | Val::Ttl(_)
                         | Val::Sum(_)) => v,
                         Val::Nil | Val::Bool(_) | Val::Table(_) | Val::Status => Val::Nil,
+                        // A hash lock's unlock latch: the number an earlier unlock stored.
+                        Val::Other(i) if self.layout.field != 0 => Val::Other(i),
                         v => return fail(format!("tonumber of {v}")),
                     },
                     Val::ToString => match arg {
@@ -742,15 +834,27 @@ impl Machine<'_> {
             (Other(_), Arg(t)) | (Arg(t), Other(_)) if *t == self.layout.token => false,
             (Pttl(_), Num(n)) | (Num(n), Pttl(_)) if *n <= 0 => false,
             (Ttl(_), Num(n)) | (Num(n), Ttl(_)) if *n < 0 => false,
+            (Many(k), Num(n)) | (Num(n), Many(k)) if *n < 2 + k => false,
             _ => return fail(format!("cannot decide {a} == {b}")),
         })
     }
 
     /// Executes one `redis.call`.
     fn redis(&mut self, args: Vec<Val>) -> R<Val> {
+        // Redisson names its publish command in an argument (`PUBLISH` or `SPUBLISH`): modelled
+        // as a publish, which the proxy accepts only after checking the argument at run time.
+        if let Some(Val::Arg(j)) = args.first() {
+            return self.publish(Val::Arg(*j), &args[1..]);
+        }
         let Some(Val::Str(cmd)) = args.first() else {
             return fail("a command name that is not a literal");
         };
+        if cmd.eq_ignore_ascii_case(b"publish") || cmd.eq_ignore_ascii_case(b"spublish") {
+            return self.publish(Val::Str(cmd.to_ascii_lowercase()), &args[1..]);
+        }
+        if self.layout.field != 0 && cmd.first().is_some_and(|c| c.eq_ignore_ascii_case(&b'h')) {
+            return self.hash(cmd.to_ascii_lowercase(), &args[1..]);
+        }
         let mut cmd = cmd.to_ascii_lowercase();
         if cmd == b"unlink" {
             cmd = b"del".to_vec();
@@ -776,6 +880,7 @@ impl Machine<'_> {
         Ok(match (cmd.as_slice(), rest.as_slice()) {
             (b"get", [k]) => match &self.keys[key(k)?].value {
                 Some(Val::Table(_)) => return fail("reads a list as a string"),
+                Some(Val::Hash { .. }) => return fail("reads a hash as a string"),
                 v => v.clone().unwrap_or(Val::Bool(false)),
             },
             (b"lpush", [k, items @ ..]) if !items.is_empty() => {
@@ -885,6 +990,17 @@ impl Machine<'_> {
                 };
                 Val::Status
             }
+            // A hash lock's token counter (Redisson's `RFencedLock`): only modelled there.
+            (b"incr", [k]) if self.layout.field != 0 => {
+                let i = key(k)?;
+                let now = match &self.keys[i].value {
+                    None => Val::Num(1),
+                    Some(v @ (Val::Num(_) | Val::Many(_))) => add(v.clone(), Val::Num(1))?,
+                    Some(v) => return fail(format!("increments {v}")),
+                };
+                self.keys[i].value = Some(now.clone());
+                now
+            }
             (b"pexpire" | b"expire", [k, t]) => {
                 let i = key(k)?;
                 let v = ttl_value(t)?;
@@ -898,6 +1014,8 @@ impl Machine<'_> {
                     Val::Num(1)
                 }
             }
+            // A hash lock touches nothing else: stop at once.
+            _ if self.layout.field != 0 => return fail("a command a hash lock does not use"),
             _ => {
                 self.foreign = true;
                 Val::Opaque
@@ -906,14 +1024,140 @@ impl Machine<'_> {
     }
 }
 
+/// `table.insert`.
+fn is_table_insert(f: &Expr) -> bool {
+    matches!(f, Expr::Index(t, name)
+        if matches!(&**t, Expr::Global(g) if g == "table")
+        && matches!(&**name, Expr::Str(s) if s == b"insert"))
+}
+
+impl Machine<'_> {
+    /// `table.insert(t, v)` appending a value to a table held in a local (a reply being built).
+    fn table_insert(&mut self, args: &[Expr]) -> R<Val> {
+        let [Expr::Local(id), v] = args else {
+            return fail("table.insert other than appending to a local table");
+        };
+        let v = self.expr(v)?;
+        if matches!(v, Val::Nil) {
+            return fail("table.insert of nil");
+        }
+        // Locals hold copies here, while Lua tables are shared: a table is appended to only
+        // when no other local (and no table) could be another name for it.
+        let aliased = self.locals.iter().enumerate().any(|(k, l)| match l {
+            Val::Table(items) => k != *id || items.iter().any(|i| matches!(i, Val::Table(_))),
+            _ => false,
+        });
+        if aliased || matches!(v, Val::Table(_)) {
+            return fail("table.insert into a table that may have another name");
+        }
+        match self.locals.get_mut(*id) {
+            Some(Val::Table(items)) if !items.contains(&Val::Nil) => items.push(v),
+            _ => return fail("table.insert into something other than a table"),
+        }
+        Ok(Val::Nil)
+    }
+
+    /// `PUBLISH channel message`, the command taken from `command` (a literal or an argument).
+    /// Recorded as a call `publish command channel message`; the channel must be a key name
+    /// and the message an argument or literal. The reply (receivers) is not modelled.
+    fn publish(&mut self, command: Val, rest: &[Val]) -> R<Val> {
+        let [
+            channel @ Val::Key(_),
+            message @ (Val::Arg(_) | Val::Str(_) | Val::Num(_)),
+        ] = rest
+        else {
+            return fail("a publish it does not model");
+        };
+        self.calls.push((
+            b"publish".to_vec(),
+            vec![command, channel.clone(), message.clone()],
+        ));
+        Ok(Val::Opaque)
+    }
+
+    /// The hash commands of a hash lock on the caller's field `ARGV[field]`: `HEXISTS`,
+    /// `HINCRBY` by a literal and `HSET` to 1. Any other field, command or value stops the run.
+    fn hash(&mut self, cmd: Vec<u8>, rest: &[Val]) -> R<Val> {
+        let field = self.layout.field;
+        let (Some(Val::Key(i)), Some(Val::Arg(f))) = (rest.first(), rest.get(1)) else {
+            return fail("a hash command on something other than a key and an argument");
+        };
+        let i = *i - 1;
+        if field == FIND_FIELD {
+            return match f.checked_sub(if self.layout.field_per_key { i } else { 0 }) {
+                Some(j) if j >= 1 => Err(Stop::Found(j)),
+                _ => fail("a field before the first argument"),
+            };
+        }
+        let own = if self.layout.field_per_key {
+            field + i
+        } else {
+            field
+        };
+        if *f != own {
+            return fail("a hash field other than the caller's");
+        }
+        // Hash commands are not recorded in `calls`: their effect is the hash's end state.
+        let (held, others) = match &self.keys[i].value {
+            None => (false, false),
+            Some(Val::Hash { mine, others }) => (mine.is_some(), *others),
+            Some(v) => return fail(format!("a hash command on {v}")),
+        };
+        if let (b"hexists", []) = (cmd.as_slice(), &rest[2..]) {
+            return Ok(Val::Num(i64::from(held)));
+        }
+        let mine = match &self.keys[i].value {
+            Some(Val::Hash { mine, .. }) => mine.as_deref().cloned(),
+            _ => None,
+        };
+        let by = match (cmd.as_slice(), &rest[2..]) {
+            (b"hincrby", [Val::Num(d)]) => *d,
+            (b"hset", [Val::Num(1)]) => 0,
+            (b"hset", [Val::Str(one)]) if one == b"1" => 0,
+            _ => return fail("a hash command it does not model"),
+        };
+        let (now, reply) = if cmd == b"hset" {
+            (Val::Num(1), Val::Num(i64::from(mine.is_none())))
+        } else {
+            let now = add(mine.unwrap_or(Val::Num(0)), Val::Num(by))?;
+            (now.clone(), now)
+        };
+        let ttl = if self.keys[i].value.is_some() {
+            self.keys[i].ttl.clone()
+        } else {
+            TtlNow::None
+        };
+        self.keys[i] = KeyNow {
+            value: Some(Val::Hash {
+                mine: Some(Box::new(now)),
+                others,
+            }),
+            ttl,
+        };
+        Ok(reply)
+    }
+}
+
 fn overflow() -> Stop {
     Stop::Fail("integer overflow".into())
 }
 
 fn add(l: Val, r: Val) -> R<Val> {
+    // An index that follows the keys (`ARGV[i + 1]` in a loop over `KEYS`).
+    match (&l, &r) {
+        (Val::Count(a), Val::Num(b)) | (Val::Num(b), Val::Count(a)) => {
+            return Ok(Val::Count(a.checked_add(*b).ok_or_else(overflow)?));
+        }
+        _ => {}
+    }
     let (l, r) = (numeric(l)?, numeric(r)?);
-    if let (Val::Num(x), Val::Num(y)) = (&l, &r) {
-        return Ok(Val::Num(x.checked_add(*y).ok_or_else(overflow)?));
+    match (&l, &r) {
+        (Val::Num(x), Val::Num(y)) => return Ok(Val::Num(x.checked_add(*y).ok_or_else(overflow)?)),
+        (Val::Many(k), Val::Num(d)) | (Val::Num(d), Val::Many(k)) => {
+            return Ok(Val::Many(k.checked_add(*d).ok_or_else(overflow)?));
+        }
+        (Val::Many(_), _) | (_, Val::Many(_)) => return fail("adds to a hold count"),
+        _ => {}
     }
     let mut terms = Vec::new();
     for v in [l, r] {
@@ -937,6 +1181,9 @@ fn less(a: &Val, b: &Val, or_equal: bool) -> R<bool> {
         (Num(n), Pttl(_)) if *n <= 0 => Ok(true),
         (Ttl(_), Num(n)) if *n < 0 || (*n == 0 && !or_equal) => Ok(false),
         (Num(n), Ttl(_)) if *n < 0 || (*n == 0 && or_equal) => Ok(true),
+        // A count `c + k` with `c ≥ 2`: at least `2 + k`.
+        (Num(n), Many(k)) if *n < 2 + k || (*n == 2 + k && or_equal) => Ok(true),
+        (Many(k), Num(n)) if *n < 2 + k || (*n == 2 + k && !or_equal) => Ok(false),
         _ => fail(format!("cannot decide {a} < {b}")),
     }
 }

@@ -1,6 +1,6 @@
 //! Lua scripts read by the proxy: a linear-time lexer ([`lex`]), a depth-capped parser
 //! ([`parse`]) and a behavioural analyser ([`analyse`]) that together recognise a lock script by
-//! what it does.
+//! what it does; [`hash`] recognises re-entrant hash locks (Redisson) on the same analyser.
 //!
 //! [`recognise`] runs the script symbolically from every starting state of its keys (see
 //! [`analyse`]) and accepts it only when the behaviour table matches one lock operation exactly:
@@ -9,13 +9,15 @@
 //! `None`. Scripts larger than [`MAX_SCRIPT`] are not analysed.
 
 pub mod analyse;
+pub mod hash;
 pub mod lex;
 pub mod parse;
 
 use bytes::Bytes;
 
-use crate::scripts::{Answer, Choice, LockScript, Op, Signal, TtlUnit};
+use crate::scripts::{Answer, Choice, HashScript, LockScript, Op, Signal, TtlUnit};
 use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
+pub use hash::recognise_hash;
 use parse::{Block, Expr, Stat};
 
 /// Largest script analysed, in bytes.
@@ -33,6 +35,25 @@ pub fn parse_script(body: &[u8]) -> Result<Block, String> {
 /// redundant parentheses, local names and the case of command names do not change it.
 pub fn canonical(body: &[u8]) -> Option<String> {
     parse_script(body).ok().map(|b| format!("{b:?}"))
+}
+
+/// What a script was recognised as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recognised {
+    /// A lock operation.
+    Lock(LockScript),
+    /// A hash-lock operation (see [`hash`]).
+    Hash(HashScript),
+}
+
+/// The lock or hash-lock operation a script performs, if its behaviour matches one exactly;
+/// the script is parsed once for both.
+pub fn recognise_any(body: &[u8]) -> Option<Recognised> {
+    let block = parse_script(body).ok()?;
+    if let Some(lock) = classify(&block) {
+        return Some(Recognised::Lock(lock));
+    }
+    hash::recognise_block(body, &block).map(Recognised::Hash)
 }
 
 /// The lock operation a script performs, if its behaviour matches one exactly.
@@ -142,6 +163,8 @@ pub fn behaviour(body: &[u8]) -> Result<Vec<String>, String> {
         let layout = Layout {
             token: 1,
             keys_as_args: false,
+            field: 0,
+            field_per_key: false,
         };
         out.extend(
             analyse::explore(&block, n, layout)?
@@ -158,6 +181,8 @@ fn classify(block: &Block) -> Option<LockScript> {
     let argv = Layout {
         token: 1,
         keys_as_args: false,
+        field: 0,
+        field_per_key: false,
     };
     if u.dynamic {
         // Works on all of KEYS: unrolled over one and two keys.
@@ -172,6 +197,8 @@ fn classify(block: &Block) -> Option<LockScript> {
             let layout = Layout {
                 token,
                 keys_as_args: true,
+                field: 0,
+                field_per_key: false,
             };
             classify_with(block, &[1], layout)
         })
@@ -187,6 +214,8 @@ fn classify_signal(block: &Block) -> Option<LockScript> {
     let layout = Layout {
         token: 1,
         keys_as_args: false,
+        field: 0,
+        field_per_key: false,
     };
     let runs = analyse::explore(block, 2, layout).ok()?;
     let mut signal: Option<(Val, usize)> = None;
@@ -341,7 +370,11 @@ const ANSWERS: [Answer; 7] = [
 
 /// The one operation, TTL argument, unit and reply shape that every run matches.
 fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
-    if runs.is_empty() || runs.iter().any(|r| r.foreign) {
+    if runs.is_empty()
+        || runs
+            .iter()
+            .any(|r| r.foreign || r.calls.iter().any(|(c, _)| c == b"publish"))
+    {
         return None;
     }
     for op in OPS {
