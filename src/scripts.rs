@@ -1082,10 +1082,10 @@ mod tests {
         }
     }
 
-    /// Issue 10 row 6: hostile scripts are classified (unknown) fast and never overflow the
+    /// Issue 10 row 6: hostile scripts are classified (unknown) in linear time and never overflow the
     /// stack.
     #[test]
-    fn pathological_scripts_are_unknown_and_fast() {
+    fn pathological_scripts_are_unknown_without_quadratic_work() {
         let mut inputs: Vec<Vec<u8>> = vec![
             b"if(".repeat(150_000),
             b"if(".repeat(20_000),
@@ -1127,8 +1127,11 @@ mod tests {
             let start = std::time::Instant::now();
             assert_eq!(recognise(input), Meaning::Unknown);
             let took = start.elapsed();
+            // Not a speed test (`cargo bench --bench hot -- recognise` measures that): a bound
+            // far above any linear cost, which only a return of the quadratic analysis (12-23 s
+            // per script before) could exceed, however loaded the machine.
             assert!(
-                took < std::time::Duration::from_millis(100),
+                took < std::time::Duration::from_secs(3),
                 "{took:?} for {:?}...",
                 String::from_utf8_lossy(&input[..20.min(input.len())])
             );

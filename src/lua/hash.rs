@@ -18,7 +18,7 @@ use bytes::Bytes;
 
 use super::analyse::{self, KeyNow, Layout, Run, TtlNow, Val};
 use super::parse;
-use super::{KeyUse, key_use_block, parse_script};
+use super::{KeyUse, key_use_block};
 use crate::scripts::{HashOp, HashScript, Latch, Publish, PublishCommand};
 
 /// The states of the lock key, in this order: missing, held once by the caller, re-entered by
@@ -53,12 +53,8 @@ struct Case<'a> {
     run: &'a Run,
 }
 
-/// The hash-lock operation a script performs, if its behaviour matches one exactly.
-pub fn recognise_hash(body: &[u8]) -> Option<HashScript> {
-    recognise_block(body, &parse_script(body).ok()?)
-}
-
-/// [`recognise_hash`] of a script already parsed into `block`.
+/// The hash-lock operation a script (`body`, already parsed into `block`) performs, if its
+/// behaviour matches one exactly.
 pub(super) fn recognise_block(body: &[u8], block: &parse::Block) -> Option<HashScript> {
     // Command names are literals (anything else stops the analysis), so a script that never
     // spells a hash command is tried only as a forced unlock, with no field.

@@ -17,7 +17,6 @@ use bytes::Bytes;
 
 use crate::scripts::{Answer, Choice, HashScript, LockScript, Op, Signal, TtlUnit};
 use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
-pub use hash::recognise_hash;
 use parse::{Block, Expr, Stat};
 
 /// Largest script analysed, in bytes.
@@ -54,12 +53,6 @@ pub fn recognise_any(body: &[u8]) -> Option<Recognised> {
         return Some(Recognised::Lock(lock));
     }
     hash::recognise_block(body, &block).map(Recognised::Hash)
-}
-
-/// The lock operation a script performs, if its behaviour matches one exactly.
-pub fn recognise(body: &[u8]) -> Option<LockScript> {
-    let block = parse_script(body).ok()?;
-    classify(&block)
 }
 
 /// How many keys a script uses: the highest literal `KEYS[i]`, and whether it also uses `KEYS`
