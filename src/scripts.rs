@@ -45,6 +45,13 @@ pub enum Op {
     /// Read `KEYS[1]`: the value a majority of masters agree on and how long a majority still
     /// hold it, answered as `[value, pttl]` (redlock-rb's `PTTL_SCRIPT`; any `reply` is ignored).
     Inspect,
+    /// Like `AcquireOrRefresh`, but all or nothing on each master: every key is missing
+    /// (acquired) or every key holds the token (refreshed); a mix is refused
+    /// (bsm/redislock's `obtain`). With one key, the same as `AcquireOrRefresh`.
+    AcquireOrRefreshAll,
+    /// Delete the keys only where every one of them holds the token (bsm/redislock's
+    /// `release`). With one key, the same as `Release`.
+    ReleaseAll,
 }
 
 /// The reply shape a library expects from its script.
@@ -104,6 +111,20 @@ pub enum Choice {
         /// Operation otherwise.
         otherwise: Op,
     },
+    /// `then` when `ARGV[arg]` is the token's length in bytes (at least 1), else `otherwise`:
+    /// bsm/redislock's `obtain` takes a key back when its value starts with the caller's token
+    /// prefix of `ARGV[arg]` bytes. The whole token is the only prefix the proxy compares
+    /// (`then`, where a key that holds exactly the token is the caller's); with any other
+    /// length it never takes a held key back (`otherwise`, a plain acquisition), which can
+    /// refuse where one Redis would grant, never grant where it would refuse.
+    IfTokenLen {
+        /// 1-based `ARGV` index of the prefix length.
+        arg: usize,
+        /// Operation when it is the token's length.
+        then: Op,
+        /// Operation otherwise.
+        otherwise: Op,
+    },
 }
 
 /// The unit of a script's TTL argument.
@@ -151,6 +172,22 @@ impl LockScript {
                 otherwise,
             } => {
                 if argv.get(arg.wrapping_sub(1)).is_some_and(|a| a == value) {
+                    *then
+                } else {
+                    *otherwise
+                }
+            }
+            Choice::IfTokenLen {
+                arg,
+                then,
+                otherwise,
+            } => {
+                let token = argv.get(self.token_arg.wrapping_sub(1)).map(|t| t.len());
+                let len = argv
+                    .get(arg.wrapping_sub(1))
+                    .filter(|a| !a.is_empty() && a.iter().all(u8::is_ascii_digit))
+                    .and_then(|a| std::str::from_utf8(a).ok()?.parse::<usize>().ok());
+                if token.is_some_and(|t| t >= 1) && len == token {
                     *then
                 } else {
                     *otherwise
@@ -243,15 +280,17 @@ pub fn recognise(body: &[u8]) -> Meaning {
 /// the token. All or nothing: answers 0 when it wrote nothing (-1 when the key that stopped it
 /// holds the token itself, so a refused attempt knows a grant of its value may exist there),
 /// else one code per key: 1 created, 2 already held the token (TTL reset), so a refused attempt
-/// can undo exactly what it created.
+/// can undo exactly what it created. `ARGV[3] = "2"` accepts keys that hold the token only
+/// when all of them do (a mix of missing keys and the token's answers -1).
 pub const ACQUIRE: &str = "local done = {} \
     for i, key in ipairs(KEYS) do \
       local v = redis.call('get', key) \
       if v == false then done[i] = 1 \
-      elseif ARGV[3] == '1' and v == ARGV[1] then done[i] = 2 \
+      elseif ARGV[3] ~= '0' and v == ARGV[1] then done[i] = 2 \
       elseif v == ARGV[1] then return -1 \
       else return 0 end \
     end \
+    if ARGV[3] == '2' then for i = 2, #done do if done[i] ~= done[1] then return -1 end end end \
     for i, key in ipairs(KEYS) do redis.call('set', key, ARGV[1], 'px', ARGV[2]) end \
     return done";
 
@@ -284,6 +323,20 @@ pub const EXTEND: &str = "local ttl = {} local least = nil \
 
 /// Inspect: the value of `KEYS[1]` and its PTTL, as `{value or nil, pttl}`.
 pub const INSPECT: &str = "return { redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1]) }";
+
+/// Release all or nothing: `KEYS` = the keys, `ARGV[1]` = token. Deletes the keys only when
+/// every one holds the token; answers one code per key as [`RELEASE`] does (1 deleted,
+/// -1 missing, 0 not deleted: held by another token, or held by this one while another key
+/// was not).
+pub const RELEASE_ALL: &str = "local out = {} local all = true \
+    for i, key in ipairs(KEYS) do \
+      local v = redis.call('get', key) \
+      if v == false then out[i] = -1 all = false \
+      elseif v == ARGV[1] then out[i] = 0 \
+      else out[i] = 0 all = false end \
+    end \
+    if all then for i, key in ipairs(KEYS) do redis.call('del', key) out[i] = 1 end end \
+    return out";
 
 /// The end of [`RELEASE`] and [`DELETE`]: the wake-up signal (see [`Signal`]) on the list that
 /// follows the `n` lock keys in `KEYS`, with `ARGV[3]` its TTL in ms, `ARGV[4]` its element and
@@ -1062,6 +1115,41 @@ mod tests {
             b")))",
         ] {
             assert_eq!(recognise(junk), Meaning::Unknown);
+        }
+    }
+}
+
+#[cfg(test)]
+mod scratch {
+    use super::*;
+    #[test]
+    fn scratch_print() {
+        for name in [
+            "bsm_obtain",
+            "bsm_refresh",
+            "bsm_release",
+            "bsm_pttl",
+            "bsm_v0_obtain",
+            "bsm_v0_refresh",
+            "bsm_v0_release",
+            "bsm_v0_pttl",
+            "pottery_acquired",
+            "pottery_extend",
+            "pottery_release",
+            "aioredlock_SET_LOCK_SCRIPT",
+            "aioredlock_UNSET_LOCK_SCRIPT",
+            "aioredlock_GET_LOCK_TTL_SCRIPT",
+        ] {
+            let body = std::fs::read(format!("tests/clients/lua/{name}.lua")).unwrap();
+            println!("== {name}: {:?}", recognise(&body));
+            match lua::behaviour(&body) {
+                Ok(t) => {
+                    for l in t {
+                        println!("   {l}");
+                    }
+                }
+                Err(e) => println!("   ERR {e}"),
+            }
         }
     }
 }

@@ -36,7 +36,7 @@ use crate::config::Config;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask, ask_timed, quorum_th, validity};
 use crate::reply::{Reply, command};
-use crate::scripts::{ACQUIRE, Answer, DELETE, EXTEND, INSPECT, Op, RELEASE};
+use crate::scripts::{ACQUIRE, Answer, DELETE, EXTEND, INSPECT, Op, RELEASE, RELEASE_ALL};
 use crate::stats::Stats;
 
 /// A lock operation, ready to run.
@@ -127,7 +127,11 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
             .into();
     }
     let max = proxy.config.max_ttl_ms;
-    if !matches!(op.op, Op::Release | Op::Delete | Op::Inspect) && op.ttl_ms > max as i64 {
+    if !matches!(
+        op.op,
+        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect
+    ) && op.ttl_ms > max as i64
+    {
         return Reply::error(format!(
             "ERR lock TTL {} ms exceeds the proxy's max_ttl_ms ({max} ms)",
             op.ttl_ms
@@ -153,9 +157,11 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
     let since = Instant::now();
     super::in_turn_of(proxy, ticket, move |proxy, held| async move {
         match op.op {
-            Op::Acquire | Op::AcquireOrRefresh => run_acquire(proxy, op, held, since).await,
+            Op::Acquire | Op::AcquireOrRefresh | Op::AcquireOrRefreshAll => {
+                run_acquire(proxy, op, held, since).await
+            }
             Op::Extend | Op::ExtendAdd => run_extend(&proxy, &op).await,
-            Op::Release | Op::Delete => run_release(&proxy, &op).await,
+            Op::Release | Op::ReleaseAll | Op::Delete => run_release(&proxy, &op).await,
             Op::Inspect => run_inspect(&proxy, &op).await,
         }
     })
@@ -210,10 +216,14 @@ async fn run_acquire(
         Stats::bump(&proxy.stats.denials);
         return answer(op.answer, false, k);
     }
-    let reentrant = op.op == Op::AcquireOrRefresh;
+    let reentrant = matches!(op.op, Op::AcquireOrRefresh | Op::AcquireOrRefreshAll);
     let mut ttl_buf = itoa::Buffer::new();
     let ttl_arg = ttl_buf.format(op.ttl_ms);
-    let flag: &[u8] = if reentrant { b"1" } else { b"0" };
+    let flag: &[u8] = match op.op {
+        Op::AcquireOrRefreshAll => b"2",
+        _ if reentrant => b"1",
+        _ => b"0",
+    };
     let script = || eval(ACQUIRE, &op.keys, &[&op.token, ttl_arg.as_bytes(), flag]);
     // One key: `SET NX PX GET` creates the key or names its holder in one plain command,
     // much cheaper for a master than a script (Redis 7.0 and later; older masters get the
@@ -483,6 +493,7 @@ async fn run_release(proxy: &Proxy, op: &LockOp) -> Reply {
     let k = op.keys.len();
     let req = match (&op.wake, op.op) {
         (None, Op::Release) => eval(RELEASE, &op.keys, &[&op.token]),
+        (None, Op::ReleaseAll) => eval(RELEASE_ALL, &op.keys, &[&op.token]),
         (wake, _) => {
             let n = Bytes::from(k.to_string());
             let mut keys: Vec<&Bytes> = op.keys.iter().collect();

@@ -114,7 +114,7 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
             })
         }
     };
-    let ttl_ms = if matches!(op, Op::Release | Op::Delete | Op::Inspect) {
+    let ttl_ms = if matches!(op, Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect) {
         0
     } else {
         let arg = argv.get(lock.ttl_arg.checked_sub(1)?)?;

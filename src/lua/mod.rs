@@ -193,7 +193,7 @@ fn classify_signal(block: &Block) -> Option<LockScript> {
     let mut fired = Vec::with_capacity(runs.len());
     let mut lock_runs = Vec::with_capacity(runs.len());
     for mut r in runs {
-        if !r.assumed.is_empty() {
+        if !r.assumed.is_empty() || r.prefix.is_some() {
             return None;
         }
         let untouched = KeyNow::start(2, r.start[1], layout.token);
@@ -273,6 +273,9 @@ fn classify_with(block: &Block, ns: &[usize], layout: Layout) -> Option<LockScri
         }
     }
     let all_keys = ns.len() > 1;
+    if runs.iter().any(|r| r.prefix.is_some()) {
+        return classify_prefix(&runs, &switches, all_keys, layout);
+    }
     let lock = |choice, ttl_arg, unit, answer| LockScript {
         choice,
         token_arg: layout.token,
@@ -313,13 +316,55 @@ fn classify_with(block: &Block, ns: &[usize], layout: Layout) -> Option<LockScri
     }
 }
 
+/// A script whose runs compared token prefixes of length `ARGV[j]` (see
+/// [`analyse::Val::Head`]): recognised only as a re-entrant acquisition, for the case where
+/// `ARGV[j]` is the token's length, and as a plain acquisition otherwise
+/// ([`Choice::IfTokenLen`]). The runs from missing keys must not have looked at the prefix, so
+/// that the plain acquisition succeeds exactly where the script does whatever `ARGV[j]` is.
+fn classify_prefix(
+    runs: &[Run],
+    switches: &[(usize, Vec<u8>)],
+    all_keys: bool,
+    layout: Layout,
+) -> Option<LockScript> {
+    let j = runs.iter().find_map(|r| r.prefix)?;
+    if !switches.is_empty()
+        || layout.keys_as_args
+        || runs.iter().any(|r| {
+            r.prefix.is_some_and(|p| p != j)
+                || (r.prefix.is_some() && r.start.iter().all(|s| s.held == Held::Missing))
+        })
+    {
+        return None;
+    }
+    let all: Vec<&Run> = runs.iter().collect();
+    let (op, ttl_arg, unit, answer) = side(&all)?;
+    if !matches!(op, Op::AcquireOrRefresh | Op::AcquireOrRefreshAll) || ttl_arg == j {
+        return None;
+    }
+    Some(LockScript {
+        choice: Choice::IfTokenLen {
+            arg: j,
+            then: op,
+            otherwise: Op::Acquire,
+        },
+        token_arg: layout.token,
+        ttl_arg,
+        unit,
+        all_keys,
+        params_in_keys: false,
+        answer,
+        signal: None,
+    })
+}
+
 fn has(r: &Run, j: usize, s: &[u8], yes: bool) -> bool {
     r.assumed
         .iter()
         .any(|(a, b, y)| *a == j && b == s && *y == yes)
 }
 
-const OPS: [Op; 7] = [
+const OPS: [Op; 9] = [
     Op::Release,
     Op::Delete,
     Op::Inspect,
@@ -327,6 +372,9 @@ const OPS: [Op; 7] = [
     Op::AcquireOrRefresh,
     Op::Extend,
     Op::ExtendAdd,
+    // Only where the ones above do not fit (with one key they are the same).
+    Op::AcquireOrRefreshAll,
+    Op::ReleaseAll,
 ];
 
 const ANSWERS: [Answer; 7] = [
@@ -345,14 +393,15 @@ fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
         return None;
     }
     for op in OPS {
-        let ttls: Vec<(usize, TtlUnit)> = if matches!(op, Op::Release | Op::Delete | Op::Inspect) {
-            vec![(2, TtlUnit::Millis)]
-        } else {
-            match ttl_of(runs, op) {
-                Some(t) => vec![t],
-                None => continue,
-            }
-        };
+        let ttls: Vec<(usize, TtlUnit)> =
+            if matches!(op, Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect) {
+                vec![(2, TtlUnit::Millis)]
+            } else {
+                match ttl_of(runs, op) {
+                    Some(t) => vec![t],
+                    None => continue,
+                }
+            };
         for (ttl_arg, unit) in ttls {
             if ttl_arg == runs[0].layout.token {
                 continue;
@@ -400,7 +449,10 @@ fn strict_success(r: &Run, op: Op) -> bool {
         Op::AcquireOrRefresh => all(&|h, t| h == Held::Missing || (h == Held::Token && t)),
         Op::Extend => all(&|h, t| h == Held::Token && t),
         Op::ExtendAdd => all(&|h, t| h == Held::Token && t),
-        Op::Release | Op::Delete | Op::Inspect => false,
+        Op::AcquireOrRefreshAll => {
+            all(&|h, _| h == Held::Missing) || all(&|h, t| h == Held::Token && t)
+        }
+        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect => false,
     }
 }
 
@@ -444,6 +496,26 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 Answer::Tristate if deleted + missing == n => Val::Num(-1),
                 Answer::Tristate => Val::Num(0),
                 shape => expected(shape, deleted == n, n),
+            };
+            r.end == end && r.reply == reply
+        }
+        Op::ReleaseAll => {
+            let mine = r.start.iter().all(|s| s.held == Held::Token);
+            let end: Vec<KeyNow> = if mine {
+                vec![
+                    KeyNow {
+                        value: None,
+                        ttl: TtlNow::None,
+                    };
+                    n
+                ]
+            } else {
+                unchanged
+            };
+            let reply = match answer {
+                Answer::Count => Val::Num(if mine { n as i64 } else { 0 }),
+                Answer::Tristate => return false,
+                shape => expected(shape, mine, n),
             };
             r.end == end && r.reply == reply
         }
