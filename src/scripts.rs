@@ -76,6 +76,65 @@ pub enum Answer {
     /// for a key that holds the token without a TTL; the proxy's grants always have one, and
     /// the proxy extends such a key instead.
     ZeroOne,
+    /// Constant replies found by the analyser (see [`Replies`]): for shapes no named variant
+    /// covers, such as `"OK"`/`"FAIL"` strings or an error reply on refusal (aioredlock).
+    #[serde(skip)]
+    Const(Replies),
+}
+
+/// The constant replies of a script: on success, on refusal and, for a release, when every
+/// key was already gone. Each is what one Redis would answer (`"OK"` returned from Lua is a
+/// bulk string, `redis.status_reply("OK")` a status, `redis.error_reply(e)` an error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replies {
+    /// Granted, extended, released.
+    pub ok: Lit,
+    /// Refused (held by someone else).
+    pub no: Lit,
+    /// A release of keys that were all gone (expired); other operations answer `no`.
+    pub gone: Lit,
+}
+
+/// One constant reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lit {
+    /// `:n`
+    Int(i64),
+    /// Nil.
+    Nil,
+    /// `+OK`
+    Ok,
+    /// A bulk string.
+    Bulk(Short),
+    /// An error reply, `-text`.
+    Error(Short),
+}
+
+/// A short byte string kept inline, so [`Answer`] stays `Copy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Short {
+    len: u8,
+    bytes: [u8; Short::MAX],
+}
+
+impl Short {
+    /// Longest text kept.
+    pub const MAX: usize = 32;
+
+    /// `None` when `text` is longer than [`Short::MAX`].
+    pub fn new(text: &[u8]) -> Option<Short> {
+        let mut bytes = [0; Short::MAX];
+        bytes.get_mut(..text.len())?.copy_from_slice(text);
+        Some(Short {
+            len: text.len() as u8,
+            bytes,
+        })
+    }
+
+    /// The text.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
 }
 
 /// A wake-up signal a script leaves for waiters besides its lock operation: on each master,
@@ -1119,37 +1178,291 @@ mod tests {
     }
 }
 
+/// Lock libraries recognised since the first set: bsm/redislock (Go), pottery and aioredlock
+/// (Python), and short hand-written forms seen in the wild, each with near misses that must
+/// stay unknown.
 #[cfg(test)]
-mod scratch {
+mod more_libraries {
     use super::*;
+
+    macro_rules! lua {
+        ($name:literal) => {
+            include_bytes!(concat!("../tests/clients/lua/", $name, ".lua")).as_slice()
+        };
+    }
+
+    fn lock(body: &[u8]) -> LockScript {
+        match recognise(body) {
+            Meaning::Lock(l) => l,
+            Meaning::Unknown => panic!("unknown: {}", String::from_utf8_lossy(body)),
+        }
+    }
+
+    fn argv(a: &[&str]) -> Vec<Bytes> {
+        a.iter()
+            .map(|s| Bytes::copy_from_slice(s.as_bytes()))
+            .collect()
+    }
+
+    fn bulk(s: &str) -> Lit {
+        Lit::Bulk(Short::new(s.as_bytes()).unwrap())
+    }
+
+    fn error(s: &str) -> Lit {
+        Lit::Error(Short::new(s.as_bytes()).unwrap())
+    }
+
+    /// The fixtures are the libraries' exact bytes (taken from their sources: Go raw strings
+    /// and `go:embed` files, Python triple-quoted strings with their indentation), so a client
+    /// sends these SHA1s.
     #[test]
-    fn scratch_print() {
-        for name in [
-            "bsm_obtain",
-            "bsm_refresh",
-            "bsm_release",
-            "bsm_pttl",
-            "bsm_v0_obtain",
-            "bsm_v0_refresh",
-            "bsm_v0_release",
-            "bsm_v0_pttl",
-            "pottery_acquired",
-            "pottery_extend",
-            "pottery_release",
-            "aioredlock_SET_LOCK_SCRIPT",
-            "aioredlock_UNSET_LOCK_SCRIPT",
-            "aioredlock_GET_LOCK_TTL_SCRIPT",
+    fn fixtures_are_the_libraries_exact_bytes() {
+        for (body, sha) in [
+            (
+                lua!("bsm_obtain"),
+                "eb0c00d98f6f33b4262419a509002884540f30be",
+            ),
+            (
+                lua!("bsm_refresh"),
+                "5a22d7e8431313862816d4416b5e46dd70fc340d",
+            ),
+            (
+                lua!("bsm_release"),
+                "9470c810040e272ee6c579d8d4331aaf6332a7b1",
+            ),
+            (
+                lua!("bsm_v0_obtain"),
+                "80a1b5f2cfccec3b7119ba7721d2127682b691a7",
+            ),
+            (
+                lua!("aioredlock_SET_LOCK_SCRIPT"),
+                "aecadef15d24ccd9360d8641cdec8e0337a0d343",
+            ),
         ] {
-            let body = std::fs::read(format!("tests/clients/lua/{name}.lua")).unwrap();
-            println!("== {name}: {:?}", recognise(&body));
-            match lua::behaviour(&body) {
-                Ok(t) => {
-                    for l in t {
-                        println!("   {l}");
-                    }
-                }
-                Err(e) => println!("   ERR {e}"),
+            assert_eq!(sha1_hex(body), sha);
+        }
+    }
+
+    /// bsm/redislock's current scripts work on all of `KEYS`, all or nothing.
+    #[test]
+    fn bsm_redislock_scripts_are_recognised() {
+        let obtain = lock(lua!("bsm_obtain"));
+        assert_eq!(
+            obtain.choice,
+            Choice::IfTokenLen {
+                arg: 2,
+                then: Op::AcquireOrRefreshAll,
+                otherwise: Op::Acquire
             }
+        );
+        assert_eq!(
+            (
+                obtain.token_arg,
+                obtain.ttl_arg,
+                obtain.all_keys,
+                obtain.answer
+            ),
+            (1, 3, true, Answer::OkNil)
+        );
+        // The prefix is the whole token: a key holding exactly the token is the caller's.
+        assert_eq!(
+            obtain.op(&argv(&["tok", "3", "5000"])),
+            Op::AcquireOrRefreshAll
+        );
+        // Metadata after the token, a zero, an empty token or a non-number: never take a held
+        // key back.
+        for a in [
+            &["tokmeta", "3", "5000"][..],
+            &["tok", "0", "5000"],
+            &["tok", "4", "5000"],
+            &["", "0", "5000"],
+            &["tok", " 3", "5000"],
+            &["tok", "3.0", "5000"],
+            &["tok"],
+        ] {
+            assert_eq!(obtain.op(&argv(a)), Op::Acquire, "{a:?}");
+        }
+        let refresh = lock(lua!("bsm_refresh"));
+        assert_eq!(
+            (
+                refresh.choice,
+                refresh.ttl_arg,
+                refresh.all_keys,
+                refresh.answer
+            ),
+            (Choice::Always(Op::Extend), 2, true, Answer::OkNil)
+        );
+        let release = lock(lua!("bsm_release"));
+        assert_eq!(
+            (release.choice, release.all_keys, release.answer),
+            (Choice::Always(Op::ReleaseAll), true, Answer::OkNil)
+        );
+    }
+
+    /// bsm/redislock before multi-key locks (v0.4 to v0.9): single-key scripts.
+    #[test]
+    fn bsm_redislock_single_key_scripts_are_recognised() {
+        let obtain = lock(lua!("bsm_v0_obtain"));
+        assert_eq!(
+            (
+                obtain.choice,
+                obtain.ttl_arg,
+                obtain.all_keys,
+                obtain.answer
+            ),
+            (
+                Choice::IfTokenLen {
+                    arg: 2,
+                    then: Op::AcquireOrRefresh,
+                    otherwise: Op::Acquire
+                },
+                3,
+                false,
+                Answer::OkNil
+            )
+        );
+        let refresh = lock(lua!("bsm_v0_refresh"));
+        assert_eq!(
+            (refresh.choice, refresh.answer),
+            (Choice::Always(Op::Extend), Answer::OneZero)
+        );
+        let release = lock(lua!("bsm_v0_release"));
+        assert_eq!(
+            (release.choice, release.answer),
+            (Choice::Always(Op::Release), Answer::OneZero)
+        );
+    }
+
+    #[test]
+    fn pottery_and_aioredlock_scripts_are_recognised() {
+        let extend = lock(lua!("pottery_extend"));
+        assert_eq!(
+            (extend.choice, extend.answer),
+            (Choice::Always(Op::Extend), Answer::OneZero)
+        );
+        let release = lock(lua!("pottery_release"));
+        assert_eq!(
+            (release.choice, release.answer),
+            (Choice::Always(Op::Release), Answer::OneZero)
+        );
+        let set = lock(lua!("aioredlock_SET_LOCK_SCRIPT"));
+        let refused = error("ERR ERROR");
+        assert_eq!(
+            (set.choice, set.ttl_arg, set.answer),
+            (
+                Choice::Always(Op::AcquireOrRefresh),
+                2,
+                Answer::Const(Replies {
+                    ok: Lit::Ok,
+                    no: refused,
+                    gone: refused
+                })
+            )
+        );
+        let unset = lock(lua!("aioredlock_UNSET_LOCK_SCRIPT"));
+        assert_eq!(
+            (unset.choice, unset.answer),
+            (
+                Choice::Always(Op::Release),
+                Answer::Const(Replies {
+                    ok: Lit::Int(1),
+                    no: refused,
+                    gone: Lit::Ok
+                })
+            )
+        );
+    }
+
+    #[test]
+    fn short_forms_from_the_wild_are_recognised() {
+        let setnx = lock(
+            b"local key = KEYS[1] local value = ARGV[1] local ttl = ARGV[2] \
+              if redis.call('SETNX', key, value) == 1 then redis.call('EXPIRE', key, ttl) return 1 else return 0 end",
+        );
+        assert_eq!(
+            (setnx.choice, setnx.ttl_arg, setnx.unit, setnx.answer),
+            (
+                Choice::Always(Op::Acquire),
+                2,
+                TtlUnit::Seconds,
+                Answer::OneZero
+            )
+        );
+        let ok_fail = lock(
+            b"local val = redis.call(\"get\", KEYS[1]) if not val or val == ARGV[1] then \
+              redis.call(\"set\", KEYS[1], ARGV[1], \"PX\", ARGV[2]) return \"OK\" else return \"FAIL\" end",
+        );
+        assert_eq!(
+            (ok_fail.choice, ok_fail.answer),
+            (
+                Choice::Always(Op::AcquireOrRefresh),
+                Answer::Const(Replies {
+                    ok: bulk("OK"),
+                    no: bulk("FAIL"),
+                    gone: bulk("FAIL")
+                })
+            )
+        );
+        // An error reply with its own code keeps it.
+        let coded = lock(
+            b"if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end \
+              return redis.error_reply('NOTOWNER lock held by another')",
+        );
+        assert_eq!(
+            coded.answer,
+            Answer::Const(Replies {
+                ok: Lit::Int(1),
+                no: error("NOTOWNER lock held by another"),
+                gone: error("NOTOWNER lock held by another")
+            })
+        );
+    }
+
+    /// Near misses: each would be unsafe (or different) to run as the lock operation it
+    /// resembles.
+    #[test]
+    fn near_misses_stay_unknown() {
+        for text in [
+            // bsm obtain without the prefix check: MSET overwrites another holder's keys.
+            "local a = {} for _, k in ipairs(KEYS) do table.insert(a, k) table.insert(a, ARGV[1]) end \
+             if redis.call('msetnx', unpack(a)) ~= 1 then redis.call('mset', unpack(a)) end \
+             for _, k in ipairs(KEYS) do redis.call('pexpire', k, ARGV[3]) end return redis.status_reply('OK')",
+            // The prefix taken from another argument than the token.
+            "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[3]) then return redis.status_reply('OK') end \
+             local n = tonumber(ARGV[2]) \
+             if redis.call('getrange', KEYS[1], 0, n - 1) == string.sub(ARGV[4], 1, n) then \
+               return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[3]) end",
+            // The prefix test inverted: takes over keys that are NOT the caller's.
+            "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[3]) then return redis.status_reply('OK') end \
+             local n = tonumber(ARGV[2]) \
+             if redis.call('getrange', KEYS[1], 0, n - 1) ~= string.sub(ARGV[1], 1, n) then \
+               return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[3]) end",
+            // bsm release without the value compare, still answering OK.
+            "redis.call('del', unpack(KEYS)) return redis.status_reply('OK')",
+            // bsm release that deletes when a value does not match.
+            "local v = redis.call('mget', unpack(KEYS)) for i, _ in ipairs(KEYS) do \
+             if v[i] == ARGV[1] then return false end end redis.call('del', unpack(KEYS)) return redis.status_reply('OK')",
+            // A write to a key not in KEYS.
+            "if redis.call('SETNX', KEYS[1], ARGV[1]) == 1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) \
+             redis.call('set', 'last-owner', ARGV[1]) return 1 else return 0 end",
+            // SETNX without a TTL: a lock that never expires.
+            "if redis.call('SETNX', KEYS[1], ARGV[1]) == 1 then return 1 else return 0 end",
+            // OK/FAIL where the refusal overwrites the holder anyway.
+            "local val = redis.call('get', KEYS[1]) if not val or val == ARGV[1] then \
+             redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 'OK' else \
+             redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 'FAIL' end",
+            // The same reply whether granted or not: the client could not tell.
+            "local val = redis.call('get', KEYS[1]) if not val or val == ARGV[1] then \
+             redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) end return 'OK'",
+            // A table alias: the insert goes through `b`, the delete reads `a`.
+            "local a = {} local b = a table.insert(b, KEYS[1]) \
+             if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', unpack(a)) end return 0",
+            // A recursive function.
+            "local function f() return f() end return f()",
+            // unpack anywhere but the end of a redis.call.
+            "local k = unpack(KEYS) if redis.call('get', k) == ARGV[1] then return redis.call('del', k) end return 0",
+        ] {
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
         }
     }
 }

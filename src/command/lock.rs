@@ -36,7 +36,7 @@ use crate::config::Config;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask, ask_timed, quorum_th, validity};
 use crate::reply::{Reply, command};
-use crate::scripts::{ACQUIRE, Answer, DELETE, EXTEND, INSPECT, Op, RELEASE, RELEASE_ALL};
+use crate::scripts::{ACQUIRE, Answer, DELETE, EXTEND, INSPECT, Lit, Op, RELEASE, RELEASE_ALL};
 use crate::stats::Stats;
 
 /// A lock operation, ready to run.
@@ -193,12 +193,25 @@ fn extended(r: &Reply) -> bool {
 /// The reply for a granted (`ok`) or refused operation over `keys` keys.
 fn answer(shape: Answer, ok: bool, keys: usize) -> Reply {
     match (shape, ok) {
+        (Answer::Const(c), true) => constant(c.ok),
+        (Answer::Const(c), false) => constant(c.no),
         (Answer::OkNil | Answer::OkZero, true) => Reply::ok(),
         (Answer::OkNil, false) => Reply::Nil,
         (Answer::Count, true) => Reply::Integer(keys as i64),
         (Answer::OneMinusOne, false) => Reply::Integer(-1),
         (Answer::ZeroOne, ok) => Reply::Integer(i64::from(!ok)),
         (_, ok) => Reply::Integer(i64::from(ok)),
+    }
+}
+
+/// One of a script's constant replies (see [`crate::scripts::Replies`]).
+fn constant(l: Lit) -> Reply {
+    match l {
+        Lit::Int(n) => Reply::Integer(n),
+        Lit::Nil => Reply::Nil,
+        Lit::Ok => Reply::ok(),
+        Lit::Bulk(s) => Reply::Bulk(Bytes::copy_from_slice(s.as_bytes())),
+        Lit::Error(e) => Reply::Error(Bytes::copy_from_slice(e.as_bytes())),
     }
 }
 
@@ -575,6 +588,7 @@ fn released(ballots: &Ballots, k: usize, shape: Answer) -> (Reply, bool) {
         Answer::Tristate if released == k => Reply::Integer(1),
         Answer::Tristate if released + gone == k => Reply::Integer(-1),
         Answer::Tristate => Reply::Integer(0),
+        Answer::Const(c) if released < k && released + gone == k => constant(c.gone),
         shape => answer(shape, released == k, k),
     };
     (reply, released == k)

@@ -1122,9 +1122,9 @@ impl Machine<'_> {
             },
             Val::Lib(Lib::ErrorReply) => match self.exprs(args)?.as_slice() {
                 [Val::Str(s)]
-                    if !s.is_empty() && s.iter().all(|c| c.is_ascii_graphic() || *c == b' ') =>
+                    if s.len() > 1 && s.iter().all(|c| c.is_ascii_graphic() || *c == b' ') =>
                 {
-                    Ok(Val::Error(s.clone()))
+                    Ok(Val::Error(error_text(s)))
                 }
                 _ => fail("an error reply it does not model"),
             },
@@ -1168,6 +1168,17 @@ fn library(t: &Val, name: &[u8]) -> Option<Lib> {
         (Val::Redis, b"status_reply") => Some(Lib::StatusReply),
         (Val::Redis, b"error_reply") => Some(Lib::ErrorReply),
         _ => None,
+    }
+}
+
+/// The error `redis.error_reply(text)` answers, as Redis 7 spells it: one leading `-` is
+/// dropped, and a text without a space (no error code of its own) gets `ERR `.
+fn error_text(text: &[u8]) -> Vec<u8> {
+    let text = text.strip_prefix(b"-").unwrap_or(text);
+    if text.contains(&b' ') {
+        text.to_vec()
+    } else {
+        [b"ERR ".as_slice(), text].concat()
     }
 }
 

@@ -14,7 +14,7 @@ pub mod parse;
 
 use bytes::Bytes;
 
-use crate::scripts::{Answer, Choice, LockScript, Op, Signal, TtlUnit};
+use crate::scripts::{Answer, Choice, Lit, LockScript, Op, Replies, Short, Signal, TtlUnit};
 use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
 use parse::{Block, Expr, Stat};
 
@@ -406,7 +406,7 @@ fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
             if ttl_arg == runs[0].layout.token {
                 continue;
             }
-            for answer in ANSWERS {
+            for answer in ANSWERS.into_iter().chain(constant_replies(runs, op)) {
                 if runs.iter().all(|r| matches(r, op, ttl_arg, unit, answer)) {
                     return Some((op, ttl_arg, unit, answer));
                 }
@@ -414,6 +414,52 @@ fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
         }
     }
     None
+}
+
+/// The constant replies `op` would need to explain these runs (see [`Answer::Const`]): the
+/// reply of a run where it succeeds, of one where it is refused and, for a release, of one
+/// where every key was missing. `None` when a reply is not a constant or success and refusal
+/// look the same.
+fn constant_replies(runs: &[&Run], op: Op) -> Option<Answer> {
+    let reply_where = |f: &dyn Fn(&Run) -> bool| runs.iter().find(|r| f(r)).map(|r| &r.reply);
+    let every = |r: &Run, h: Held| r.start.iter().all(|s| s.held == h);
+    let (ok, no, gone) = match op {
+        Op::Release | Op::ReleaseAll => (
+            reply_where(&|r| every(r, Held::Token))?,
+            reply_where(&|r| every(r, Held::Other))?,
+            reply_where(&|r| every(r, Held::Missing))?,
+        ),
+        Op::Delete | Op::Inspect => return None,
+        _ => {
+            let no = reply_where(&|r| every(r, Held::Other))?;
+            (reply_where(&|r| strict_success(r, op))?, no, no)
+        }
+    };
+    let lit = |v: &Val| match v {
+        Val::Num(n) => Some(Lit::Int(*n)),
+        Val::Nil => Some(Lit::Nil),
+        Val::Status => Some(Lit::Ok),
+        Val::Str(s) => Short::new(s).map(Lit::Bulk),
+        Val::Error(e) => Short::new(e).map(Lit::Error),
+        _ => None,
+    };
+    let replies = Replies {
+        ok: lit(ok)?,
+        no: lit(no)?,
+        gone: lit(gone)?,
+    };
+    (replies.ok != replies.no).then_some(Answer::Const(replies))
+}
+
+/// A constant reply as the analyser's value.
+fn lit_val(l: Lit) -> Val {
+    match l {
+        Lit::Int(n) => Val::Num(n),
+        Lit::Nil => Val::Nil,
+        Lit::Ok => Val::Status,
+        Lit::Bulk(s) => Val::Str(s.as_bytes().to_vec()),
+        Lit::Error(e) => Val::Error(e.as_bytes().to_vec()),
+    }
 }
 
 /// The TTL argument a successful run of `op` wrote.
@@ -459,6 +505,8 @@ fn strict_success(r: &Run, op: Op) -> bool {
 /// The reply the proxy gives for a granted (`ok`) or refused operation (as `command::lock`).
 fn expected(answer: Answer, ok: bool, n: usize) -> Val {
     match (answer, ok) {
+        (Answer::Const(c), true) => lit_val(c.ok),
+        (Answer::Const(c), false) => lit_val(c.no),
         (Answer::OkNil | Answer::OkZero, true) => Val::Status,
         (Answer::OkNil, false) => Val::Nil,
         (Answer::Count, true) => Val::Num(n as i64),
@@ -495,6 +543,7 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 Answer::Tristate if deleted == n => Val::Num(1),
                 Answer::Tristate if deleted + missing == n => Val::Num(-1),
                 Answer::Tristate => Val::Num(0),
+                Answer::Const(c) if deleted + missing == n && deleted < n => lit_val(c.gone),
                 shape => expected(shape, deleted == n, n),
             };
             r.end == end && r.reply == reply
@@ -515,6 +564,9 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
             let reply = match answer {
                 Answer::Count => Val::Num(if mine { n as i64 } else { 0 }),
                 Answer::Tristate => return false,
+                Answer::Const(c) if r.start.iter().all(|s| s.held == Held::Missing) => {
+                    lit_val(c.gone)
+                }
                 shape => expected(shape, mine, n),
             };
             r.end == end && r.reply == reply
