@@ -52,6 +52,12 @@ pub enum Op {
     /// Delete the keys only where every one of them holds the token (bsm/redislock's
     /// `release`). With one key, the same as `Release`.
     ReleaseAll,
+    /// A read: how long the caller still holds `KEYS[1]` (pottery's `_acquired_script`,
+    /// bsm/redislock's and aioredlock's TTL scripts). The TTL a quorum of masters holding the
+    /// token still agree on (the quorum-th largest), in the script's unit; else one of two
+    /// constants ([`Answer::Const`]): `ok` when a quorum hold the token without a TTL, `no`
+    /// when they do not hold it.
+    Remaining,
 }
 
 /// The reply shape a library expects from its script.
@@ -396,6 +402,16 @@ pub const RELEASE_ALL: &str = "local out = {} local all = true \
     end \
     if all then for i, key in ipairs(KEYS) do redis.call('del', key) out[i] = 1 end end \
     return out";
+
+/// Remaining: `KEYS` = the keys, `ARGV[1]` = token. The smallest PTTL of the keys (-1 for a
+/// key without a TTL) when every one holds the token, else -3.
+pub const REMAINING: &str = "local least = nil \
+    for i, key in ipairs(KEYS) do \
+      if redis.call('get', key) ~= ARGV[1] then return -3 end \
+      local t = redis.call('pttl', key) \
+      if least == nil or t < least then least = t end \
+    end \
+    return least";
 
 /// The end of [`RELEASE`] and [`DELETE`]: the wake-up signal (see [`Signal`]) on the list that
 /// follows the `n` lock keys in `KEYS`, with `ARGV[3]` its TTL in ms, `ARGV[4]` its element and
@@ -1416,6 +1432,51 @@ mod more_libraries {
                 gone: error("NOTOWNER lock held by another")
             })
         );
+    }
+
+    /// TTL reads: how long the caller still holds the lock, else a constant.
+    #[test]
+    fn ttl_reads_are_recognised() {
+        let read = |body: &[u8]| {
+            let l = lock(body);
+            (l.choice, l.unit, l.answer)
+        };
+        let consts = |ok, no| Answer::Const(Replies { ok, no, gone: no });
+        assert_eq!(
+            read(lua!("pottery_acquired")),
+            (
+                Choice::Always(Op::Remaining),
+                TtlUnit::Millis,
+                consts(Lit::Int(0), Lit::Int(0))
+            )
+        );
+        assert_eq!(
+            read(lua!("bsm_v0_pttl")),
+            (
+                Choice::Always(Op::Remaining),
+                TtlUnit::Millis,
+                consts(Lit::Int(-1), Lit::Int(-3))
+            )
+        );
+        assert_eq!(
+            read(lua!("aioredlock_GET_LOCK_TTL_SCRIPT")),
+            (
+                Choice::Always(Op::Remaining),
+                TtlUnit::Seconds,
+                consts(Lit::Int(-1), error("ERR ERROR"))
+            )
+        );
+        for text in [
+            // The TTL of someone else's lock.
+            "return redis.call('pttl', KEYS[1])",
+            // Answers the TTL whoever holds it.
+            "if redis.call('get', KEYS[1]) then return redis.call('pttl', KEYS[1]) end return -3",
+            // Reads, then extends: not a read.
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[1], 100) \
+             return redis.call('pttl', KEYS[1]) end return -3",
+        ] {
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
+        }
     }
 
     /// Near misses: each would be unsafe (or different) to run as the lock operation it

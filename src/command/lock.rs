@@ -36,7 +36,9 @@ use crate::config::Config;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask, ask_timed, quorum_th, validity};
 use crate::reply::{Reply, command};
-use crate::scripts::{ACQUIRE, Answer, DELETE, EXTEND, INSPECT, Lit, Op, RELEASE, RELEASE_ALL};
+use crate::scripts::{
+    ACQUIRE, Answer, DELETE, EXTEND, INSPECT, Lit, Op, RELEASE, RELEASE_ALL, REMAINING,
+};
 use crate::stats::Stats;
 
 /// A lock operation, ready to run.
@@ -48,7 +50,8 @@ pub struct LockOp {
     pub keys: Vec<Bytes>,
     /// The lock token, compared byte for byte.
     pub token: Bytes,
-    /// TTL in ms (acquire, extend), or the time to add (`ExtendAdd`); unused by release.
+    /// TTL in ms (acquire, extend), or the time to add (`ExtendAdd`); unused by release. For
+    /// `Remaining`, the unit its answer is given in, in ms (1 or 1000).
     pub ttl_ms: i64,
     /// The reply shape the caller expects.
     pub answer: Answer,
@@ -129,7 +132,7 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
     let max = proxy.config.max_ttl_ms;
     if !matches!(
         op.op,
-        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect
+        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining
     ) && op.ttl_ms > max as i64
     {
         return Reply::error(format!(
@@ -163,6 +166,7 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
             Op::Extend | Op::ExtendAdd => run_extend(&proxy, &op).await,
             Op::Release | Op::ReleaseAll | Op::Delete => run_release(&proxy, &op).await,
             Op::Inspect => run_inspect(&proxy, &op).await,
+            Op::Remaining => run_remaining(&proxy, &op).await,
         }
     })
 }
@@ -637,6 +641,43 @@ fn inspected(ballots: &Ballots) -> Reply {
             Reply::Array(vec![Reply::Bulk(v.clone()), Reply::Integer(ttl)])
         }
         _ => Reply::Array(vec![Reply::Nil, Reply::Integer(-2)]),
+    }
+}
+
+async fn run_remaining(proxy: &Proxy, op: &LockOp) -> Reply {
+    let req = eval(REMAINING, &op.keys, &[&op.token]);
+    let deadline = Instant::now() + proxy.config.node_timeout();
+    let ballots = ask(&proxy.masters, Request::Same(req), 1, deadline)
+        .outcome()
+        .await;
+    remaining(&ballots, op.answer, op.ttl_ms)
+}
+
+/// Decides how long the caller still holds its keys (see [`Op::Remaining`]) from each master's
+/// answer ([`REMAINING`]: the smallest PTTL, -1 without a TTL, -3 not held): the quorum-th
+/// largest TTL, in `unit_ms` (1000: seconds, rounded as Redis's `TTL`); else the script's
+/// constant for "held without a TTL" when a quorum hold the token, or for "not held".
+fn remaining(ballots: &Ballots, shape: Answer, unit_ms: i64) -> Reply {
+    let Answer::Const(c) = shape else {
+        return Reply::static_error("ERR redlock-proxy: a TTL read needs constant replies");
+    };
+    let said: Vec<i64> = ballots
+        .replies
+        .iter()
+        .flatten()
+        .filter_map(|r| match r {
+            Reply::Integer(n) => Some(*n),
+            _ => None,
+        })
+        .collect();
+    let ttls: Vec<i64> = said.iter().copied().filter(|t| *t > 0).collect();
+    match quorum_th(ballots.quorum, ttls, |t| *t) {
+        Some(t) if unit_ms == 1000 => Reply::Integer((t + 500) / 1000),
+        Some(t) => Reply::Integer(t),
+        None if said.iter().filter(|t| **t > 0 || **t == -1).count() >= ballots.quorum => {
+            constant(c.ok)
+        }
+        None => constant(c.no),
     }
 }
 

@@ -364,7 +364,7 @@ fn has(r: &Run, j: usize, s: &[u8], yes: bool) -> bool {
         .any(|(a, b, y)| *a == j && b == s && *y == yes)
 }
 
-const OPS: [Op; 9] = [
+const OPS: [Op; 10] = [
     Op::Release,
     Op::Delete,
     Op::Inspect,
@@ -375,6 +375,7 @@ const OPS: [Op; 9] = [
     // Only where the ones above do not fit (with one key they are the same).
     Op::AcquireOrRefreshAll,
     Op::ReleaseAll,
+    Op::Remaining,
 ];
 
 const ANSWERS: [Answer; 7] = [
@@ -396,6 +397,9 @@ fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
         let ttls: Vec<(usize, TtlUnit)> =
             if matches!(op, Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect) {
                 vec![(2, TtlUnit::Millis)]
+            } else if op == Op::Remaining {
+                // The unit of the reply; there is no TTL argument.
+                vec![(0, TtlUnit::Millis), (0, TtlUnit::Seconds)]
             } else {
                 match ttl_of(runs, op) {
                     Some(t) => vec![t],
@@ -430,6 +434,12 @@ fn constant_replies(runs: &[&Run], op: Op) -> Option<Answer> {
             reply_where(&|r| every(r, Held::Missing))?,
         ),
         Op::Delete | Op::Inspect => return None,
+        // `ok`: held without a TTL; `no` (and `gone`): not held.
+        Op::Remaining => (
+            reply_where(&|r| every(r, Held::Token) && r.start.iter().any(|s| !s.ttl))?,
+            reply_where(&|r| every(r, Held::Other))?,
+            reply_where(&|r| every(r, Held::Other))?,
+        ),
         _ => {
             let no = reply_where(&|r| every(r, Held::Other))?;
             (reply_where(&|r| strict_success(r, op))?, no, no)
@@ -448,7 +458,7 @@ fn constant_replies(runs: &[&Run], op: Op) -> Option<Answer> {
         no: lit(no)?,
         gone: lit(gone)?,
     };
-    (replies.ok != replies.no).then_some(Answer::Const(replies))
+    (replies.ok != replies.no || op == Op::Remaining).then_some(Answer::Const(replies))
 }
 
 /// A constant reply as the analyser's value.
@@ -498,7 +508,7 @@ fn strict_success(r: &Run, op: Op) -> bool {
         Op::AcquireOrRefreshAll => {
             all(&|h, _| h == Held::Missing) || all(&|h, t| h == Held::Token && t)
         }
-        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect => false,
+        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining => false,
     }
 }
 
@@ -570,6 +580,25 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 shape => expected(shape, mine, n),
             };
             r.end == end && r.reply == reply
+        }
+        Op::Remaining => {
+            let Answer::Const(c) = answer else {
+                return false;
+            };
+            let reply = if !r.start.iter().all(|s| s.held == Held::Token) {
+                lit_val(c.no)
+            } else if !r.start.iter().all(|s| s.ttl) {
+                lit_val(c.ok)
+            } else if n == 1 {
+                match unit {
+                    TtlUnit::Millis => Val::Pttl(1),
+                    TtlUnit::Seconds => Val::Ttl(1),
+                }
+            } else {
+                // The smallest of several TTLs is not modelled.
+                return false;
+            };
+            r.end == unchanged && r.reply == reply
         }
         Op::Delete => {
             let gone = KeyNow {
