@@ -1321,3 +1321,70 @@ async fn more_libraries_lose_no_update_under_contention() {
         "the bypassed run lost nothing ({bypassed}): the test cannot tell"
     );
 }
+
+/// The TTL reads (pottery's `_acquired_script`, bsm/redislock v0's pttl, aioredlock's
+/// `GET_LOCK_TTL_SCRIPT`) from each starting state answer what one Redis answers: the same
+/// constant when the lock is not the caller's, and a TTL within a few milliseconds (the same
+/// whole seconds) when it is. A majority decides: a lock held on one master of three is not
+/// held.
+#[tokio::test]
+async fn ttl_reads_answer_what_one_redis_answers() {
+    use Held::*;
+    use Start::{Expired, Held as H};
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
+    let mut case = 0;
+    for name in [
+        "pottery_acquired",
+        "bsm_v0_pttl",
+        "aioredlock_GET_LOCK_TTL_SCRIPT",
+    ] {
+        let script = lua(name);
+        for from in single {
+            case += 1;
+            let keys = vec![format!("ttl:{case}")];
+            let ((want, want_state), (got, got_state)) =
+                both_from(&reference, &ms, &p, &script, &keys, from, &["tok"]).await;
+            assert_eq!(got_state, want_state, "{name} from {from:?}");
+            let number = |r: &str| {
+                r.strip_prefix(':')
+                    .and_then(|n| n.trim_end().parse::<i64>().ok())
+            };
+            match (number(&want), number(&got)) {
+                (Some(w), Some(g)) if w > 100 => {
+                    assert!(
+                        (w - g).abs() < 200,
+                        "{name} from {from:?}: {want:?} vs {got:?}"
+                    );
+                }
+                _ => assert_eq!(got, want, "{name} from {from:?}"),
+            }
+            if matches!(from, [H(Mine)]) {
+                assert!(number(&want).is_some_and(|t| t > 0), "{name}: {want:?}");
+            }
+        }
+    }
+    // Held on one master only: not held, for the proxy.
+    ms[0]
+        .client()
+        .await
+        .cmd(&["SET", "ttl:one", "tok", "PX", "10000"])
+        .await;
+    let mut c = Client::connect(&p).await;
+    let read = lua("bsm_v0_pttl");
+    assert_eq!(
+        c.raw(&["EVAL", &read, "1", "ttl:one", "tok"]).await,
+        ":-3\r\n"
+    );
+    ms[1]
+        .client()
+        .await
+        .cmd(&["SET", "ttl:one", "tok", "PX", "4000"])
+        .await;
+    match c.cmd(&["EVAL", &read, "1", "ttl:one", "tok"]).await {
+        Reply::Integer(t) => assert!(t > 3000 && t <= 4000, "{t}"),
+        other => panic!("{other:?}"),
+    }
+}
