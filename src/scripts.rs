@@ -125,7 +125,7 @@ pub struct Short {
 
 impl Short {
     /// Longest text kept.
-    pub const MAX: usize = 32;
+    pub const MAX: usize = 22;
 
     /// `None` when `text` is longer than [`Short::MAX`].
     pub fn new(text: &[u8]) -> Option<Short> {
@@ -1422,14 +1422,14 @@ mod more_libraries {
         // An error reply with its own code keeps it.
         let coded = lock(
             b"if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end \
-              return redis.error_reply('NOTOWNER lock held by another')",
+              return redis.error_reply('NOTOWNER not yours')",
         );
         assert_eq!(
             coded.answer,
             Answer::Const(Replies {
                 ok: Lit::Int(1),
-                no: error("NOTOWNER lock held by another"),
-                gone: error("NOTOWNER lock held by another")
+                no: error("NOTOWNER not yours"),
+                gone: error("NOTOWNER not yours")
             })
         );
     }
@@ -1518,6 +1518,9 @@ mod more_libraries {
             // A table alias: the insert goes through `b`, the delete reads `a`.
             "local a = {} local b = a table.insert(b, KEYS[1]) \
              if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', unpack(a)) end return 0",
+            // A constant reply longer than the proxy keeps (Short::MAX bytes).
+            "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end \
+             return 'this lock is held by somebody else'",
             // A recursive function.
             "local function f() return f() end return f()",
             // unpack anywhere but the end of a redis.call.
