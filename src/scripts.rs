@@ -1479,6 +1479,62 @@ mod more_libraries {
         }
     }
 
+    /// Hostile uses of what the analyser now follows stay unknown and fast: a large function
+    /// defined again and again in nested loops, a table grown without bound, calls nested
+    /// deeply.
+    #[test]
+    fn functions_and_tables_stay_cheap_to_analyse() {
+        let body = "redis.call('get', KEYS[1]) ".repeat(400);
+        let mut inputs = vec![
+            format!(
+                "for i = 1, 16 do for j = 1, 16 do local function f() {body} end f() end end return redis.call('del', KEYS[1])"
+            ),
+            "local t = {} for i = 1, 16 do for j = 1, 16 do table.insert(t, ARGV[1]) end end \
+             return redis.call('del', unpack(t))"
+                .to_string(),
+        ];
+        let mut nested = String::from("local function f0() return redis.call('get', KEYS[1]) end ");
+        for i in 1..200 {
+            nested.push_str(&format!("local function f{i}() return f{}() end ", i - 1));
+        }
+        nested.push_str("return f199()");
+        inputs.push(nested);
+        // Function bodies nested as deep as the parser allows, each calling the next at its
+        // deepest point.
+        let deep = |inner: &str| format!("{}{inner}{}", "do ".repeat(56), " end".repeat(56));
+        let mut chain = format!(
+            "local function g0() {} end ",
+            deep("return redis.call('get', KEYS[1])")
+        );
+        for i in 1..4 {
+            chain.push_str(&format!(
+                "local function g{i}() {} end ",
+                deep(&format!("return g{}()", i - 1))
+            ));
+        }
+        chain.push_str(&deep("return g3()"));
+        inputs.push(chain);
+        for input in inputs {
+            let start = std::time::Instant::now();
+            assert!(lua::parse_script(input.as_bytes()).is_ok(), "{input}");
+            // On a thread with the 2 MiB stack the proxy's worker threads have.
+            let text = input.clone();
+            let meaning = std::thread::Builder::new()
+                .stack_size(2 << 20)
+                .spawn(move || recognise(text.as_bytes()))
+                .unwrap()
+                .join()
+                .unwrap();
+            assert_eq!(meaning, Meaning::Unknown);
+            let took = start.elapsed();
+            assert!(
+                took < std::time::Duration::from_millis(500),
+                "{took:?} for {}...",
+                &input[..40]
+            );
+        }
+    }
+
     /// Near misses: each would be unsafe (or different) to run as the lock operation it
     /// resembles.
     #[test]

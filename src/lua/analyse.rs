@@ -13,12 +13,16 @@
 
 use std::fmt;
 
-use super::parse::{Bin, Block, Expr, Stat, Un, is_redis_call};
+use super::parse::{Bin, Block, Expr, Func, Stat, Un, is_redis_call};
 
 /// Most statements and expressions evaluated in one run.
 const MAX_STEPS: usize = 10_000;
 /// Most runs per script (start states × argument forks).
 const MAX_RUNS: usize = 1_000;
+/// Most nested calls of the script's own functions (each one nests the analyser's own stack).
+const MAX_CALLS: usize = 2;
+/// Most items `table.insert` may grow a table to.
+const MAX_TABLE: usize = 64;
 /// Most iterations of an unrolled numeric `for`.
 const MAX_FOR: i64 = 16;
 
@@ -312,8 +316,8 @@ struct Machine<'a> {
     calls: Vec<(Vec<u8>, Vec<Val>)>,
     foreign: bool,
     steps: usize,
-    /// Functions the script defined, by [`Val::Func`] index.
-    funcs: Vec<std::rc::Rc<super::parse::Func>>,
+    /// Every `local function` in the script (see [`functions`]), by [`Val::Func`] index.
+    funcs: &'a [&'a Func],
     /// Functions being called (no recursion).
     active: Vec<usize>,
     /// See [`Run::prefix`].
@@ -334,6 +338,8 @@ pub struct Layout {
 /// Runs `block` from every combination of starting states of `n` keys; `Err` with the reason
 /// when some run cannot be decided.
 pub fn explore(block: &Block, n: usize, layout: Layout) -> Result<Vec<Run>, String> {
+    let mut funcs = Vec::new();
+    functions(block, &mut funcs);
     let combos = STARTS.len().pow(n as u32);
     let mut runs = Vec::new();
     let mut total = 0;
@@ -359,7 +365,7 @@ pub fn explore(block: &Block, n: usize, layout: Layout) -> Result<Vec<Run>, Stri
                 calls: Vec::new(),
                 foreign: false,
                 steps: 0,
-                funcs: Vec::new(),
+                funcs: &funcs,
                 active: Vec::new(),
                 prefix: None,
             };
@@ -596,8 +602,9 @@ impl Machine<'_> {
             }
             Stat::While(..) | Stat::Repeat(..) => return fail("a loop without a known bound"),
             Stat::Function(Expr::Local(id), f) => {
-                self.funcs.push(std::rc::Rc::new((**f).clone()));
-                let k = self.funcs.len() - 1;
+                let Some(k) = self.funcs.iter().position(|g| std::ptr::eq(*g, &**f)) else {
+                    return fail("a function it did not find");
+                };
                 self.set_local(*id, Val::Func(k));
             }
             Stat::Function(..) => return fail("defines a function"),
@@ -1076,7 +1083,10 @@ impl Machine<'_> {
                 if self.active.contains(&k) {
                     return fail("a recursive function");
                 }
-                let Some(func) = self.funcs.get(k).cloned() else {
+                if self.active.len() >= MAX_CALLS {
+                    return fail("functions called too deeply to analyse");
+                }
+                let Some(func) = self.funcs.get(k).copied() else {
                     return fail("calls an unknown function");
                 };
                 if func.vararg {
@@ -1105,6 +1115,9 @@ impl Machine<'_> {
                     return fail("inserts nil or a table");
                 }
                 match self.locals.get_mut(*id) {
+                    Some(Val::Table(items)) if items.len() >= MAX_TABLE => {
+                        return fail("a table too long to analyse");
+                    }
                     Some(Val::Table(items)) if !items.contains(&Val::Nil) => items.push(v),
                     _ => return fail("table.insert into something other than a local table"),
                 }
@@ -1156,6 +1169,29 @@ impl Machine<'_> {
             Val::Other(_) => Ok(false),
             Val::Str(s) if s.is_empty() => Ok(false),
             v => fail(format!("compares the token's prefix with {v}")),
+        }
+    }
+}
+
+/// Collects every `local function` body in `b`, nested ones too (the parser caps the depth).
+fn functions<'a>(b: &'a Block, out: &mut Vec<&'a Func>) {
+    for s in b {
+        match s {
+            Stat::Function(_, f) => {
+                out.push(f);
+                functions(&f.body, out);
+            }
+            Stat::Do(b) | Stat::While(_, b) | Stat::Repeat(b, _) => functions(b, out),
+            Stat::NumFor(.., b) | Stat::GenFor(_, _, b) => functions(b, out),
+            Stat::If(arms, otherwise) => {
+                for (_, b) in arms {
+                    functions(b, out);
+                }
+                if let Some(b) = otherwise {
+                    functions(b, out);
+                }
+            }
+            _ => {}
         }
     }
 }
