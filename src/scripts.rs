@@ -1466,7 +1466,27 @@ mod more_libraries {
                 consts(Lit::Int(-1), error("ERR ERROR"))
             )
         );
+        // bsm/redislock's current pttl.lua: the smallest TTL of all the keys when every one
+        // holds the token (0 when none has a TTL), else nil.
+        let bsm = lock(lua!("bsm_pttl"));
+        assert_eq!(
+            (bsm.choice, bsm.all_keys, bsm.unit, bsm.answer),
+            (
+                Choice::Always(Op::Remaining),
+                true,
+                TtlUnit::Millis,
+                consts(Lit::Int(0), Lit::Nil)
+            )
+        );
         for text in [
+            // The largest of two TTLs, not the smallest.
+            "local v = redis.call('mget', unpack(KEYS)) for i, _ in ipairs(KEYS) do \
+             if v[i] ~= ARGV[1] then return false end end local m = 0 \
+             for _, k in ipairs(KEYS) do local t = redis.call('pttl', k) \
+             if t > 0 and (m == 0 or t > m) then m = t end end return m",
+            // The first key's TTL only.
+            "local v = redis.call('mget', unpack(KEYS)) for i, _ in ipairs(KEYS) do \
+             if v[i] ~= ARGV[1] then return false end end return redis.call('pttl', KEYS[1])",
             // The TTL of someone else's lock.
             "return redis.call('pttl', KEYS[1])",
             // Answers the TTL whoever holds it.

@@ -1366,6 +1366,51 @@ async fn ttl_reads_answer_what_one_redis_answers() {
             }
         }
     }
+    // bsm/redislock's pttl.lua over one and two keys: the smallest TTL when every key is
+    // the caller's, else nil.
+    let bsm = lua("bsm_pttl");
+    let multi: &[&[Start]] = &[
+        &[H(Mine)],
+        &[H(Other)],
+        &[Expired],
+        &[H(Mine), H(Mine)],
+        &[H(Mine), H(Missing)],
+        &[H(Mine), H(Other)],
+        &[Expired, H(Mine)],
+    ];
+    for from in multi {
+        case += 1;
+        let keys: Vec<String> = (0..from.len()).map(|i| format!("ttl:{case}:{i}")).collect();
+        let ((want, want_state), (got, got_state)) =
+            both_from(&reference, &ms, &p, &bsm, &keys, from, &["tok"]).await;
+        assert_eq!(got_state, want_state, "bsm pttl from {from:?}");
+        if from.iter().all(|f| matches!(f, H(Mine))) {
+            let ms_of = |r: &str| r.trim_start_matches(':').trim_end().parse::<i64>().unwrap();
+            assert!(
+                (ms_of(&want) - ms_of(&got)).abs() < 200,
+                "{want:?} vs {got:?}"
+            );
+        } else {
+            assert_eq!(got, "$-1\r\n", "bsm pttl from {from:?}");
+            assert_eq!(got, want, "bsm pttl from {from:?}");
+        }
+    }
+    // Two keys with different TTLs: the smaller one.
+    let mut r = reference.client().await;
+    let mut c = Client::connect(&p).await;
+    for (key, ttl) in [("ttl:a", "10000"), ("ttl:b", "4000")] {
+        r.cmd(&["SET", key, "tok", "PX", ttl]).await;
+        c.cmd(&["SET", key, "tok", "NX", "PX", ttl]).await;
+    }
+    for client in [&mut r, &mut c] {
+        match client
+            .cmd(&["EVAL", &bsm, "2", "ttl:a", "ttl:b", "tok"])
+            .await
+        {
+            Reply::Integer(t) => assert!(t > 3000 && t <= 4000, "{t}"),
+            other => panic!("{other:?}"),
+        }
+    }
     // Held on one master only: not held, for the proxy.
     ms[0]
         .client()

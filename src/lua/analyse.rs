@@ -19,6 +19,15 @@ use super::parse::{Bin, Block, Expr, Func, Stat, Un, is_redis_call};
 const MAX_STEPS: usize = 10_000;
 /// Most runs per script (start states × argument forks).
 const MAX_RUNS: usize = 1_000;
+/// The pseudo-`ARGV` index of assumptions about the order of two keys' TTLs (see [`order`]);
+/// real `ARGV` indexes start at 1.
+pub const ORDER: usize = 0;
+
+/// The assumption "`PTTL(KEYS[a])` < `PTTL(KEYS[b])`", recorded under [`ORDER`].
+pub fn order(a: usize, b: usize) -> Vec<u8> {
+    format!("pttl(KEYS[{a}]) < pttl(KEYS[{b}])").into_bytes()
+}
+
 /// Most nested calls of the script's own functions (each one nests the analyser's own stack).
 const MAX_CALLS: usize = 2;
 /// Most items `table.insert` may grow a table to.
@@ -764,6 +773,14 @@ impl Machine<'_> {
             && (matches!(l, Val::Head(..)) || matches!(r, Val::Head(..)))
         {
             return Ok(Val::Bool(self.head_eq(&l, &r)? == (op == Bin::Eq)));
+        }
+        if let (Val::Pttl(x), Val::Pttl(y)) = (&l, &r)
+            && x != y
+            && matches!(op, Bin::Lt | Bin::Gt)
+        {
+            // Which of two keys expires first: forked on, like `ARGV[j] == literal`.
+            let (a, b) = if op == Bin::Lt { (*x, *y) } else { (*y, *x) };
+            return Ok(Val::Bool(self.assume(ORDER, &order(a, b))?));
         }
         Ok(match op {
             Bin::Eq => Val::Bool(self.eq(&l, &r)?),

@@ -267,7 +267,8 @@ fn classify_with(block: &Block, ns: &[usize], layout: Layout) -> Option<LockScri
     let mut switches: Vec<(usize, Vec<u8>)> = Vec::new();
     for r in &runs {
         for (j, s, _) in &r.assumed {
-            if !switches.iter().any(|(a, b)| a == j && b == s) {
+            // The order of two TTLs is the keys' state, not a switch on an argument.
+            if *j != analyse::ORDER && !switches.iter().any(|(a, b)| a == j && b == s) {
                 switches.push((*j, s.clone()));
             }
         }
@@ -585,20 +586,40 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
             let Answer::Const(c) = answer else {
                 return false;
             };
-            let reply = if !r.start.iter().all(|s| s.held == Held::Token) {
-                lit_val(c.no)
-            } else if !r.start.iter().all(|s| s.ttl) {
-                lit_val(c.ok)
-            } else if n == 1 {
-                match unit {
-                    TtlUnit::Millis => Val::Pttl(1),
-                    TtlUnit::Seconds => Val::Ttl(1),
-                }
-            } else {
-                // The smallest of several TTLs is not modelled.
-                return false;
+            let in_unit = |k: usize| match unit {
+                TtlUnit::Millis => Val::Pttl(k),
+                TtlUnit::Seconds => Val::Ttl(k),
             };
-            r.end == unchanged && r.reply == reply
+            if r.end != unchanged {
+                return false;
+            }
+            if !r.start.iter().all(|s| s.held == Held::Token) {
+                return r.reply == lit_val(c.no);
+            }
+            if !r.start.iter().all(|s| s.ttl) {
+                // Held, a key without a TTL (never one the proxy granted): the proxy answers
+                // `ok`; the script may also answer the TTL of a key that has one.
+                return r.reply == lit_val(c.ok)
+                    || (1..=n).any(|k| r.start[k - 1].ttl && r.reply == in_unit(k));
+            }
+            match n {
+                1 => r.reply == in_unit(1),
+                // The smallest of two TTLs, by the order the run assumed.
+                2 => {
+                    let first = |a: usize, b: usize| {
+                        r.assumed.iter().find_map(|(j, s, yes)| {
+                            (*j == analyse::ORDER && *s == analyse::order(a, b)).then_some(*yes)
+                        })
+                    };
+                    let least = match (first(1, 2), first(2, 1)) {
+                        (Some(true), _) | (_, Some(false)) => 1,
+                        (_, Some(true)) | (Some(false), _) => 2,
+                        (None, None) => return false,
+                    };
+                    r.reply == in_unit(least)
+                }
+                _ => false,
+            }
         }
         Op::Delete => {
             let gone = KeyNow {
