@@ -830,3 +830,80 @@ mod tests {
         assert_eq!(inspected(&b), Reply::Array(vec![Reply::Nil, I(-2)]));
     }
 }
+
+/// Decisions for the constant replies and TTL reads of the libraries recognised later
+/// (bsm/redislock, pottery, aioredlock).
+#[cfg(test)]
+mod more_decisions {
+    use super::*;
+    use crate::scripts::{Replies, Short};
+    use Reply::Integer as I;
+
+    fn ballots(replies: Vec<Option<Reply>>) -> Ballots {
+        let n = replies.len();
+        Ballots {
+            replies,
+            failed: vec![None; n],
+            quorum: n / 2 + 1,
+        }
+    }
+
+    fn codes(c: &[i64]) -> Option<Reply> {
+        Some(Reply::Array(c.iter().map(|&n| I(n)).collect()))
+    }
+
+    /// aioredlock's unlock: 1 released, `+OK` already gone, `-ERR ERROR` someone else's.
+    fn aioredlock() -> Answer {
+        Answer::Const(Replies {
+            ok: Lit::Int(1),
+            no: Lit::Error(Short::new(b"ERR ERROR").unwrap()),
+            gone: Lit::Ok,
+        })
+    }
+
+    #[test]
+    fn constant_replies_are_answered_as_the_script_would() {
+        let error = Reply::Error(Bytes::from_static(b"ERR ERROR"));
+        let b = ballots(vec![codes(&[1]), codes(&[1]), codes(&[0])]);
+        assert_eq!(released(&b, 1, aioredlock()), (I(1), true));
+        let b = ballots(vec![codes(&[-1]), codes(&[-1]), codes(&[1])]);
+        assert_eq!(released(&b, 1, aioredlock()), (Reply::ok(), false));
+        let b = ballots(vec![codes(&[0]), codes(&[0]), codes(&[1])]);
+        assert_eq!(released(&b, 1, aioredlock()), (error.clone(), false));
+        let ok_fail = Answer::Const(Replies {
+            ok: Lit::Bulk(Short::new(b"OK").unwrap()),
+            no: Lit::Bulk(Short::new(b"FAIL").unwrap()),
+            gone: Lit::Bulk(Short::new(b"FAIL").unwrap()),
+        });
+        assert_eq!(answer(ok_fail, true, 1), Reply::bulk("OK"));
+        assert_eq!(answer(ok_fail, false, 1), Reply::bulk("FAIL"));
+        assert_eq!(answer(aioredlock(), false, 1), error);
+    }
+
+    #[test]
+    fn a_ttl_read_answers_what_a_quorum_still_hold() {
+        // bsm v0: the PTTL, -1 without a TTL, -3 not held.
+        let bsm = Answer::Const(Replies {
+            ok: Lit::Int(-1),
+            no: Lit::Int(-3),
+            gone: Lit::Int(-3),
+        });
+        let b = ballots(vec![Some(I(4000)), Some(I(9000)), Some(I(-3))]);
+        assert_eq!(remaining(&b, bsm, 1), I(4000));
+        // In seconds, rounded as Redis's TTL.
+        assert_eq!(remaining(&b, bsm, 1000), I(4));
+        let b = ballots(vec![Some(I(1499)), Some(I(1500)), None]);
+        assert_eq!(remaining(&b, bsm, 1000), I(1));
+        // Held on one master only: not held.
+        let b = ballots(vec![Some(I(9000)), Some(I(-3)), None]);
+        assert_eq!(remaining(&b, bsm, 1), I(-3));
+        // Held without a TTL on a quorum.
+        let b = ballots(vec![Some(I(-1)), Some(I(-1)), Some(I(-3))]);
+        assert_eq!(remaining(&b, bsm, 1), I(-1));
+        // Errors and silence are not votes.
+        let b = ballots(vec![Some(Reply::static_error("ERR x")), None, Some(I(500))]);
+        assert_eq!(remaining(&b, bsm, 1), I(-3));
+        // A shape without constants cannot be a TTL read.
+        assert!(remaining(&b, Answer::OneZero, 1).is_error());
+    }
+}

@@ -1083,6 +1083,10 @@ impl Machine<'_> {
                 return fail("unpack with a range");
             };
             match self.expr(t)? {
+                // With parameters in KEYS, `KEYS` holds more than the keys modelled.
+                Val::Keys if self.layout.keys_as_args => {
+                    return fail("unpack of KEYS with parameters");
+                }
                 Val::Keys => out.extend((1..=self.keys.len()).map(Val::Key)),
                 Val::Table(items) => out.extend(items.into_iter().take_while(|v| *v != Val::Nil)),
                 v => return fail(format!("unpack of {v}")),
