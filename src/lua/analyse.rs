@@ -10,6 +10,13 @@
 //! with a literal, a global, a function, ...) stops the analysis: the script is then unknown.
 //! A run records the Redis calls made (with symbolic arguments), the keys' final states and the
 //! reply; [`Run`]s are then classified in [`super`].
+//!
+//! Two more facts fork a run the same way: which of two keys' TTLs is smaller (`pttl(a) <
+//! pttl(b)`, under the pseudo-argument [`ORDER`]), and, for a token-prefix test (`GETRANGE key
+//! 0 n-1` against `string.sub(ARGV[1], 1, n)`), the run is decided where `n` is the token's
+//! length ([`Run::prefix`]). Local functions are followed (not recursive, two calls deep), as
+//! are `unpack` at the end of a `redis.call`, `table.insert` into a local table, and
+//! `redis.status_reply` / `redis.error_reply`.
 
 use std::fmt;
 
