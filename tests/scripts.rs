@@ -1188,6 +1188,15 @@ async fn bsm_obtain_with_metadata_never_takes_a_held_key_back() {
     let other = ["EVAL", obtain.as_str(), "1", "meta:k", "xyzA", "3", "20000"];
     assert_eq!(r.raw(&other).await, "$-1\r\n");
     assert_eq!(c.raw(&other).await, "$-1\r\n");
+    // A caller whose whole token is a prefix of the holder's value: one Redis overwrites the
+    // holder (two clients then think they hold it); the proxy counts the value as another's.
+    let prefix = ["EVAL", obtain.as_str(), "1", "meta:k", "tok", "3", "20000"];
+    assert_eq!(r.raw(&prefix).await, "+OK\r\n");
+    assert_eq!(c.raw(&prefix).await, "$-1\r\n");
+    assert_eq!(
+        values_on(&ms, "meta:k").await,
+        vec![Some("tokA".to_string()); 3]
+    );
 }
 
 /// One library's lock as the contention test drives it: acquire script and ARGV (the token
