@@ -578,6 +578,12 @@ impl ScriptDecl {
         if self.meaning != Op::Release && self.token_arg == self.ttl_arg {
             return Err("token_arg and ttl_arg must differ".into());
         }
+        if self.meaning == Op::Remaining {
+            // Its answers are the script's own constants, which only the analyser finds.
+            return Err(
+                "meaning = \"remaining\" is recognised from the script, not declared".into(),
+            );
+        }
         Ok(())
     }
 }

@@ -47,6 +47,19 @@ pub enum Op {
     /// Read `KEYS[1]`: the value a majority of masters agree on and how long a majority still
     /// hold it, answered as `[value, pttl]` (redlock-rb's `PTTL_SCRIPT`; any `reply` is ignored).
     Inspect,
+    /// Like `AcquireOrRefresh`, but all or nothing on each master: every key is missing
+    /// (acquired) or every key holds the token (refreshed); a mix is refused
+    /// (bsm/redislock's `obtain`). With one key, the same as `AcquireOrRefresh`.
+    AcquireOrRefreshAll,
+    /// Delete the keys only where every one of them holds the token (bsm/redislock's
+    /// `release`). With one key, the same as `Release`.
+    ReleaseAll,
+    /// A read: how long the caller still holds `KEYS[1]` (pottery's `_acquired_script`,
+    /// bsm/redislock's and aioredlock's TTL scripts). The TTL a quorum of masters holding the
+    /// token still agree on (the quorum-th largest), in the script's unit; else one of two
+    /// constants ([`Answer::Const`]): `ok` when a quorum hold the token without a TTL, `no`
+    /// when they do not hold it.
+    Remaining,
 }
 
 /// The reply shape a library expects from its script.
@@ -71,6 +84,65 @@ pub enum Answer {
     /// for a key that holds the token without a TTL; the proxy's grants always have one, and
     /// the proxy extends such a key instead.
     ZeroOne,
+    /// Constant replies found by the analyser (see [`Replies`]): for shapes no named variant
+    /// covers, such as `"OK"`/`"FAIL"` strings or an error reply on refusal (aioredlock).
+    #[serde(skip)]
+    Const(Replies),
+}
+
+/// The constant replies of a script: on success, on refusal and, for a release, when every
+/// key was already gone. Each is what one Redis would answer (`"OK"` returned from Lua is a
+/// bulk string, `redis.status_reply("OK")` a status, `redis.error_reply(e)` an error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replies {
+    /// Granted, extended, released.
+    pub ok: Lit,
+    /// Refused (held by someone else).
+    pub no: Lit,
+    /// A release of keys that were all gone (expired); other operations answer `no`.
+    pub gone: Lit,
+}
+
+/// One constant reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lit {
+    /// `:n`
+    Int(i64),
+    /// Nil.
+    Nil,
+    /// `+OK`
+    Ok,
+    /// A bulk string.
+    Bulk(Short),
+    /// An error reply, `-text`.
+    Error(Short),
+}
+
+/// A short byte string kept inline, so [`Answer`] stays `Copy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Short {
+    len: u8,
+    bytes: [u8; Short::MAX],
+}
+
+impl Short {
+    /// Longest text kept.
+    pub const MAX: usize = 22;
+
+    /// `None` when `text` is longer than [`Short::MAX`].
+    pub fn new(text: &[u8]) -> Option<Short> {
+        let mut bytes = [0; Short::MAX];
+        bytes.get_mut(..text.len())?.copy_from_slice(text);
+        Some(Short {
+            len: text.len() as u8,
+            bytes,
+        })
+    }
+
+    /// The text.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
 }
 
 /// A wake-up signal a script leaves for waiters besides its lock operation: on each master,
@@ -102,6 +174,20 @@ pub enum Choice {
         /// The value that selects `then`.
         value: Bytes,
         /// Operation when it matches.
+        then: Op,
+        /// Operation otherwise.
+        otherwise: Op,
+    },
+    /// `then` when `ARGV[arg]` is the token's length in bytes (at least 1), else `otherwise`:
+    /// bsm/redislock's `obtain` takes a key back when its value starts with the caller's token
+    /// prefix of `ARGV[arg]` bytes. The whole token is the only prefix the proxy compares
+    /// (`then`, where a key that holds exactly the token is the caller's); with any other
+    /// length it never takes a held key back (`otherwise`, a plain acquisition), which can
+    /// refuse where one Redis would grant, never grant where it would refuse.
+    IfTokenLen {
+        /// 1-based `ARGV` index of the prefix length.
+        arg: usize,
+        /// Operation when it is the token's length.
         then: Op,
         /// Operation otherwise.
         otherwise: Op,
@@ -153,6 +239,22 @@ impl LockScript {
                 otherwise,
             } => {
                 if argv.get(arg.wrapping_sub(1)).is_some_and(|a| a == value) {
+                    *then
+                } else {
+                    *otherwise
+                }
+            }
+            Choice::IfTokenLen {
+                arg,
+                then,
+                otherwise,
+            } => {
+                let token = argv.get(self.token_arg.wrapping_sub(1)).map(|t| t.len());
+                let len = argv
+                    .get(arg.wrapping_sub(1))
+                    .filter(|a| !a.is_empty() && a.iter().all(u8::is_ascii_digit))
+                    .and_then(|a| std::str::from_utf8(a).ok()?.parse::<usize>().ok());
+                if token.is_some_and(|t| t >= 1) && len == token {
                     *then
                 } else {
                     *otherwise
@@ -324,15 +426,17 @@ pub fn recognise(body: &[u8]) -> Meaning {
 /// the token. All or nothing: answers 0 when it wrote nothing (-1 when the key that stopped it
 /// holds the token itself, so a refused attempt knows a grant of its value may exist there),
 /// else one code per key: 1 created, 2 already held the token (TTL reset), so a refused attempt
-/// can undo exactly what it created.
+/// can undo exactly what it created. `ARGV[3] = "2"` accepts keys that hold the token only
+/// when all of them do (a mix of missing keys and the token's answers -1).
 pub const ACQUIRE: &str = "local done = {} \
     for i, key in ipairs(KEYS) do \
       local v = redis.call('get', key) \
       if v == false then done[i] = 1 \
-      elseif ARGV[3] == '1' and v == ARGV[1] then done[i] = 2 \
+      elseif ARGV[3] ~= '0' and v == ARGV[1] then done[i] = 2 \
       elseif v == ARGV[1] then return -1 \
       else return 0 end \
     end \
+    if ARGV[3] == '2' then for i = 2, #done do if done[i] ~= done[1] then return -1 end end end \
     for i, key in ipairs(KEYS) do redis.call('set', key, ARGV[1], 'px', ARGV[2]) end \
     return done";
 
@@ -365,6 +469,30 @@ pub const EXTEND: &str = "local ttl = {} local least = nil \
 
 /// Inspect: the value of `KEYS[1]` and its PTTL, as `{value or nil, pttl}`.
 pub const INSPECT: &str = "return { redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1]) }";
+
+/// Release all or nothing: `KEYS` = the keys, `ARGV[1]` = token. Deletes the keys only when
+/// every one holds the token; answers one code per key as [`RELEASE`] does (1 deleted,
+/// -1 missing, 0 not deleted: held by another token, or held by this one while another key
+/// was not).
+pub const RELEASE_ALL: &str = "local out = {} local all = true \
+    for i, key in ipairs(KEYS) do \
+      local v = redis.call('get', key) \
+      if v == false then out[i] = -1 all = false \
+      elseif v == ARGV[1] then out[i] = 0 \
+      else out[i] = 0 all = false end \
+    end \
+    if all then for i, key in ipairs(KEYS) do redis.call('del', key) out[i] = 1 end end \
+    return out";
+
+/// Remaining: `KEYS` = the keys, `ARGV[1]` = token. The smallest PTTL of the keys (-1 for a
+/// key without a TTL) when every one holds the token, else -3.
+pub const REMAINING: &str = "local least = nil \
+    for i, key in ipairs(KEYS) do \
+      if redis.call('get', key) ~= ARGV[1] then return -3 end \
+      local t = redis.call('pttl', key) \
+      if least == nil or t < least then least = t end \
+    end \
+    return least";
 
 /// The end of [`RELEASE`] and [`DELETE`]: the wake-up signal (see [`Signal`]) on the list that
 /// follows the `n` lock keys in `KEYS`, with `ARGV[3]` its TTL in ms, `ARGV[4]` its element and
@@ -1279,6 +1407,422 @@ mod tests {
             b")))",
         ] {
             assert_eq!(recognise(junk), Meaning::Unknown);
+        }
+    }
+}
+
+/// Lock libraries recognised since the first set: bsm/redislock (Go), pottery and aioredlock
+/// (Python), and short hand-written forms seen in the wild, each with near misses that must
+/// stay unknown.
+#[cfg(test)]
+mod more_libraries {
+    use super::*;
+
+    macro_rules! lua {
+        ($name:literal) => {
+            include_bytes!(concat!("../tests/clients/lua/", $name, ".lua")).as_slice()
+        };
+    }
+
+    fn lock(body: &[u8]) -> LockScript {
+        match recognise(body) {
+            Meaning::Lock(l) => l,
+            other => panic!(
+                "not a lock script ({other:?}): {}",
+                String::from_utf8_lossy(body)
+            ),
+        }
+    }
+
+    fn argv(a: &[&str]) -> Vec<Bytes> {
+        a.iter()
+            .map(|s| Bytes::copy_from_slice(s.as_bytes()))
+            .collect()
+    }
+
+    fn bulk(s: &str) -> Lit {
+        Lit::Bulk(Short::new(s.as_bytes()).unwrap())
+    }
+
+    fn error(s: &str) -> Lit {
+        Lit::Error(Short::new(s.as_bytes()).unwrap())
+    }
+
+    /// The fixtures are the libraries' exact bytes (taken from their sources: Go raw strings
+    /// and `go:embed` files, Python triple-quoted strings with their indentation), so a client
+    /// sends these SHA1s.
+    #[test]
+    fn fixtures_are_the_libraries_exact_bytes() {
+        for (body, sha) in [
+            (
+                lua!("bsm_obtain"),
+                "eb0c00d98f6f33b4262419a509002884540f30be",
+            ),
+            (
+                lua!("bsm_refresh"),
+                "5a22d7e8431313862816d4416b5e46dd70fc340d",
+            ),
+            (
+                lua!("bsm_release"),
+                "9470c810040e272ee6c579d8d4331aaf6332a7b1",
+            ),
+            (
+                lua!("bsm_v0_obtain"),
+                "80a1b5f2cfccec3b7119ba7721d2127682b691a7",
+            ),
+            (
+                lua!("aioredlock_SET_LOCK_SCRIPT"),
+                "aecadef15d24ccd9360d8641cdec8e0337a0d343",
+            ),
+        ] {
+            assert_eq!(sha1_hex(body), sha);
+        }
+    }
+
+    /// bsm/redislock's current scripts work on all of `KEYS`, all or nothing.
+    #[test]
+    fn bsm_redislock_scripts_are_recognised() {
+        let obtain = lock(lua!("bsm_obtain"));
+        assert_eq!(
+            obtain.choice,
+            Choice::IfTokenLen {
+                arg: 2,
+                then: Op::AcquireOrRefreshAll,
+                otherwise: Op::Acquire
+            }
+        );
+        assert_eq!(
+            (
+                obtain.token_arg,
+                obtain.ttl_arg,
+                obtain.all_keys,
+                obtain.answer
+            ),
+            (1, 3, true, Answer::OkNil)
+        );
+        // The prefix is the whole token: a key holding exactly the token is the caller's.
+        assert_eq!(
+            obtain.op(&argv(&["tok", "3", "5000"])),
+            Op::AcquireOrRefreshAll
+        );
+        // Metadata after the token, a zero, an empty token or a non-number: never take a held
+        // key back.
+        for a in [
+            &["tokmeta", "3", "5000"][..],
+            &["tok", "0", "5000"],
+            &["tok", "4", "5000"],
+            &["", "0", "5000"],
+            &["tok", " 3", "5000"],
+            &["tok", "3.0", "5000"],
+            &["tok"],
+        ] {
+            assert_eq!(obtain.op(&argv(a)), Op::Acquire, "{a:?}");
+        }
+        let refresh = lock(lua!("bsm_refresh"));
+        assert_eq!(
+            (
+                refresh.choice,
+                refresh.ttl_arg,
+                refresh.all_keys,
+                refresh.answer
+            ),
+            (Choice::Always(Op::Extend), 2, true, Answer::OkNil)
+        );
+        let release = lock(lua!("bsm_release"));
+        assert_eq!(
+            (release.choice, release.all_keys, release.answer),
+            (Choice::Always(Op::ReleaseAll), true, Answer::OkNil)
+        );
+    }
+
+    /// bsm/redislock before multi-key locks (v0.4 to v0.9): single-key scripts.
+    #[test]
+    fn bsm_redislock_single_key_scripts_are_recognised() {
+        let obtain = lock(lua!("bsm_v0_obtain"));
+        assert_eq!(
+            (
+                obtain.choice,
+                obtain.ttl_arg,
+                obtain.all_keys,
+                obtain.answer
+            ),
+            (
+                Choice::IfTokenLen {
+                    arg: 2,
+                    then: Op::AcquireOrRefresh,
+                    otherwise: Op::Acquire
+                },
+                3,
+                false,
+                Answer::OkNil
+            )
+        );
+        let refresh = lock(lua!("bsm_v0_refresh"));
+        assert_eq!(
+            (refresh.choice, refresh.answer),
+            (Choice::Always(Op::Extend), Answer::OneZero)
+        );
+        let release = lock(lua!("bsm_v0_release"));
+        assert_eq!(
+            (release.choice, release.answer),
+            (Choice::Always(Op::Release), Answer::OneZero)
+        );
+    }
+
+    #[test]
+    fn pottery_and_aioredlock_scripts_are_recognised() {
+        let extend = lock(lua!("pottery_extend"));
+        assert_eq!(
+            (extend.choice, extend.answer),
+            (Choice::Always(Op::Extend), Answer::OneZero)
+        );
+        let release = lock(lua!("pottery_release"));
+        assert_eq!(
+            (release.choice, release.answer),
+            (Choice::Always(Op::Release), Answer::OneZero)
+        );
+        let set = lock(lua!("aioredlock_SET_LOCK_SCRIPT"));
+        let refused = error("ERR ERROR");
+        assert_eq!(
+            (set.choice, set.ttl_arg, set.answer),
+            (
+                Choice::Always(Op::AcquireOrRefresh),
+                2,
+                Answer::Const(Replies {
+                    ok: Lit::Ok,
+                    no: refused,
+                    gone: refused
+                })
+            )
+        );
+        let unset = lock(lua!("aioredlock_UNSET_LOCK_SCRIPT"));
+        assert_eq!(
+            (unset.choice, unset.answer),
+            (
+                Choice::Always(Op::Release),
+                Answer::Const(Replies {
+                    ok: Lit::Int(1),
+                    no: refused,
+                    gone: Lit::Ok
+                })
+            )
+        );
+    }
+
+    #[test]
+    fn short_forms_from_the_wild_are_recognised() {
+        let setnx = lock(
+            b"local key = KEYS[1] local value = ARGV[1] local ttl = ARGV[2] \
+              if redis.call('SETNX', key, value) == 1 then redis.call('EXPIRE', key, ttl) return 1 else return 0 end",
+        );
+        assert_eq!(
+            (setnx.choice, setnx.ttl_arg, setnx.unit, setnx.answer),
+            (
+                Choice::Always(Op::Acquire),
+                2,
+                TtlUnit::Seconds,
+                Answer::OneZero
+            )
+        );
+        let ok_fail = lock(
+            b"local val = redis.call(\"get\", KEYS[1]) if not val or val == ARGV[1] then \
+              redis.call(\"set\", KEYS[1], ARGV[1], \"PX\", ARGV[2]) return \"OK\" else return \"FAIL\" end",
+        );
+        assert_eq!(
+            (ok_fail.choice, ok_fail.answer),
+            (
+                Choice::Always(Op::AcquireOrRefresh),
+                Answer::Const(Replies {
+                    ok: bulk("OK"),
+                    no: bulk("FAIL"),
+                    gone: bulk("FAIL")
+                })
+            )
+        );
+        // An error reply with its own code keeps it.
+        let coded = lock(
+            b"if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end \
+              return redis.error_reply('NOTOWNER not yours')",
+        );
+        assert_eq!(
+            coded.answer,
+            Answer::Const(Replies {
+                ok: Lit::Int(1),
+                no: error("NOTOWNER not yours"),
+                gone: error("NOTOWNER not yours")
+            })
+        );
+    }
+
+    /// TTL reads: how long the caller still holds the lock, else a constant.
+    #[test]
+    fn ttl_reads_are_recognised() {
+        let read = |body: &[u8]| {
+            let l = lock(body);
+            (l.choice, l.unit, l.answer)
+        };
+        let consts = |ok, no| Answer::Const(Replies { ok, no, gone: no });
+        assert_eq!(
+            read(lua!("pottery_acquired")),
+            (
+                Choice::Always(Op::Remaining),
+                TtlUnit::Millis,
+                consts(Lit::Int(0), Lit::Int(0))
+            )
+        );
+        assert_eq!(
+            read(lua!("bsm_v0_pttl")),
+            (
+                Choice::Always(Op::Remaining),
+                TtlUnit::Millis,
+                consts(Lit::Int(-1), Lit::Int(-3))
+            )
+        );
+        assert_eq!(
+            read(lua!("aioredlock_GET_LOCK_TTL_SCRIPT")),
+            (
+                Choice::Always(Op::Remaining),
+                TtlUnit::Seconds,
+                consts(Lit::Int(-1), error("ERR ERROR"))
+            )
+        );
+        // bsm/redislock's current pttl.lua: the smallest TTL of all the keys when every one
+        // holds the token (0 when none has a TTL), else nil.
+        let bsm = lock(lua!("bsm_pttl"));
+        assert_eq!(
+            (bsm.choice, bsm.all_keys, bsm.unit, bsm.answer),
+            (
+                Choice::Always(Op::Remaining),
+                true,
+                TtlUnit::Millis,
+                consts(Lit::Int(0), Lit::Nil)
+            )
+        );
+        for text in [
+            // The largest of two TTLs, not the smallest.
+            "local v = redis.call('mget', unpack(KEYS)) for i, _ in ipairs(KEYS) do \
+             if v[i] ~= ARGV[1] then return false end end local m = 0 \
+             for _, k in ipairs(KEYS) do local t = redis.call('pttl', k) \
+             if t > 0 and (m == 0 or t > m) then m = t end end return m",
+            // The first key's TTL only.
+            "local v = redis.call('mget', unpack(KEYS)) for i, _ in ipairs(KEYS) do \
+             if v[i] ~= ARGV[1] then return false end end return redis.call('pttl', KEYS[1])",
+            // The TTL of someone else's lock.
+            "return redis.call('pttl', KEYS[1])",
+            // Answers the TTL whoever holds it.
+            "if redis.call('get', KEYS[1]) then return redis.call('pttl', KEYS[1]) end return -3",
+            // Reads, then extends: not a read.
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[1], 100) \
+             return redis.call('pttl', KEYS[1]) end return -3",
+        ] {
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
+        }
+    }
+
+    /// Hostile uses of what the analyser now follows stay unknown and fast: a large function
+    /// defined again and again in nested loops, a table grown without bound, calls nested
+    /// deeply.
+    #[test]
+    fn functions_and_tables_stay_cheap_to_analyse() {
+        let body = "redis.call('get', KEYS[1]) ".repeat(400);
+        let mut inputs = vec![
+            format!(
+                "for i = 1, 16 do for j = 1, 16 do local function f() {body} end f() end end return redis.call('del', KEYS[1])"
+            ),
+            "local t = {} for i = 1, 16 do for j = 1, 16 do table.insert(t, ARGV[1]) end end \
+             return redis.call('del', unpack(t))"
+                .to_string(),
+        ];
+        let mut nested = String::from("local function f0() return redis.call('get', KEYS[1]) end ");
+        for i in 1..200 {
+            nested.push_str(&format!("local function f{i}() return f{}() end ", i - 1));
+        }
+        nested.push_str("return f199()");
+        inputs.push(nested);
+        // Function bodies nested as deep as the parser allows, each calling the next at its
+        // deepest point.
+        let deep = |inner: &str| format!("{}{inner}{}", "do ".repeat(56), " end".repeat(56));
+        let mut chain = format!(
+            "local function g0() {} end ",
+            deep("return redis.call('get', KEYS[1])")
+        );
+        for i in 1..4 {
+            chain.push_str(&format!(
+                "local function g{i}() {} end ",
+                deep(&format!("return g{}()", i - 1))
+            ));
+        }
+        chain.push_str(&deep("return g3()"));
+        inputs.push(chain);
+        for input in inputs {
+            let start = std::time::Instant::now();
+            assert!(lua::parse_script(input.as_bytes()).is_ok(), "{input}");
+            // On a thread with the 2 MiB stack the proxy's worker threads have.
+            let text = input.clone();
+            let meaning = std::thread::Builder::new()
+                .stack_size(2 << 20)
+                .spawn(move || recognise(text.as_bytes()))
+                .unwrap()
+                .join()
+                .unwrap();
+            assert_eq!(meaning, Meaning::Unknown);
+            let took = start.elapsed();
+            assert!(
+                took < std::time::Duration::from_millis(500),
+                "{took:?} for {}...",
+                &input[..40]
+            );
+        }
+    }
+
+    /// Near misses: each would be unsafe (or different) to run as the lock operation it
+    /// resembles.
+    #[test]
+    fn near_misses_stay_unknown() {
+        for text in [
+            // bsm obtain without the prefix check: MSET overwrites another holder's keys.
+            "local a = {} for _, k in ipairs(KEYS) do table.insert(a, k) table.insert(a, ARGV[1]) end \
+             if redis.call('msetnx', unpack(a)) ~= 1 then redis.call('mset', unpack(a)) end \
+             for _, k in ipairs(KEYS) do redis.call('pexpire', k, ARGV[3]) end return redis.status_reply('OK')",
+            // The prefix taken from another argument than the token.
+            "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[3]) then return redis.status_reply('OK') end \
+             local n = tonumber(ARGV[2]) \
+             if redis.call('getrange', KEYS[1], 0, n - 1) == string.sub(ARGV[4], 1, n) then \
+               return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[3]) end",
+            // The prefix test inverted: takes over keys that are NOT the caller's.
+            "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[3]) then return redis.status_reply('OK') end \
+             local n = tonumber(ARGV[2]) \
+             if redis.call('getrange', KEYS[1], 0, n - 1) ~= string.sub(ARGV[1], 1, n) then \
+               return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[3]) end",
+            // bsm release without the value compare, still answering OK.
+            "redis.call('del', unpack(KEYS)) return redis.status_reply('OK')",
+            // bsm release that deletes when a value does not match.
+            "local v = redis.call('mget', unpack(KEYS)) for i, _ in ipairs(KEYS) do \
+             if v[i] == ARGV[1] then return false end end redis.call('del', unpack(KEYS)) return redis.status_reply('OK')",
+            // A write to a key not in KEYS.
+            "if redis.call('SETNX', KEYS[1], ARGV[1]) == 1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) \
+             redis.call('set', 'last-owner', ARGV[1]) return 1 else return 0 end",
+            // SETNX without a TTL: a lock that never expires.
+            "if redis.call('SETNX', KEYS[1], ARGV[1]) == 1 then return 1 else return 0 end",
+            // OK/FAIL where the refusal overwrites the holder anyway.
+            "local val = redis.call('get', KEYS[1]) if not val or val == ARGV[1] then \
+             redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 'OK' else \
+             redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 'FAIL' end",
+            // The same reply whether granted or not: the client could not tell.
+            "local val = redis.call('get', KEYS[1]) if not val or val == ARGV[1] then \
+             redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) end return 'OK'",
+            // A table alias: the insert goes through `b`, the delete reads `a`.
+            "local a = {} local b = a table.insert(b, KEYS[1]) \
+             if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', unpack(a)) end return 0",
+            // A constant reply longer than the proxy keeps (Short::MAX bytes).
+            "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end \
+             return 'this lock is held by somebody else'",
+            // A recursive function.
+            "local function f() return f() end return f()",
+            // unpack anywhere but the end of a redis.call.
+            "local k = unpack(KEYS) if redis.call('get', k) == ARGV[1] then return redis.call('del', k) end return 0",
+        ] {
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
         }
     }
 }

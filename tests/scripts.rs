@@ -1406,3 +1406,393 @@ async fn redisson_with_a_stopped_master() {
         "*2\r\n$4\r\npong\r\n$0\r\n\r\n"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// More libraries: bsm/redislock (Go), pottery and aioredlock (Python), short hand-written forms.
+
+/// A starting state for [`both_from`]: as [`Held`], plus a key of the caller's that expired.
+#[derive(Clone, Copy, Debug)]
+enum Start {
+    Held(Held),
+    Expired,
+}
+
+/// [`both`], with expired keys too: the key is set with a 30 ms TTL on one Redis and through
+/// the proxy, then left to expire before the script runs.
+async fn both_from(
+    reference: &Master,
+    ms: &[Master],
+    proxy: &str,
+    script: &str,
+    keys: &[String],
+    from: &[Start],
+    argv: &[&str],
+) -> (Outcome, Outcome) {
+    let mut expired = false;
+    for (key, f) in keys.iter().zip(from) {
+        if let Start::Expired = f {
+            let set = ["SET", key, "tok", "NX", "PX", "30"];
+            assert_eq!(reference.client().await.cmd(&set).await, Reply::ok());
+            assert_eq!(Client::connect(proxy).await.cmd(&set).await, Reply::ok());
+            expired = true;
+        }
+    }
+    if expired {
+        tokio::time::sleep(Duration::from_millis(80)).await;
+    }
+    let held: Vec<Held> = from
+        .iter()
+        .map(|f| match f {
+            Start::Held(h) => *h,
+            Start::Expired => Held::Missing,
+        })
+        .collect();
+    both(reference, ms, proxy, script, keys, &held, argv).await
+}
+
+/// Every script of these libraries, from every starting state (missing, held by the caller,
+/// held by another, expired; for multi-key scripts the mixes), answers through the proxy (3
+/// masters, unknown scripts refused) what one plain redis-server answers, and leaves the same
+/// value and TTL on a majority of masters.
+#[tokio::test]
+async fn more_library_scripts_answer_what_one_redis_answers() {
+    use Held::*;
+    use Start::{Expired, Held as H};
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
+    let multi: &[&[Start]] = &[
+        &[H(Mine), H(Mine)],
+        &[H(Mine), H(Missing)],
+        &[H(Missing), H(Mine)],
+        &[H(Mine), H(Other)],
+        &[H(Other), H(Missing)],
+        &[H(Missing), H(Missing)],
+        &[Expired, H(Mine)],
+        &[Expired, Expired],
+    ];
+    let setnx = "local key = KEYS[1]\nlocal value = ARGV[1]\nlocal ttl = ARGV[2]\n\
+        if redis.call('SETNX', key, value) == 1 then\n  redis.call('EXPIRE', key, ttl)\n  return 1\n\
+        else\n  return 0\nend";
+    let ok_fail = "local val = redis.call(\"get\", KEYS[1])\n\
+        if not val or val == ARGV[1] then\n  redis.call(\"set\", KEYS[1], ARGV[1], \"PX\", ARGV[2])\n\
+        return \"OK\"\nelse\n  return \"FAIL\"\nend";
+    /// Script text, ARGV, starting states to try.
+    type Case<'a> = (String, &'a [&'a str], &'a [&'a [Start]]);
+    let cases: Vec<Case> = vec![
+        (lua("bsm_obtain"), &["tok", "3", "20000"], single),
+        (lua("bsm_obtain"), &["tok", "3", "20000"], multi),
+        (lua("bsm_refresh"), &["tok", "20000"], single),
+        (lua("bsm_refresh"), &["tok", "20000"], multi),
+        (lua("bsm_release"), &["tok"], single),
+        (lua("bsm_release"), &["tok"], multi),
+        (lua("bsm_v0_obtain"), &["tok", "3", "20000"], single),
+        (lua("bsm_v0_refresh"), &["tok", "20000"], single),
+        (lua("bsm_v0_release"), &["tok"], single),
+        (lua("pottery_extend"), &["tok", "20000"], single),
+        (lua("pottery_release"), &["tok"], single),
+        (lua("aioredlock_SET_LOCK_SCRIPT"), &["tok", "20000"], single),
+        (lua("aioredlock_UNSET_LOCK_SCRIPT"), &["tok"], single),
+        (setnx.to_string(), &["tok", "20"], single),
+        (ok_fail.to_string(), &["tok", "20000"], single),
+    ];
+    let mut case = 0;
+    for (script, argv, states) in &cases {
+        for from in *states {
+            case += 1;
+            let keys: Vec<String> = (0..from.len())
+                .map(|i| format!("more:{case}:{i}"))
+                .collect();
+            let (want, got) = both_from(&reference, &ms, &p, script, &keys, from, argv).await;
+            assert_eq!(
+                got,
+                want,
+                "{} {argv:?} from {from:?}",
+                script.lines().find(|l| !l.trim().is_empty()).unwrap_or("")
+            );
+        }
+    }
+}
+
+/// bsm/redislock's obtain with a prefix shorter than the value (a token followed by metadata)
+/// is a plain acquisition through the proxy: it never takes a held key back, where one Redis
+/// would (the documented difference: a refusal, never an extra grant).
+#[tokio::test]
+async fn bsm_obtain_with_metadata_never_takes_a_held_key_back() {
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let obtain = lua("bsm_obtain");
+    let mut r = reference.client().await;
+    let mut c = Client::connect(&p).await;
+    // Free: both grant.
+    let args = ["EVAL", obtain.as_str(), "1", "meta:k", "tokA", "3", "20000"];
+    assert_eq!(r.raw(&args).await, "+OK\r\n");
+    assert_eq!(c.raw(&args).await, "+OK\r\n");
+    // The same token with other metadata: one Redis takes it back, the proxy refuses.
+    let again = ["EVAL", obtain.as_str(), "1", "meta:k", "tokB", "3", "20000"];
+    assert_eq!(r.raw(&again).await, "+OK\r\n");
+    assert_eq!(c.raw(&again).await, "$-1\r\n");
+    assert_eq!(
+        values_on(&ms, "meta:k").await,
+        vec![Some("tokA".to_string()); 3]
+    );
+    // Another token: both refuse.
+    let other = ["EVAL", obtain.as_str(), "1", "meta:k", "xyzA", "3", "20000"];
+    assert_eq!(r.raw(&other).await, "$-1\r\n");
+    assert_eq!(c.raw(&other).await, "$-1\r\n");
+    // A caller whose whole token is a prefix of the holder's value: one Redis overwrites the
+    // holder (two clients then think they hold it); the proxy counts the value as another's.
+    let prefix = ["EVAL", obtain.as_str(), "1", "meta:k", "tok", "3", "20000"];
+    assert_eq!(r.raw(&prefix).await, "+OK\r\n");
+    assert_eq!(c.raw(&prefix).await, "$-1\r\n");
+    assert_eq!(
+        values_on(&ms, "meta:k").await,
+        vec![Some("tokA".to_string()); 3]
+    );
+}
+
+/// One library's lock as the contention test drives it: acquire script and ARGV (the token
+/// first, filled in per attempt), its grant reply, and the release script.
+struct Drive {
+    name: &'static str,
+    acquire: String,
+    acquire_args: &'static [&'static str],
+    granted: &'static str,
+    release: String,
+}
+
+/// Workers each take the lock `rounds` times (retrying with a short random pause), read a
+/// counter kept in a Redis the proxy does not use, sleep, write it back plus one, and
+/// release. Answers the counter's final value. With `bypass`, workers skip the lock.
+async fn count_under_lock(
+    proxy: &str,
+    counter: &Master,
+    drive: &Drive,
+    workers: usize,
+    rounds: usize,
+    bypass: bool,
+) -> i64 {
+    let key = format!("count:{}:{bypass}", drive.name);
+    counter.client().await.cmd(&["SET", &key, "0"]).await;
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let proxy = proxy.to_string();
+        let counter = counter.addr();
+        let acquire = drive.acquire.clone();
+        let release = drive.release.clone();
+        let args: Vec<String> = drive.acquire_args.iter().map(|a| a.to_string()).collect();
+        let granted = drive.granted;
+        let key = key.clone();
+        let lock = format!("contended:{}", drive.name);
+        tasks.push(tokio::spawn(async move {
+            let mut p = Client::connect(&proxy).await;
+            let mut k = Client::connect(&counter).await;
+            for round in 0..rounds {
+                let token = format!("w{w}r{round:03}");
+                if !bypass {
+                    let mut call = vec!["EVAL", acquire.as_str(), "1", lock.as_str(), &token];
+                    call.extend(args.iter().map(|a| a.as_str()));
+                    let mut tries = 0;
+                    while p.raw(&call).await != granted {
+                        tries += 1;
+                        assert!(tries < 5_000, "never granted");
+                        let pause = 1 + rand::random::<u64>() % 4;
+                        tokio::time::sleep(Duration::from_millis(pause)).await;
+                    }
+                }
+                let n: i64 = k.text(&["GET", &key]).await.parse().expect("a number");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                k.cmd(&["SET", &key, &(n + 1).to_string()]).await;
+                if !bypass {
+                    let done = p
+                        .raw(&["EVAL", release.as_str(), "1", lock.as_str(), &token])
+                        .await;
+                    assert!(!done.starts_with('-'), "release: {done}");
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("worker");
+    }
+    counter
+        .client()
+        .await
+        .text(&["GET", &key])
+        .await
+        .parse()
+        .expect("a number")
+}
+
+/// Contention through the proxy with each library's own scripts: no update is lost. The
+/// same run with the lock bypassed loses updates (the test can fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_libraries_lose_no_update_under_contention() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let counter = Master::start();
+    let ok_fail = "local val = redis.call('get', KEYS[1]) if not val or val == ARGV[1] then \
+        redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 'OK' else return 'FAIL' end";
+    let setnx = "local key = KEYS[1] if redis.call('SETNX', key, ARGV[1]) == 1 then \
+        redis.call('EXPIRE', key, ARGV[2]) return 1 else return 0 end";
+    let drives = [
+        Drive {
+            name: "bsm",
+            acquire: lua("bsm_obtain"),
+            acquire_args: &["5", "5000"],
+            granted: "+OK\r\n",
+            release: lua("bsm_release"),
+        },
+        Drive {
+            name: "aioredlock",
+            acquire: lua("aioredlock_SET_LOCK_SCRIPT"),
+            acquire_args: &["5000"],
+            granted: "+OK\r\n",
+            release: lua("aioredlock_UNSET_LOCK_SCRIPT"),
+        },
+        Drive {
+            name: "ok_fail",
+            acquire: ok_fail.to_string(),
+            acquire_args: &["5000"],
+            granted: "$2\r\nOK\r\n",
+            release: lua("pottery_release"),
+        },
+        Drive {
+            name: "setnx",
+            acquire: setnx.to_string(),
+            acquire_args: &["5"],
+            granted: ":1\r\n",
+            release: lua("bsm_v0_release"),
+        },
+    ];
+    let (workers, rounds) = (4, 8);
+    for drive in &drives {
+        let locked = count_under_lock(&p, &counter, drive, workers, rounds, false).await;
+        assert_eq!(
+            locked,
+            (workers * rounds) as i64,
+            "{}: lost updates",
+            drive.name
+        );
+    }
+    // Negative control: the same workload without the lock loses updates.
+    let bypassed = count_under_lock(&p, &counter, &drives[0], workers, rounds, true).await;
+    assert!(
+        bypassed < (workers * rounds) as i64,
+        "the bypassed run lost nothing ({bypassed}): the test cannot tell"
+    );
+}
+
+/// The TTL reads (pottery's `_acquired_script`, bsm/redislock v0's pttl, aioredlock's
+/// `GET_LOCK_TTL_SCRIPT`) from each starting state answer what one Redis answers: the same
+/// constant when the lock is not the caller's, and a TTL within a few milliseconds (the same
+/// whole seconds) when it is. A majority decides: a lock held on one master of three is not
+/// held.
+#[tokio::test]
+async fn ttl_reads_answer_what_one_redis_answers() {
+    use Held::*;
+    use Start::{Expired, Held as H};
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
+    let mut case = 0;
+    for name in [
+        "pottery_acquired",
+        "bsm_v0_pttl",
+        "aioredlock_GET_LOCK_TTL_SCRIPT",
+    ] {
+        let script = lua(name);
+        for from in single {
+            case += 1;
+            let keys = vec![format!("ttl:{case}")];
+            let ((want, want_state), (got, got_state)) =
+                both_from(&reference, &ms, &p, &script, &keys, from, &["tok"]).await;
+            assert_eq!(got_state, want_state, "{name} from {from:?}");
+            let number = |r: &str| {
+                r.strip_prefix(':')
+                    .and_then(|n| n.trim_end().parse::<i64>().ok())
+            };
+            match (number(&want), number(&got)) {
+                (Some(w), Some(g)) if w > 100 => {
+                    assert!(
+                        (w - g).abs() < 200,
+                        "{name} from {from:?}: {want:?} vs {got:?}"
+                    );
+                }
+                _ => assert_eq!(got, want, "{name} from {from:?}"),
+            }
+            if matches!(from, [H(Mine)]) {
+                assert!(number(&want).is_some_and(|t| t > 0), "{name}: {want:?}");
+            }
+        }
+    }
+    // bsm/redislock's pttl.lua over one and two keys: the smallest TTL when every key is
+    // the caller's, else nil.
+    let bsm = lua("bsm_pttl");
+    let multi: &[&[Start]] = &[
+        &[H(Mine)],
+        &[H(Other)],
+        &[Expired],
+        &[H(Mine), H(Mine)],
+        &[H(Mine), H(Missing)],
+        &[H(Mine), H(Other)],
+        &[Expired, H(Mine)],
+    ];
+    for from in multi {
+        case += 1;
+        let keys: Vec<String> = (0..from.len()).map(|i| format!("ttl:{case}:{i}")).collect();
+        let ((want, want_state), (got, got_state)) =
+            both_from(&reference, &ms, &p, &bsm, &keys, from, &["tok"]).await;
+        assert_eq!(got_state, want_state, "bsm pttl from {from:?}");
+        if from.iter().all(|f| matches!(f, H(Mine))) {
+            let ms_of = |r: &str| r.trim_start_matches(':').trim_end().parse::<i64>().unwrap();
+            assert!(
+                (ms_of(&want) - ms_of(&got)).abs() < 200,
+                "{want:?} vs {got:?}"
+            );
+        } else {
+            assert_eq!(got, "$-1\r\n", "bsm pttl from {from:?}");
+            assert_eq!(got, want, "bsm pttl from {from:?}");
+        }
+    }
+    // Two keys with different TTLs: the smaller one.
+    let mut r = reference.client().await;
+    let mut c = Client::connect(&p).await;
+    for (key, ttl) in [("ttl:a", "10000"), ("ttl:b", "4000")] {
+        r.cmd(&["SET", key, "tok", "PX", ttl]).await;
+        c.cmd(&["SET", key, "tok", "NX", "PX", ttl]).await;
+    }
+    for client in [&mut r, &mut c] {
+        match client
+            .cmd(&["EVAL", &bsm, "2", "ttl:a", "ttl:b", "tok"])
+            .await
+        {
+            Reply::Integer(t) => assert!(t > 3000 && t <= 4000, "{t}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    // Held on one master only: not held, for the proxy.
+    ms[0]
+        .client()
+        .await
+        .cmd(&["SET", "ttl:one", "tok", "PX", "10000"])
+        .await;
+    let mut c = Client::connect(&p).await;
+    let read = lua("bsm_v0_pttl");
+    assert_eq!(
+        c.raw(&["EVAL", &read, "1", "ttl:one", "tok"]).await,
+        ":-3\r\n"
+    );
+    ms[1]
+        .client()
+        .await
+        .cmd(&["SET", "ttl:one", "tok", "PX", "4000"])
+        .await;
+    match c.cmd(&["EVAL", &read, "1", "ttl:one", "tok"]).await {
+        Reply::Integer(t) => assert!(t > 3000 && t <= 4000, "{t}"),
+        other => panic!("{other:?}"),
+    }
+}

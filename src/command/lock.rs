@@ -36,7 +36,9 @@ use crate::config::Config;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask, ask_timed, quorum_th, validity};
 use crate::reply::{Reply, command};
-use crate::scripts::{ACQUIRE, Answer, DELETE, EXTEND, INSPECT, Op, RELEASE};
+use crate::scripts::{
+    ACQUIRE, Answer, DELETE, EXTEND, INSPECT, Lit, Op, RELEASE, RELEASE_ALL, REMAINING,
+};
 use crate::stats::Stats;
 
 /// A lock operation, ready to run.
@@ -48,7 +50,8 @@ pub struct LockOp {
     pub keys: Vec<Bytes>,
     /// The lock token, compared byte for byte.
     pub token: Bytes,
-    /// TTL in ms (acquire, extend), or the time to add (`ExtendAdd`); unused by release.
+    /// TTL in ms (acquire, extend), or the time to add (`ExtendAdd`); unused by release. For
+    /// `Remaining`, the unit its answer is given in, in ms (1 or 1000).
     pub ttl_ms: i64,
     /// The reply shape the caller expects.
     pub answer: Answer,
@@ -127,7 +130,11 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
             .into();
     }
     let max = proxy.config.max_ttl_ms;
-    if !matches!(op.op, Op::Release | Op::Delete | Op::Inspect) && op.ttl_ms > max as i64 {
+    if !matches!(
+        op.op,
+        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining
+    ) && op.ttl_ms > max as i64
+    {
         return Reply::error(format!(
             "ERR lock TTL {} ms exceeds the proxy's max_ttl_ms ({max} ms)",
             op.ttl_ms
@@ -153,10 +160,13 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
     let since = Instant::now();
     super::in_turn_of(proxy, ticket, move |proxy, held| async move {
         match op.op {
-            Op::Acquire | Op::AcquireOrRefresh => run_acquire(proxy, op, held, since).await,
+            Op::Acquire | Op::AcquireOrRefresh | Op::AcquireOrRefreshAll => {
+                run_acquire(proxy, op, held, since).await
+            }
             Op::Extend | Op::ExtendAdd => run_extend(&proxy, &op).await,
-            Op::Release | Op::Delete => run_release(&proxy, &op).await,
+            Op::Release | Op::ReleaseAll | Op::Delete => run_release(&proxy, &op).await,
             Op::Inspect => run_inspect(&proxy, &op).await,
+            Op::Remaining => run_remaining(&proxy, &op).await,
         }
     })
 }
@@ -187,12 +197,25 @@ fn extended(r: &Reply) -> bool {
 /// The reply for a granted (`ok`) or refused operation over `keys` keys.
 fn answer(shape: Answer, ok: bool, keys: usize) -> Reply {
     match (shape, ok) {
+        (Answer::Const(c), true) => constant(c.ok),
+        (Answer::Const(c), false) => constant(c.no),
         (Answer::OkNil | Answer::OkZero, true) => Reply::ok(),
         (Answer::OkNil, false) => Reply::Nil,
         (Answer::Count, true) => Reply::Integer(keys as i64),
         (Answer::OneMinusOne, false) => Reply::Integer(-1),
         (Answer::ZeroOne, ok) => Reply::Integer(i64::from(!ok)),
         (_, ok) => Reply::Integer(i64::from(ok)),
+    }
+}
+
+/// One of a script's constant replies (see [`crate::scripts::Replies`]).
+fn constant(l: Lit) -> Reply {
+    match l {
+        Lit::Int(n) => Reply::Integer(n),
+        Lit::Nil => Reply::Nil,
+        Lit::Ok => Reply::ok(),
+        Lit::Bulk(s) => Reply::Bulk(Bytes::copy_from_slice(s.as_bytes())),
+        Lit::Error(e) => Reply::Error(Bytes::copy_from_slice(e.as_bytes())),
     }
 }
 
@@ -210,10 +233,14 @@ async fn run_acquire(
         Stats::bump(&proxy.stats.denials);
         return answer(op.answer, false, k);
     }
-    let reentrant = op.op == Op::AcquireOrRefresh;
+    let reentrant = matches!(op.op, Op::AcquireOrRefresh | Op::AcquireOrRefreshAll);
     let mut ttl_buf = itoa::Buffer::new();
     let ttl_arg = ttl_buf.format(op.ttl_ms);
-    let flag: &[u8] = if reentrant { b"1" } else { b"0" };
+    let flag: &[u8] = match op.op {
+        Op::AcquireOrRefreshAll => b"2",
+        _ if reentrant => b"1",
+        _ => b"0",
+    };
     let script = || eval(ACQUIRE, &op.keys, &[&op.token, ttl_arg.as_bytes(), flag]);
     // One key: `SET NX PX GET` creates the key or names its holder in one plain command,
     // much cheaper for a master than a script (Redis 7.0 and later; older masters get the
@@ -483,6 +510,7 @@ async fn run_release(proxy: &Proxy, op: &LockOp) -> Reply {
     let k = op.keys.len();
     let req = match (&op.wake, op.op) {
         (None, Op::Release) => eval(RELEASE, &op.keys, &[&op.token]),
+        (None, Op::ReleaseAll) => eval(RELEASE_ALL, &op.keys, &[&op.token]),
         (wake, _) => {
             let n = Bytes::from(k.to_string());
             let mut keys: Vec<&Bytes> = op.keys.iter().collect();
@@ -564,6 +592,7 @@ fn released(ballots: &Ballots, k: usize, shape: Answer) -> (Reply, bool) {
         Answer::Tristate if released == k => Reply::Integer(1),
         Answer::Tristate if released + gone == k => Reply::Integer(-1),
         Answer::Tristate => Reply::Integer(0),
+        Answer::Const(c) if released < k && released + gone == k => constant(c.gone),
         shape => answer(shape, released == k, k),
     };
     (reply, released == k)
@@ -612,6 +641,43 @@ fn inspected(ballots: &Ballots) -> Reply {
             Reply::Array(vec![Reply::Bulk(v.clone()), Reply::Integer(ttl)])
         }
         _ => Reply::Array(vec![Reply::Nil, Reply::Integer(-2)]),
+    }
+}
+
+async fn run_remaining(proxy: &Proxy, op: &LockOp) -> Reply {
+    let req = eval(REMAINING, &op.keys, &[&op.token]);
+    let deadline = Instant::now() + proxy.config.node_timeout();
+    let ballots = ask(&proxy.masters, Request::Same(req), 1, deadline)
+        .outcome()
+        .await;
+    remaining(&ballots, op.answer, op.ttl_ms)
+}
+
+/// Decides how long the caller still holds its keys (see [`Op::Remaining`]) from each master's
+/// answer ([`REMAINING`]: the smallest PTTL, -1 without a TTL, -3 not held): the quorum-th
+/// largest TTL, in `unit_ms` (1000: seconds, rounded as Redis's `TTL`); else the script's
+/// constant for "held without a TTL" when a quorum hold the token, or for "not held".
+fn remaining(ballots: &Ballots, shape: Answer, unit_ms: i64) -> Reply {
+    let Answer::Const(c) = shape else {
+        return Reply::static_error("ERR redlock-proxy: a TTL read needs constant replies");
+    };
+    let said: Vec<i64> = ballots
+        .replies
+        .iter()
+        .flatten()
+        .filter_map(|r| match r {
+            Reply::Integer(n) => Some(*n),
+            _ => None,
+        })
+        .collect();
+    let ttls: Vec<i64> = said.iter().copied().filter(|t| *t > 0).collect();
+    match quorum_th(ballots.quorum, ttls, |t| *t) {
+        Some(t) if unit_ms == 1000 => Reply::Integer((t + 500) / 1000),
+        Some(t) => Reply::Integer(t),
+        None if said.iter().filter(|t| **t > 0 || **t == -1).count() >= ballots.quorum => {
+            constant(c.ok)
+        }
+        None => constant(c.no),
     }
 }
 
@@ -762,5 +828,82 @@ mod tests {
         );
         let b = ballots(vec![pair("a", 900), pair("b", 1_000), None]);
         assert_eq!(inspected(&b), Reply::Array(vec![Reply::Nil, I(-2)]));
+    }
+}
+
+/// Decisions for the constant replies and TTL reads of the libraries recognised later
+/// (bsm/redislock, pottery, aioredlock).
+#[cfg(test)]
+mod more_decisions {
+    use super::*;
+    use crate::scripts::{Replies, Short};
+    use Reply::Integer as I;
+
+    fn ballots(replies: Vec<Option<Reply>>) -> Ballots {
+        let n = replies.len();
+        Ballots {
+            replies,
+            failed: vec![None; n],
+            quorum: n / 2 + 1,
+        }
+    }
+
+    fn codes(c: &[i64]) -> Option<Reply> {
+        Some(Reply::Array(c.iter().map(|&n| I(n)).collect()))
+    }
+
+    /// aioredlock's unlock: 1 released, `+OK` already gone, `-ERR ERROR` someone else's.
+    fn aioredlock() -> Answer {
+        Answer::Const(Replies {
+            ok: Lit::Int(1),
+            no: Lit::Error(Short::new(b"ERR ERROR").unwrap()),
+            gone: Lit::Ok,
+        })
+    }
+
+    #[test]
+    fn constant_replies_are_answered_as_the_script_would() {
+        let error = Reply::Error(Bytes::from_static(b"ERR ERROR"));
+        let b = ballots(vec![codes(&[1]), codes(&[1]), codes(&[0])]);
+        assert_eq!(released(&b, 1, aioredlock()), (I(1), true));
+        let b = ballots(vec![codes(&[-1]), codes(&[-1]), codes(&[1])]);
+        assert_eq!(released(&b, 1, aioredlock()), (Reply::ok(), false));
+        let b = ballots(vec![codes(&[0]), codes(&[0]), codes(&[1])]);
+        assert_eq!(released(&b, 1, aioredlock()), (error.clone(), false));
+        let ok_fail = Answer::Const(Replies {
+            ok: Lit::Bulk(Short::new(b"OK").unwrap()),
+            no: Lit::Bulk(Short::new(b"FAIL").unwrap()),
+            gone: Lit::Bulk(Short::new(b"FAIL").unwrap()),
+        });
+        assert_eq!(answer(ok_fail, true, 1), Reply::bulk("OK"));
+        assert_eq!(answer(ok_fail, false, 1), Reply::bulk("FAIL"));
+        assert_eq!(answer(aioredlock(), false, 1), error);
+    }
+
+    #[test]
+    fn a_ttl_read_answers_what_a_quorum_still_hold() {
+        // bsm v0: the PTTL, -1 without a TTL, -3 not held.
+        let bsm = Answer::Const(Replies {
+            ok: Lit::Int(-1),
+            no: Lit::Int(-3),
+            gone: Lit::Int(-3),
+        });
+        let b = ballots(vec![Some(I(4000)), Some(I(9000)), Some(I(-3))]);
+        assert_eq!(remaining(&b, bsm, 1), I(4000));
+        // In seconds, rounded as Redis's TTL.
+        assert_eq!(remaining(&b, bsm, 1000), I(4));
+        let b = ballots(vec![Some(I(1499)), Some(I(1500)), None]);
+        assert_eq!(remaining(&b, bsm, 1000), I(1));
+        // Held on one master only: not held.
+        let b = ballots(vec![Some(I(9000)), Some(I(-3)), None]);
+        assert_eq!(remaining(&b, bsm, 1), I(-3));
+        // Held without a TTL on a quorum.
+        let b = ballots(vec![Some(I(-1)), Some(I(-1)), Some(I(-3))]);
+        assert_eq!(remaining(&b, bsm, 1), I(-1));
+        // Errors and silence are not votes.
+        let b = ballots(vec![Some(Reply::static_error("ERR x")), None, Some(I(500))]);
+        assert_eq!(remaining(&b, bsm, 1), I(-3));
+        // A shape without constants cannot be a TTL read.
+        assert!(remaining(&b, Answer::OneZero, 1).is_error());
     }
 }

@@ -123,8 +123,14 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
             })
         }
     };
-    let ttl_ms = if matches!(op, Op::Release | Op::Delete | Op::Inspect) {
+    let ttl_ms = if matches!(op, Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect) {
         0
+    } else if op == Op::Remaining {
+        // A read: the unit its answer is given in.
+        match lock.unit {
+            TtlUnit::Millis => 1,
+            TtlUnit::Seconds => 1000,
+        }
     } else {
         let arg = argv.get(lock.ttl_arg.checked_sub(1)?)?;
         let ms = match lock.unit {

@@ -10,15 +10,35 @@
 //! with a literal, a global, a function, ...) stops the analysis: the script is then unknown.
 //! A run records the Redis calls made (with symbolic arguments), the keys' final states and the
 //! reply; [`Run`]s are then classified in [`super`].
+//!
+//! Two more facts fork a run the same way: which of two keys' TTLs is smaller (`pttl(a) <
+//! pttl(b)`, under the pseudo-argument [`ORDER`]), and, for a token-prefix test (`GETRANGE key
+//! 0 n-1` against `string.sub(ARGV[1], 1, n)`), the run is decided where `n` is the token's
+//! length ([`Run::prefix`]). Local functions are followed (not recursive, two calls deep), as
+//! are `unpack` at the end of a `redis.call`, `table.insert` into a local table, and
+//! `redis.status_reply` / `redis.error_reply`.
 
 use std::fmt;
 
-use super::parse::{Bin, Block, Expr, Stat, Un, is_redis_call};
+use super::parse::{Bin, Block, Expr, Func, Stat, Un, is_redis_call};
 
 /// Most statements and expressions evaluated in one run.
 const MAX_STEPS: usize = 10_000;
 /// Most runs per script (start states × argument forks).
 const MAX_RUNS: usize = 1_000;
+/// The pseudo-`ARGV` index of assumptions about the order of two keys' TTLs (see [`order`]);
+/// real `ARGV` indexes start at 1.
+pub const ORDER: usize = 0;
+
+/// The assumption "`PTTL(KEYS[a])` < `PTTL(KEYS[b])`", recorded under [`ORDER`].
+pub fn order(a: usize, b: usize) -> Vec<u8> {
+    format!("pttl(KEYS[{a}]) < pttl(KEYS[{b}])").into_bytes()
+}
+
+/// Most nested calls of the script's own functions (each one nests the analyser's own stack).
+const MAX_CALLS: usize = 2;
+/// Most items `table.insert` may grow a table to.
+const MAX_TABLE: usize = 64;
 /// Most iterations of an unrolled numeric `for`.
 const MAX_FOR: i64 = 16;
 
@@ -82,6 +102,36 @@ pub enum Val {
     ToNumber,
     /// `tostring`.
     ToString,
+    /// A function the script defined (`local function f`): an index into the run's functions.
+    Func(usize),
+    /// A library function or table the analyser models (see [`Lib`]).
+    Lib(Lib),
+    /// An error reply (`redis.error_reply(msg)`): Redis answers `-msg`.
+    Error(Vec<u8>),
+    /// The first `tonumber(ARGV[j])` bytes of a string: `GETRANGE key 0 n-1` or
+    /// `string.sub(s, 1, n)` (bsm/redislock's token-prefix test). Only compared with another
+    /// head of the same length, and then decided for the case where `ARGV[j]` is the token's
+    /// length (see [`Run::prefix`]).
+    Head(Box<Val>, usize),
+}
+
+/// Library functions and tables a lock script may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lib {
+    /// `unpack` (only as the last argument of `redis.call`).
+    Unpack,
+    /// The `table` library.
+    Table,
+    /// `table.insert(t, v)` on a local table.
+    TableInsert,
+    /// The `string` library.
+    String,
+    /// `string.sub(s, 1, n)`.
+    StringSub,
+    /// `redis.status_reply`.
+    StatusReply,
+    /// `redis.error_reply`.
+    ErrorReply,
 }
 
 impl fmt::Display for Val {
@@ -111,6 +161,8 @@ impl fmt::Display for Val {
                 write!(f, "{{{}}}", parts.join(", "))
             }
             Val::Key(i) => write!(f, "KEYS[{i}]"),
+            Val::Error(e) => write!(f, "-{}", String::from_utf8_lossy(e)),
+            Val::Head(v, j) => write!(f, "head({v}, ARGV[{j}])"),
             other => write!(f, "{other:?}"),
         }
     }
@@ -241,6 +293,11 @@ pub struct Run {
     pub end: Vec<KeyNow>,
     /// The reply, as Redis converts it (`false` → nil, `true` → 1, tables cut at `nil`).
     pub reply: Val,
+    /// `Some(j)` when the run compared token prefixes of length `ARGV[j]` (see [`Val::Head`]):
+    /// it was then decided as if `ARGV[j]` were the token's length and a key's value holds the
+    /// caller's prefix only when it is the token itself, so the run describes the script for
+    /// that case only.
+    pub prefix: Option<usize>,
 }
 
 impl fmt::Display for Run {
@@ -286,6 +343,8 @@ pub fn find_field(block: &Block, starts: &[Vec<KeyNow>], per_key: bool) -> Optio
         field: FIND_FIELD,
         field_per_key: per_key,
     };
+    let mut funcs = Vec::new();
+    functions(block, &mut funcs);
     starts.iter().find_map(|keys| {
         let mut m = Machine {
             layout,
@@ -295,6 +354,9 @@ pub fn find_field(block: &Block, starts: &[Vec<KeyNow>], per_key: bool) -> Optio
             calls: Vec::new(),
             foreign: false,
             steps: 0,
+            funcs: &funcs,
+            active: Vec::new(),
+            prefix: None,
         };
         match m.block(block) {
             Err(Stop::Found(j)) => Some(j),
@@ -323,6 +385,12 @@ struct Machine<'a> {
     calls: Vec<(Vec<u8>, Vec<Val>)>,
     foreign: bool,
     steps: usize,
+    /// Every `local function` in the script (see [`functions`]), by [`Val::Func`] index.
+    funcs: &'a [&'a Func],
+    /// Functions being called (no recursion).
+    active: Vec<usize>,
+    /// See [`Run::prefix`].
+    prefix: Option<usize>,
 }
 
 /// Where a script takes its parameters.
@@ -389,6 +457,8 @@ fn runs_from(
     total: &mut usize,
     runs: &mut Vec<Run>,
 ) -> Result<(), String> {
+    let mut funcs = Vec::new();
+    functions(block, &mut funcs);
     let mut work: Vec<Vec<Assumption>> = vec![Vec::new()];
     while let Some(assumed) = work.pop() {
         *total += 1;
@@ -403,6 +473,9 @@ fn runs_from(
             calls: Vec::new(),
             foreign: false,
             steps: 0,
+            funcs: &funcs,
+            active: Vec::new(),
+            prefix: None,
         };
         match m.block(block) {
             Ok(flow) => {
@@ -418,6 +491,7 @@ fn runs_from(
                     foreign: m.foreign,
                     end: m.keys,
                     reply,
+                    prefix: m.prefix,
                 });
             }
             Err(Stop::Fork(j, s)) => {
@@ -474,8 +548,14 @@ fn kind(v: &Val) -> u8 {
         | Val::Ttl(_)
         | Val::Sum(_)
         | Val::Many(_) => 2,
-        Val::Str(_) | Val::Arg(_) | Val::Other(_) | Val::Key(_) => 3,
-        Val::Status | Val::Table(_) | Val::Keys | Val::Argv | Val::Redis | Val::Hash { .. } => 4,
+        Val::Str(_) | Val::Arg(_) | Val::Other(_) | Val::Key(_) | Val::Head(..) => 3,
+        Val::Status
+        | Val::Table(_)
+        | Val::Keys
+        | Val::Argv
+        | Val::Redis
+        | Val::Hash { .. }
+        | Val::Error(_) => 4,
         Val::Opaque => 5,
         _ => 6,
     }
@@ -537,12 +617,14 @@ impl Machine<'_> {
         self.step()?;
         match s {
             Stat::Local(ids, exprs) => {
+                self.no_table_alias(exprs)?;
                 let vals = self.exprs(exprs)?;
                 for (k, id) in ids.iter().enumerate() {
                     self.set_local(*id, vals.get(k).cloned().unwrap_or(Val::Nil));
                 }
             }
             Stat::Assign(targets, exprs) => {
+                self.no_table_alias(exprs)?;
                 let vals = self.exprs(exprs)?;
                 for (k, t) in targets.iter().enumerate() {
                     match t {
@@ -633,6 +715,12 @@ impl Machine<'_> {
                 }
             }
             Stat::While(..) | Stat::Repeat(..) => return fail("a loop without a known bound"),
+            Stat::Function(Expr::Local(id), f) => {
+                let Some(k) = self.funcs.iter().position(|g| std::ptr::eq(*g, &**f)) else {
+                    return fail("a function it did not find");
+                };
+                self.set_local(*id, Val::Func(k));
+            }
             Stat::Function(..) => return fail("defines a function"),
             Stat::Return(exprs) => {
                 let mut vals = self.exprs(exprs)?;
@@ -668,6 +756,9 @@ impl Machine<'_> {
                 "ipairs" => Val::Ipairs,
                 "tonumber" => Val::ToNumber,
                 "tostring" => Val::ToString,
+                "unpack" => Val::Lib(Lib::Unpack),
+                "table" => Val::Lib(Lib::Table),
+                "string" => Val::Lib(Lib::String),
                 _ => return fail(format!("uses the global {g}")),
             },
             Expr::Index(t, k) => {
@@ -689,6 +780,9 @@ impl Machine<'_> {
                     (Val::Keys, Val::Num(_)) => Val::Nil,
                     (Val::Argv, Val::Num(j)) if j >= 1 => Val::Arg(j as usize),
                     (Val::Redis, Val::Str(s)) if s == b"call" || s == b"pcall" => Val::Call,
+                    (t, Val::Str(s)) if library(&t, &s).is_some() => {
+                        library(&t, &s).map_or(Val::Nil, Val::Lib)
+                    }
                     (Val::Table(items), Val::Num(i)) if i >= 1 => {
                         items.get(i as usize - 1).cloned().unwrap_or(Val::Nil)
                     }
@@ -700,10 +794,13 @@ impl Machine<'_> {
                     return self.table_insert(args);
                 }
                 if is_redis_call(f) {
-                    let args = self.exprs(args)?;
+                    let args = self.call_args(args)?;
                     return self.redis(args);
                 }
                 let f = self.expr(f)?;
+                if let Val::Func(_) | Val::Lib(_) = f {
+                    return self.call_lib(f, args);
+                }
                 let mut args = self.exprs(args)?;
                 let arg = if args.is_empty() {
                     Val::Nil
@@ -782,6 +879,19 @@ impl Machine<'_> {
         }
         let l = self.expr(a)?;
         let r = self.expr(b)?;
+        if matches!(op, Bin::Eq | Bin::Ne)
+            && (matches!(l, Val::Head(..)) || matches!(r, Val::Head(..)))
+        {
+            return Ok(Val::Bool(self.head_eq(&l, &r)? == (op == Bin::Eq)));
+        }
+        if let (Val::Pttl(x), Val::Pttl(y)) = (&l, &r)
+            && x != y
+            && matches!(op, Bin::Lt | Bin::Gt)
+        {
+            // Which of two keys expires first: forked on, like `ARGV[j] == literal`.
+            let (a, b) = if op == Bin::Lt { (*x, *y) } else { (*y, *x) };
+            return Ok(Val::Bool(self.assume(ORDER, &order(a, b))?));
+        }
         Ok(match op {
             Bin::Eq => Val::Bool(self.eq(&l, &r)?),
             Bin::Ne => Val::Bool(!self.eq(&l, &r)?),
@@ -1001,6 +1111,63 @@ impl Machine<'_> {
                 self.keys[i].value = Some(now.clone());
                 now
             }
+            (b"mget", ks) if !ks.is_empty() => {
+                let mut out = Vec::with_capacity(ks.len());
+                for k in ks {
+                    match &self.keys[key(k)?].value {
+                        Some(Val::Table(_)) => return fail("reads a list as a string"),
+                        v => out.push(v.clone().unwrap_or(Val::Bool(false))),
+                    }
+                }
+                Val::Table(out)
+            }
+            (b"msetnx" | b"mset", pairs) if !pairs.is_empty() && pairs.len() % 2 == 0 => {
+                let mut writes = Vec::with_capacity(pairs.len() / 2);
+                for kv in pairs.chunks(2) {
+                    writes.push((key(&kv[0])?, string_value(&kv[1])?));
+                }
+                if cmd == b"msetnx" && writes.iter().any(|(i, _)| self.keys[*i].value.is_some()) {
+                    Val::Num(0)
+                } else {
+                    for (i, value) in writes {
+                        self.keys[i] = KeyNow {
+                            value: Some(value),
+                            ttl: TtlNow::None,
+                        };
+                    }
+                    if cmd == b"msetnx" {
+                        Val::Num(1)
+                    } else {
+                        Val::Status
+                    }
+                }
+            }
+            (b"setnx", [k, v]) => {
+                let i = key(k)?;
+                let value = string_value(v)?;
+                if self.keys[i].value.is_some() {
+                    Val::Num(0)
+                } else {
+                    self.keys[i] = KeyNow {
+                        value: Some(value),
+                        ttl: TtlNow::None,
+                    };
+                    Val::Num(1)
+                }
+            }
+            (b"getrange", [k, Val::Num(0), Val::Sum(end)]) => {
+                let i = key(k)?;
+                let [Val::Arg(j), Val::Num(-1)] = end.as_slice() else {
+                    return fail("a GETRANGE it does not model");
+                };
+                match &self.keys[i].value {
+                    None => Val::Head(Box::new(Val::Str(Vec::new())), *j),
+                    Some(v @ (Val::Arg(_) | Val::Other(_) | Val::Str(_))) => {
+                        Val::Head(Box::new(v.clone()), *j)
+                    }
+                    Some(v) => return fail(format!("GETRANGE of {v}")),
+                }
+            }
             (b"pexpire" | b"expire", [k, t]) => {
                 let i = key(k)?;
                 let v = ttl_value(t)?;
@@ -1135,6 +1302,199 @@ impl Machine<'_> {
             ttl,
         };
         Ok(reply)
+    }
+}
+
+impl Machine<'_> {
+    /// Refuses `local b = a` (or `b = a`) where `a` holds a table: tables are values here, so
+    /// an alias would not see `table.insert` on the other name.
+    fn no_table_alias(&self, es: &[Expr]) -> R<()> {
+        for e in es {
+            if let Expr::Local(id) = e
+                && matches!(self.locals.get(*id), Some(Val::Table(_)))
+            {
+                return fail("copies a table");
+            }
+        }
+        Ok(())
+    }
+
+    /// The arguments of a `redis.call`, a trailing `unpack(t)` spread into its items.
+    fn call_args(&mut self, es: &[Expr]) -> R<Vec<Val>> {
+        let Some((last, first)) = es.split_last() else {
+            return Ok(Vec::new());
+        };
+        let mut out = self.exprs(first)?;
+        if let Expr::Call(f, a) = last
+            && !is_redis_call(f)
+            && self.expr(f)? == Val::Lib(Lib::Unpack)
+        {
+            let [t] = a.as_slice() else {
+                return fail("unpack with a range");
+            };
+            match self.expr(t)? {
+                // With parameters in KEYS, `KEYS` holds more than the keys modelled.
+                Val::Keys if self.layout.keys_as_args => {
+                    return fail("unpack of KEYS with parameters");
+                }
+                Val::Keys => out.extend((1..=self.keys.len()).map(Val::Key)),
+                Val::Table(items) => out.extend(items.into_iter().take_while(|v| *v != Val::Nil)),
+                v => return fail(format!("unpack of {v}")),
+            }
+            return Ok(out);
+        }
+        out.push(self.expr(last)?);
+        Ok(out)
+    }
+
+    /// Calls a function the script defined or a modelled library function.
+    fn call_lib(&mut self, f: Val, args: &[Expr]) -> R<Val> {
+        match f {
+            Val::Func(k) => {
+                if self.active.contains(&k) {
+                    return fail("a recursive function");
+                }
+                if self.active.len() >= MAX_CALLS {
+                    return fail("functions called too deeply to analyse");
+                }
+                let Some(func) = self.funcs.get(k).copied() else {
+                    return fail("calls an unknown function");
+                };
+                if func.vararg {
+                    return fail("a vararg function");
+                }
+                self.no_table_alias(args)?;
+                let vals = self.exprs(args)?;
+                for (n, id) in func.params.iter().enumerate() {
+                    self.set_local(*id, vals.get(n).cloned().unwrap_or(Val::Nil));
+                }
+                self.active.push(k);
+                let flow = self.block(&func.body)?;
+                self.active.pop();
+                match flow {
+                    Flow::Return(v) => Ok(v),
+                    Flow::Normal => Ok(Val::Nil),
+                    Flow::Break => fail("break outside a loop"),
+                }
+            }
+            Val::Lib(Lib::TableInsert) => {
+                let [Expr::Local(id), v] = args else {
+                    return fail("table.insert other than at the end of a local table");
+                };
+                let v = self.expr(v)?;
+                if matches!(v, Val::Nil | Val::Table(_)) {
+                    return fail("inserts nil or a table");
+                }
+                match self.locals.get_mut(*id) {
+                    Some(Val::Table(items)) if items.len() >= MAX_TABLE => {
+                        return fail("a table too long to analyse");
+                    }
+                    Some(Val::Table(items)) if !items.contains(&Val::Nil) => items.push(v),
+                    _ => return fail("table.insert into something other than a local table"),
+                }
+                Ok(Val::Nil)
+            }
+            Val::Lib(Lib::StringSub) => match self.exprs(args)?.as_slice() {
+                [s @ Val::Arg(_), Val::Num(1), Val::NumArg(j) | Val::Arg(j)] => {
+                    Ok(Val::Head(Box::new(s.clone()), *j))
+                }
+                _ => fail("a string.sub it does not model"),
+            },
+            Val::Lib(Lib::StatusReply) => match self.exprs(args)?.as_slice() {
+                [Val::Str(s)] if s == b"OK" => Ok(Val::Status),
+                _ => fail("a status reply other than OK"),
+            },
+            Val::Lib(Lib::ErrorReply) => match self.exprs(args)?.as_slice() {
+                [Val::Str(s)]
+                    if s.len() > 1 && s.iter().all(|c| c.is_ascii_graphic() || *c == b' ') =>
+                {
+                    Ok(Val::Error(error_text(s)))
+                }
+                _ => fail("an error reply it does not model"),
+            },
+            f => fail(format!("calls {f}")),
+        }
+    }
+
+    /// `head(a, ARGV[j]) == head(b, ARGV[j])`, decided where `ARGV[j]` is the (non-empty)
+    /// token's length: the caller's head is the token, and a key holds it only when its value
+    /// is the token itself. (On Redis a longer value that starts with the token matches too;
+    /// treating it as someone else's can only refuse, never grant, where Redis would grant.)
+    fn head_eq(&mut self, a: &Val, b: &Val) -> R<bool> {
+        let (Val::Head(x, j), Val::Head(y, k)) = (a, b) else {
+            return fail("compares a prefix with a whole value");
+        };
+        let token = self.layout.token;
+        if j != k || *j == token || self.prefix.is_some_and(|p| p != *j) {
+            return fail("compares prefixes of different lengths");
+        }
+        let mine = Val::Arg(token);
+        let other = match (&**x, &**y) {
+            (x, y) if *x == mine => y,
+            (x, y) if *y == mine => x,
+            _ => return fail("compares prefixes of values other than the token"),
+        };
+        self.prefix = Some(*j);
+        match other {
+            v if *v == mine => Ok(true),
+            Val::Other(_) => Ok(false),
+            Val::Str(s) if s.is_empty() => Ok(false),
+            v => fail(format!("compares the token's prefix with {v}")),
+        }
+    }
+}
+
+/// Collects every `local function` body in `b`, nested ones too (the parser caps the depth).
+fn functions<'a>(b: &'a Block, out: &mut Vec<&'a Func>) {
+    for s in b {
+        match s {
+            Stat::Function(_, f) => {
+                out.push(f);
+                functions(&f.body, out);
+            }
+            Stat::Do(b) | Stat::While(_, b) | Stat::Repeat(b, _) => functions(b, out),
+            Stat::NumFor(.., b) | Stat::GenFor(_, _, b) => functions(b, out),
+            Stat::If(arms, otherwise) => {
+                for (_, b) in arms {
+                    functions(b, out);
+                }
+                if let Some(b) = otherwise {
+                    functions(b, out);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The library function or table `t.name`, when the analyser models it.
+fn library(t: &Val, name: &[u8]) -> Option<Lib> {
+    match (t, name) {
+        (Val::Lib(Lib::Table), b"insert") => Some(Lib::TableInsert),
+        (Val::Lib(Lib::String), b"sub") => Some(Lib::StringSub),
+        (Val::Redis, b"status_reply") => Some(Lib::StatusReply),
+        (Val::Redis, b"error_reply") => Some(Lib::ErrorReply),
+        _ => None,
+    }
+}
+
+/// The error `redis.error_reply(text)` answers, as Redis 7 spells it: one leading `-` is
+/// dropped, and a text without a space (no error code of its own) gets `ERR `.
+fn error_text(text: &[u8]) -> Vec<u8> {
+    let text = text.strip_prefix(b"-").unwrap_or(text);
+    if text.contains(&b' ') {
+        text.to_vec()
+    } else {
+        [b"ERR ".as_slice(), text].concat()
+    }
+}
+
+/// A value a string command may store.
+fn string_value(v: &Val) -> R<Val> {
+    match v {
+        Val::NumArg(j) => Ok(Val::Arg(*j)),
+        v @ (Val::Arg(_) | Val::Str(_) | Val::Num(_)) => Ok(v.clone()),
+        v => fail(format!("sets a key to {v}")),
     }
 }
 

@@ -15,7 +15,9 @@ pub mod parse;
 
 use bytes::Bytes;
 
-use crate::scripts::{Answer, Choice, HashScript, LockScript, Op, Signal, TtlUnit};
+use crate::scripts::{
+    Answer, Choice, HashScript, Lit, LockScript, Op, Replies, Short, Signal, TtlUnit,
+};
 use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
 use parse::{Block, Expr, Stat};
 
@@ -215,7 +217,7 @@ fn classify_signal(block: &Block) -> Option<LockScript> {
     let mut fired = Vec::with_capacity(runs.len());
     let mut lock_runs = Vec::with_capacity(runs.len());
     for mut r in runs {
-        if !r.assumed.is_empty() {
+        if !r.assumed.is_empty() || r.prefix.is_some() {
             return None;
         }
         let untouched = KeyNow::start(2, r.start[1], layout.token);
@@ -289,12 +291,16 @@ fn classify_with(block: &Block, ns: &[usize], layout: Layout) -> Option<LockScri
     let mut switches: Vec<(usize, Vec<u8>)> = Vec::new();
     for r in &runs {
         for (j, s, _) in &r.assumed {
-            if !switches.iter().any(|(a, b)| a == j && b == s) {
+            // The order of two TTLs is the keys' state, not a switch on an argument.
+            if *j != analyse::ORDER && !switches.iter().any(|(a, b)| a == j && b == s) {
                 switches.push((*j, s.clone()));
             }
         }
     }
     let all_keys = ns.len() > 1;
+    if runs.iter().any(|r| r.prefix.is_some()) {
+        return classify_prefix(&runs, &switches, all_keys, layout);
+    }
     let lock = |choice, ttl_arg, unit, answer| LockScript {
         choice,
         token_arg: layout.token,
@@ -335,13 +341,55 @@ fn classify_with(block: &Block, ns: &[usize], layout: Layout) -> Option<LockScri
     }
 }
 
+/// A script whose runs compared token prefixes of length `ARGV[j]` (see
+/// [`analyse::Val::Head`]): recognised only as a re-entrant acquisition, for the case where
+/// `ARGV[j]` is the token's length, and as a plain acquisition otherwise
+/// ([`Choice::IfTokenLen`]). The runs from missing keys must not have looked at the prefix, so
+/// that the plain acquisition succeeds exactly where the script does whatever `ARGV[j]` is.
+fn classify_prefix(
+    runs: &[Run],
+    switches: &[(usize, Vec<u8>)],
+    all_keys: bool,
+    layout: Layout,
+) -> Option<LockScript> {
+    let j = runs.iter().find_map(|r| r.prefix)?;
+    if !switches.is_empty()
+        || layout.keys_as_args
+        || runs.iter().any(|r| {
+            r.prefix.is_some_and(|p| p != j)
+                || (r.prefix.is_some() && r.start.iter().all(|s| s.held == Held::Missing))
+        })
+    {
+        return None;
+    }
+    let all: Vec<&Run> = runs.iter().collect();
+    let (op, ttl_arg, unit, answer) = side(&all)?;
+    if !matches!(op, Op::AcquireOrRefresh | Op::AcquireOrRefreshAll) || ttl_arg == j {
+        return None;
+    }
+    Some(LockScript {
+        choice: Choice::IfTokenLen {
+            arg: j,
+            then: op,
+            otherwise: Op::Acquire,
+        },
+        token_arg: layout.token,
+        ttl_arg,
+        unit,
+        all_keys,
+        params_in_keys: false,
+        answer,
+        signal: None,
+    })
+}
+
 fn has(r: &Run, j: usize, s: &[u8], yes: bool) -> bool {
     r.assumed
         .iter()
         .any(|(a, b, y)| *a == j && b == s && *y == yes)
 }
 
-const OPS: [Op; 7] = [
+const OPS: [Op; 10] = [
     Op::Release,
     Op::Delete,
     Op::Inspect,
@@ -349,6 +397,10 @@ const OPS: [Op; 7] = [
     Op::AcquireOrRefresh,
     Op::Extend,
     Op::ExtendAdd,
+    // Only where the ones above do not fit (with one key they are the same).
+    Op::AcquireOrRefreshAll,
+    Op::ReleaseAll,
+    Op::Remaining,
 ];
 
 const ANSWERS: [Answer; 7] = [
@@ -371,19 +423,23 @@ fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
         return None;
     }
     for op in OPS {
-        let ttls: Vec<(usize, TtlUnit)> = if matches!(op, Op::Release | Op::Delete | Op::Inspect) {
-            vec![(2, TtlUnit::Millis)]
-        } else {
-            match ttl_of(runs, op) {
-                Some(t) => vec![t],
-                None => continue,
-            }
-        };
+        let ttls: Vec<(usize, TtlUnit)> =
+            if matches!(op, Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect) {
+                vec![(2, TtlUnit::Millis)]
+            } else if op == Op::Remaining {
+                // The unit of the reply; there is no TTL argument.
+                vec![(0, TtlUnit::Millis), (0, TtlUnit::Seconds)]
+            } else {
+                match ttl_of(runs, op) {
+                    Some(t) => vec![t],
+                    None => continue,
+                }
+            };
         for (ttl_arg, unit) in ttls {
             if ttl_arg == runs[0].layout.token {
                 continue;
             }
-            for answer in ANSWERS {
+            for answer in ANSWERS.into_iter().chain(constant_replies(runs, op)) {
                 if runs.iter().all(|r| matches(r, op, ttl_arg, unit, answer)) {
                     return Some((op, ttl_arg, unit, answer));
                 }
@@ -391,6 +447,58 @@ fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
         }
     }
     None
+}
+
+/// The constant replies `op` would need to explain these runs (see [`Answer::Const`]): the
+/// reply of a run where it succeeds, of one where it is refused and, for a release, of one
+/// where every key was missing. `None` when a reply is not a constant or success and refusal
+/// look the same.
+fn constant_replies(runs: &[&Run], op: Op) -> Option<Answer> {
+    let reply_where = |f: &dyn Fn(&Run) -> bool| runs.iter().find(|r| f(r)).map(|r| &r.reply);
+    let every = |r: &Run, h: Held| r.start.iter().all(|s| s.held == h);
+    let (ok, no, gone) = match op {
+        Op::Release | Op::ReleaseAll => (
+            reply_where(&|r| every(r, Held::Token))?,
+            reply_where(&|r| every(r, Held::Other))?,
+            reply_where(&|r| every(r, Held::Missing))?,
+        ),
+        Op::Delete | Op::Inspect => return None,
+        // `ok`: held without a TTL; `no` (and `gone`): not held.
+        Op::Remaining => (
+            reply_where(&|r| every(r, Held::Token) && r.start.iter().any(|s| !s.ttl))?,
+            reply_where(&|r| every(r, Held::Other))?,
+            reply_where(&|r| every(r, Held::Other))?,
+        ),
+        _ => {
+            let no = reply_where(&|r| every(r, Held::Other))?;
+            (reply_where(&|r| strict_success(r, op))?, no, no)
+        }
+    };
+    let lit = |v: &Val| match v {
+        Val::Num(n) => Some(Lit::Int(*n)),
+        Val::Nil => Some(Lit::Nil),
+        Val::Status => Some(Lit::Ok),
+        Val::Str(s) => Short::new(s).map(Lit::Bulk),
+        Val::Error(e) => Short::new(e).map(Lit::Error),
+        _ => None,
+    };
+    let replies = Replies {
+        ok: lit(ok)?,
+        no: lit(no)?,
+        gone: lit(gone)?,
+    };
+    (replies.ok != replies.no || op == Op::Remaining).then_some(Answer::Const(replies))
+}
+
+/// A constant reply as the analyser's value.
+fn lit_val(l: Lit) -> Val {
+    match l {
+        Lit::Int(n) => Val::Num(n),
+        Lit::Nil => Val::Nil,
+        Lit::Ok => Val::Status,
+        Lit::Bulk(s) => Val::Str(s.as_bytes().to_vec()),
+        Lit::Error(e) => Val::Error(e.as_bytes().to_vec()),
+    }
 }
 
 /// The TTL argument a successful run of `op` wrote.
@@ -426,13 +534,18 @@ fn strict_success(r: &Run, op: Op) -> bool {
         Op::AcquireOrRefresh => all(&|h, t| h == Held::Missing || (h == Held::Token && t)),
         Op::Extend => all(&|h, t| h == Held::Token && t),
         Op::ExtendAdd => all(&|h, t| h == Held::Token && t),
-        Op::Release | Op::Delete | Op::Inspect => false,
+        Op::AcquireOrRefreshAll => {
+            all(&|h, _| h == Held::Missing) || all(&|h, t| h == Held::Token && t)
+        }
+        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining => false,
     }
 }
 
 /// The reply the proxy gives for a granted (`ok`) or refused operation (as `command::lock`).
 fn expected(answer: Answer, ok: bool, n: usize) -> Val {
     match (answer, ok) {
+        (Answer::Const(c), true) => lit_val(c.ok),
+        (Answer::Const(c), false) => lit_val(c.no),
         (Answer::OkNil | Answer::OkZero, true) => Val::Status,
         (Answer::OkNil, false) => Val::Nil,
         (Answer::Count, true) => Val::Num(n as i64),
@@ -469,9 +582,72 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 Answer::Tristate if deleted == n => Val::Num(1),
                 Answer::Tristate if deleted + missing == n => Val::Num(-1),
                 Answer::Tristate => Val::Num(0),
+                Answer::Const(c) if deleted + missing == n && deleted < n => lit_val(c.gone),
                 shape => expected(shape, deleted == n, n),
             };
             r.end == end && r.reply == reply
+        }
+        Op::ReleaseAll => {
+            let mine = r.start.iter().all(|s| s.held == Held::Token);
+            let end: Vec<KeyNow> = if mine {
+                vec![
+                    KeyNow {
+                        value: None,
+                        ttl: TtlNow::None,
+                    };
+                    n
+                ]
+            } else {
+                unchanged
+            };
+            let reply = match answer {
+                Answer::Count => Val::Num(if mine { n as i64 } else { 0 }),
+                Answer::Tristate => return false,
+                Answer::Const(c) if r.start.iter().all(|s| s.held == Held::Missing) => {
+                    lit_val(c.gone)
+                }
+                shape => expected(shape, mine, n),
+            };
+            r.end == end && r.reply == reply
+        }
+        Op::Remaining => {
+            let Answer::Const(c) = answer else {
+                return false;
+            };
+            let in_unit = |k: usize| match unit {
+                TtlUnit::Millis => Val::Pttl(k),
+                TtlUnit::Seconds => Val::Ttl(k),
+            };
+            if r.end != unchanged {
+                return false;
+            }
+            if !r.start.iter().all(|s| s.held == Held::Token) {
+                return r.reply == lit_val(c.no);
+            }
+            if !r.start.iter().all(|s| s.ttl) {
+                // Held, a key without a TTL (never one the proxy granted): the proxy answers
+                // `ok`; the script may also answer the TTL of a key that has one.
+                return r.reply == lit_val(c.ok)
+                    || (1..=n).any(|k| r.start[k - 1].ttl && r.reply == in_unit(k));
+            }
+            match n {
+                1 => r.reply == in_unit(1),
+                // The smallest of two TTLs, by the order the run assumed.
+                2 => {
+                    let first = |a: usize, b: usize| {
+                        r.assumed.iter().find_map(|(j, s, yes)| {
+                            (*j == analyse::ORDER && *s == analyse::order(a, b)).then_some(*yes)
+                        })
+                    };
+                    let least = match (first(1, 2), first(2, 1)) {
+                        (Some(true), _) | (_, Some(false)) => 1,
+                        (_, Some(true)) | (Some(false), _) => 2,
+                        (None, None) => return false,
+                    };
+                    r.reply == in_unit(least)
+                }
+                _ => false,
+            }
         }
         Op::Delete => {
             let gone = KeyNow {
