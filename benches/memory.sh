@@ -19,7 +19,7 @@ fi
 [ "${BENCH_NO_BUILD:-0}" = 1 ] || cargo build --release -q --bin redlock-proxy
 # The client side holds up to $big sockets. The RSS figures are taken with the raised limit for
 # both targets; the 10,000-connection check runs a second proxy started with the default soft
-# limit (1024), since the proxy is meant to raise its own.
+# limit (1024; the hard limit stays as it is), since the proxy is meant to raise its own soft limit.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || ulimit -n 65536 || true
 tmp="$(mktemp -d)"
 pids=()
@@ -37,7 +37,7 @@ target/release/redlock-proxy --listen "127.0.0.1:$proxy" --backends "127.0.0.1:$
 ppid=$!
 pids+=($ppid)
 # A second proxy for the 10,000-connection check, started with the default soft limit (1024).
-(ulimit -n 1024 && exec target/release/redlock-proxy --listen "127.0.0.1:$proxy2" \
+(ulimit -Sn 1024 && exec target/release/redlock-proxy --listen "127.0.0.1:$proxy2" \
   --backends "127.0.0.1:$master" --set quarantine=false) >"$tmp/proxy2.log" 2>&1 &
 ppid2=$!
 pids+=($ppid2)

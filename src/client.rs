@@ -11,7 +11,10 @@
 //! `client_query_buffer_limit`; unread replies may not exceed `client_output_buffer_limit`, and
 //! a client that accepts none of them for `client_write_timeout_ms` is disconnected. The
 //! commands a disconnected client had in flight still complete (or are undone) on the masters.
-//! Buffers start small and are given back when a large request or reply has gone.
+//! An idle connection holds no buffer at all: its read and write buffers come from a small
+//! per-thread pool while bytes are being read or replies written, and go back to it as soon as
+//! they are empty (see [`BufferPool`]), so thousands of idle clients cost a few hundred bytes
+//! each. A buffer that grew for a large request or reply is freed instead of pooled.
 //!
 //! A malformed request gets Redis's protocol error and the connection closes after the replies
 //! before it have been written. A request named `POST` or `Host:` (an HTTP request, sent by a
@@ -122,6 +125,88 @@ impl Future for Tagged {
 const BUFFER_START: usize = 16 * 1024;
 /// A buffer this much larger than it needs to be is replaced by a small one.
 const BUFFER_SHRINK: usize = 64 * 1024;
+/// A read is only attempted with at least this much room; less, and the buffer grows first.
+const READ_ROOM: usize = 1024;
+/// Most buffers a thread's pool keeps (the rest are freed): `POOL_MAX × BUFFER_START` bytes.
+const POOL_MAX: usize = 32;
+
+thread_local! {
+    static POOL: std::cell::RefCell<Vec<BytesMut>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The per-thread pool of client buffers.
+///
+/// A connection borrows a buffer only while it has bytes to hold: for a read attempt, or while
+/// replies wait to be written. When the read would block with nothing buffered, or the last
+/// reply byte has been written, the buffer goes back. Taking and giving are a `Vec` pop and
+/// push, so a busy connection pays no allocation for this. A pooled buffer may still share
+/// its memory with requests decoded from it; growing it then allocates afresh (as `BytesMut`
+/// always does), and the old memory is freed with the last of those requests.
+struct BufferPool;
+
+impl BufferPool {
+    /// A buffer with room to read into: a pooled one, or a new one of [`BUFFER_START`] bytes.
+    fn take() -> BytesMut {
+        let mut buf = POOL
+            .with_borrow_mut(Vec::pop)
+            .unwrap_or_else(|| BytesMut::with_capacity(BUFFER_START));
+        if buf.capacity() < READ_ROOM {
+            // Reclaims the whole allocation when nothing else uses it; allocates otherwise.
+            buf.reserve(BUFFER_START);
+        }
+        buf
+    }
+
+    /// Gives `buf` back if it is empty, leaving an unallocated buffer in its place. A buffer
+    /// that grew for a large request or reply is freed instead.
+    fn give(buf: &mut BytesMut) {
+        if !buf.is_empty() || buf.capacity() == 0 {
+            return;
+        }
+        let buf = std::mem::take(buf);
+        if buf.capacity() <= BUFFER_SHRINK {
+            POOL.with_borrow_mut(|pool| {
+                if pool.len() < POOL_MAX {
+                    pool.push(buf);
+                }
+            });
+        }
+    }
+
+    /// `buf`, borrowed from the pool first if it holds no memory (to encode replies into).
+    fn ready(buf: &mut BytesMut) -> &mut BytesMut {
+        if buf.capacity() == 0 {
+            *buf = BufferPool::take();
+        }
+        buf
+    }
+}
+
+/// Reads what the client sent into `input`, borrowing a buffer from the pool for the attempt
+/// and giving it back if the read would block with nothing buffered.
+fn read_pooled<'a, R: AsyncRead + Unpin>(
+    rd: &'a mut R,
+    input: &'a mut BytesMut,
+) -> impl Future<Output = io::Result<usize>> + 'a {
+    std::future::poll_fn(move |cx| {
+        if input.capacity() - input.len() < READ_ROOM {
+            if input.is_empty() {
+                *input = BufferPool::take();
+            } else {
+                // A partial request: grow (amortised doubling for a large one).
+                input.reserve(BUFFER_START.max(input.len()));
+            }
+        }
+        let read = {
+            let fut = rd.read_buf(input);
+            std::pin::pin!(fut).poll(cx)
+        };
+        if read.is_pending() {
+            BufferPool::give(input);
+        }
+        read
+    })
+}
 
 /// Serves one client until it disconnects, sends `QUIT`, breaks the protocol, or exceeds a limit.
 pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<()> {
@@ -162,8 +247,9 @@ where
     let query_limit = config.client_query_buffer_limit;
     let output_limit = config.client_output_buffer_limit;
     let write_timeout = Duration::from_millis(config.client_write_timeout_ms);
-    let mut input = BytesMut::with_capacity(BUFFER_START);
-    let mut output = BytesMut::with_capacity(BUFFER_START);
+    // Both borrowed from the pool only while they hold bytes.
+    let mut input = BytesMut::new();
+    let mut output = BytesMut::new();
     let mut inflight: FuturesOrdered<InFlight> = FuturesOrdered::new();
     let mut closing = false;
     // When the client last accepted reply bytes (or replies started waiting for it). The timer
@@ -230,10 +316,11 @@ where
             return Ok(());
         }
         shrink(&mut input);
+        BufferPool::give(&mut input);
         let was_idle = output.is_empty();
         while let Some(Some((reply, resp3))) = inflight.next().now_or_never() {
             proxy.metrics.count_reply(&reply);
-            reply.encode(&mut output, resp3);
+            reply.encode(BufferPool::ready(&mut output), resp3);
         }
         if output.len() > output_limit {
             warn!(
@@ -244,7 +331,7 @@ where
             return Ok(());
         }
         if output.is_empty() {
-            shrink(&mut output);
+            BufferPool::give(&mut output);
             if closing && inflight.is_empty() {
                 return Ok(());
             }
@@ -272,7 +359,7 @@ where
                     progress = Instant::now();
                 }
                 proxy.metrics.count_reply(&reply);
-                reply.encode(&mut output, resp3);
+                reply.encode(BufferPool::ready(&mut output), resp3);
             }
             m = next_message(&conn.pubsub), if conn.pubsub.is_some() => {
                 if conn.pubsub.as_ref().is_some_and(|s| s.inbox.lock().unwrap_or_else(|p| p.into_inner()).overflowed()) {
@@ -283,9 +370,9 @@ where
                 if output.is_empty() {
                     progress = Instant::now();
                 }
-                m.to_reply().encode(&mut output, conn.resp3);
+                m.to_reply().encode(BufferPool::ready(&mut output), conn.resp3);
             }
-            n = rd.read_buf(&mut input), if !closing && !stopping && inflight.len() < max_pipeline => {
+            n = read_pooled(&mut rd, &mut input), if !closing && !stopping && inflight.len() < max_pipeline => {
                 match n {
                     Ok(0) => {
                         finish_in_background(inflight);
