@@ -4,7 +4,8 @@
 # Each target gets CONNS connections that each send one PING and read +PONG, then stay idle;
 # KB/connection = (VmRSS after - VmRSS before) / CONNS.
 # Usage: benches/memory.sh   Env: BENCH_CONNS (default 5000), BENCH_BIG (default 10000),
-#                                 BENCH_NO_BUILD=1 (use the existing target/release binary).
+#                                 BENCH_NO_BUILD=1 (use the existing target/release binary),
+#                                 BENCH_PROXY_ARGS (extra proxy flags, e.g. "--set threads=1").
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -33,7 +34,7 @@ print(" ".join(str(s.getsockname()[1]) for s in ss))')"
 redis-server --port "$master" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" >/dev/null &
 pids+=($!)
 target/release/redlock-proxy --listen "127.0.0.1:$proxy" --backends "127.0.0.1:$master" \
-  --set quarantine=false >"$tmp/proxy.log" 2>&1 &
+  --set quarantine=false ${BENCH_PROXY_ARGS:-} >"$tmp/proxy.log" 2>&1 &
 ppid=$!
 pids+=($ppid)
 # A second proxy for the 10,000-connection check, started with the default soft limit (1024).

@@ -32,7 +32,7 @@ use futures_util::future::{Either, FutureExt, Ready, ready};
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tracing::{debug, warn};
 
 use crate::command::{self, Action, Later};
@@ -117,6 +117,77 @@ impl Future for Tagged {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<(Reply, bool)> {
         let resp3 = self.resp3;
         self.later.as_mut().poll(cx).map(|r| (r, resp3))
+    }
+}
+
+/// Waits for `timer`, made (boxed) at `deadline` on first use: the timer exists only while
+/// replies wait for a client that does not read them, so an idle connection carries none.
+fn lazy_sleep(
+    timer: &mut Option<Pin<Box<Sleep>>>,
+    deadline: Instant,
+) -> impl Future<Output = ()> + '_ {
+    std::future::poll_fn(move |cx| {
+        timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)))
+            .as_mut()
+            .poll(cx)
+    })
+}
+
+/// Most empty pipelines a thread's pool keeps.
+const PIPELINES_MAX: usize = 32;
+
+thread_local! {
+    static PIPELINES: std::cell::RefCell<Vec<FuturesOrdered<InFlight>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The commands of one connection in flight, answered in request order.
+///
+/// A `FuturesOrdered` allocates its bookkeeping when made; an idle connection does not keep
+/// one: it is borrowed from a per-thread pool for the first command and given back when the
+/// connection goes idle ([`Pipeline::park`]).
+#[derive(Default)]
+struct Pipeline(Option<FuturesOrdered<InFlight>>);
+
+impl Pipeline {
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, FuturesOrdered::len)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn push_back(&mut self, command: InFlight) {
+        self.0
+            .get_or_insert_with(|| {
+                PIPELINES
+                    .with_borrow_mut(Vec::pop)
+                    .unwrap_or_else(FuturesOrdered::new)
+            })
+            .push_back(command);
+    }
+
+    /// The next reply in request order; `None` when nothing is in flight.
+    fn next(&mut self) -> impl Future<Output = Option<(Reply, bool)>> + '_ {
+        std::future::poll_fn(move |cx| match self.0.as_mut() {
+            Some(f) => f.poll_next_unpin(cx),
+            None => Poll::Ready(None),
+        })
+    }
+
+    /// Gives the bookkeeping back to the pool when nothing is in flight.
+    fn park(&mut self) {
+        if self.is_empty()
+            && let Some(f) = self.0.take()
+        {
+            PIPELINES.with_borrow_mut(|pool| {
+                if pool.len() < PIPELINES_MAX {
+                    pool.push(f);
+                }
+            });
+        }
     }
 }
 
@@ -250,13 +321,13 @@ where
     // Both borrowed from the pool only while they hold bytes.
     let mut input = BytesMut::new();
     let mut output = BytesMut::new();
-    let mut inflight: FuturesOrdered<InFlight> = FuturesOrdered::new();
+    let mut inflight = Pipeline::default();
     let mut closing = false;
     // When the client last accepted reply bytes (or replies started waiting for it). The timer
     // is re-armed lazily, only when it fires early, so a write costs no timer update.
     let mut progress = Instant::now();
-    let write_timer = tokio::time::sleep(write_timeout);
-    tokio::pin!(write_timer);
+    // Made only when a write has to wait, and dropped once the replies are all written.
+    let mut write_timer: Option<Pin<Box<Sleep>>> = None;
     loop {
         let mut exhausted = false;
         while !closing && inflight.len() < max_pipeline {
@@ -332,9 +403,11 @@ where
         }
         if output.is_empty() {
             BufferPool::give(&mut output);
+            write_timer = None;
             if closing && inflight.is_empty() {
                 return Ok(());
             }
+            inflight.park();
         } else if was_idle {
             progress = Instant::now();
         }
@@ -386,14 +459,16 @@ where
                 }
             }
             () = &mut stop, if !stopping => stopping = true,
-            () = &mut write_timer, if !output.is_empty() => {
+            () = lazy_sleep(&mut write_timer, progress + write_timeout), if !output.is_empty() => {
                 let deadline = progress + write_timeout;
                 if Instant::now() >= deadline {
                     debug!(timeout_ms = write_timeout.as_millis() as u64, "client accepted no reply in time; closing");
                     finish_in_background(inflight);
                     return Ok(());
                 }
-                write_timer.as_mut().reset(deadline);
+                if let Some(timer) = write_timer.as_mut() {
+                    timer.as_mut().reset(deadline);
+                }
             }
         }
     }
@@ -417,7 +492,7 @@ fn shrink(buf: &mut BytesMut) {
 
 /// Lets commands already dispatched finish after their client has gone: nobody reads their
 /// replies, but a failed acquisition must still roll back on the masters.
-fn finish_in_background(mut inflight: FuturesOrdered<InFlight>) {
+fn finish_in_background(mut inflight: Pipeline) {
     if !inflight.is_empty() {
         tokio::spawn(async move { while inflight.next().await.is_some() {} });
     }
