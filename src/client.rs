@@ -161,11 +161,7 @@ impl Pipeline {
 
     fn push_back(&mut self, command: InFlight) {
         self.0
-            .get_or_insert_with(|| {
-                PIPELINES
-                    .with_borrow_mut(Vec::pop)
-                    .unwrap_or_else(FuturesOrdered::new)
-            })
+            .get_or_insert_with(|| PIPELINES.with_borrow_mut(Vec::pop).unwrap_or_default())
             .push_back(command);
     }
 
