@@ -153,11 +153,39 @@ pub enum Request {
 }
 
 impl Request {
-    fn for_master(&self, i: usize) -> Option<Bytes> {
+    /// The bytes for master `i`; the last master (`last`) gets them moved, not shared, so a
+    /// request to one master costs no reference counting.
+    fn for_master(&mut self, i: usize, last: bool) -> Option<Bytes> {
         match self {
+            Request::Same(b) if last => Some(std::mem::take(b)),
             Request::Same(b) => Some(b.clone()),
-            Request::Each(v) => Some(v[i].clone()),
-            Request::Some(v) => v[i].clone(),
+            Request::Each(v) => Some(std::mem::take(&mut v[i])),
+            Request::Some(v) => v[i].take(),
+        }
+    }
+}
+
+/// Whether each master was trusted when a request was sent: a bit per master, and a list only
+/// past the 64th (so a vote allocates nothing for this).
+struct TrustedAtSend {
+    bits: u64,
+    rest: Vec<bool>,
+}
+
+impl TrustedAtSend {
+    fn new(masters: &[Backend]) -> TrustedAtSend {
+        let mut bits = 0;
+        for (i, m) in masters.iter().take(64).enumerate() {
+            bits |= u64::from(m.is_trusted()) << i;
+        }
+        let rest = masters.iter().skip(64).map(Backend::is_trusted).collect();
+        TrustedAtSend { bits, rest }
+    }
+
+    fn get(&self, i: usize) -> bool {
+        match i.checked_sub(64) {
+            None => self.bits & (1 << i) != 0,
+            Some(j) => self.rest[j],
         }
     }
 }
@@ -173,7 +201,7 @@ pub struct Vote {
     /// The masters, to ask whether each is still trusted when its reply comes.
     masters: Arc<[Backend]>,
     /// Whether each master was trusted when the request was sent.
-    trusted: Vec<bool>,
+    trusted: TrustedAtSend,
 }
 
 /// Sends `request` (holding `replies` commands per master) to every master at once. The
@@ -197,18 +225,18 @@ pub fn ask_timed(
 
 fn fan_out(
     masters: &Arc<[Backend]>,
-    request: Request,
+    mut request: Request,
     replies: usize,
     deadline: Instant,
     timed: bool,
 ) -> Vote {
     let (tx, rx) = inbox(masters.len());
-    let trusted = masters.iter().map(Backend::is_trusted).collect();
+    let trusted = TrustedAtSend::new(masters);
     let n = masters.len();
     let mut failed = vec![None; n];
     let mut pending = n;
     for (i, m) in masters.iter().enumerate() {
-        let Some(bytes) = request.for_master(i) else {
+        let Some(bytes) = request.for_master(i, i + 1 == n) else {
             failed[i] = Some(BackendError::Down);
             pending -= 1;
             continue;
@@ -222,7 +250,8 @@ fn fan_out(
     }
     Vote {
         rx,
-        arrived: Vec::with_capacity(n),
+        // Swapped with the inbox's list on each drain: no allocation of its own.
+        arrived: Vec::new(),
         ballots: Ballots {
             replies: vec![None; n],
             failed,
@@ -270,7 +299,7 @@ impl Vote {
                 // A master that failed is a definite "no" and no longer pending.
                 self.pending -= 1;
                 match result {
-                    Ok(r) if self.trusted[i] && self.masters[i].is_trusted() => {
+                    Ok(r) if self.trusted.get(i) && self.masters[i].is_trusted() => {
                         self.ballots.replies[i] = Some(r)
                     }
                     Ok(_) => self.ballots.failed[i] = Some(BackendError::Excluded),
@@ -288,9 +317,10 @@ impl Vote {
 }
 
 /// Sends `request` to every master without waiting for replies (releases and rollbacks).
-pub fn tell_all(masters: &[Backend], request: Request, replies: usize) {
+pub fn tell_all(masters: &[Backend], mut request: Request, replies: usize) {
+    let n = masters.len();
     for (i, m) in masters.iter().enumerate() {
-        if let Some(bytes) = request.for_master(i) {
+        if let Some(bytes) = request.for_master(i, i + 1 == n) {
             m.send(bytes, replies, None);
         }
     }
