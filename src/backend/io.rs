@@ -145,6 +145,8 @@ async fn read_loop(
     let mut queue: VecDeque<InFlight> = VecDeque::new();
     // Timed replies waiting for their batch's `TIME`.
     let mut held: Vec<(Pending, Reply)> = Vec::new();
+    // When the bytes being decoded arrived: one clock read per read, not one per reply.
+    let mut arrived = Instant::now();
     loop {
         loop {
             let reply = match decoder.decode(&mut buf) {
@@ -159,7 +161,8 @@ async fn read_loop(
                 return Ended::Failed("reply without a request".into());
             };
             if front.got.is_empty() {
-                info.latency().observe(front.sent.elapsed().as_secs_f64());
+                let latency = arrived.saturating_duration_since(front.sent);
+                info.latency().observe(latency.as_secs_f64());
             }
             let p = &mut front.pending;
             if p.replies == 1 && !p.time {
@@ -222,7 +225,7 @@ async fn read_loop(
         tokio::select! {
             n = rd.read_buf(&mut buf) => match n {
                 Ok(0) => return Ended::Failed("connection closed by master".into()),
-                Ok(_) => {}
+                Ok(_) => arrived = Instant::now(),
                 Err(e) => return Ended::Failed(format!("read: {e}")),
             },
             f = flight.recv() => match f {
