@@ -94,6 +94,8 @@ impl Reply {
     /// Appends the encoding of this reply to `out`, as RESP3 when `resp3` is set.
     pub fn encode(&self, out: &mut BytesMut, resp3: bool) {
         match self {
+            // The reply of every granted lock, written as one fixed-size copy.
+            Reply::Simple(s) if s.as_ref() == b"OK" => out.put_slice(b"+OK\r\n"),
             Reply::Simple(s) => line(out, b'+', s),
             Reply::Error(e) => line(out, b'-', e),
             Reply::Integer(i) => header(out, b':', *i),
@@ -258,10 +260,9 @@ fn quick(buf: &mut BytesMut) -> Option<Reply> {
 /// The `\r\n`-terminated line starting at `from`: the index of its `\r` and of the byte after
 /// its `\n`, once complete. A line without its `\r` is malformed (masters always send CRLF).
 fn crlf(buf: &[u8], from: usize) -> Result<Option<(usize, usize)>, ()> {
-    let Some(nl) = buf.get(from..).and_then(|rest| memchr::memchr(b'\n', rest)) else {
+    let Some(nl) = crate::resp::find_lf(buf, from) else {
         return Ok(None);
     };
-    let nl = nl + from;
     if nl == from || buf[nl - 1] != b'\r' {
         return Err(());
     }
@@ -269,24 +270,7 @@ fn crlf(buf: &[u8], from: usize) -> Result<Option<(usize, usize)>, ()> {
 }
 
 fn number(digits: &[u8]) -> Result<i64, ()> {
-    let (negative, digits) = match digits.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, digits),
-    };
-    if digits.is_empty() {
-        return Err(());
-    }
-    let mut n: i64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return Err(());
-        }
-        n = n
-            .checked_mul(10)
-            .and_then(|n| n.checked_add(i64::from(d - b'0')))
-            .ok_or(())?;
-    }
-    Ok(if negative { -n } else { n })
+    crate::resp::parse_int(digits).ok_or(())
 }
 
 /// Builds the reply of a frame already scanned (complete, well formed, at most
