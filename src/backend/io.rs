@@ -3,10 +3,16 @@
 //!
 //! The writer takes every queued request, writes them in one batch (appending one `TIME` after
 //! a batch holding timed requests) and hands each request's reply slot to the reader in the same
-//! order; the reader matches replies first-in, first-out. Both run in one `select!`, so neither
-//! can block the other on full buffers.
+//! order; the reader matches replies first-in, first-out. Both run in one `select!` of one task,
+//! so neither can block the other on full buffers, and the requests in flight between them are
+//! a plain queue they share ([`Flight`]): no channel, no atomics, no allocation per request.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::{Mutex, MutexGuard};
+use std::task::Poll;
+
+use futures_util::task::AtomicWaker;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -34,6 +40,49 @@ struct InFlight {
     got: Vec<Reply>,
 }
 
+/// The requests written and not yet answered, oldest first, shared by the writer and the reader
+/// of one connection. Both run in the same task, so the mutex is never contended (it is there
+/// because the task may move between threads); no guard is held across an `await`.
+#[derive(Default)]
+struct Flight {
+    queue: Mutex<VecDeque<InFlight>>,
+    /// The reader, waiting for a request to be written to an idle connection (its stall timer
+    /// runs only while something is in flight).
+    reader: AtomicWaker,
+}
+
+impl Flight {
+    /// Hands a written request to the reader, which owns the order of replies.
+    fn push(&self, pending: Pending, sent: Instant) {
+        let frames = pending.replies + usize::from(pending.time && !pending.hold);
+        let got = Vec::with_capacity(if frames > 1 { frames } else { 0 });
+        let was_idle = {
+            let mut queue = self.queue();
+            queue.push_back(InFlight { pending, sent, got });
+            queue.len() == 1
+        };
+        if was_idle {
+            self.reader.wake();
+        }
+    }
+
+    fn queue(&self) -> MutexGuard<'_, VecDeque<InFlight>> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ready once something is in flight.
+    fn busy(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(|cx| {
+            self.reader.register(cx.waker());
+            if self.queue().is_empty() {
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
+        })
+    }
+}
+
 /// Runs one connection until it fails or every handle is gone.
 pub(super) async fn serve<S>(
     stream: S,
@@ -46,10 +95,10 @@ where
     S: AsyncRead + AsyncWrite + Send,
 {
     let (rd, wr) = tokio::io::split(stream);
-    let (flight_tx, flight_rx) = mpsc::unbounded_channel();
+    let flight = Flight::default();
     tokio::select! {
-        e = write_loop(wr, rx, flight_tx, settings, info) => e,
-        e = read_loop(rd, flight_rx, settings, info, clock) => e,
+        e = write_loop(wr, rx, &flight, settings, info) => e,
+        e = read_loop(rd, &flight, settings, info, clock) => e,
     }
 }
 
@@ -61,7 +110,7 @@ fn time_command() -> Bytes {
 async fn write_loop(
     mut wr: impl AsyncWrite + Unpin,
     rx: &mut mpsc::Receiver<Pending>,
-    flight: mpsc::UnboundedSender<InFlight>,
+    flight: &Flight,
     settings: &Settings,
     info: &MasterInfo,
 ) -> Ended {
@@ -98,9 +147,7 @@ async fn write_loop(
             } else if pending.time {
                 buf.extend_from_slice(&time);
             }
-            if !send_flight(&flight, pending, now) {
-                return Ended::Failed("reader stopped".into());
-            }
+            flight.push(pending, now);
             next = if buf.len() < 1 << 20 {
                 rx.try_recv().ok()
             } else {
@@ -124,17 +171,9 @@ async fn write_loop(
     }
 }
 
-/// Hands a written request to the reader, which owns the order of replies; false when the
-/// reader is gone (the connection is failing).
-fn send_flight(flight: &mpsc::UnboundedSender<InFlight>, pending: Pending, sent: Instant) -> bool {
-    let frames = pending.replies + usize::from(pending.time && !pending.hold);
-    let got = Vec::with_capacity(if frames > 1 { frames } else { 0 });
-    flight.send(InFlight { pending, sent, got }).is_ok()
-}
-
 async fn read_loop(
     mut rd: impl AsyncRead + Unpin,
-    mut flight: mpsc::UnboundedReceiver<InFlight>,
+    flight: &Flight,
     settings: &Settings,
     info: &MasterInfo,
     mut clock: Option<&mut ClockWatch>,
@@ -142,7 +181,6 @@ async fn read_loop(
     let stall = settings.stall_timeout;
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut decoder = ReplyDecoder::default();
-    let mut queue: VecDeque<InFlight> = VecDeque::new();
     // Timed replies waiting for their batch's `TIME`.
     let mut held: Vec<(Pending, Reply)> = Vec::new();
     // When the bytes being decoded arrived: one clock read per read, not one per reply.
@@ -154,9 +192,7 @@ async fn read_loop(
                 Ok(None) => break,
                 Err(e) => return Ended::Failed(format!("bad reply from master: {e}")),
             };
-            while let Ok(f) = flight.try_recv() {
-                queue.push_back(f);
-            }
+            let mut queue = flight.queue();
             let Some(front) = queue.front_mut() else {
                 return Ended::Failed("reply without a request".into());
             };
@@ -221,17 +257,14 @@ async fn read_loop(
             }
             queue.pop_front();
         }
-        let stall_at = queue.front().map(|f| f.sent + stall);
+        let stall_at = flight.queue().front().map(|f| f.sent + stall);
         tokio::select! {
             n = rd.read_buf(&mut buf) => match n {
                 Ok(0) => return Ended::Failed("connection closed by master".into()),
                 Ok(_) => arrived = Instant::now(),
                 Err(e) => return Ended::Failed(format!("read: {e}")),
             },
-            f = flight.recv() => match f {
-                Some(f) => queue.push_back(f),
-                None => return Ended::Failed("writer stopped".into()),
-            },
+            () = flight.busy(), if stall_at.is_none() => {}
             _ = sleep_until(stall_at.unwrap_or_else(Instant::now)), if stall_at.is_some() => {
                 info.count_timeout();
                 return Ended::Failed(format!("no reply within {} ms", stall.as_millis()));
