@@ -76,15 +76,16 @@ impl Ballots {
         &'a self,
         key: impl Fn(&'a Reply) -> K,
     ) -> Option<(K, usize)> {
-        let keys: Vec<K> = self.replies.iter().flatten().map(key).collect();
-        for (i, k) in keys.iter().enumerate() {
-            if keys[..i].contains(k) {
+        // N is small: comparing every pair beats collecting the keys (no allocation).
+        let present = || self.replies.iter().flatten();
+        for (i, r) in present().enumerate() {
+            let k = key(r);
+            if present().take(i).any(|o| key(o) == k) {
                 continue;
             }
-            let count = keys[i..].iter().filter(|o| *o == k).count();
+            let count = present().skip(i).filter(|o| key(o) == k).count();
             if count >= self.quorum {
-                let winner = keys.into_iter().nth(i)?;
-                return Some((winner, count));
+                return Some((k, count));
             }
         }
         None
@@ -108,11 +109,17 @@ impl Ballots {
 
     /// [`Ballots::decided`] for replies grouped by `key` (e.g. "did this master say yes?").
     fn decided_by<K: PartialEq>(&self, pending: usize, key: &impl Fn(&Reply) -> K) -> bool {
-        let keys: Vec<K> = self.replies.iter().flatten().map(key).collect();
-        let best = (0..keys.len())
-            .map(|i| keys[i..].iter().filter(|k| **k == keys[i]).count())
-            .max()
-            .unwrap_or(0);
+        let mut best = 0;
+        for (i, r) in self.replies.iter().enumerate() {
+            let Some(r) = r else { continue };
+            let k = key(r);
+            let same = self.replies[i..]
+                .iter()
+                .flatten()
+                .filter(|o| key(o) == k)
+                .count();
+            best = best.max(same);
+        }
         best >= self.quorum || best + pending < self.quorum
     }
 
@@ -402,6 +409,22 @@ mod tests {
         assert!(!ballots(vec![ok.clone(), nil.clone(), nil.clone(), None, None]).decided(2));
         // Two masters failed, two split: nobody can reach 3 of 5 any more.
         assert!(ballots(vec![ok, nil, None, None, None]).decided(1));
+    }
+
+    #[test]
+    fn tally_finds_the_group_with_a_quorum_wherever_it_starts() {
+        let b = ballots(vec![
+            Some(Reply::Nil),
+            Some(Reply::Integer(1)),
+            None,
+            Some(Reply::Integer(2)),
+            Some(Reply::Integer(3)),
+        ]);
+        let int = |r: &Reply| matches!(r, Reply::Integer(_));
+        assert_eq!(b.tally_by(int), Some((true, 3)));
+        assert_eq!(b.tally_by(|r| r), None);
+        assert!(b.decided_by(1, &int));
+        assert!(!ballots(vec![Some(Reply::Nil), None, None]).decided_by(2, &int));
     }
 
     #[test]
