@@ -14,9 +14,9 @@ use std::task::Poll;
 
 use futures_util::task::AtomicWaker;
 
+use super::queue;
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior, sleep_until};
 use tracing::info;
 
@@ -86,7 +86,7 @@ impl Flight {
 /// Runs one connection until it fails or every handle is gone.
 pub(super) async fn serve<S>(
     stream: S,
-    rx: &mut mpsc::Receiver<Pending>,
+    rx: &mut queue::Receiver<Pending>,
     settings: &Settings,
     info: &MasterInfo,
     clock: Option<&mut ClockWatch>,
@@ -109,7 +109,7 @@ fn time_command() -> Bytes {
 
 async fn write_loop(
     mut wr: impl AsyncWrite + Unpin,
-    rx: &mut mpsc::Receiver<Pending>,
+    rx: &mut queue::Receiver<Pending>,
     flight: &Flight,
     settings: &Settings,
     info: &MasterInfo,
@@ -149,7 +149,7 @@ async fn write_loop(
             }
             flight.push(pending, now);
             next = if buf.len() < 1 << 20 {
-                rx.try_recv().ok()
+                rx.try_recv()
             } else {
                 None
             };
@@ -331,7 +331,7 @@ mod tests {
     #[tokio::test]
     async fn pipelined_replies_are_matched_in_order_and_timed_ones_wait_for_their_time() {
         let (proxy_end, mut master) = tokio::io::duplex(1 << 16);
-        let (qtx, mut qrx) = mpsc::channel(16);
+        let (qtx, mut qrx) = queue::channel(16);
         let info = MasterInfo::new("duplex".into());
         let s = settings(true);
         let (tx, mut rx) = inbox(3);
@@ -370,7 +370,7 @@ mod tests {
     #[tokio::test]
     async fn a_master_that_stops_answering_is_failed_after_the_stall_timeout() {
         let (proxy_end, mut master) = tokio::io::duplex(1 << 16);
-        let (qtx, mut qrx) = mpsc::channel(16);
+        let (qtx, mut qrx) = queue::channel(16);
         let info = MasterInfo::new("duplex".into());
         let s = settings(false);
         let (tx, mut rx) = inbox(1);
@@ -389,7 +389,7 @@ mod tests {
     async fn a_reply_nobody_asked_for_or_a_garbled_one_ends_the_connection() {
         for wire in [&b"+OK\r\n"[..], b"?what\r\n"] {
             let (proxy_end, mut master) = tokio::io::duplex(1 << 16);
-            let (_qtx, mut qrx) = mpsc::channel::<Pending>(16);
+            let (_qtx, mut qrx) = queue::channel::<Pending>(16);
             let info = MasterInfo::new("duplex".into());
             let s = settings(false);
             master.write_all(wire).await.unwrap();
@@ -401,7 +401,7 @@ mod tests {
     #[tokio::test]
     async fn a_reply_nested_too_deep_is_an_error_for_its_caller_only() {
         let (proxy_end, mut master) = tokio::io::duplex(1 << 20);
-        let (qtx, mut qrx) = mpsc::channel(16);
+        let (qtx, mut qrx) = queue::channel(16);
         let info = MasterInfo::new("duplex".into());
         let s = settings(false);
         let (tx, mut rx) = inbox(2);
