@@ -12,8 +12,6 @@ use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
 use std::task::Poll;
 
-use futures_util::task::AtomicWaker;
-
 use super::queue;
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -43,12 +41,13 @@ struct InFlight {
 /// The requests written and not yet answered, oldest first, shared by the writer and the reader
 /// of one connection. Both run in the same task, so the mutex is never contended (it is there
 /// because the task may move between threads); no guard is held across an `await`.
+///
+/// The writer never wakes the reader: [`serve`] polls the writer first and the reader right
+/// after it in every poll of the task, so whatever the writer queued is seen by the reader in
+/// the same poll (this is what arms the reader's stall timer).
 #[derive(Default)]
 struct Flight {
     queue: Mutex<VecDeque<InFlight>>,
-    /// The reader, waiting for a request to be written to an idle connection (its stall timer
-    /// runs only while something is in flight).
-    reader: AtomicWaker,
 }
 
 impl Flight {
@@ -56,24 +55,17 @@ impl Flight {
     fn push(&self, pending: Pending, sent: Instant) {
         let frames = pending.replies + usize::from(pending.time && !pending.hold);
         let got = Vec::with_capacity(if frames > 1 { frames } else { 0 });
-        let was_idle = {
-            let mut queue = self.queue();
-            queue.push_back(InFlight { pending, sent, got });
-            queue.len() == 1
-        };
-        if was_idle {
-            self.reader.wake();
-        }
+        self.queue().push_back(InFlight { pending, sent, got });
     }
 
     fn queue(&self) -> MutexGuard<'_, VecDeque<InFlight>> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Ready once something is in flight.
+    /// Ready once something is in flight. It registers no waker: it is looked at again in
+    /// every poll of the task, right after the writer (see the type's docs).
     fn busy(&self) -> impl Future<Output = ()> + '_ {
-        std::future::poll_fn(|cx| {
-            self.reader.register(cx.waker());
+        std::future::poll_fn(|_| {
             if self.queue().is_empty() {
                 Poll::Pending
             } else {
@@ -96,7 +88,9 @@ where
 {
     let (rd, wr) = tokio::io::split(stream);
     let flight = Flight::default();
+    // Biased: the writer first, then the reader in the same poll (see `Flight`).
     tokio::select! {
+        biased;
         e = write_loop(wr, rx, &flight, settings, info) => e,
         e = read_loop(rd, &flight, settings, info, clock) => e,
     }
@@ -179,6 +173,11 @@ async fn read_loop(
     mut clock: Option<&mut ClockWatch>,
 ) -> Ended {
     let stall = settings.stall_timeout;
+    // One timer for the connection, not one per read: it may fire early (it is then re-armed
+    // for the oldest request's deadline), never late, because it is only ever set to the
+    // deadline of some request at the front, and fronts' deadlines only grow. It starts
+    // elapsed, so the first request in flight sets it.
+    let mut stall_timer = Box::pin(sleep_until(Instant::now()));
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut decoder = ReplyDecoder::default();
     // Timed replies waiting for their batch's `TIME`.
@@ -265,7 +264,12 @@ async fn read_loop(
                 Err(e) => return Ended::Failed(format!("read: {e}")),
             },
             () = flight.busy(), if stall_at.is_none() => {}
-            _ = sleep_until(stall_at.unwrap_or_else(Instant::now)), if stall_at.is_some() => {
+            () = &mut stall_timer, if stall_at.is_some() => {
+                let at = stall_at.unwrap_or_else(Instant::now);
+                if Instant::now() < at {
+                    stall_timer.as_mut().reset(at);
+                    continue;
+                }
                 info.count_timeout();
                 return Ended::Failed(format!("no reply within {} ms", stall.as_millis()));
             }
