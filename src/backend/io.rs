@@ -173,11 +173,6 @@ async fn read_loop(
     mut clock: Option<&mut ClockWatch>,
 ) -> Ended {
     let stall = settings.stall_timeout;
-    // One timer for the connection, not one per read: it may fire early (it is then re-armed
-    // for the oldest request's deadline), never late, because it is only ever set to the
-    // deadline of some request at the front, and fronts' deadlines only grow. It starts
-    // elapsed, so the first request in flight sets it.
-    let mut stall_timer = Box::pin(sleep_until(Instant::now()));
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut decoder = ReplyDecoder::default();
     // Timed replies waiting for their batch's `TIME`.
@@ -264,12 +259,7 @@ async fn read_loop(
                 Err(e) => return Ended::Failed(format!("read: {e}")),
             },
             () = flight.busy(), if stall_at.is_none() => {}
-            () = &mut stall_timer, if stall_at.is_some() => {
-                let at = stall_at.unwrap_or_else(Instant::now);
-                if Instant::now() < at {
-                    stall_timer.as_mut().reset(at);
-                    continue;
-                }
+            _ = sleep_until(stall_at.unwrap_or_else(Instant::now)), if stall_at.is_some() => {
                 info.count_timeout();
                 return Ended::Failed(format!("no reply within {} ms", stall.as_millis()));
             }
