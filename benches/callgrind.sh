@@ -70,7 +70,7 @@ count() {
   rps=$(redis-benchmark -p "$port" -c 50 -n "$requests" -r 100000000 -P "$pipeline" -q \
     SET lock:__rand_int__ tok NX PX 30000 2>/dev/null | tr '\r' '\n' | grep 'requests per second' | tail -1)
   # Grants as the proxy counts them (keys on the masters may have expired on a long run).
-  granted=$(redis-cli -p "$port" info redlock 2>/dev/null | tr -d '\r' | awk -F: '/^locks_granted:/ {print $2}')
+  granted=$(redis-cli -p "$port" info redlock 2>/dev/null | tr -d '\r' | awk -F: '/^locks_granted:/ {print $2}' || true)
   kill -INT "$vpid"
   wait "$vpid" 2>/dev/null || true
   total=$(callgrind_annotate "$file" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
