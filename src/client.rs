@@ -382,8 +382,8 @@ where
             finish_in_background(inflight);
             return Ok(());
         }
+        // The read buffer goes back to the pool when a read finds nothing to read.
         shrink(&mut input);
-        BufferPool::give(&mut input);
         let was_idle = output.is_empty();
         while let Some(Some((reply, resp3))) = inflight.next().now_or_never() {
             proxy.metrics.count_reply(&reply);
