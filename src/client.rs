@@ -12,8 +12,8 @@
 //! a client that accepts none of them for `client_write_timeout_ms` is disconnected. The
 //! commands a disconnected client had in flight still complete (or are undone) on the masters.
 //! An idle connection holds no buffer at all: its read and write buffers come from a small
-//! per-thread pool while bytes are being read or replies written, and go back to it as soon as
-//! they are empty (see [`BufferPool`]), so thousands of idle clients cost a few hundred bytes
+//! per-thread pool while bytes are being read or replies written, and go back to it once empty
+//! and waiting (see `BufferPool`), so thousands of idle clients cost under 2 KB
 //! each. A buffer that grew for a large request or reply is freed instead of pooled.
 //!
 //! A malformed request gets Redis's protocol error and the connection closes after the replies

@@ -41,7 +41,7 @@ pub async fn serve(listener: TcpListener, config: Config) -> anyhow::Result<()> 
 }
 
 /// Serves clients on `listener` (`None` when `listen = ""`) and on `tls_listen` until
-/// `shutdown` completes, then shuts down gracefully (see [`drain`]).
+/// `shutdown` completes, then shuts down gracefully (see `drain`).
 pub async fn serve_until(
     listener: Option<TcpListener>,
     config: Config,

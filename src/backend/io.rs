@@ -5,7 +5,7 @@
 //! a batch holding timed requests) and hands each request's reply slot to the reader in the same
 //! order; the reader matches replies first-in, first-out. Both run in one `select!` of one task,
 //! so neither can block the other on full buffers, and the requests in flight between them are
-//! a plain queue they share ([`Flight`]): no channel, no atomics, no allocation per request.
+//! a plain queue they share ([`Flight`]): no channel and no allocation per request.
 
 use std::collections::VecDeque;
 use std::future::Future;
