@@ -6,6 +6,12 @@
 # the same master with the same load, and prints both figures in one run.
 # Usage: benches/callgrind.sh [-n MASTERS=1] [-P PIPELINE=16] [-r REQUESTS=100000] [-t proxy|twem|both]
 # The callgrind files are kept in target/callgrind/ for `callgrind_annotate --inclusive=yes --tree=caller`.
+# Under valgrind the proxy runs ~50x slower (p50 ~200 ms at -P16), so with the default 50 ms
+# node timeout about half of the requests would time out and take the refusal + roll-back path
+# (and at N=5 the 1 s stall timeout marks masters down); the proxy therefore runs with
+# node_timeout_ms=10000 (BENCH_NODE_TIMEOUT_MS) and stall_timeout_ms=60000, and the script prints
+# how many requests were granted (INFO locks_granted), so the count is that of the grant path.
+# Env: BENCH_PROXY_BIN (default target/release/redlock-proxy; BENCH_NO_BUILD=1 skips the build).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -63,19 +69,23 @@ count() {
   for _ in $(seq 300); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
   rps=$(redis-benchmark -p "$port" -c 50 -n "$requests" -r 100000000 -P "$pipeline" -q \
     SET lock:__rand_int__ tok NX PX 30000 2>/dev/null | tr '\r' '\n' | grep 'requests per second' | tail -1)
+  # Grants as the proxy counts them (keys on the masters may have expired on a long run).
+  granted=$(redis-cli -p "$port" info redlock 2>/dev/null | tr -d '\r' | awk -F: '/^locks_granted:/ {print $2}' || true)
   kill -INT "$vpid"
   wait "$vpid" 2>/dev/null || true
   total=$(callgrind_annotate "$file" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
-  printf '%-10s N=%s -P%-3s %12s instructions, %6s per request (start-up included; under valgrind: %s)\n' \
-    "$name" "$masters" "$pipeline" "$total" "$((total / requests))" "${rps:-no rate}"
+  if [ -z "$granted" ]; then
+    granted=$(redis-cli -p "${ports[0]}" dbsize)
+  fi
+  printf '%-10s N=%s -P%-3s %12s instructions, %6s per request (start-up included; %s of %s granted; under valgrind: %s)\n' \
+    "$name" "$masters" "$pipeline" "$total" "$((total / requests))" "$granted" "$requests" "${rps:-no rate}"
 }
 
-# Under valgrind the proxy runs ~50x slower, so 50 clients x P pipelined requests wait far
-# longer than the default 50 ms node timeout: without a long one, about half the acquisitions
-# would be refused and rolled back, and the count would measure the refusal path, not grants.
 if [ "$which" != twem ]; then
-  count proxy "${ports[masters]}" target/release/redlock-proxy --listen "127.0.0.1:${ports[masters]}" \
-    --backends "$backends" --set threads=1 --set quarantine=false --set node_timeout_ms=5000
+  count proxy "${ports[masters]}" "${BENCH_PROXY_BIN:-target/release/redlock-proxy}" \
+    --listen "127.0.0.1:${ports[masters]}" --backends "$backends" --set threads=1 \
+    --set quarantine=false --set node_timeout_ms="${BENCH_NODE_TIMEOUT_MS:-10000}" \
+    --set stall_timeout_ms=60000
 fi
 if [ "$which" != proxy ]; then
   if [ "$masters" != 1 ]; then

@@ -5,6 +5,8 @@
 #   direct     - one redis-server master, no proxy
 #   proxy-n1   - redlock-proxy in front of 1 master
 #   proxy-n5   - redlock-proxy in front of 5 masters (quorum 3)
+#   proxy-n1-t1, proxy-n5-t1 - the same with `--set threads=1` (opt-in through BENCH_TARGETS,
+#                to compare thread counts within one interleaved run)
 #   twemproxy  - nutcracker in front of 1 master
 # at pipeline depth P=1 and P=16, and prints a table of req/s and ratios
 # (also written as markdown to target/bench-e2e.md).
@@ -22,7 +24,8 @@
 #   BENCH_CLIENTS        redis-benchmark connections (default 50)
 #   BENCH_PROXY_ARGS     extra arguments for the proxy (e.g. "--set threads=1")
 #   BENCH_TARGETS        space/comma separated subset of
-#                        "direct proxy-n1 proxy-n5 twemproxy" (default: all)
+#                        "direct proxy-n1 proxy-n5 twemproxy" (default: all) plus
+#                        proxy-n1-t1 proxy-n5-t1
 #   BENCH_NO_BUILD=1     skip `cargo build --release` (use existing binary)
 #   BENCH_STARTUP_TIMEOUT seconds to wait for a target to answer PING (default 20)
 #   BENCH_RUN_TIMEOUT    seconds before one redis-benchmark run is aborted (default 900)
@@ -73,7 +76,7 @@ for v in N_P1 N_P16 ROUNDS CYCLE_SECONDS CLIENTS STARTUP_TIMEOUT RUN_TIMEOUT; do
 done
 for t in "${TARGETS[@]}"; do
     case "$t" in
-        direct | proxy-n1 | proxy-n5 | twemproxy) ;;
+        direct | proxy-n1 | proxy-n5 | proxy-n1-t1 | proxy-n5-t1 | twemproxy) ;;
         *)
             echo "e2e: unknown target '$t' (known: ${ALL_TARGETS[*]})" >&2
             exit 1
@@ -350,7 +353,7 @@ run_bench() {
 ensure_tools
 command -v python3 >/dev/null 2>&1 || die "python3 not found"
 
-if want_target proxy-n1 || want_target proxy-n5; then
+if want_target proxy-n1 || want_target proxy-n5 || want_target proxy-n1-t1 || want_target proxy-n5-t1; then
     if [[ "${BENCH_NO_BUILD:-0}" != "1" ]]; then
         command -v cargo >/dev/null 2>&1 || die "cargo not found (install Rust, or set BENCH_NO_BUILD=1 with a prebuilt binary)"
         log "cargo build --release"
@@ -360,14 +363,16 @@ if want_target proxy-n1 || want_target proxy-n5; then
     "$PROXY_BIN" --help >/dev/null 2>&1 || die "$PROXY_BIN --help failed"
 fi
 
-# 5 masters + proxy-n1 + proxy-n5 + nutcracker + nutcracker stats port.
-read -r -a PORTS <<<"$(free_ports $((N_MASTERS + 4)))"
-((${#PORTS[@]} == N_MASTERS + 4)) || die "could not allocate free ports"
+# 5 masters + proxy-n1 + proxy-n5 + nutcracker + nutcracker stats port + the two -t1 proxies.
+read -r -a PORTS <<<"$(free_ports $((N_MASTERS + 6)))"
+((${#PORTS[@]} == N_MASTERS + 6)) || die "could not allocate free ports"
 MASTER_PORTS=("${PORTS[@]:0:N_MASTERS}")
 PORT_PROXY_N1=${PORTS[N_MASTERS]}
 PORT_PROXY_N5=${PORTS[N_MASTERS + 1]}
 PORT_TWEM=${PORTS[N_MASTERS + 2]}
 PORT_TWEM_STATS=${PORTS[N_MASTERS + 3]}
+PORT_PROXY_N1_T1=${PORTS[N_MASTERS + 4]}
+PORT_PROXY_N5_T1=${PORTS[N_MASTERS + 5]}
 
 MASTER_PIDS=()
 for i in "${!MASTER_PORTS[@]}"; do
@@ -392,12 +397,16 @@ start_target() {
             TARGET_PORT=${MASTER_PORTS[0]}
             TARGET_PID=
             ;;
-        proxy-n1 | proxy-n5)
-            if [[ "$t" == proxy-n1 ]]; then
+        proxy-n1 | proxy-n5 | proxy-n1-t1 | proxy-n5-t1)
+            local extra=
+            [[ "$t" == *-t1 ]] && extra="--set threads=1"
+            if [[ "$t" == proxy-n1* ]]; then
                 TARGET_PORT=$PORT_PROXY_N1
+                [[ "$t" == *-t1 ]] && TARGET_PORT=$PORT_PROXY_N1_T1
                 backends="127.0.0.1:${MASTER_PORTS[0]}"
             else
                 TARGET_PORT=$PORT_PROXY_N5
+                [[ "$t" == *-t1 ]] && TARGET_PORT=$PORT_PROXY_N5_T1
                 backends=
                 for i in "${!MASTER_PORTS[@]}"; do
                     backends+="${backends:+,}127.0.0.1:${MASTER_PORTS[i]}"
@@ -407,7 +416,7 @@ start_target() {
             # out of the quorum for max_ttl_ms first, so it is off for the benchmark.
             start_bg "$t" "$TMP_DIR/$t.log" \
                 "$PROXY_BIN" --listen "127.0.0.1:$TARGET_PORT" --backends "$backends" \
-                --set quarantine=false ${BENCH_PROXY_ARGS:-}
+                --set quarantine=false ${BENCH_PROXY_ARGS:-} $extra
             TARGET_PID=$LAST_PID
             wait_ready "$t" "$TARGET_PID" "$TARGET_PORT" "$TMP_DIR/$t.log"
             ;;
@@ -474,7 +483,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
             fi
             keys=$(dbsize "${MASTER_PORTS[0]}")
             ((keys > 0)) || die "$t: master1 holds no keys after the P=$pl run; target did not write"
-            if [[ "$t" == proxy-n5 ]]; then
+            if [[ "$t" == proxy-n5* ]]; then
                 for p in "${MASTER_PORTS[@]:1}"; do
                     k=$(dbsize "$p")
                     ((k > 0)) || log "WARNING: proxy-n5 left master :$p empty"

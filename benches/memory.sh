@@ -4,7 +4,9 @@
 # Each target gets CONNS connections that each send one PING and read +PONG, then stay idle;
 # KB/connection = (VmRSS after - VmRSS before) / CONNS.
 # Usage: benches/memory.sh   Env: BENCH_CONNS (default 5000), BENCH_BIG (default 10000),
-#                                 BENCH_NO_BUILD=1 (use the existing target/release binary).
+#                                 BENCH_NO_BUILD=1 (use the existing target/release binary),
+#                                 BENCH_PROXY_ARGS (extra proxy flags, e.g. "--set threads=1"),
+#                                 BENCH_PROXY_BIN (default target/release/redlock-proxy).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -19,7 +21,7 @@ fi
 [ "${BENCH_NO_BUILD:-0}" = 1 ] || cargo build --release -q --bin redlock-proxy
 # The client side holds up to $big sockets. The RSS figures are taken with the raised limit for
 # both targets; the 10,000-connection check runs a second proxy started with the default soft
-# limit (1024), since the proxy is meant to raise its own.
+# limit (1024; the hard limit stays as it is), since the proxy is meant to raise its own soft limit.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || ulimit -n 65536 || true
 tmp="$(mktemp -d)"
 pids=()
@@ -32,12 +34,12 @@ ss = [socket.socket() for _ in range(5)]
 print(" ".join(str(s.getsockname()[1]) for s in ss))')"
 redis-server --port "$master" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" >/dev/null &
 pids+=($!)
-target/release/redlock-proxy --listen "127.0.0.1:$proxy" --backends "127.0.0.1:$master" \
-  --set quarantine=false >"$tmp/proxy.log" 2>&1 &
+"${BENCH_PROXY_BIN:-target/release/redlock-proxy}" --listen "127.0.0.1:$proxy" --backends "127.0.0.1:$master" \
+  --set quarantine=false ${BENCH_PROXY_ARGS:-} >"$tmp/proxy.log" 2>&1 &
 ppid=$!
 pids+=($ppid)
 # A second proxy for the 10,000-connection check, started with the default soft limit (1024).
-(ulimit -Sn 1024 && exec target/release/redlock-proxy --listen "127.0.0.1:$proxy2" \
+(ulimit -Sn 1024 && exec "${BENCH_PROXY_BIN:-target/release/redlock-proxy}" --listen "127.0.0.1:$proxy2" \
   --backends "127.0.0.1:$master" --set quarantine=false) >"$tmp/proxy2.log" 2>&1 &
 ppid2=$!
 pids+=($ppid2)

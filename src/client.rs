@@ -11,7 +11,10 @@
 //! `client_query_buffer_limit`; unread replies may not exceed `client_output_buffer_limit`, and
 //! a client that accepts none of them for `client_write_timeout_ms` is disconnected. The
 //! commands a disconnected client had in flight still complete (or are undone) on the masters.
-//! Buffers start small and are given back when a large request or reply has gone.
+//! An idle connection holds no buffer at all: its read and write buffers come from a small
+//! per-thread pool while bytes are being read or replies written, and go back to it once empty
+//! and waiting (see `BufferPool`), so thousands of idle clients cost under 2 KB
+//! each. A buffer that grew for a large request or reply is freed instead of pooled.
 //!
 //! A malformed request gets Redis's protocol error and the connection closes after the replies
 //! before it have been written. A request named `POST` or `Host:` (an HTTP request, sent by a
@@ -29,7 +32,7 @@ use futures_util::future::{Either, FutureExt, Ready, ready};
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tracing::{debug, warn};
 
 use crate::command::{self, Action, Later};
@@ -117,11 +120,160 @@ impl Future for Tagged {
     }
 }
 
+/// Waits for `timer`, made (boxed) at `deadline` on first use: the timer exists only while
+/// replies wait for a client that does not read them, so an idle connection carries none.
+fn lazy_sleep(
+    timer: &mut Option<Pin<Box<Sleep>>>,
+    deadline: Instant,
+) -> impl Future<Output = ()> + '_ {
+    std::future::poll_fn(move |cx| {
+        timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)))
+            .as_mut()
+            .poll(cx)
+    })
+}
+
+/// Most empty pipelines a thread's pool keeps.
+const PIPELINES_MAX: usize = 32;
+
+thread_local! {
+    static PIPELINES: std::cell::RefCell<Vec<FuturesOrdered<InFlight>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The commands of one connection in flight, answered in request order.
+///
+/// A `FuturesOrdered` allocates its bookkeeping when made; an idle connection does not keep
+/// one: it is borrowed from a per-thread pool for the first command and given back when the
+/// connection goes idle ([`Pipeline::park`]).
+#[derive(Default)]
+struct Pipeline(Option<FuturesOrdered<InFlight>>);
+
+impl Pipeline {
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, FuturesOrdered::len)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn push_back(&mut self, command: InFlight) {
+        self.0
+            .get_or_insert_with(|| PIPELINES.with_borrow_mut(Vec::pop).unwrap_or_default())
+            .push_back(command);
+    }
+
+    /// The next reply in request order; `None` when nothing is in flight.
+    fn next(&mut self) -> impl Future<Output = Option<(Reply, bool)>> + '_ {
+        std::future::poll_fn(move |cx| match self.0.as_mut() {
+            Some(f) => f.poll_next_unpin(cx),
+            None => Poll::Ready(None),
+        })
+    }
+
+    /// Gives the bookkeeping back to the pool when nothing is in flight.
+    fn park(&mut self) {
+        if self.is_empty()
+            && let Some(f) = self.0.take()
+        {
+            PIPELINES.with_borrow_mut(|pool| {
+                if pool.len() < PIPELINES_MAX {
+                    pool.push(f);
+                }
+            });
+        }
+    }
+}
+
 /// What a read or write buffer starts with, and shrinks back to when a large request or reply
 /// has gone.
 const BUFFER_START: usize = 16 * 1024;
 /// A buffer this much larger than it needs to be is replaced by a small one.
 const BUFFER_SHRINK: usize = 64 * 1024;
+/// A read is only attempted with at least this much room; less, and the buffer grows first.
+const READ_ROOM: usize = 1024;
+/// Most buffers a thread's pool keeps (the rest are freed): `POOL_MAX × BUFFER_START` bytes.
+const POOL_MAX: usize = 32;
+
+thread_local! {
+    static POOL: std::cell::RefCell<Vec<BytesMut>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The per-thread pool of client buffers.
+///
+/// A connection borrows a buffer only while it has bytes to hold: for a read attempt, or while
+/// replies wait to be written. When the read would block with nothing buffered, or the last
+/// reply byte has been written, the buffer goes back. Taking and giving are a `Vec` pop and
+/// push, so a busy connection pays no allocation for this. A pooled buffer may still share
+/// its memory with requests decoded from it; growing it then allocates afresh (as `BytesMut`
+/// always does), and the old memory is freed with the last of those requests.
+struct BufferPool;
+
+impl BufferPool {
+    /// A buffer with room to read into: a pooled one, or a new one of [`BUFFER_START`] bytes.
+    fn take() -> BytesMut {
+        let mut buf = POOL
+            .with_borrow_mut(Vec::pop)
+            .unwrap_or_else(|| BytesMut::with_capacity(BUFFER_START));
+        if buf.capacity() < READ_ROOM {
+            // Reclaims the whole allocation when nothing else uses it; allocates otherwise.
+            buf.reserve(BUFFER_START);
+        }
+        buf
+    }
+
+    /// Gives `buf` back if it is empty, leaving an unallocated buffer in its place. A buffer
+    /// that grew for a large request or reply is freed instead.
+    fn give(buf: &mut BytesMut) {
+        if !buf.is_empty() || buf.capacity() == 0 {
+            return;
+        }
+        let buf = std::mem::take(buf);
+        if buf.capacity() <= BUFFER_SHRINK {
+            POOL.with_borrow_mut(|pool| {
+                if pool.len() < POOL_MAX {
+                    pool.push(buf);
+                }
+            });
+        }
+    }
+
+    /// `buf`, borrowed from the pool first if it holds no memory (to encode replies into).
+    fn ready(buf: &mut BytesMut) -> &mut BytesMut {
+        if buf.capacity() == 0 {
+            *buf = BufferPool::take();
+        }
+        buf
+    }
+}
+
+/// Reads what the client sent into `input`, borrowing a buffer from the pool for the attempt
+/// and giving it back if the read would block with nothing buffered.
+fn read_pooled<'a, R: AsyncRead + Unpin>(
+    rd: &'a mut R,
+    input: &'a mut BytesMut,
+) -> impl Future<Output = io::Result<usize>> + 'a {
+    std::future::poll_fn(move |cx| {
+        if input.capacity() - input.len() < READ_ROOM {
+            if input.is_empty() {
+                *input = BufferPool::take();
+            } else {
+                // A partial request: grow (amortised doubling for a large one).
+                input.reserve(BUFFER_START.max(input.len()));
+            }
+        }
+        let read = {
+            let fut = rd.read_buf(input);
+            std::pin::pin!(fut).poll(cx)
+        };
+        if read.is_pending() {
+            BufferPool::give(input);
+        }
+        read
+    })
+}
 
 /// Serves one client until it disconnects, sends `QUIT`, breaks the protocol, or exceeds a limit.
 pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<()> {
@@ -162,15 +314,16 @@ where
     let query_limit = config.client_query_buffer_limit;
     let output_limit = config.client_output_buffer_limit;
     let write_timeout = Duration::from_millis(config.client_write_timeout_ms);
-    let mut input = BytesMut::with_capacity(BUFFER_START);
-    let mut output = BytesMut::with_capacity(BUFFER_START);
-    let mut inflight: FuturesOrdered<InFlight> = FuturesOrdered::new();
+    // Both borrowed from the pool only while they hold bytes.
+    let mut input = BytesMut::new();
+    let mut output = BytesMut::new();
+    let mut inflight = Pipeline::default();
     let mut closing = false;
     // When the client last accepted reply bytes (or replies started waiting for it). The timer
     // is re-armed lazily, only when it fires early, so a write costs no timer update.
     let mut progress = Instant::now();
-    let write_timer = tokio::time::sleep(write_timeout);
-    tokio::pin!(write_timer);
+    // Made only when a write has to wait, and dropped once the replies are all written.
+    let mut write_timer: Option<Pin<Box<Sleep>>> = None;
     loop {
         let mut exhausted = false;
         while !closing && inflight.len() < max_pipeline {
@@ -229,11 +382,12 @@ where
             finish_in_background(inflight);
             return Ok(());
         }
+        // The read buffer goes back to the pool when a read finds nothing to read.
         shrink(&mut input);
         let was_idle = output.is_empty();
         while let Some(Some((reply, resp3))) = inflight.next().now_or_never() {
             proxy.metrics.count_reply(&reply);
-            reply.encode(&mut output, resp3);
+            reply.encode(BufferPool::ready(&mut output), resp3);
         }
         if output.len() > output_limit {
             warn!(
@@ -244,10 +398,12 @@ where
             return Ok(());
         }
         if output.is_empty() {
-            shrink(&mut output);
+            BufferPool::give(&mut output);
+            write_timer = None;
             if closing && inflight.is_empty() {
                 return Ok(());
             }
+            inflight.park();
         } else if was_idle {
             progress = Instant::now();
         }
@@ -272,7 +428,7 @@ where
                     progress = Instant::now();
                 }
                 proxy.metrics.count_reply(&reply);
-                reply.encode(&mut output, resp3);
+                reply.encode(BufferPool::ready(&mut output), resp3);
             }
             m = next_message(&conn.pubsub), if conn.pubsub.is_some() => {
                 if conn.pubsub.as_ref().is_some_and(|s| s.inbox.lock().unwrap_or_else(|p| p.into_inner()).overflowed()) {
@@ -283,9 +439,9 @@ where
                 if output.is_empty() {
                     progress = Instant::now();
                 }
-                m.to_reply().encode(&mut output, conn.resp3);
+                m.to_reply().encode(BufferPool::ready(&mut output), conn.resp3);
             }
-            n = rd.read_buf(&mut input), if !closing && !stopping && inflight.len() < max_pipeline => {
+            n = read_pooled(&mut rd, &mut input), if !closing && !stopping && inflight.len() < max_pipeline => {
                 match n {
                     Ok(0) => {
                         finish_in_background(inflight);
@@ -299,14 +455,16 @@ where
                 }
             }
             () = &mut stop, if !stopping => stopping = true,
-            () = &mut write_timer, if !output.is_empty() => {
+            () = lazy_sleep(&mut write_timer, progress + write_timeout), if !output.is_empty() => {
                 let deadline = progress + write_timeout;
                 if Instant::now() >= deadline {
                     debug!(timeout_ms = write_timeout.as_millis() as u64, "client accepted no reply in time; closing");
                     finish_in_background(inflight);
                     return Ok(());
                 }
-                write_timer.as_mut().reset(deadline);
+                if let Some(timer) = write_timer.as_mut() {
+                    timer.as_mut().reset(deadline);
+                }
             }
         }
     }
@@ -330,7 +488,7 @@ fn shrink(buf: &mut BytesMut) {
 
 /// Lets commands already dispatched finish after their client has gone: nobody reads their
 /// replies, but a failed acquisition must still roll back on the masters.
-fn finish_in_background(mut inflight: FuturesOrdered<InFlight>) {
+fn finish_in_background(mut inflight: Pipeline) {
     if !inflight.is_empty() {
         tokio::spawn(async move { while inflight.next().await.is_some() {} });
     }

@@ -97,7 +97,12 @@ impl ReplyRx {
         if state.items.is_empty() {
             return false;
         }
-        out.append(&mut state.items);
+        if out.is_empty() {
+            // Hand the list over and take the (empty) one back: no copy, no allocation.
+            std::mem::swap(out, &mut state.items);
+        } else {
+            out.append(&mut state.items);
+        }
         true
     }
 }

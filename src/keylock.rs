@@ -18,6 +18,7 @@ use std::collections::hash_map::Entry;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 use tokio::sync::Notify;
 
 /// The table of keys with operations in progress.
@@ -49,14 +50,20 @@ pub struct Ticket {
 /// Exclusive use of some keys until dropped.
 pub struct Held {
     locks: Arc<KeyLocks>,
-    /// Each key with this operation's ticket number for it.
-    keys: Vec<(Bytes, u64)>,
+    /// Each key with this operation's ticket number for it (inline for one or two keys, the
+    /// usual case, so taking a turn allocates nothing of its own).
+    keys: SmallVec<[(Bytes, u64); 2]>,
+    /// Some key had an earlier ticket outstanding when this one was taken. Without one, the
+    /// turn is already ours (a turn, once reached, stays until this ticket finishes), so
+    /// [`Ticket::ready`] does not look at the table again.
+    waits: bool,
 }
 
 impl KeyLocks {
     /// Takes a place in line for `keys` now; waiting happens in [`Ticket::ready`].
     pub fn enqueue(self: &Arc<Self>, keys: &[Bytes]) -> Ticket {
-        let mut mine: Vec<(Bytes, u64)> = Vec::with_capacity(keys.len());
+        let mut mine: SmallVec<[(Bytes, u64); 2]> = SmallVec::with_capacity(keys.len());
+        let mut waits = false;
         // A command may name a key twice; it takes one ticket for it. Many keys (a `DEL` of
         // 65,535) are told apart by a set, so this stays linear under the table's mutex.
         let mut seen: Option<std::collections::HashSet<&[u8], ahash::RandomState>> =
@@ -78,6 +85,7 @@ impl KeyLocks {
                 notify: None,
                 abandoned: Vec::new(),
             });
+            waits |= turn.serving != turn.next;
             mine.push((key.clone(), turn.next));
             turn.next += 1;
         }
@@ -86,6 +94,7 @@ impl KeyLocks {
             held: Some(Held {
                 locks: self.clone(),
                 keys: mine,
+                waits,
             }),
         }
     }
@@ -118,7 +127,12 @@ impl Ticket {
         };
         // Should this future be dropped while waiting, the keys are given up, not finished.
         let mut guard = Ticket { held: Some(held) };
-        if let Some(Held { locks, keys }) = guard.held.as_ref() {
+        if let Some(Held {
+            locks,
+            keys,
+            waits: true,
+        }) = guard.held.as_ref()
+        {
             for (key, ticket) in keys {
                 while let Some(notify) = locks.wait_for(key, *ticket) {
                     let woken = notify.notified();

@@ -10,6 +10,7 @@
 //! - [`proxy`]: [`proxy::Proxy`], the state all clients share.
 //! - [`client`]: one connection: decode, dispatch, answer in request order.
 //! - [`request`]: RESP multibulk and inline request decoding, with size limits.
+//! - [`resp`]: the one line-end finder and the one integer parser every RESP reader uses.
 //! - [`command`]: the command table, arity checks, and one module per command family.
 //! - [`keylock`]: per-key ordering so an operation's clean-up precedes the next one on its key.
 //! - [`quorum`]: quorum and validity arithmetic, and the one fan-out + majority rule.
@@ -43,6 +44,7 @@ pub(crate) mod pubsub;
 pub mod quorum;
 pub mod reply;
 pub mod request;
+pub mod resp;
 pub mod scripts;
 pub mod server;
 pub(crate) mod stats;

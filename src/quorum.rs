@@ -76,15 +76,16 @@ impl Ballots {
         &'a self,
         key: impl Fn(&'a Reply) -> K,
     ) -> Option<(K, usize)> {
-        let keys: Vec<K> = self.replies.iter().flatten().map(key).collect();
-        for (i, k) in keys.iter().enumerate() {
-            if keys[..i].contains(k) {
+        // N is small: comparing every pair beats collecting the keys (no allocation).
+        let present = || self.replies.iter().flatten();
+        for (i, r) in present().enumerate() {
+            let k = key(r);
+            if present().take(i).any(|o| key(o) == k) {
                 continue;
             }
-            let count = keys[i..].iter().filter(|o| *o == k).count();
+            let count = present().skip(i).filter(|o| key(o) == k).count();
             if count >= self.quorum {
-                let winner = keys.into_iter().nth(i)?;
-                return Some((winner, count));
+                return Some((k, count));
             }
         }
         None
@@ -108,11 +109,17 @@ impl Ballots {
 
     /// [`Ballots::decided`] for replies grouped by `key` (e.g. "did this master say yes?").
     fn decided_by<K: PartialEq>(&self, pending: usize, key: &impl Fn(&Reply) -> K) -> bool {
-        let keys: Vec<K> = self.replies.iter().flatten().map(key).collect();
-        let best = (0..keys.len())
-            .map(|i| keys[i..].iter().filter(|k| **k == keys[i]).count())
-            .max()
-            .unwrap_or(0);
+        let mut best = 0;
+        for (i, r) in self.replies.iter().enumerate() {
+            let Some(r) = r else { continue };
+            let k = key(r);
+            let same = self.replies[i..]
+                .iter()
+                .flatten()
+                .filter(|o| key(o) == k)
+                .count();
+            best = best.max(same);
+        }
         best >= self.quorum || best + pending < self.quorum
     }
 
@@ -153,11 +160,39 @@ pub enum Request {
 }
 
 impl Request {
-    fn for_master(&self, i: usize) -> Option<Bytes> {
+    /// The bytes for master `i`; the last master (`last`) gets them moved, not shared, so a
+    /// request to one master costs no reference counting.
+    fn for_master(&mut self, i: usize, last: bool) -> Option<Bytes> {
         match self {
+            Request::Same(b) if last => Some(std::mem::take(b)),
             Request::Same(b) => Some(b.clone()),
-            Request::Each(v) => Some(v[i].clone()),
-            Request::Some(v) => v[i].clone(),
+            Request::Each(v) => Some(std::mem::take(&mut v[i])),
+            Request::Some(v) => v[i].take(),
+        }
+    }
+}
+
+/// Whether each master was trusted when a request was sent: a bit per master, and a list only
+/// past the 64th (so a vote allocates nothing for this).
+struct TrustedAtSend {
+    bits: u64,
+    rest: Vec<bool>,
+}
+
+impl TrustedAtSend {
+    fn new(masters: &[Backend]) -> TrustedAtSend {
+        let mut bits = 0;
+        for (i, m) in masters.iter().take(64).enumerate() {
+            bits |= u64::from(m.is_trusted()) << i;
+        }
+        let rest = masters.iter().skip(64).map(Backend::is_trusted).collect();
+        TrustedAtSend { bits, rest }
+    }
+
+    fn get(&self, i: usize) -> bool {
+        match i.checked_sub(64) {
+            None => self.bits & (1 << i) != 0,
+            Some(j) => self.rest[j],
         }
     }
 }
@@ -173,7 +208,7 @@ pub struct Vote {
     /// The masters, to ask whether each is still trusted when its reply comes.
     masters: Arc<[Backend]>,
     /// Whether each master was trusted when the request was sent.
-    trusted: Vec<bool>,
+    trusted: TrustedAtSend,
 }
 
 /// Sends `request` (holding `replies` commands per master) to every master at once. The
@@ -197,18 +232,18 @@ pub fn ask_timed(
 
 fn fan_out(
     masters: &Arc<[Backend]>,
-    request: Request,
+    mut request: Request,
     replies: usize,
     deadline: Instant,
     timed: bool,
 ) -> Vote {
     let (tx, rx) = inbox(masters.len());
-    let trusted = masters.iter().map(Backend::is_trusted).collect();
+    let trusted = TrustedAtSend::new(masters);
     let n = masters.len();
     let mut failed = vec![None; n];
     let mut pending = n;
     for (i, m) in masters.iter().enumerate() {
-        let Some(bytes) = request.for_master(i) else {
+        let Some(bytes) = request.for_master(i, i + 1 == n) else {
             failed[i] = Some(BackendError::Down);
             pending -= 1;
             continue;
@@ -222,7 +257,8 @@ fn fan_out(
     }
     Vote {
         rx,
-        arrived: Vec::with_capacity(n),
+        // Swapped with the inbox's list on each drain: no allocation of its own.
+        arrived: Vec::new(),
         ballots: Ballots {
             replies: vec![None; n],
             failed,
@@ -270,7 +306,7 @@ impl Vote {
                 // A master that failed is a definite "no" and no longer pending.
                 self.pending -= 1;
                 match result {
-                    Ok(r) if self.trusted[i] && self.masters[i].is_trusted() => {
+                    Ok(r) if self.trusted.get(i) && self.masters[i].is_trusted() => {
                         self.ballots.replies[i] = Some(r)
                     }
                     Ok(_) => self.ballots.failed[i] = Some(BackendError::Excluded),
@@ -288,9 +324,10 @@ impl Vote {
 }
 
 /// Sends `request` to every master without waiting for replies (releases and rollbacks).
-pub fn tell_all(masters: &[Backend], request: Request, replies: usize) {
+pub fn tell_all(masters: &[Backend], mut request: Request, replies: usize) {
+    let n = masters.len();
     for (i, m) in masters.iter().enumerate() {
-        if let Some(bytes) = request.for_master(i) {
+        if let Some(bytes) = request.for_master(i, i + 1 == n) {
             m.send(bytes, replies, None);
         }
     }
@@ -372,6 +409,22 @@ mod tests {
         assert!(!ballots(vec![ok.clone(), nil.clone(), nil.clone(), None, None]).decided(2));
         // Two masters failed, two split: nobody can reach 3 of 5 any more.
         assert!(ballots(vec![ok, nil, None, None, None]).decided(1));
+    }
+
+    #[test]
+    fn tally_finds_the_group_with_a_quorum_wherever_it_starts() {
+        let b = ballots(vec![
+            Some(Reply::Nil),
+            Some(Reply::Integer(1)),
+            None,
+            Some(Reply::Integer(2)),
+            Some(Reply::Integer(3)),
+        ]);
+        let int = |r: &Reply| matches!(r, Reply::Integer(_));
+        assert_eq!(b.tally_by(int), Some((true, 3)));
+        assert_eq!(b.tally_by(|r| r), None);
+        assert!(b.decided_by(1, &int));
+        assert!(!ballots(vec![Some(Reply::Nil), None, None]).decided_by(2, &int));
     }
 
     #[test]

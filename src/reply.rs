@@ -4,7 +4,7 @@
 //! using the protocol the client had selected when it sent the command. Replies from masters are
 //! decoded with the `redis-protocol` crate (masters always speak RESP2 to us) and converted here.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use redis_protocol::resp2::types::BytesFrame;
 
 /// One reply value.
@@ -94,6 +94,8 @@ impl Reply {
     /// Appends the encoding of this reply to `out`, as RESP3 when `resp3` is set.
     pub fn encode(&self, out: &mut BytesMut, resp3: bool) {
         match self {
+            // The reply of every granted lock, written as one fixed-size copy.
+            Reply::Simple(s) if s.as_ref() == b"OK" => out.put_slice(b"+OK\r\n"),
             Reply::Simple(s) => line(out, b'+', s),
             Reply::Error(e) => line(out, b'-', e),
             Reply::Integer(i) => header(out, b':', *i),
@@ -169,6 +171,11 @@ impl ReplyDecoder {
     /// are needed (nothing is consumed; the scan resumes on the next call). A malformed reply is
     /// an error: the connection cannot be resynchronised.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Reply>, String> {
+        if self.pos == 0
+            && let Some(reply) = quick(buf)
+        {
+            return Ok(Some(reply));
+        }
         let Some(len) = self.scan(buf).map_err(|()| "malformed reply".to_string())? else {
             return Ok(None);
         };
@@ -236,13 +243,26 @@ impl ReplyDecoder {
     }
 }
 
+/// The replies a lock operation gets most (`+OK`, `$-1`, `:0` to `:9`), decoded and consumed
+/// without scanning, slicing or reference counting; `None` for anything else (or a reply not
+/// complete yet), which the general decoder then handles.
+fn quick(buf: &mut BytesMut) -> Option<Reply> {
+    let (reply, len) = match buf.get(..4)? {
+        [b':', d @ b'0'..=b'9', b'\r', b'\n'] => (Reply::Integer(i64::from(d - b'0')), 4),
+        b"+OK\r" if buf.get(4) == Some(&b'\n') => (Reply::ok(), 5),
+        b"$-1\r" if buf.get(4) == Some(&b'\n') => (Reply::Nil, 5),
+        _ => return None,
+    };
+    buf.advance(len);
+    Some(reply)
+}
+
 /// The `\r\n`-terminated line starting at `from`: the index of its `\r` and of the byte after
 /// its `\n`, once complete. A line without its `\r` is malformed (masters always send CRLF).
 fn crlf(buf: &[u8], from: usize) -> Result<Option<(usize, usize)>, ()> {
-    let Some(nl) = buf.get(from..).and_then(|rest| memchr::memchr(b'\n', rest)) else {
+    let Some(nl) = crate::resp::find_lf(buf, from) else {
         return Ok(None);
     };
-    let nl = nl + from;
     if nl == from || buf[nl - 1] != b'\r' {
         return Err(());
     }
@@ -250,24 +270,7 @@ fn crlf(buf: &[u8], from: usize) -> Result<Option<(usize, usize)>, ()> {
 }
 
 fn number(digits: &[u8]) -> Result<i64, ()> {
-    let (negative, digits) = match digits.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, digits),
-    };
-    if digits.is_empty() {
-        return Err(());
-    }
-    let mut n: i64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return Err(());
-        }
-        n = n
-            .checked_mul(10)
-            .and_then(|n| n.checked_add(i64::from(d - b'0')))
-            .ok_or(())?;
-    }
-    Ok(if negative { -n } else { n })
+    crate::resp::parse_int(digits).ok_or(())
 }
 
 /// Builds the reply of a frame already scanned (complete, well formed, at most
@@ -361,28 +364,48 @@ pub fn encode_command(out: &mut BytesMut, args: &[&[u8]]) {
 }
 
 /// Encodes a command into a new buffer of exactly the right size (this runs for every request
-/// sent to the masters, so it makes one allocation and no capacity checks per argument).
+/// sent to the masters, so it makes one allocation, no capacity growth, and formats each
+/// length once).
 pub fn command(args: &[&[u8]]) -> Bytes {
-    let mut digits = itoa::Buffer::new();
     let size = 3
-        + digits.format(args.len()).len()
+        + decimal_len(args.len())
         + args
             .iter()
-            .map(|a| 5 + a.len() + digits.format(a.len()).len())
+            .map(|a| 5 + a.len() + decimal_len(a.len()))
             .sum::<usize>();
     let mut out = Vec::with_capacity(size);
-    out.push(b'*');
-    out.extend_from_slice(digits.format(args.len()).as_bytes());
-    out.extend_from_slice(b"\r\n");
+    put_header(&mut out, b'*', args.len());
     for arg in args {
-        out.push(b'$');
-        out.extend_from_slice(digits.format(arg.len()).as_bytes());
-        out.extend_from_slice(b"\r\n");
+        put_header(&mut out, b'$', arg.len());
         out.extend_from_slice(arg);
         out.extend_from_slice(b"\r\n");
     }
     debug_assert_eq!(out.len(), size);
     Bytes::from(out)
+}
+
+/// Digits in `n` written in decimal.
+fn decimal_len(mut n: usize) -> usize {
+    let mut len = 1;
+    while n >= 10 {
+        n /= 10;
+        len += 1;
+    }
+    len
+}
+
+/// `<prefix><n>\r\n`; the short lengths of most arguments are written as one fixed-size copy.
+fn put_header(out: &mut Vec<u8>, prefix: u8, n: usize) {
+    if n < 10 {
+        out.extend_from_slice(&[prefix, b'0' + n as u8, b'\r', b'\n']);
+    } else if n < 100 {
+        let (tens, ones) = ((n / 10) as u8, (n % 10) as u8);
+        out.extend_from_slice(&[prefix, b'0' + tens, b'0' + ones, b'\r', b'\n']);
+    } else {
+        out.push(prefix);
+        out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
 }
 
 #[cfg(test)]
@@ -393,6 +416,47 @@ mod tests {
         let mut out = BytesMut::new();
         r.encode(&mut out, resp3);
         out.to_vec()
+    }
+
+    #[test]
+    fn common_replies_decode_quickly_as_the_general_decoder_would() {
+        for wire in [
+            &b"+OK\r\n"[..],
+            b"$-1\r\n",
+            b":0\r\n",
+            b":7\r\n",
+            b":12\r\n",
+            b"+OKAY\r\n",
+            b"$2\r\nab\r\n",
+            b"-ERR x\r\n",
+        ] {
+            let mut buf = BytesMut::from(wire);
+            buf.extend_from_slice(b"+PONG\r\n");
+            let mut d = ReplyDecoder::default();
+            let got = d.decode(&mut buf).unwrap();
+            assert_eq!(got, Some(build(&Bytes::copy_from_slice(wire))));
+            assert_eq!(d.decode(&mut buf).unwrap(), Some(Reply::simple("PONG")));
+            assert!(buf.is_empty());
+        }
+        // Incomplete: nothing is consumed until the line ends.
+        let mut d = ReplyDecoder::default();
+        let mut buf = BytesMut::from(&b"+OK\r"[..]);
+        assert_eq!(d.decode(&mut buf).unwrap(), None);
+        buf.extend_from_slice(b"\n");
+        assert_eq!(d.decode(&mut buf).unwrap(), Some(Reply::ok()));
+    }
+
+    #[test]
+    fn commands_encode_lengths_of_every_width() {
+        for n in [0, 9, 10, 99, 100, 12_345] {
+            let arg = vec![b'x'; n];
+            let want = format!("*2\r\n$3\r\nSET\r\n${n}\r\n{}\r\n", "x".repeat(n));
+            assert_eq!(command(&[b"SET", &arg]), want.as_bytes());
+        }
+        let many: Vec<&[u8]> = vec![b"k"; 120];
+        let mut want = String::from("*120\r\n");
+        want.push_str(&"$1\r\nk\r\n".repeat(120));
+        assert_eq!(command(&many), want.as_bytes());
     }
 
     #[test]

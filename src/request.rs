@@ -256,15 +256,15 @@ impl Decoder {
     /// this line stopped.
     fn line_end(&mut self, buf: &[u8], from: usize) -> Option<usize> {
         let start = self.scan.max(from);
-        let found = memchr::memchr(b'\n', buf.get(start..)?);
+        let found = crate::resp::find_lf(buf, start);
         #[cfg(test)]
         {
-            self.examined += found.map_or(buf.len() - start, |i| i + 1);
+            self.examined += found.map_or(buf.len().saturating_sub(start), |i| i + 1 - start);
         }
         match found {
             Some(i) => {
                 self.scan = 0;
-                Some(start + i)
+                Some(i)
             }
             None => {
                 self.scan = buf.len();
@@ -291,24 +291,7 @@ fn content_end(buf: &[u8], from: usize, nl: usize) -> usize {
 }
 
 fn parse_len(digits: &[u8]) -> Option<i64> {
-    if digits.is_empty() || digits.len() > 19 {
-        return None;
-    }
-    let (neg, digits) = match digits[0] {
-        b'-' => (true, &digits[1..]),
-        _ => (false, digits),
-    };
-    if digits.is_empty() {
-        return None;
-    }
-    let mut n: i64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        n = n.checked_mul(10)?.checked_add(i64::from(d - b'0'))?;
-    }
-    Some(if neg { -n } else { n })
+    crate::resp::parse_int(digits)
 }
 
 /// Splits an inline command line into arguments, with Redis's quoting rules: double quotes

@@ -41,7 +41,7 @@ pub async fn serve(listener: TcpListener, config: Config) -> anyhow::Result<()> 
 }
 
 /// Serves clients on `listener` (`None` when `listen = ""`) and on `tls_listen` until
-/// `shutdown` completes, then shuts down gracefully (see [`drain`]).
+/// `shutdown` completes, then shuts down gracefully (see `drain`).
 pub async fn serve_until(
     listener: Option<TcpListener>,
     config: Config,
@@ -126,35 +126,45 @@ pub async fn serve_until(
         let acceptor = tls.as_ref().map(|(_, a)| current(a));
         // A panic in a client task ends that client only: tokio contains it (the release
         // profile keeps unwinding), and the slot is given back as it unwinds.
-        tasks.spawn(
-            async move {
-                let _slot = slot;
-                let served = match acceptor.filter(|_| secure) {
-                    None => crate::client::serve(socket, proxy, id).await,
-                    Some(acceptor) => {
-                        let handshake = tokio::time::timeout(
-                            Duration::from_millis(proxy.config.connect_timeout_ms.max(1000)),
-                            acceptor.accept(socket),
-                        );
-                        match handshake.await {
-                            Ok(Ok(stream)) => crate::client::serve_stream(stream, proxy, id).await,
-                            Ok(Err(e)) => {
-                                info!(error = %e, "TLS client refused");
-                                return;
-                            }
-                            Err(_) => {
-                                debug!("TLS handshake timed out");
-                                return;
-                            }
-                        }
+        let span = info_span!("client", client.addr = %peer, client.tls = secure);
+        match acceptor.filter(|_| secure) {
+            // The task of a plain connection holds only its session: thousands of idle clients
+            // cost little.
+            None => tasks.spawn(
+                async move {
+                    let _slot = slot;
+                    if let Err(e) = crate::client::serve(socket, proxy, id).await {
+                        debug!(error = %e, "client connection ended");
                     }
-                };
-                if let Err(e) = served {
-                    debug!(error = %e, "client connection ended");
                 }
-            }
-            .instrument(info_span!("client", client.addr = %peer, client.tls = secure)),
-        );
+                .instrument(span),
+            ),
+            // A TLS session is over a kilobyte more; boxed, so it weighs on its own task only.
+            Some(acceptor) => tasks.spawn(
+                Box::pin(async move {
+                    let _slot = slot;
+                    let handshake = tokio::time::timeout(
+                        Duration::from_millis(proxy.config.connect_timeout_ms.max(1000)),
+                        acceptor.accept(socket),
+                    );
+                    let served = match handshake.await {
+                        Ok(Ok(stream)) => crate::client::serve_stream(stream, proxy, id).await,
+                        Ok(Err(e)) => {
+                            info!(error = %e, "TLS client refused");
+                            return;
+                        }
+                        Err(_) => {
+                            debug!("TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    if let Err(e) = served {
+                        debug!(error = %e, "client connection ended");
+                    }
+                })
+                .instrument(span),
+            ),
+        };
     }
     drop(listener);
     drop(tls);

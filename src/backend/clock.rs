@@ -152,7 +152,7 @@ pub fn parse_time(reply: &Reply) -> Option<i64> {
         return None;
     };
     let field = |i: usize| match parts.get(i) {
-        Some(Reply::Bulk(b)) => std::str::from_utf8(b).ok()?.parse::<i64>().ok(),
+        Some(Reply::Bulk(b)) => crate::resp::parse_int(b),
         _ => None,
     };
     field(0)?.checked_mul(1_000_000)?.checked_add(field(1)?)

@@ -146,11 +146,30 @@ impl MasterInfo {
     }
 
     /// True when the master's replies count as votes: connected and not excluded.
+    ///
+    /// This runs twice per master per vote, so the usual case (no exclusion on record) reads
+    /// no clock: an exclusion's end, once passed, is cleared (unless it was extended meanwhile).
     pub fn is_trusted(&self) -> bool {
-        let now = self.now_ms();
-        self.is_connected()
-            && self.quarantine_until.load(Ordering::Acquire) <= now
-            && self.clock_until.load(Ordering::Acquire) <= now
+        if !self.is_connected() {
+            return false;
+        }
+        let quarantine = self.quarantine_until.load(Ordering::Acquire);
+        let clock = self.clock_until.load(Ordering::Acquire);
+        if quarantine == 0 && clock == 0 {
+            return true;
+        }
+        if quarantine.max(clock) > self.now_ms() {
+            return false;
+        }
+        for (slot, until) in [
+            (&self.quarantine_until, quarantine),
+            (&self.clock_until, clock),
+        ] {
+            if until != 0 {
+                let _ = slot.compare_exchange(until, 0, Ordering::AcqRel, Ordering::Relaxed);
+            }
+        }
+        true
     }
 
     /// Quarantine time left.

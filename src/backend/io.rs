@@ -3,14 +3,18 @@
 //!
 //! The writer takes every queued request, writes them in one batch (appending one `TIME` after
 //! a batch holding timed requests) and hands each request's reply slot to the reader in the same
-//! order; the reader matches replies first-in, first-out. Both run in one `select!`, so neither
-//! can block the other on full buffers.
+//! order; the reader matches replies first-in, first-out. Both run in one `select!` of one task,
+//! so neither can block the other on full buffers, and the requests in flight between them are
+//! a plain queue they share ([`Flight`]): no channel and no allocation per request.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::{Mutex, MutexGuard};
+use std::task::Poll;
 
+use super::queue;
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior, sleep_until};
 use tracing::info;
 
@@ -34,10 +38,47 @@ struct InFlight {
     got: Vec<Reply>,
 }
 
+/// The requests written and not yet answered, oldest first, shared by the writer and the reader
+/// of one connection. Both run in the same task, so the mutex is never contended (it is there
+/// because the task may move between threads); no guard is held across an `await`.
+///
+/// The writer never wakes the reader: [`serve`] polls the writer first and the reader right
+/// after it in every poll of the task, so whatever the writer queued is seen by the reader in
+/// the same poll (this is what arms the reader's stall timer).
+#[derive(Default)]
+struct Flight {
+    queue: Mutex<VecDeque<InFlight>>,
+}
+
+impl Flight {
+    /// Hands a written request to the reader, which owns the order of replies.
+    fn push(&self, pending: Pending, sent: Instant) {
+        let frames = pending.replies + usize::from(pending.time && !pending.hold);
+        let got = Vec::with_capacity(if frames > 1 { frames } else { 0 });
+        self.queue().push_back(InFlight { pending, sent, got });
+    }
+
+    fn queue(&self) -> MutexGuard<'_, VecDeque<InFlight>> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ready once something is in flight. It registers no waker: it is looked at again in
+    /// every poll of the task, right after the writer (see the type's docs).
+    fn busy(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(|_| {
+            if self.queue().is_empty() {
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
+        })
+    }
+}
+
 /// Runs one connection until it fails or every handle is gone.
 pub(super) async fn serve<S>(
     stream: S,
-    rx: &mut mpsc::Receiver<Pending>,
+    rx: &mut queue::Receiver<Pending>,
     settings: &Settings,
     info: &MasterInfo,
     clock: Option<&mut ClockWatch>,
@@ -46,10 +87,12 @@ where
     S: AsyncRead + AsyncWrite + Send,
 {
     let (rd, wr) = tokio::io::split(stream);
-    let (flight_tx, flight_rx) = mpsc::unbounded_channel();
+    let flight = Flight::default();
+    // Biased: the writer first, then the reader in the same poll (see `Flight`).
     tokio::select! {
-        e = write_loop(wr, rx, flight_tx, settings, info) => e,
-        e = read_loop(rd, flight_rx, settings, info, clock) => e,
+        biased;
+        e = write_loop(wr, rx, &flight, settings, info) => e,
+        e = read_loop(rd, &flight, settings, info, clock) => e,
     }
 }
 
@@ -60,8 +103,8 @@ fn time_command() -> Bytes {
 
 async fn write_loop(
     mut wr: impl AsyncWrite + Unpin,
-    rx: &mut mpsc::Receiver<Pending>,
-    flight: mpsc::UnboundedSender<InFlight>,
+    rx: &mut queue::Receiver<Pending>,
+    flight: &Flight,
     settings: &Settings,
     info: &MasterInfo,
 ) -> Ended {
@@ -98,11 +141,9 @@ async fn write_loop(
             } else if pending.time {
                 buf.extend_from_slice(&time);
             }
-            if !send_flight(&flight, pending, now) {
-                return Ended::Failed("reader stopped".into());
-            }
+            flight.push(pending, now);
             next = if buf.len() < 1 << 20 {
-                rx.try_recv().ok()
+                rx.try_recv()
             } else {
                 None
             };
@@ -124,17 +165,9 @@ async fn write_loop(
     }
 }
 
-/// Hands a written request to the reader, which owns the order of replies; false when the
-/// reader is gone (the connection is failing).
-fn send_flight(flight: &mpsc::UnboundedSender<InFlight>, pending: Pending, sent: Instant) -> bool {
-    let frames = pending.replies + usize::from(pending.time && !pending.hold);
-    let got = Vec::with_capacity(if frames > 1 { frames } else { 0 });
-    flight.send(InFlight { pending, sent, got }).is_ok()
-}
-
 async fn read_loop(
     mut rd: impl AsyncRead + Unpin,
-    mut flight: mpsc::UnboundedReceiver<InFlight>,
+    flight: &Flight,
     settings: &Settings,
     info: &MasterInfo,
     mut clock: Option<&mut ClockWatch>,
@@ -142,9 +175,10 @@ async fn read_loop(
     let stall = settings.stall_timeout;
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut decoder = ReplyDecoder::default();
-    let mut queue: VecDeque<InFlight> = VecDeque::new();
     // Timed replies waiting for their batch's `TIME`.
     let mut held: Vec<(Pending, Reply)> = Vec::new();
+    // When the bytes being decoded arrived: one clock read per read, not one per reply.
+    let mut arrived = Instant::now();
     loop {
         loop {
             let reply = match decoder.decode(&mut buf) {
@@ -152,14 +186,13 @@ async fn read_loop(
                 Ok(None) => break,
                 Err(e) => return Ended::Failed(format!("bad reply from master: {e}")),
             };
-            while let Ok(f) = flight.try_recv() {
-                queue.push_back(f);
-            }
+            let mut queue = flight.queue();
             let Some(front) = queue.front_mut() else {
                 return Ended::Failed("reply without a request".into());
             };
             if front.got.is_empty() {
-                info.latency().observe(front.sent.elapsed().as_secs_f64());
+                let latency = arrived.saturating_duration_since(front.sent);
+                info.latency().observe(latency.as_secs_f64());
             }
             let p = &mut front.pending;
             if p.replies == 1 && !p.time {
@@ -218,17 +251,14 @@ async fn read_loop(
             }
             queue.pop_front();
         }
-        let stall_at = queue.front().map(|f| f.sent + stall);
+        let stall_at = flight.queue().front().map(|f| f.sent + stall);
         tokio::select! {
             n = rd.read_buf(&mut buf) => match n {
                 Ok(0) => return Ended::Failed("connection closed by master".into()),
-                Ok(_) => {}
+                Ok(_) => arrived = Instant::now(),
                 Err(e) => return Ended::Failed(format!("read: {e}")),
             },
-            f = flight.recv() => match f {
-                Some(f) => queue.push_back(f),
-                None => return Ended::Failed("writer stopped".into()),
-            },
+            () = flight.busy(), if stall_at.is_none() => {}
             _ = sleep_until(stall_at.unwrap_or_else(Instant::now)), if stall_at.is_some() => {
                 info.count_timeout();
                 return Ended::Failed(format!("no reply within {} ms", stall.as_millis()));
@@ -295,7 +325,7 @@ mod tests {
     #[tokio::test]
     async fn pipelined_replies_are_matched_in_order_and_timed_ones_wait_for_their_time() {
         let (proxy_end, mut master) = tokio::io::duplex(1 << 16);
-        let (qtx, mut qrx) = mpsc::channel(16);
+        let (qtx, mut qrx) = queue::channel(16);
         let info = MasterInfo::new("duplex".into());
         let s = settings(true);
         let (tx, mut rx) = inbox(3);
@@ -334,7 +364,7 @@ mod tests {
     #[tokio::test]
     async fn a_master_that_stops_answering_is_failed_after_the_stall_timeout() {
         let (proxy_end, mut master) = tokio::io::duplex(1 << 16);
-        let (qtx, mut qrx) = mpsc::channel(16);
+        let (qtx, mut qrx) = queue::channel(16);
         let info = MasterInfo::new("duplex".into());
         let s = settings(false);
         let (tx, mut rx) = inbox(1);
@@ -353,7 +383,7 @@ mod tests {
     async fn a_reply_nobody_asked_for_or_a_garbled_one_ends_the_connection() {
         for wire in [&b"+OK\r\n"[..], b"?what\r\n"] {
             let (proxy_end, mut master) = tokio::io::duplex(1 << 16);
-            let (_qtx, mut qrx) = mpsc::channel::<Pending>(16);
+            let (_qtx, mut qrx) = queue::channel::<Pending>(16);
             let info = MasterInfo::new("duplex".into());
             let s = settings(false);
             master.write_all(wire).await.unwrap();
@@ -365,7 +395,7 @@ mod tests {
     #[tokio::test]
     async fn a_reply_nested_too_deep_is_an_error_for_its_caller_only() {
         let (proxy_end, mut master) = tokio::io::duplex(1 << 20);
-        let (qtx, mut qrx) = mpsc::channel(16);
+        let (qtx, mut qrx) = queue::channel(16);
         let info = MasterInfo::new("duplex".into());
         let s = settings(false);
         let (tx, mut rx) = inbox(2);

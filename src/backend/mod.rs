@@ -4,9 +4,9 @@
 //! A [`Backend`] is a cheap, cloneable handle. Requests go into a bounded queue
 //! ([`QUEUE_LIMIT`]; a master that falls that far behind fails further requests at once)
 //! together with where the reply should be delivered; a driver task owns the socket. The
-//! driver is three pieces: this module (the handle, the reconnect loop), `handshake` (the
-//! greeting on every connect) and `io` (the reader and writer), the last two generic over any
-//! `AsyncRead + AsyncWrite` stream and unit-tested over `tokio::io::duplex`. The driver writes
+//! driver is four pieces: this module (the handle, the reconnect loop), `queue` (from the
+//! handles to the driver), `handshake` (the greeting on every connect) and `io` (the reader and
+//! writer), the last two generic over any `AsyncRead + AsyncWrite` stream and unit-tested over `tokio::io::duplex`. The driver writes
 //! everything queued in one go and hands each request's reply slot to a reader in the same
 //! order, so queue order is wire order and replies are matched first-in, first-out. Reading
 //! and writing run concurrently, so proxy and master can never block each other on full buffers.
@@ -32,6 +32,7 @@ pub mod clock;
 mod handshake;
 pub mod health;
 mod io;
+mod queue;
 pub mod target;
 
 use std::sync::Arc;
@@ -39,7 +40,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use thiserror::Error;
-use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 use tracing::{Instrument, debug, info, info_span, warn};
 
@@ -181,7 +181,7 @@ impl Settings {
 /// Handle to one master's shared connection.
 #[derive(Clone)]
 pub struct Backend {
-    tx: mpsc::Sender<Pending>,
+    tx: queue::Sender<Pending>,
     info: Arc<MasterInfo>,
     clock: bool,
 }
@@ -189,7 +189,7 @@ pub struct Backend {
 impl Backend {
     /// Starts the driver task for `addr` and returns the handle.
     pub fn spawn(addr: String, settings: Settings) -> Backend {
-        let (tx, rx) = mpsc::channel(QUEUE_LIMIT);
+        let (tx, rx) = queue::channel(QUEUE_LIMIT);
         let info = Arc::new(MasterInfo::new(addr.clone()));
         let clock = settings.clock.is_some();
         let span = info_span!("backend", backend.addr = %addr);
@@ -244,14 +244,14 @@ impl Backend {
             // The queue is bounded: a master that cannot keep up gets no more than
             // QUEUE_LIMIT waiting requests, and the rest fail at once, unsent (no vote, nothing
             // ran), like a master that is down.
-            Err(mpsc::error::TrySendError::Full(mut p)) => p.deliver(Err(BackendError::Overloaded)),
+            Err(queue::TrySendError::Full(mut p)) => p.deliver(Err(BackendError::Overloaded)),
             // The driver is gone: the request is dropped, and its Drop reports Closed.
-            Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(queue::TrySendError::Closed(_)) => {}
         }
     }
 }
 
-async fn drive(info: Arc<MasterInfo>, mut rx: mpsc::Receiver<Pending>, settings: Settings) {
+async fn drive(info: Arc<MasterInfo>, mut rx: queue::Receiver<Pending>, settings: Settings) {
     let mut delay = settings.reconnect_min;
     let mut clock = settings.clock.map(ClockWatch::new);
     // A refusal that needs the operator (wrong password, certificate) is a WARN once, not on

@@ -419,17 +419,9 @@ pub fn upper<'a>(arg: &[u8], buf: &'a mut [u8; 8]) -> &'a [u8] {
     dst
 }
 
-/// Parses a base-10 integer argument the way Redis does.
+/// Parses a base-10 integer argument the way Redis does (see [`crate::resp::parse_int`]).
 pub fn parse_int(arg: &[u8]) -> Option<i64> {
-    let s = std::str::from_utf8(arg).ok()?;
-    if s.is_empty()
-        || s.starts_with('+')
-        || (s.len() > 1 && s.starts_with('0'))
-        || s.starts_with("-0")
-    {
-        return None;
-    }
-    s.parse().ok()
+    crate::resp::parse_int(arg)
 }
 
 /// Wall-clock time in ms since the Unix epoch, for absolute expiries (`EXAT`, `PEXPIREAT`).

@@ -1,0 +1,177 @@
+//! The queue from a master's handles to its driver: bounded, many senders, one receiver.
+//!
+//! Every request to every master passes through one of these, so it is a mutex around a
+//! `VecDeque` (held only for a push or a pop) and a waker rather than a general channel: no
+//! semaphore and no block list per message, and the receiver is woken only when the queue
+//! stops being empty. It ends, like a channel, when every sender is gone (the receiver then gets
+//! `None` after what was queued) or when the receiver is gone (what was queued is dropped, and
+//! later sends are refused).
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
+
+use futures_util::task::AtomicWaker;
+
+struct Shared<T> {
+    state: Mutex<State<T>>,
+    /// The receiver, waiting for the queue to stop being empty (or for the last sender to go).
+    waker: AtomicWaker,
+    senders: AtomicUsize,
+    limit: usize,
+}
+
+struct State<T> {
+    items: VecDeque<T>,
+    /// The receiver has gone.
+    closed: bool,
+}
+
+impl<T> Shared<T> {
+    fn state(&self) -> MutexGuard<'_, State<T>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The sending half; cloned for every handle.
+pub struct Sender<T>(Arc<Shared<T>>);
+
+/// The receiving half, owned by the driver.
+pub struct Receiver<T>(Arc<Shared<T>>);
+
+/// Why an item was not queued; the item is given back.
+#[derive(Debug)]
+pub enum TrySendError<T> {
+    /// `limit` items are already waiting.
+    Full(T),
+    /// The receiver has gone.
+    Closed(T),
+}
+
+/// A queue holding at most `limit` items.
+pub fn channel<T>(limit: usize) -> (Sender<T>, Receiver<T>) {
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State {
+            items: VecDeque::new(),
+            closed: false,
+        }),
+        waker: AtomicWaker::new(),
+        senders: AtomicUsize::new(1),
+        limit,
+    });
+    (Sender(shared.clone()), Receiver(shared))
+}
+
+impl<T> Sender<T> {
+    /// Queues `item` without waiting.
+    pub fn try_send(&self, item: T) -> Result<(), TrySendError<T>> {
+        let mut state = self.0.state();
+        if state.closed {
+            return Err(TrySendError::Closed(item));
+        }
+        if state.items.len() >= self.0.limit {
+            return Err(TrySendError::Full(item));
+        }
+        let was_empty = state.items.is_empty();
+        state.items.push_back(item);
+        drop(state);
+        // A receiver that saw items does not wait before it has taken them all.
+        if was_empty {
+            self.0.waker.wake();
+        }
+        Ok(())
+    }
+}
+
+impl<T> Clone for Sender<T> {
+    fn clone(&self) -> Self {
+        self.0.senders.fetch_add(1, Ordering::Relaxed);
+        Sender(self.0.clone())
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        if self.0.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.waker.wake();
+        }
+    }
+}
+
+impl<T> Receiver<T> {
+    /// The oldest item, if any, without waiting.
+    pub fn try_recv(&mut self) -> Option<T> {
+        self.0.state().items.pop_front()
+    }
+
+    /// The oldest item; `None` once every sender has gone and nothing is left.
+    pub fn recv(&mut self) -> impl Future<Output = Option<T>> + '_ {
+        std::future::poll_fn(move |cx| {
+            if let Some(item) = self.try_recv() {
+                return Poll::Ready(Some(item));
+            }
+            self.0.waker.register(cx.waker());
+            // Looked at again after registering, so a send or a last drop in between is seen.
+            if let Some(item) = self.try_recv() {
+                return Poll::Ready(Some(item));
+            }
+            if self.0.senders.load(Ordering::Acquire) == 0 {
+                return Poll::Ready(self.try_recv());
+            }
+            Poll::Pending
+        })
+    }
+}
+
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        let left = {
+            let mut state = self.0.state();
+            state.closed = true;
+            std::mem::take(&mut state.items)
+        };
+        // Dropped outside the lock: a request's drop tells its caller.
+        drop(left);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn bounded_ordered_and_ends_with_its_senders() {
+        let (tx, mut rx) = channel(2);
+        let tx2 = tx.clone();
+        tx.try_send(1).unwrap();
+        tx2.try_send(2).unwrap();
+        assert!(matches!(tx.try_send(3), Err(TrySendError::Full(3))));
+        assert_eq!(rx.recv().await, Some(1));
+        let waiter = tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(v) = rx.recv().await {
+                got.push(v);
+            }
+            got
+        });
+        tokio::task::yield_now().await;
+        tx.try_send(4).unwrap();
+        drop(tx);
+        tokio::task::yield_now().await;
+        tx2.try_send(5).unwrap();
+        drop(tx2);
+        assert_eq!(waiter.await.unwrap(), vec![2, 4, 5]);
+    }
+
+    #[test]
+    fn a_gone_receiver_refuses_and_drops_what_waited() {
+        let (tx, rx) = channel(4);
+        let item = Arc::new(());
+        tx.try_send(item.clone()).unwrap();
+        drop(rx);
+        assert_eq!(Arc::strong_count(&item), 1, "queued item dropped");
+        assert!(matches!(tx.try_send(item), Err(TrySendError::Closed(_))));
+    }
+}
