@@ -56,7 +56,7 @@ pub struct LockOp {
     /// The reply shape the caller expects.
     pub answer: Answer,
     /// The wake-up signal a release or delete leaves for waiters (see [`crate::scripts::Signal`]).
-    pub wake: Option<Wake>,
+    pub wake: Option<Box<Wake>>,
 }
 
 /// A wake-up signal bound to one call: on each master, `list` becomes the one element `value`
@@ -158,17 +158,38 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
         None => proxy.keylocks.enqueue(&op.keys),
     };
     let since = Instant::now();
-    super::in_turn_of(proxy, ticket, move |proxy, held| async move {
-        match op.op {
-            Op::Acquire | Op::AcquireOrRefresh | Op::AcquireOrRefreshAll => {
-                run_acquire(proxy, op, held, since).await
-            }
-            Op::Extend | Op::ExtendAdd => run_extend(&proxy, &op).await,
-            Op::Release | Op::ReleaseAll | Op::Delete => run_release(&proxy, &op).await,
-            Op::Inspect => run_inspect(&proxy, &op).await,
-            Op::Remaining => run_remaining(&proxy, &op).await,
+    // One future type per operation, so each is only as large as its own state.
+    match op.op {
+        Op::Acquire | Op::AcquireOrRefresh | Op::AcquireOrRefreshAll => {
+            super::in_turn_of(proxy, ticket, move |proxy, held| {
+                run_acquire(proxy, op, held, since)
+            })
         }
-    })
+        Op::Extend | Op::ExtendAdd => {
+            super::in_turn_of(proxy, ticket, move |proxy, held| async move {
+                let reply = run_extend(&proxy, &op).await;
+                drop(held);
+                reply
+            })
+        }
+        Op::Release | Op::ReleaseAll | Op::Delete => {
+            super::in_turn_of(proxy, ticket, move |proxy, held| async move {
+                let reply = run_release(&proxy, &op).await;
+                drop(held);
+                reply
+            })
+        }
+        Op::Inspect | Op::Remaining => {
+            super::in_turn_of(proxy, ticket, move |proxy, held| async move {
+                let reply = match op.op {
+                    Op::Inspect => run_inspect(&proxy, &op).await,
+                    _ => run_remaining(&proxy, &op).await,
+                };
+                drop(held);
+                reply
+            })
+        }
+    }
 }
 
 /// `EVAL script numkeys keys... args...`
@@ -233,19 +254,30 @@ async fn run_acquire(
         Stats::bump(&proxy.stats.denials);
         return answer(op.answer, false, k);
     }
-    let reentrant = matches!(op.op, Op::AcquireOrRefresh | Op::AcquireOrRefreshAll);
+    let req = acquire_request(&proxy, &op);
+    let start = Instant::now();
+    let deadline = start + proxy.config.node_timeout();
+    let mut vote = ask_timed(&proxy.masters, req, 1, deadline);
+    let first = vote.decide_by(wrote).await;
+    if let Some(ok) = grant(&proxy, &op, first, start, since) {
+        return ok;
+    }
+    // The rest (a refresh round, the refusal and its roll-back) is the rarer path: boxed, so
+    // its state does not enlarge every acquisition's future.
+    Box::pin(not_granted_at_once(proxy, op, held, since, vote, start)).await
+}
+
+/// What an acquisition sends each master. One key: `SET key token NX PX ttl GET`, which creates
+/// the key or names its holder in one plain command, much cheaper for a master than a script
+/// (Redis 7.0 and later; older masters get the [`ACQUIRE`] script, as several keys do). Built
+/// outside the acquisition's future, so none of this is stored across its waits.
+fn acquire_request(proxy: &Proxy, op: &LockOp) -> Request {
+    let k = op.keys.len();
     let mut ttl_buf = itoa::Buffer::new();
     let ttl_arg = ttl_buf.format(op.ttl_ms);
-    let flag: &[u8] = match op.op {
-        Op::AcquireOrRefreshAll => b"2",
-        _ if reentrant => b"1",
-        _ => b"0",
-    };
+    let flag = acquire_flag(op.op);
     let script = || eval(ACQUIRE, &op.keys, &[&op.token, ttl_arg.as_bytes(), flag]);
-    // One key: `SET NX PX GET` creates the key or names its holder in one plain command,
-    // much cheaper for a master than a script (Redis 7.0 and later; older masters get the
-    // script).
-    let req = if k == 1 {
+    if k == 1 {
         let set = command(&[
             b"SET",
             &op.keys[0],
@@ -274,22 +306,57 @@ async fn run_acquire(
         }
     } else {
         Request::Same(script())
-    };
-    let ttl = Duration::from_millis(op.ttl_ms as u64);
-    let start = Instant::now();
-    let deadline = start + proxy.config.node_timeout();
-    let mut vote = ask_timed(&proxy.masters, req, 1, deadline);
-    let first = vote.decide_by(wrote).await;
-    let granted_now = |ballots: &Ballots| {
-        let left = granted(ballots, ttl, start.elapsed(), &proxy.config)?;
-        trace!(validity_ms = left.as_millis(), keys = k, "lock granted");
-        Stats::bump(&proxy.stats.grants);
-        proxy.metrics.observe_acquire(since.elapsed());
-        Some(answer(op.answer, true, k))
-    };
-    if let Some(ok) = granted_now(first) {
-        return ok;
     }
+}
+
+/// The grant of an acquisition whose masters answered `ballots`, if they make one (see
+/// [`granted`]), counted and answered.
+fn grant(
+    proxy: &Proxy,
+    op: &LockOp,
+    ballots: &Ballots,
+    start: Instant,
+    since: Instant,
+) -> Option<Reply> {
+    let ttl = Duration::from_millis(op.ttl_ms as u64);
+    let left = granted(ballots, ttl, start.elapsed(), &proxy.config)?;
+    trace!(
+        validity_ms = left.as_millis(),
+        keys = op.keys.len(),
+        "lock granted"
+    );
+    Stats::bump(&proxy.stats.grants);
+    proxy.metrics.observe_acquire(since.elapsed());
+    Some(answer(op.answer, true, op.keys.len()))
+}
+
+/// The [`ACQUIRE`] script's flag for `op`: `1` accepts keys that already hold the token, `2`
+/// only when every key does, `0` neither.
+fn acquire_flag(op: Op) -> &'static [u8] {
+    match op {
+        Op::AcquireOrRefreshAll => b"2",
+        Op::AcquireOrRefresh => b"1",
+        _ => b"0",
+    }
+}
+
+/// An acquisition that the first round did not grant: a reentrant one refreshes the keys that
+/// already hold its token and is decided again; otherwise it is refused and rolled back.
+async fn not_granted_at_once(
+    proxy: Arc<Proxy>,
+    op: LockOp,
+    held: crate::keylock::Held,
+    since: Instant,
+    mut vote: crate::quorum::Vote,
+    start: Instant,
+) -> Reply {
+    let k = op.keys.len();
+    let reentrant = matches!(op.op, Op::AcquireOrRefresh | Op::AcquireOrRefreshAll);
+    let deadline = start + proxy.config.node_timeout();
+    let ttl_arg = itoa::Buffer::new().format(op.ttl_ms).to_owned();
+    let flag = acquire_flag(op.op);
+    let script = || eval(ACQUIRE, &op.keys, &[&op.token, ttl_arg.as_bytes(), flag]);
+    let first = vote.decide_by(wrote).await;
     let mine = |r: &Reply| matches!(r, Reply::Bulk(v) if *v == op.token);
     // The first round's vote, while answers may still be due (see the refusal below).
     let (ballots, unfinished) = if reentrant && first.count(mine) > 0 {
@@ -310,7 +377,7 @@ async fn run_acquire(
                 ballots.replies[i] = Some(r);
             }
         }
-        if let Some(ok) = granted_now(&ballots) {
+        if let Some(ok) = grant(&proxy, &op, &ballots, start, since) {
             return ok;
         }
         (ballots, None)

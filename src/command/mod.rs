@@ -25,6 +25,7 @@ use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
 
 use bytes::Bytes;
+use futures_util::FutureExt;
 
 use crate::acl::Keys;
 use crate::client::Conn;
@@ -237,8 +238,10 @@ pub static TABLE: &[Spec] = &[
     ),
 ];
 
-static BY_NAME: LazyLock<HashMap<&'static str, &'static Spec>> =
-    LazyLock::new(|| TABLE.iter().map(|s| (s.name, s)).collect());
+/// The table by lower-case name. A fixed set of keys, so a fast hasher is safe: a client only
+/// looks names up, it cannot add colliding ones.
+static BY_NAME: LazyLock<HashMap<&'static [u8], &'static Spec, ahash::RandomState>> =
+    LazyLock::new(|| TABLE.iter().map(|s| (s.name.as_bytes(), s)).collect());
 
 /// Finds a command by name, case-insensitively, without allocating.
 pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
@@ -247,7 +250,7 @@ pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
     for (d, s) in lower.iter_mut().zip(name) {
         *d = s.to_ascii_lowercase();
     }
-    BY_NAME.get(std::str::from_utf8(lower).ok()?).copied()
+    BY_NAME.get(&*lower).copied()
 }
 
 /// Runs `op` on the masters once every key in `keys` has its turn (see [`crate::keylock`]):
@@ -285,10 +288,9 @@ where
     Fut: Future<Output = Reply> + Send + 'static,
 {
     let proxy = proxy.clone();
-    Action::Later(Box::pin(async move {
-        let held = ticket.ready().await;
-        op(proxy, held).await
-    }))
+    // `then`, not an `async` block: the operation's future takes the place of the wait for the
+    // turn instead of being stored beside it, so each request's one allocation stays small.
+    Action::Later(Box::pin(ticket.ready().then(move |held| op(proxy, held))))
 }
 
 /// Runs one request.

@@ -115,12 +115,12 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
             let Some(ttl_ms) = parse_int(ttl) else {
                 return Some(Err(not_an_integer()));
             };
-            Some(Wake {
+            Some(Box::new(Wake {
                 list,
                 ttl_ms,
                 value: sig.value.clone(),
                 always: sig.always,
-            })
+            }))
         }
     };
     let ttl_ms = if matches!(op, Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect) {
