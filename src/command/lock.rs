@@ -160,10 +160,9 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
     let since = Instant::now();
     // One future type per operation, so each is only as large as its own state.
     match op.op {
+        // The hottest path awaits its own turn: one future, moved once (into its box).
         Op::Acquire | Op::AcquireOrRefresh | Op::AcquireOrRefreshAll => {
-            super::in_turn_of(proxy, ticket, move |proxy, held| {
-                run_acquire(proxy, op, held, since)
-            })
+            Action::Later(Box::pin(run_acquire(proxy.clone(), op, ticket, since)))
         }
         Op::Extend | Op::ExtendAdd => {
             super::in_turn_of(proxy, ticket, move |proxy, held| async move {
@@ -241,13 +240,15 @@ fn constant(l: Lit) -> Reply {
 }
 
 /// Runs an acquisition that was dispatched at `since` (for the `redlock_acquire_seconds`
-/// histogram, which every acquisition feeds: `SET NX` and library scripts alike).
+/// histogram, which every acquisition feeds: `SET NX` and library scripts alike), once its
+/// keys' turn (`ticket`, taken at dispatch as [`super::in_turn`] does) has come.
 async fn run_acquire(
     proxy: Arc<Proxy>,
     op: LockOp,
-    held: crate::keylock::Held,
+    ticket: crate::keylock::Ticket,
     since: Instant,
 ) -> Reply {
+    let held = ticket.ready().await;
     let k = op.keys.len();
     if op.ttl_ms <= 0 {
         // An absolute expiry in the past: the lock would be born expired.
