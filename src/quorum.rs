@@ -333,6 +333,28 @@ pub fn tell_all(masters: &[Backend], mut request: Request, replies: usize) {
     }
 }
 
+/// Scripted masters' answers for the decision tests here and in `command`.
+#[cfg(test)]
+pub(crate) mod scripted {
+    use super::{Ballots, quorum};
+    use crate::reply::Reply;
+
+    /// Ballots with one reply (or none yet) per master, every master reachable.
+    pub(crate) fn ballots(replies: Vec<Option<Reply>>) -> Ballots {
+        let n = replies.len();
+        Ballots {
+            replies,
+            failed: vec![None; n],
+            quorum: quorum(n),
+        }
+    }
+
+    /// A master's per-key codes, as the proxy's multi-key scripts answer.
+    pub(crate) fn codes(c: &[i64]) -> Option<Reply> {
+        Some(Reply::Array(c.iter().map(|&n| Reply::Integer(n)).collect()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -370,14 +392,7 @@ mod tests {
         );
     }
 
-    fn ballots(v: Vec<Option<Reply>>) -> Ballots {
-        let n = v.len();
-        Ballots {
-            replies: v,
-            failed: vec![None; n],
-            quorum: quorum(n),
-        }
-    }
+    use super::scripted::ballots;
 
     #[test]
     fn majority_needs_quorum_of_all_masters() {

@@ -529,18 +529,9 @@ async fn force(proxy: &Proxy, op: &HashLockOp) -> Reply {
 mod tests {
     use super::*;
 
-    fn ballots(replies: Vec<Option<Reply>>) -> Ballots {
-        let n = replies.len();
-        Ballots {
-            replies,
-            failed: vec![None; n],
-            quorum: n / 2 + 1,
-        }
-    }
+    use crate::quorum::scripted::ballots;
 
-    fn codes(c: &[i64]) -> Option<Reply> {
-        Some(Reply::Array(c.iter().map(|n| Reply::Integer(*n)).collect()))
-    }
+    use crate::quorum::scripted::codes;
 
     #[test]
     fn what_a_master_did_with_an_acquisition() {

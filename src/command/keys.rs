@@ -383,14 +383,7 @@ pub fn hgetall(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
 mod tests {
     use super::*;
 
-    fn ballots(replies: Vec<Option<Reply>>) -> Ballots {
-        let n = replies.len();
-        Ballots {
-            replies,
-            failed: vec![None; n],
-            quorum: n / 2 + 1,
-        }
-    }
+    use crate::quorum::scripted::ballots;
 
     #[test]
     fn quorum_floor_counts_what_a_majority_reach() {

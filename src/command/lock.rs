@@ -756,18 +756,9 @@ mod tests {
     use crate::backend::BackendError;
     use Reply::Integer as I;
 
-    fn ballots(replies: Vec<Option<Reply>>) -> Ballots {
-        let n = replies.len();
-        Ballots {
-            replies,
-            failed: vec![None; n],
-            quorum: n / 2 + 1,
-        }
-    }
+    use crate::quorum::scripted::ballots;
 
-    fn codes_of(c: &[i64]) -> Option<Reply> {
-        Some(Reply::Array(c.iter().map(|&n| I(n)).collect()))
-    }
+    use crate::quorum::scripted::codes as codes_of;
 
     fn op(keys: &[&'static str]) -> LockOp {
         LockOp {
@@ -907,18 +898,9 @@ mod more_decisions {
     use crate::scripts::{Replies, Short};
     use Reply::Integer as I;
 
-    fn ballots(replies: Vec<Option<Reply>>) -> Ballots {
-        let n = replies.len();
-        Ballots {
-            replies,
-            failed: vec![None; n],
-            quorum: n / 2 + 1,
-        }
-    }
+    use crate::quorum::scripted::ballots;
 
-    fn codes(c: &[i64]) -> Option<Reply> {
-        Some(Reply::Array(c.iter().map(|&n| I(n)).collect()))
-    }
+    use crate::quorum::scripted::codes;
 
     /// aioredlock's unlock: 1 released, `+OK` already gone, `-ERR ERROR` someone else's.
     fn aioredlock() -> Answer {
