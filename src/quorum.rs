@@ -123,6 +123,14 @@ impl Ballots {
         best >= self.quorum || best + pending < self.quorum
     }
 
+    /// The integer replies, one per master that gave one.
+    pub fn integers(&self) -> impl Iterator<Item = i64> + '_ {
+        self.replies.iter().flatten().filter_map(|r| match r {
+            Reply::Integer(n) => Some(*n),
+            _ => None,
+        })
+    }
+
     /// How many masters gave a reply for which `pred` holds.
     pub fn count(&self, pred: impl Fn(&Reply) -> bool) -> usize {
         self.replies.iter().flatten().filter(|r| pred(r)).count()

@@ -120,14 +120,7 @@ pub fn ttl_floor(ballots: &Ballots) -> Reply {
 
 /// The quorum-th largest integer reply, ordered by `rank`.
 fn ranked(ballots: &Ballots, rank: fn(i64) -> i64) -> Reply {
-    let values: Vec<i64> = ballots
-        .replies
-        .iter()
-        .filter_map(|r| match r {
-            Some(Reply::Integer(i)) => Some(*i),
-            _ => None,
-        })
-        .collect();
+    let values: Vec<i64> = ballots.integers().collect();
     match crate::quorum::quorum_th(ballots.quorum, values, |v| rank(*v)) {
         Some(v) => Reply::Integer(v),
         None => majority_error(ballots).unwrap_or_else(no_quorum),

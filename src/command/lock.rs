@@ -549,15 +549,7 @@ enum Extension {
 /// Decides an extension from the masters' new TTLs: granted when the TTL a quorum now hold at
 /// least, minus the elapsed time and drift, is above `min_validity_ms`.
 fn extension(ballots: &Ballots, elapsed: Duration, cfg: &Config) -> Extension {
-    let ttls: Vec<i64> = ballots
-        .replies
-        .iter()
-        .flatten()
-        .filter_map(|r| match r {
-            Reply::Integer(n) if *n > 0 => Some(*n),
-            _ => None,
-        })
-        .collect();
+    let ttls: Vec<i64> = ballots.integers().filter(|n| *n > 0).collect();
     let min = Duration::from_millis(cfg.min_validity_ms);
     let valid = quorum_th(ballots.quorum, ttls, |t| *t).is_some_and(|t| {
         validity(Duration::from_millis(t as u64), elapsed, cfg.drift_factor)
@@ -729,15 +721,7 @@ fn remaining(ballots: &Ballots, shape: Answer, unit_ms: i64) -> Reply {
     let Answer::Const(c) = shape else {
         return Reply::static_error("ERR redlock-proxy: a TTL read needs constant replies");
     };
-    let said: Vec<i64> = ballots
-        .replies
-        .iter()
-        .flatten()
-        .filter_map(|r| match r {
-            Reply::Integer(n) => Some(*n),
-            _ => None,
-        })
-        .collect();
+    let said: Vec<i64> = ballots.integers().collect();
     let ttls: Vec<i64> = said.iter().copied().filter(|t| *t > 0).collect();
     match quorum_th(ballots.quorum, ttls, |t| *t) {
         Some(t) if unit_ms == 1000 => Reply::Integer((t + 500) / 1000),

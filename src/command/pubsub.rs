@@ -119,15 +119,7 @@ pub fn publish(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     let proxy = proxy.clone();
     Action::Later(Box::pin(async move {
         let ballots = vote(&proxy, request, Gather::Outcome).await;
-        let most = ballots
-            .replies
-            .iter()
-            .flatten()
-            .filter_map(|r| match r {
-                Reply::Integer(n) => Some(*n),
-                _ => None,
-            })
-            .max();
+        let most = ballots.integers().max();
         match most {
             Some(n) => Reply::Integer(n),
             None => ballots
