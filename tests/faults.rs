@@ -755,8 +755,10 @@ async fn masters_persist_is_checked_on_each_master() {
     let mut config = fault_config(&[durable.addr(), plain.addr()]);
     config.masters_persist = true;
     // `appendfsync always` answers after an fsync, which on a busy CI disk can take longer
-    // than the suite's 100 ms node timeout; this test is about the persistence check.
-    config.node_timeout_ms = 1000;
+    // than the suite's 100 ms node timeout (once even than 1 s, with the other fault tests
+    // running beside it); this test is about the persistence check.
+    config.node_timeout_ms = 5000;
+    config.stall_timeout_ms = 10_000;
     let p = proxy(config).await.to_string();
     sleep(Duration::from_millis(300)).await;
     // First connect: the durable master lost nothing, however young; the plain one may have.
