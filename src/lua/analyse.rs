@@ -337,27 +337,11 @@ const FIND_FIELD: usize = usize::MAX;
 /// key's, `KEYS[i]`'s being `ARGV[field + i - 1]`): the field its first hash command names, from
 /// the first of `starts` whose run reaches one. Finding it first spares trying every index.
 pub fn find_field(block: &Block, starts: &[Vec<KeyNow>], per_key: bool) -> Option<usize> {
-    let layout = Layout {
-        token: 0,
-        keys_as_args: false,
-        field: FIND_FIELD,
-        field_per_key: per_key,
-    };
+    let layout = Layout::hash(FIND_FIELD, per_key);
     let mut funcs = Vec::new();
     functions(block, &mut funcs);
     starts.iter().find_map(|keys| {
-        let mut m = Machine {
-            layout,
-            keys: keys.clone(),
-            locals: Vec::new(),
-            assumed: &[],
-            calls: Vec::new(),
-            foreign: false,
-            steps: 0,
-            funcs: &funcs,
-            active: Vec::new(),
-            prefix: None,
-        };
+        let mut m = Machine::new(layout, keys.clone(), &[], &funcs);
         match m.block(block) {
             Err(Stop::Found(j)) => Some(j),
             _ => None,
@@ -408,6 +392,19 @@ pub struct Layout {
     /// True when each key has its own field: `KEYS[i]`'s is `ARGV[field + i - 1]` (Redisson's
     /// multi-lock renewal).
     pub field_per_key: bool,
+}
+
+impl Layout {
+    /// A hash lock's layout: parameters in `ARGV`, the caller's field in `ARGV[field]` (with
+    /// `per_key`, one field per key from there).
+    pub fn hash(field: usize, per_key: bool) -> Layout {
+        Layout {
+            token: 0,
+            keys_as_args: false,
+            field,
+            field_per_key: per_key,
+        }
+    }
 }
 
 /// Runs `block` from every combination of starting states of `n` keys; `Err` with the reason
@@ -465,18 +462,7 @@ fn runs_from(
         if *total > MAX_RUNS {
             return Err("too many cases to analyse".into());
         }
-        let mut m = Machine {
-            layout,
-            keys: keys.clone(),
-            locals: Vec::new(),
-            assumed: &assumed,
-            calls: Vec::new(),
-            foreign: false,
-            steps: 0,
-            funcs: &funcs,
-            active: Vec::new(),
-            prefix: None,
-        };
+        let mut m = Machine::new(layout, keys.clone(), &assumed, &funcs);
         match m.block(block) {
             Ok(flow) => {
                 let reply = match flow {
@@ -584,6 +570,29 @@ fn term_rank(v: &Val) -> (u8, i64) {
         Val::Ttl(i) => (2, *i as i64),
         Val::Num(n) => (3, *n),
         _ => (4, 0),
+    }
+}
+
+impl<'a> Machine<'a> {
+    /// A machine at the start of one run from `keys`, under the argument facts `assumed`.
+    fn new(
+        layout: Layout,
+        keys: Vec<KeyNow>,
+        assumed: &'a [Assumption],
+        funcs: &'a [&'a Func],
+    ) -> Machine<'a> {
+        Machine {
+            layout,
+            keys,
+            locals: Vec::new(),
+            assumed,
+            calls: Vec::new(),
+            foreign: false,
+            steps: 0,
+            funcs,
+            active: Vec::new(),
+            prefix: None,
+        }
     }
 }
 

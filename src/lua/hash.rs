@@ -97,12 +97,7 @@ pub(super) fn recognise_block(body: &[u8], block: &parse::Block) -> Option<HashS
     fields
         .into_iter()
         .find_map(|field| {
-            let layout = Layout {
-                token: 0,
-                keys_as_args: false,
-                field,
-                field_per_key: false,
-            };
+            let layout = Layout::hash(field, false);
             let runs = analyse::explore_states(block, layout, &starts).ok()?;
             let cases: Vec<Case> = runs
                 .iter()
@@ -145,12 +140,7 @@ fn fenced(block: &parse::Block, lock_starts: &[Vec<KeyNow>]) -> Option<HashScrip
         }
     }
     analyse::find_field(block, lock_starts, false).and_then(|field| {
-        let layout = Layout {
-            token: 0,
-            keys_as_args: false,
-            field,
-            field_per_key: false,
-        };
+        let layout = Layout::hash(field, false);
         let runs = analyse::explore_states(block, layout, &starts).ok()?;
         let once = runs.iter().find(|(k, _)| *k / 2 == ONCE)?;
         let t = match &once.1.end[0].ttl {
@@ -249,12 +239,7 @@ fn renew_all(block: &parse::Block) -> Option<HashScript> {
         }
     }
     analyse::find_field(block, &starts, true).and_then(|field| {
-        let layout = Layout {
-            token: 0,
-            keys_as_args: false,
-            field,
-            field_per_key: true,
-        };
+        let layout = Layout::hash(field, true);
         let mut ttl_arg = None;
         // State by state, so that a script that is no renewal stops at the first.
         for (k, keys) in starts.iter().enumerate() {
