@@ -23,15 +23,14 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -66,7 +65,7 @@ pub struct Live {
     /// One counter per [`ERROR_KINDS`] entry, then `other`.
     errors: [AtomicU64; ERROR_KINDS.len() + 1],
     /// From a `SET ... NX` request being read to its answer.
-    acquire: Histogram,
+    acquire: Latency,
 }
 
 impl Default for Live {
@@ -74,7 +73,7 @@ impl Default for Live {
         Live {
             commands: TABLE.iter().map(|_| AtomicU64::new(0)).collect(),
             errors: Default::default(),
-            acquire: Histogram::new(crate::backend::health::latency_buckets()),
+            acquire: Latency::default(),
         }
     }
 }
@@ -104,7 +103,81 @@ impl Live {
 
     /// Records how long an acquisition took, from the request to the answer.
     pub fn observe_acquire(&self, took: Duration) {
-        self.acquire.observe(took.as_secs_f64());
+        self.acquire.observe(took);
+    }
+}
+
+/// Upper bounds of the latency buckets, in nanoseconds: 100 µs to 1 s, since masters answer in
+/// well under a millisecond on a LAN and anything near `node_timeout_ms` is already a "no".
+const LATENCY_BOUNDS_NS: [u64; 13] = [
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+];
+
+/// A latency histogram with fixed buckets ([`LATENCY_BOUNDS_NS`] and `+Inf`), observed without a
+/// lock: one relaxed add to the bucket and one to the sum. It is observed once per master reply,
+/// so it costs a few instructions where a locked, floating-point histogram cost hundreds; a scrape
+/// reads the buckets one by one (a reply observed meanwhile may show in the count but not yet in
+/// the sum, which Prometheus tolerates).
+#[derive(Default)]
+pub struct Latency {
+    /// Observations per bucket (not cumulative); the last is `+Inf`.
+    counts: [AtomicU64; LATENCY_BOUNDS_NS.len() + 1],
+    /// Sum of every observation, in nanoseconds.
+    sum_ns: AtomicU64,
+}
+
+impl Latency {
+    /// Records one duration.
+    pub fn observe(&self, took: Duration) {
+        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        // The first bucket whose upper bound is at least `ns` (Prometheus's `le`).
+        let at = LATENCY_BOUNDS_NS.partition_point(|&bound| bound < ns);
+        self.counts[at].fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// How many durations were recorded.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+}
+
+impl fmt::Debug for Latency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Latency")
+            .field("count", &self.count())
+            .finish()
+    }
+}
+
+impl EncodeMetric for Latency {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), fmt::Error> {
+        let bounds = LATENCY_BOUNDS_NS
+            .iter()
+            .map(|&ns| ns as f64 / 1e9)
+            .chain([f64::INFINITY]);
+        let buckets: Vec<(f64, u64)> = bounds
+            .zip(self.counts.iter().map(|c| c.load(Ordering::Relaxed)))
+            .collect();
+        let count = buckets.iter().map(|(_, n)| n).sum();
+        let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
     }
 }
 
@@ -445,6 +518,30 @@ async fn answer(mut socket: TcpStream, registry: &Registry) -> std::io::Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn latency_buckets_are_upper_bounds_and_render_cumulatively() {
+        let l = Latency::default();
+        // On a bound, just above it, below the first bound, and past the last.
+        l.observe(Duration::from_micros(100));
+        l.observe(Duration::from_micros(101));
+        l.observe(Duration::from_nanos(5));
+        l.observe(Duration::from_secs(3));
+        assert_eq!(l.count(), 4);
+        let mut r = Registry::default();
+        r.register("lat", "Latency.", l);
+        let text = render(&r);
+        for line in [
+            "lat_bucket{le=\"0.0001\"} 2\n",
+            "lat_bucket{le=\"0.00025\"} 3\n",
+            "lat_bucket{le=\"1.0\"} 3\n",
+            "lat_bucket{le=\"+Inf\"} 4\n",
+            "lat_count 4\n",
+            "lat_sum 3.000201005\n",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from {text}");
+        }
+    }
 
     #[test]
     fn the_classic_format_names_counters_after_their_samples() {

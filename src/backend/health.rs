@@ -14,7 +14,6 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use prometheus_client::metrics::histogram::Histogram;
 use tokio::time::Instant;
 
 /// Health of a master, as `INFO` and the logs name it.
@@ -67,16 +66,7 @@ pub struct MasterInfo {
     /// Connections dropped because a request went unanswered for `stall_timeout`.
     timeouts: AtomicU64,
     /// Seconds from writing a request to its first reply frame (for `/metrics`).
-    latency: Histogram,
-}
-
-/// Reply latency buckets (seconds): 100 µs to 1 s, since masters answer in well under a
-/// millisecond on a LAN and anything near `node_timeout_ms` is already a "no".
-pub fn latency_buckets() -> impl Iterator<Item = f64> {
-    [
-        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-    ]
-    .into_iter()
+    latency: crate::metrics::Latency,
 }
 
 impl MasterInfo {
@@ -96,7 +86,7 @@ impl MasterInfo {
             last_error: Mutex::new(String::new()),
             reconnects: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
-            latency: Histogram::new(latency_buckets()),
+            latency: crate::metrics::Latency::default(),
         }
     }
 
@@ -276,7 +266,7 @@ impl MasterInfo {
     }
 
     /// Reply latency, request written to first reply frame, in seconds.
-    pub fn latency(&self) -> &Histogram {
+    pub fn latency(&self) -> &crate::metrics::Latency {
         &self.latency
     }
 

@@ -192,7 +192,7 @@ async fn read_loop(
             };
             if front.got.is_empty() {
                 let latency = arrived.saturating_duration_since(front.sent);
-                info.latency().observe(latency.as_secs_f64());
+                info.latency().observe(latency);
             }
             let p = &mut front.pending;
             if p.replies == 1 && !p.time {
