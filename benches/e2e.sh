@@ -5,11 +5,13 @@
 #   direct     - one redis-server master, no proxy
 #   proxy-n1   - redlock-proxy in front of 1 master
 #   proxy-n5   - redlock-proxy in front of 5 masters (quorum 3)
-#   proxy-n1-t1, proxy-n5-t1 - the same with `--set threads=1` (opt-in through BENCH_TARGETS,
-#                to compare thread counts within one interleaved run)
+#   proxy-n1-t2, proxy-n5-t2 - the same with `--set threads=2` (opt-in through BENCH_TARGETS,
+#                to compare with the default thread count within one interleaved run; the
+#                default is one worker per two cores, so a single-threaded runtime on 2 cores)
 #   twemproxy  - nutcracker in front of 1 master
-# at pipeline depth P=1 and P=16, and prints a table of req/s and ratios
-# (also written as markdown to target/bench-e2e.md).
+# at pipeline depth P=1 and P=16, and prints a table of req/s, ratios, latency and the CPU
+# time each proxy spent per request (user + system, from /proc/<pid>/stat around each run:
+# steadier than req/s on a shared machine; written as markdown to target/bench-e2e.md too).
 #
 # Environment:
 #   BENCH_REQUESTS_P1    requests for P=1  (default 200000)
@@ -22,10 +24,10 @@
 #                        Redlock done client-side against the same masters)
 #   BENCH_CYCLE_SECONDS  seconds per cycle-benchmark mode (default 10, quick 3)
 #   BENCH_CLIENTS        redis-benchmark connections (default 50)
-#   BENCH_PROXY_ARGS     extra arguments for the proxy (e.g. "--set threads=1")
+#   BENCH_PROXY_ARGS     extra arguments for the proxy (e.g. "--set threads=2")
 #   BENCH_TARGETS        space/comma separated subset of
 #                        "direct proxy-n1 proxy-n5 twemproxy" (default: all) plus
-#                        proxy-n1-t1 proxy-n5-t1
+#                        proxy-n1-t2 proxy-n5-t2
 #   BENCH_NO_BUILD=1     skip `cargo build --release` (use existing binary)
 #   BENCH_STARTUP_TIMEOUT seconds to wait for a target to answer PING (default 20)
 #   BENCH_RUN_TIMEOUT    seconds before one redis-benchmark run is aborted (default 900)
@@ -76,7 +78,7 @@ for v in N_P1 N_P16 ROUNDS CYCLE_SECONDS CLIENTS STARTUP_TIMEOUT RUN_TIMEOUT; do
 done
 for t in "${TARGETS[@]}"; do
     case "$t" in
-        direct | proxy-n1 | proxy-n5 | proxy-n1-t1 | proxy-n5-t1 | twemproxy) ;;
+        direct | proxy-n1 | proxy-n5 | proxy-n1-t2 | proxy-n5-t2 | twemproxy) ;;
         *)
             echo "e2e: unknown target '$t' (known: ${ALL_TARGETS[*]})" >&2
             exit 1
@@ -353,7 +355,7 @@ run_bench() {
 ensure_tools
 command -v python3 >/dev/null 2>&1 || die "python3 not found"
 
-if want_target proxy-n1 || want_target proxy-n5 || want_target proxy-n1-t1 || want_target proxy-n5-t1; then
+if want_target proxy-n1 || want_target proxy-n5 || want_target proxy-n1-t2 || want_target proxy-n5-t2; then
     if [[ "${BENCH_NO_BUILD:-0}" != "1" ]]; then
         command -v cargo >/dev/null 2>&1 || die "cargo not found (install Rust, or set BENCH_NO_BUILD=1 with a prebuilt binary)"
         log "cargo build --release"
@@ -363,7 +365,7 @@ if want_target proxy-n1 || want_target proxy-n5 || want_target proxy-n1-t1 || wa
     "$PROXY_BIN" --help >/dev/null 2>&1 || die "$PROXY_BIN --help failed"
 fi
 
-# 5 masters + proxy-n1 + proxy-n5 + nutcracker + nutcracker stats port + the two -t1 proxies.
+# 5 masters + proxy-n1 + proxy-n5 + nutcracker + nutcracker stats port + the two -t2 proxies.
 read -r -a PORTS <<<"$(free_ports $((N_MASTERS + 6)))"
 ((${#PORTS[@]} == N_MASTERS + 6)) || die "could not allocate free ports"
 MASTER_PORTS=("${PORTS[@]:0:N_MASTERS}")
@@ -371,8 +373,8 @@ PORT_PROXY_N1=${PORTS[N_MASTERS]}
 PORT_PROXY_N5=${PORTS[N_MASTERS + 1]}
 PORT_TWEM=${PORTS[N_MASTERS + 2]}
 PORT_TWEM_STATS=${PORTS[N_MASTERS + 3]}
-PORT_PROXY_N1_T1=${PORTS[N_MASTERS + 4]}
-PORT_PROXY_N5_T1=${PORTS[N_MASTERS + 5]}
+PORT_PROXY_N1_T2=${PORTS[N_MASTERS + 4]}
+PORT_PROXY_N5_T2=${PORTS[N_MASTERS + 5]}
 
 MASTER_PIDS=()
 for i in "${!MASTER_PORTS[@]}"; do
@@ -397,16 +399,16 @@ start_target() {
             TARGET_PORT=${MASTER_PORTS[0]}
             TARGET_PID=
             ;;
-        proxy-n1 | proxy-n5 | proxy-n1-t1 | proxy-n5-t1)
+        proxy-n1 | proxy-n5 | proxy-n1-t2 | proxy-n5-t2)
             local extra=
-            [[ "$t" == *-t1 ]] && extra="--set threads=1"
+            [[ "$t" == *-t2 ]] && extra="--set threads=2"
             if [[ "$t" == proxy-n1* ]]; then
                 TARGET_PORT=$PORT_PROXY_N1
-                [[ "$t" == *-t1 ]] && TARGET_PORT=$PORT_PROXY_N1_T1
+                [[ "$t" == *-t2 ]] && TARGET_PORT=$PORT_PROXY_N1_T2
                 backends="127.0.0.1:${MASTER_PORTS[0]}"
             else
                 TARGET_PORT=$PORT_PROXY_N5
-                [[ "$t" == *-t1 ]] && TARGET_PORT=$PORT_PROXY_N5_T1
+                [[ "$t" == *-t2 ]] && TARGET_PORT=$PORT_PROXY_N5_T2
                 backends=
                 for i in "${!MASTER_PORTS[@]}"; do
                     backends+="${backends:+,}127.0.0.1:${MASTER_PORTS[i]}"
@@ -464,14 +466,24 @@ for t in "${TARGETS[@]}"; do
     TPORT[$t]=$TARGET_PORT
     TPID[$t]=$TARGET_PID
 done
-declare -A ALL1 ALL16 P50_1 P99_1 P50_16 P99_16 RPS1 RPS16
+declare -A ALL1 ALL16 P50_1 P99_1 P50_16 P99_16 RPS1 RPS16 CPU_1 CPU_16
+CLK_TCK=$(getconf CLK_TCK)
+# cpu_ticks PID: user + system clock ticks of every thread of PID so far (empty without a PID).
+cpu_ticks() { [[ -n "${1:-}" ]] && awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 for ((round = 1; round <= ROUNDS; round++)); do
     log "round $round of $ROUNDS"
     for t in "${TARGETS[@]}"; do
         for pl in 1 16; do
             flush_masters
             if ((pl == 1)); then n=$N_P1; else n=$N_P16; fi
+            cpu0=$(cpu_ticks "${TPID[$t]}")
             run_bench "$t" "${TPORT[$t]}" "$pl" "$n"
+            cpu1=$(cpu_ticks "${TPID[$t]}")
+            # CPU µs per request (clock ticks of 1/CLK_TCK s); "-" for direct (no proxy).
+            if [[ -n "$cpu0" && -n "$cpu1" ]]; then
+                cpu=$(awk -v d=$((cpu1 - cpu0)) -v hz="$CLK_TCK" -v n="$n" 'BEGIN { printf "%.2f", d / hz * 1e6 / n }')
+                if ((pl == 1)); then CPU_1[$t]+="$cpu "; else CPU_16[$t]+="$cpu "; fi
+            fi
             if ((pl == 1)); then
                 ALL1[$t]+="$BENCH_RPS "
                 P50_1[$t]+="$BENCH_P50 "
@@ -503,6 +515,8 @@ for t in "${TARGETS[@]}"; do
     P99_1[$t]=$(median "${P99_1[$t]}")
     P50_16[$t]=$(median "${P50_16[$t]}")
     P99_16[$t]=$(median "${P99_16[$t]}")
+    [[ -z "${CPU_1[$t]:-}" ]] || CPU_1[$t]=$(median "${CPU_1[$t]}")
+    [[ -z "${CPU_16[$t]:-}" ]] || CPU_16[$t]=$(median "${CPU_16[$t]}")
     [[ -z "${TPID[$t]}" ]] || stop_pid "${TPID[$t]}"
 done
 
@@ -516,13 +530,13 @@ ratio() { # ratio A B -> "A/B" formatted, or "-" if not available
 }
 fmt_int() { awk -v x="$1" 'BEGIN { printf "%.0f", x }'; }
 
-HEADERS=("target" "P=1 req/s" "P=16 req/s" "P=1 vs twem" "P=16 vs twem" "P=1 vs direct" "P=16 vs direct" "P=1 p50/p99 ms" "P=1 p50/p99 vs twem" "P=16 p50/p99 ms")
+HEADERS=("target" "P=1 req/s" "P=16 req/s" "P=1 vs twem" "P=16 vs twem" "P=1 vs direct" "P=16 vs direct" "P=1 p50/p99 ms" "P=1 p50/p99 vs twem" "P=16 p50/p99 ms" "CPU µs/req P=1/16" "CPU vs twem P=1/16")
 ROWS=()
 for t in "${TARGETS[@]}"; do
-    ROWS+=("$t|$(fmt_int "${RPS1[$t]}")|$(fmt_int "${RPS16[$t]}")|$(ratio "${RPS1[$t]}" "${RPS1[twemproxy]:-}")|$(ratio "${RPS16[$t]}" "${RPS16[twemproxy]:-}")|$(ratio "${RPS1[$t]}" "${RPS1[direct]:-}")|$(ratio "${RPS16[$t]}" "${RPS16[direct]:-}")|${P50_1[$t]}/${P99_1[$t]}|$(ratio "${P50_1[$t]}" "${P50_1[twemproxy]:-}")/$(ratio "${P99_1[$t]}" "${P99_1[twemproxy]:-}")|${P50_16[$t]}/${P99_16[$t]}")
+    ROWS+=("$t|$(fmt_int "${RPS1[$t]}")|$(fmt_int "${RPS16[$t]}")|$(ratio "${RPS1[$t]}" "${RPS1[twemproxy]:-}")|$(ratio "${RPS16[$t]}" "${RPS16[twemproxy]:-}")|$(ratio "${RPS1[$t]}" "${RPS1[direct]:-}")|$(ratio "${RPS16[$t]}" "${RPS16[direct]:-}")|${P50_1[$t]}/${P99_1[$t]}|$(ratio "${P50_1[$t]}" "${P50_1[twemproxy]:-}")/$(ratio "${P99_1[$t]}" "${P99_1[twemproxy]:-}")|${P50_16[$t]}/${P99_16[$t]}|${CPU_1[$t]:--}/${CPU_16[$t]:--}|$(ratio "${CPU_1[$t]:-}" "${CPU_1[twemproxy]:-}")/$(ratio "${CPU_16[$t]:-}" "${CPU_16[twemproxy]:-}")")
 done
 
-TABLE_FMT='%-10s %10s %10s %11s %12s %13s %14s %15s %20s %15s\n'
+TABLE_FMT='%-11s %10s %10s %11s %12s %13s %14s %15s %20s %15s %18s %19s\n'
 echo
 echo "median of $ROUNDS interleaved rounds; latency = redis-benchmark p50/p99 (ms); c=$CLIENTS"
 # shellcheck disable=SC2059  # the format string is ours

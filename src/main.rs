@@ -80,14 +80,12 @@ fn main() {
         }
         return;
     }
-    let threads = build_config(&cli).map(|c| c.threads).unwrap_or(0);
-    let mut runtime = if threads == 1 {
+    let workers = build_config(&cli).map_or(1, |c| c.workers());
+    let mut runtime = if workers == 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {
         let mut b = tokio::runtime::Builder::new_multi_thread();
-        if threads > 1 {
-            b.worker_threads(threads);
-        }
+        b.worker_threads(workers);
         b
     };
     let code = match runtime.enable_all().build() {
