@@ -163,6 +163,12 @@ impl Drop for Ticket {
 }
 
 impl Held {
+    /// Whether this operation had to wait for an earlier one on some key (false: its turn was
+    /// there when it was dispatched).
+    pub fn waited(&self) -> bool {
+        self.waits
+    }
+
     /// Moves each key's turn on. An abandoned ticket whose turn has not come yet is only
     /// marked, so it cannot let a later ticket overtake an earlier one still running.
     fn finish(&mut self, abandoned: bool) {

@@ -256,7 +256,9 @@ async fn run_acquire(
         return answer(op.answer, false, k);
     }
     let req = acquire_request(&proxy, &op);
-    let start = Instant::now();
+    // The validity clock starts no later than the requests leave: the dispatch time when the
+    // turn was ours at once (earlier, so the validity is if anything underestimated), else now.
+    let start = if held.waited() { Instant::now() } else { since };
     let deadline = start + proxy.config.node_timeout();
     let mut vote = ask_timed(&proxy.masters, req, 1, deadline);
     let first = vote.decide_by(wrote).await;
@@ -320,14 +322,23 @@ fn grant(
     since: Instant,
 ) -> Option<Reply> {
     let ttl = Duration::from_millis(op.ttl_ms as u64);
-    let left = granted(ballots, ttl, start.elapsed(), &proxy.config)?;
+    // One clock read for the validity and the histogram.
+    let now = Instant::now();
+    let left = granted(
+        ballots,
+        ttl,
+        now.saturating_duration_since(start),
+        &proxy.config,
+    )?;
     trace!(
         validity_ms = left.as_millis(),
         keys = op.keys.len(),
         "lock granted"
     );
     Stats::bump(&proxy.stats.grants);
-    proxy.metrics.observe_acquire(since.elapsed());
+    proxy
+        .metrics
+        .observe_acquire(now.saturating_duration_since(since));
     Some(answer(op.answer, true, op.keys.len()))
 }
 
