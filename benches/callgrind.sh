@@ -39,24 +39,9 @@ fi
 [ "${BENCH_NO_BUILD:-0}" = 1 ] || cargo build --release -q --bin redlock-proxy
 out="$root/target/callgrind"
 mkdir -p "$out"
-tmp="$(mktemp -d)"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT INT TERM
-read -r -a ports <<<"$(python3 -c '
-import socket, sys
-ss = [socket.socket() for _ in range(int(sys.argv[1]))]
-[s.bind(("127.0.0.1", 0)) for s in ss]
-print(" ".join(str(s.getsockname()[1]) for s in ss))' $((masters + 2)))"
-backends=""
-for p in "${ports[@]:0:masters}"; do
-  redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" >/dev/null &
-  pids+=($!)
-  backends+="${backends:+,}127.0.0.1:$p"
-done
-for p in "${ports[@]:0:masters}"; do
-  for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
-done
+. benches/lib.sh
+read -r -a ports <<<"$(free_ports $((masters + 2)))"
+start_masters "${ports[@]:0:masters}"
 
 # count NAME PORT CMD...: run CMD under callgrind, load it, print instructions per request.
 count() {
@@ -66,7 +51,7 @@ count() {
   valgrind --tool=callgrind --callgrind-out-file="$file" "$@" >"$tmp/$name.log" 2>&1 &
   vpid=$!
   pids+=($vpid)
-  for _ in $(seq 300); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  PING_TRIES=300 wait_ping "$port"  # valgrind starts slowly: up to 30 s
   rps=$(redis-benchmark -p "$port" -c 50 -n "$requests" -r 100000000 -P "$pipeline" -q \
     SET lock:__rand_int__ tok NX PX 30000 2>/dev/null | tr '\r' '\n' | grep 'requests per second' | tail -1)
   # Grants as the proxy counts them (keys on the masters may have expired on a long run).
@@ -105,7 +90,7 @@ bench:
    - 127.0.0.1:${ports[0]}:1
 EOF
     # -s 0 would be refused; give the stats server a loopback address on a kernel-chosen port.
-    sport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    sport=$(free_ports 1)
     count twemproxy "${ports[masters + 1]}" "$nut" -c "$tmp/nut.yml" -o "$tmp/nut.out" -s "$sport" -a 127.0.0.1
   fi
 fi

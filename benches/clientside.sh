@@ -10,30 +10,15 @@ cd "$root"
 scripts/deps.sh test
 [ "${BENCH_NO_BUILD:-0}" = 1 ] || cargo build --release -q --bin redlock-proxy
 n=${BENCH_MASTERS:-5}
-tmp="$(mktemp -d)"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT INT TERM
-read -r -a ports <<<"$(python3 -c '
-import socket
-import sys
-ss=[socket.socket() for _ in range(int(sys.argv[1]) + 1)]
-[s.bind(("127.0.0.1",0)) for s in ss]
-print(" ".join(str(s.getsockname()[1]) for s in ss))' "$n")"
+. benches/lib.sh
+read -r -a ports <<<"$(free_ports $((n + 1)))"
 proxy_port=${ports[n]}
-backends=""
-for p in "${ports[@]:0:n}"; do
-  redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" >"$tmp/m$p.log" 2>&1 &
-  pids+=($!)
-  backends+="${backends:+,}127.0.0.1:$p"
-done
+start_masters "${ports[@]:0:n}"
 # Fresh empty masters: restart quarantine would keep them out of the quorum for max_ttl_ms first.
 target/release/redlock-proxy --listen "127.0.0.1:$proxy_port" --backends "$backends" \
   --set quarantine=false >"$tmp/proxy.log" 2>&1 &
 pids+=($!)
-for p in "${ports[@]}"; do
-  for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
-done
+wait_ping "$proxy_port"
 {
   node benches/clientside.js "$proxy_port" "${BENCH_SECONDS:-5}" "${BENCH_CONCURRENCY:-50}" "${ports[@]:0:n}"
   tests/clients/.venv/bin/python benches/clientside.py "$proxy_port" "${BENCH_SECONDS:-5}" \

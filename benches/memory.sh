@@ -23,17 +23,9 @@ fi
 # both targets; the 10,000-connection check runs a second proxy started with the default soft
 # limit (1024; the hard limit stays as it is), since the proxy is meant to raise its own soft limit.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || ulimit -n 65536 || true
-tmp="$(mktemp -d)"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT INT TERM
-read -r master proxy twem stats proxy2 <<<"$(python3 -c '
-import socket
-ss = [socket.socket() for _ in range(5)]
-[s.bind(("127.0.0.1", 0)) for s in ss]
-print(" ".join(str(s.getsockname()[1]) for s in ss))')"
-redis-server --port "$master" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" >/dev/null &
-pids+=($!)
+. benches/lib.sh
+read -r master proxy twem stats proxy2 <<<"$(free_ports 5)"
+start_masters "$master"
 "${BENCH_PROXY_BIN:-target/release/redlock-proxy}" --listen "127.0.0.1:$proxy" --backends "127.0.0.1:$master" \
   --set quarantine=false ${BENCH_PROXY_ARGS:-} >"$tmp/proxy.log" 2>&1 &
 ppid=$!
@@ -55,9 +47,7 @@ EOF
 "$nut" -c "$tmp/nut.yml" -o "$tmp/nut.log" -s "$stats" -a 127.0.0.1 &
 tpid=$!
 pids+=($tpid)
-for p in "$master" "$proxy" "$twem" "$proxy2"; do
-  for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
-done
+wait_ping "$proxy" "$twem" "$proxy2"
 
 # hold NAME PID PORT COUNT: open COUNT connections, PING each, report the RSS growth.
 hold() {

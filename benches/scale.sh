@@ -19,31 +19,15 @@ scripts/deps.sh dev
 [ "${BENCH_NO_BUILD:-0}" = 1 ] || cargo build --release -q --bin redlock-proxy
 # The client side holds $conns sockets itself.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || ulimit -n 65536 || true
-tmp="$(mktemp -d)"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT INT TERM
-read -r -a ports <<<"$(python3 -c '
-import socket, sys
-ss = [socket.socket() for _ in range(int(sys.argv[1]))]
-[s.bind(("127.0.0.1", 0)) for s in ss]
-print(" ".join(str(s.getsockname()[1]) for s in ss))' $((masters + 1)))"
-backends=""
-for p in "${ports[@]:0:masters}"; do
-  redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
-    --maxclients 20000 >/dev/null &
-  pids+=($!)
-  backends+="${backends:+,}127.0.0.1:$p"
-done
+. benches/lib.sh
+read -r -a ports <<<"$(free_ports $((masters + 1)))"
+start_masters "${ports[@]:0:masters}" -- --maxclients 20000
 proxy=${ports[masters]}
-for p in "${ports[@]:0:masters}"; do
-  for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
-done
 (ulimit -Sn 1024 && exec target/release/redlock-proxy --listen "127.0.0.1:$proxy" \
   --backends "$backends" --set quarantine=false ${BENCH_PROXY_ARGS:-}) >"$tmp/proxy.log" 2>&1 &
 ppid=$!
 pids+=($ppid)
-for _ in $(seq 100); do redis-cli -p "$proxy" ping >/dev/null 2>&1 && break; sleep 0.1; done
+wait_ping "$proxy"
 
 echo "$conns clients x $cycles lock/unlock cycles through the proxy, N=$masters" \
   "(load: $(cut -d' ' -f1-3 /proc/loadavg))"
