@@ -1,6 +1,7 @@
 //! `SET`, parsed once into what it means: a Redlock acquisition (`NX` with an expiry) or a
 //! plain write. The decision is made here, in one place; the acquisition runs in
-//! [`super::lock`], the write under the majority rule in [`super::keys`].
+//! [`super::lock`], the write under the majority rule in [`super::keys`]. The options are read
+//! from the request as decoded; an acquisition keeps only its key and token.
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use super::{Action, not_an_integer, parse_int, syntax_error};
 use crate::client::Conn;
 use crate::proxy::Proxy;
 use crate::reply::Reply;
+use crate::request::Args;
 
 /// The options of a `SET` command.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -27,7 +29,7 @@ pub struct SetOptions {
 }
 
 /// Parses `SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]` in any order and case.
-pub fn parse_set(args: &[Bytes]) -> Result<SetOptions, Reply> {
+pub fn parse_set(args: &Args<'_>) -> Result<SetOptions, Reply> {
     let mut o = SetOptions::default();
     let mut expiry_seen = false;
     let mut i = 3;
@@ -93,9 +95,10 @@ impl Set {
     /// Parses a `SET` command; `default_ttl_ms` (0 = none) stands in for a missing expiry of the
     /// lock form. The error is the reply: Redis's wording for syntax, the proxy's for `NX`
     /// forms it does not serve as locks.
-    pub fn parse(args: Vec<Bytes>, default_ttl_ms: u64) -> Result<Set, Reply> {
+    pub fn parse(args: Args<'_>, default_ttl_ms: u64) -> Result<Set, Reply> {
         let opts = parse_set(&args)?;
         if !opts.nx {
+            let args = args.into_vec();
             return Ok(Set::Write { args, opts });
         }
         if opts.get || opts.keep_ttl {
@@ -112,16 +115,19 @@ impl Set {
                 ));
             }
         };
-        let mut args = args.into_iter().skip(1);
-        let (Some(key), Some(token)) = (args.next(), args.next()) else {
+        if args.len() < 3 {
             return Err(super::wrong_arity("set"));
-        };
-        Ok(Set::Acquire { key, token, ttl_ms })
+        }
+        Ok(Set::Acquire {
+            key: args.bytes(1),
+            token: args.bytes(2),
+            ttl_ms,
+        })
     }
 }
 
 /// `SET`: a lock acquisition or a write.
-pub fn set(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+pub fn set(proxy: &Arc<Proxy>, _: &mut Conn, args: Args<'_>) -> Action {
     match Set::parse(args, proxy.config.default_ttl_ms) {
         Err(e) => e.into(),
         Ok(Set::Acquire { key, token, ttl_ms }) => super::lock::acquire(proxy, key, token, ttl_ms),
@@ -151,17 +157,18 @@ pub fn setex(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
         Bytes::from_static(unit),
         args[2].clone(),
     ];
-    self::set(proxy, conn, set)
+    self::set(proxy, conn, set.into())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn args(s: &str) -> Vec<Bytes> {
+    fn args(s: &str) -> Args<'static> {
         s.split(' ')
             .map(|a| Bytes::copy_from_slice(a.as_bytes()))
-            .collect()
+            .collect::<Vec<_>>()
+            .into()
     }
 
     #[test]
