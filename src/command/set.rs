@@ -10,7 +10,7 @@ use bytes::Bytes;
 use super::{Action, not_an_integer, parse_int, syntax_error};
 use crate::client::Conn;
 use crate::proxy::Proxy;
-use crate::reply::Reply;
+use crate::reply::{Reply, decimal_len, put_header};
 use crate::request::Args;
 
 /// The options of a `SET` command.
@@ -135,6 +135,34 @@ pub fn set(proxy: &Arc<Proxy>, _: &mut Conn, args: Args<'_>) -> Action {
     }
 }
 
+/// `SET key token NX PX ttl GET`, as an acquisition of one key asks each master (see
+/// [`super::lock`]): the same bytes as [`crate::reply::command`] makes of it, in one
+/// exactly-sized allocation, with the constant words written as whole pieces rather than
+/// argument by argument, since every lock request pays for this.
+pub(crate) fn set_nx_get(key: &[u8], token: &[u8], ttl_ms: i64) -> Bytes {
+    const HEAD: &[u8] = b"*7\r\n$3\r\nSET\r\n";
+    const OPTIONS: &[u8] = b"$2\r\nNX\r\n$2\r\nPX\r\n";
+    const TAIL: &[u8] = b"$3\r\nGET\r\n";
+    let mut ttl = itoa::Buffer::new();
+    let ttl = ttl.format(ttl_ms).as_bytes();
+    let bulk = |len: usize| 3 + decimal_len(len) + len + 2;
+    let size = HEAD.len() + bulk(key.len()) + bulk(token.len()) + OPTIONS.len();
+    let mut out = Vec::with_capacity(size + bulk(ttl.len()) + TAIL.len());
+    out.extend_from_slice(HEAD);
+    for arg in [key, token] {
+        put_header(&mut out, b'$', arg.len());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(OPTIONS);
+    put_header(&mut out, b'$', ttl.len());
+    out.extend_from_slice(ttl);
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(TAIL);
+    debug_assert_eq!(out.len(), out.capacity());
+    Bytes::from(out)
+}
+
 /// `SETEX key seconds value`, `PSETEX key milliseconds value`: a plain write with an expiry,
 /// run as `SET key value EX|PX ttl` (Redis's own definition), with Redis's errors.
 pub fn setex(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
@@ -203,6 +231,30 @@ mod tests {
         let o = parse_set(&args(&format!("SET k v NX PXAT {}", now + 5000))).unwrap();
         let ttl = o.ttl_ms.unwrap();
         assert!((4000..=5000).contains(&ttl), "{ttl}");
+    }
+
+    #[test]
+    fn the_acquisition_command_is_encoded_as_any_command() {
+        for len in [0, 1, 9, 10, 99, 100, 1000, 100_000] {
+            let key = vec![b'k'; len];
+            let token = vec![b't'; len / 2 + 3];
+            for ttl in [1, 9, 10, 30_000, i64::MAX] {
+                let text = ttl.to_string();
+                assert_eq!(
+                    set_nx_get(&key, &token, ttl),
+                    crate::reply::command(&[
+                        b"SET",
+                        &key,
+                        &token,
+                        b"NX",
+                        b"PX",
+                        text.as_bytes(),
+                        b"GET"
+                    ]),
+                    "{len} {ttl}"
+                );
+            }
+        }
     }
 
     #[test]
