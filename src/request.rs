@@ -268,15 +268,14 @@ impl Decoder {
                         Some(frame) => return Ok(Some(self.args(frame))),
                     }
                 }
-                let Some(nl) = self.line_end(buf, 1) else {
+                let Some((count, nl)) = self.header(buf, 0) else {
                     return if buf.len() > self.limits.max_inline_len {
                         Err(ProtocolError::HeaderTooLong)
                     } else {
                         Ok(None)
                     };
                 };
-                let count = parse_len(&buf[1..content_end(buf, 1, nl)])
-                    .ok_or(ProtocolError::MultibulkLength)?;
+                let count = count.ok_or(ProtocolError::MultibulkLength)?;
                 if count > self.limits.max_args as i64 {
                     return Err(ProtocolError::MultibulkLength);
                 }
@@ -301,6 +300,9 @@ impl Decoder {
         buf: &mut BytesMut,
         authed: bool,
     ) -> Result<Option<Args<'_>>, ProtocolError> {
+        if self.bulk.is_none() {
+            self.whole_bulks(buf, authed);
+        }
         while self.left > 0 {
             let len = match self.bulk {
                 Some(len) => len,
@@ -311,15 +313,14 @@ impl Decoder {
                     if first != b'$' {
                         return Err(ProtocolError::ExpectedBulk(first as char));
                     }
-                    let Some(nl) = self.line_end(buf, self.pos + 1) else {
+                    let Some((len, nl)) = self.header(buf, self.pos) else {
                         return if buf.len() - self.pos > self.limits.max_inline_len {
                             Err(ProtocolError::BulkHeaderTooLong)
                         } else {
                             Ok(None)
                         };
                     };
-                    let len = parse_len(&buf[self.pos + 1..content_end(buf, self.pos + 1, nl)])
-                        .ok_or(ProtocolError::BulkLength)?;
+                    let len = len.ok_or(ProtocolError::BulkLength)?;
                     if len < 0 || len > self.limits.max_bulk_len as i64 {
                         return Err(ProtocolError::BulkLength);
                     }
@@ -347,6 +348,38 @@ impl Decoder {
         let frame = buf.split_to(self.pos).freeze();
         self.pos = 0;
         Ok(Some(self.args(frame)))
+    }
+
+    /// Takes the arguments that have arrived whole, while their headers are the usual ones
+    /// ([`quick_header`]) and within the limits: the common case, a whole request in the
+    /// buffer, in one tight loop. It stops at anything else, for the general loop to read or
+    /// refuse as it would have from there.
+    fn whole_bulks(&mut self, buf: &[u8], authed: bool) {
+        let (mut pos, mut left) = (self.pos, self.left);
+        let max_len = if authed {
+            self.limits.max_bulk_len as i64
+        } else {
+            UNAUTHENTICATED_MAX_BULK.min(self.limits.max_bulk_len as i64)
+        };
+        while left > 0 && buf.get(pos) == Some(&b'$') {
+            let Some((len, nl)) = quick_header(buf, pos) else {
+                break;
+            };
+            let stop = nl + 1 + len as usize;
+            if len > max_len || stop + 2 > self.limits.max_request_len || buf.len() < stop + 2 {
+                break;
+            }
+            self.spans.push((nl + 1, stop));
+            pos = stop + 2;
+            left -= 1;
+        }
+        if left != self.left {
+            #[cfg(test)]
+            {
+                self.examined += pos - self.pos;
+            }
+            (self.pos, self.left, self.scan) = (pos, left, 0);
+        }
     }
 
     /// The request just completed: its arguments at `self.spans` in `frame`.
@@ -387,6 +420,21 @@ impl Decoder {
         Ok(Some(line.freeze()))
     }
 
+    /// Reads the header line (`*<n>`, `$<n>`) whose prefix is at `at`, once it has ended: its
+    /// number (`None` if it is not one) and where its `\n` is.
+    fn header(&mut self, buf: &[u8], at: usize) -> Option<(Option<i64>, usize)> {
+        if let Some((n, nl)) = quick_header(buf, at) {
+            #[cfg(test)]
+            {
+                self.examined += nl - at;
+            }
+            self.scan = 0;
+            return Some((Some(n), nl));
+        }
+        let nl = self.line_end(buf, at + 1)?;
+        Some((parse_len(&buf[at + 1..content_end(buf, at + 1, nl)]), nl))
+    }
+
     /// Finds the `\n` ending the line that starts at `from`, resuming where the last search of
     /// this line stopped.
     fn line_end(&mut self, buf: &[u8], from: usize) -> Option<usize> {
@@ -414,6 +462,31 @@ impl Decoder {
 /// again next time.
 pub fn decode(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes>>, ProtocolError> {
     Ok(Decoder::new(*limits).decode(buf, true)?.map(Args::into_vec))
+}
+
+/// Most digits [`quick_header`] reads; longer numbers take the general way.
+const QUICK_DIGITS: usize = 10;
+
+/// The usual header line, read in one pass: after the prefix at `at`, 1 to [`QUICK_DIGITS`]
+/// digits without a leading zero, then `\r\n`. Its number and where its `\n` is; `None` for
+/// anything else (an unfinished line, a bare LF, a sign, a malformed or longer number), which
+/// the general reader ([`Decoder::line_end`], [`parse_len`]) then judges, so both read every
+/// line alike.
+fn quick_header(buf: &[u8], at: usize) -> Option<(i64, usize)> {
+    let digits = buf.get(at + 1..)?;
+    let mut n: i64 = 0;
+    let mut i = 0;
+    while i < QUICK_DIGITS
+        && let Some(&d) = digits.get(i)
+        && d.is_ascii_digit()
+    {
+        n = n * 10 + i64::from(d - b'0');
+        i += 1;
+    }
+    if i == 0 || (digits[0] == b'0' && i > 1) || digits.get(i..i + 2) != Some(b"\r\n") {
+        return None;
+    }
+    Some((n, at + 1 + i + 1))
 }
 
 /// The end of a header line's content: the `\r` before `nl`, or `nl` itself for a bare LF
@@ -828,6 +901,34 @@ mod tests {
             }
             args.push(arg);
         }
+    }
+
+    #[test]
+    fn the_quick_header_reads_as_the_general_one() {
+        let alphabet = b"0123456789\r\n-+ x";
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut quick = 0;
+        for _ in 0..200_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let len = (seed % 16) as usize;
+            let mut line = vec![b'$'];
+            line.extend((0..len).map(|k| alphabet[((seed >> (4 + 3 * k)) % 16) as usize]));
+            if let Some((n, nl)) = quick_header(&line, 0) {
+                quick += 1;
+                let general = crate::resp::find_lf(&line, 1).unwrap();
+                assert_eq!(nl, general, "{}", line.escape_ascii());
+                assert_eq!(Some(n), parse_len(&line[1..content_end(&line, 1, nl)]));
+            }
+        }
+        assert!(quick > 1000, "{quick}");
+        assert_eq!(quick_header(b"$12345678901\r\n", 0), None);
+        assert_eq!(
+            quick_header(b"$1234567890\r\n", 0),
+            Some((1_234_567_890, 12))
+        );
+        assert_eq!(quick_header(b"x$0\r\n", 1), Some((0, 4)));
     }
 
     #[test]

@@ -277,7 +277,11 @@ fn acquire_request(proxy: &Proxy, op: &LockOp) -> Request {
     let flag = acquire_flag(op.op);
     let script = || {
         let mut ttl = itoa::Buffer::new();
-        eval(ACQUIRE, &op.keys, &[&op.token, ttl.format(op.ttl_ms).as_bytes(), flag])
+        eval(
+            ACQUIRE,
+            &op.keys,
+            &[&op.token, ttl.format(op.ttl_ms).as_bytes(), flag],
+        )
     };
     if k == 1 {
         let set = super::set::set_nx_get(&op.keys[0], &op.token, op.ttl_ms);
