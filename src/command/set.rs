@@ -28,33 +28,73 @@ pub struct SetOptions {
     pub ttl_ms: Option<i64>,
 }
 
+/// A `SET` option word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Word {
+    Nx,
+    Xx,
+    Get,
+    KeepTtl,
+    Ex,
+    Px,
+    ExAt,
+    PxAt,
+}
+
+impl Word {
+    /// The option `arg` names, in any case. The two-letter words of every lock request are
+    /// compared with bit 5 (`0x20`) cleared: that upper-cases a letter and turns no other byte
+    /// into one, so it is a case-insensitive comparison without a copy.
+    fn of(arg: &[u8]) -> Option<Word> {
+        if let &[a, b] = arg {
+            return match [a & !0x20, b & !0x20] {
+                [b'N', b'X'] => Some(Word::Nx),
+                [b'P', b'X'] => Some(Word::Px),
+                [b'E', b'X'] => Some(Word::Ex),
+                [b'X', b'X'] => Some(Word::Xx),
+                _ => None,
+            };
+        }
+        [
+            (&b"GET"[..], Word::Get),
+            (b"PXAT", Word::PxAt),
+            (b"EXAT", Word::ExAt),
+            (b"KEEPTTL", Word::KeepTtl),
+        ]
+        .into_iter()
+        .find(|(word, _)| arg.eq_ignore_ascii_case(word))
+        .map(|(_, w)| w)
+    }
+}
+
 /// Parses `SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]` in any order and case.
 pub fn parse_set(args: &Args<'_>) -> Result<SetOptions, Reply> {
     let mut o = SetOptions::default();
     let mut expiry_seen = false;
     let mut i = 3;
-    let mut upper = [0u8; 8];
     while i < args.len() {
-        let opt = super::upper(&args[i], &mut upper);
-        match opt {
-            b"NX" if !o.xx => o.nx = true,
-            b"XX" if !o.nx => o.xx = true,
-            b"GET" => o.get = true,
-            b"KEEPTTL" if !expiry_seen => {
+        let word = Word::of(&args[i]);
+        match word {
+            Some(Word::Nx) if !o.xx => o.nx = true,
+            Some(Word::Xx) if !o.nx => o.xx = true,
+            Some(Word::Get) => o.get = true,
+            Some(Word::KeepTtl) if !expiry_seen => {
                 o.keep_ttl = true;
                 expiry_seen = true;
             }
-            b"EX" | b"PX" | b"EXAT" | b"PXAT" if !expiry_seen && i + 1 < args.len() => {
+            Some(unit @ (Word::Ex | Word::Px | Word::ExAt | Word::PxAt))
+                if !expiry_seen && i + 1 < args.len() =>
+            {
                 let n = parse_int(&args[i + 1]).ok_or_else(not_an_integer)?;
                 if n <= 0 {
                     return Err(Reply::static_error(
                         "ERR invalid expire time in 'set' command",
                     ));
                 }
-                let ms = match opt {
-                    b"EX" => n.checked_mul(1000),
-                    b"PX" => Some(n),
-                    b"EXAT" => n.checked_mul(1000).map(|at| at - super::unix_ms()),
+                let ms = match unit {
+                    Word::Ex => n.checked_mul(1000),
+                    Word::Px => Some(n),
+                    Word::ExAt => n.checked_mul(1000).map(|at| at - super::unix_ms()),
                     _ => Some(n - super::unix_ms()),
                 }
                 .ok_or_else(|| Reply::static_error("ERR invalid expire time in 'set' command"))?;
@@ -206,6 +246,39 @@ mod tests {
         assert_eq!(o.ttl_ms, Some(100));
         let o = parse_set(&args("set k v Nx eX 8")).unwrap();
         assert_eq!(o.ttl_ms, Some(8000));
+    }
+
+    #[test]
+    fn option_words_in_any_case_and_nothing_else() {
+        for (text, word) in [
+            ("nx", Word::Nx),
+            ("Xx", Word::Xx),
+            ("pX", Word::Px),
+            ("EX", Word::Ex),
+            ("get", Word::Get),
+            ("KeepTTL", Word::KeepTtl),
+            ("exat", Word::ExAt),
+            ("PXAT", Word::PxAt),
+        ] {
+            assert_eq!(Word::of(text.as_bytes()), Some(word), "{text}");
+        }
+        // Every other pair of bytes, case folded or not, is no option.
+        for a in 0..=255u8 {
+            for b in 0..=255u8 {
+                let upper = [a.to_ascii_uppercase(), b.to_ascii_uppercase()];
+                let expected = match &upper {
+                    b"NX" => Some(Word::Nx),
+                    b"XX" => Some(Word::Xx),
+                    b"PX" => Some(Word::Px),
+                    b"EX" => Some(Word::Ex),
+                    _ => None,
+                };
+                assert_eq!(Word::of(&[a, b]), expected, "{a} {b}");
+            }
+        }
+        for other in ["", "N", "NXX", "GETS", "KEEPTT", "nx ", "\u{ce}X"] {
+            assert_eq!(Word::of(other.as_bytes()), None, "{other:?}");
+        }
     }
 
     #[test]
