@@ -73,8 +73,7 @@ pub fn parse_set(args: &Args<'_>) -> Result<SetOptions, Reply> {
     let mut expiry_seen = false;
     let mut i = 3;
     while i < args.len() {
-        let word = Word::of(&args[i]);
-        match word {
+        match Word::of(&args[i]) {
             Some(Word::Nx) if !o.xx => o.nx = true,
             Some(Word::Xx) if !o.nx => o.xx = true,
             Some(Word::Get) => o.get = true,
