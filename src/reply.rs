@@ -385,7 +385,7 @@ pub fn command(args: &[&[u8]]) -> Bytes {
 }
 
 /// Digits in `n` written in decimal.
-fn decimal_len(mut n: usize) -> usize {
+pub(crate) fn decimal_len(mut n: usize) -> usize {
     let mut len = 1;
     while n >= 10 {
         n /= 10;
@@ -395,7 +395,7 @@ fn decimal_len(mut n: usize) -> usize {
 }
 
 /// `<prefix><n>\r\n`; the short lengths of most arguments are written as one fixed-size copy.
-fn put_header(out: &mut Vec<u8>, prefix: u8, n: usize) {
+pub(crate) fn put_header(out: &mut Vec<u8>, prefix: u8, n: usize) {
     if n < 10 {
         out.extend_from_slice(&[prefix, b'0' + n as u8, b'\r', b'\n']);
     } else if n < 100 {

@@ -9,7 +9,16 @@
 //!
 //! A [`Decoder`] is incremental: it keeps its place in a partial request between reads, so a
 //! request trickling in byte by byte is scanned once, not again from its start on every read.
-//! Decoded arguments are zero-copy slices of the read buffer.
+//!
+//! A decoded request is an [`Args`]: the request's bytes, split off the read buffer as one
+//! frame, and where each argument lies in it, in a list the decoder reuses. Commands read their
+//! arguments as `&[u8]` views of the frame; only an argument a command keeps (a lock's key and
+//! token) becomes a `Bytes`, a slice of the frame. So a request costs no allocation and no
+//! reference count per argument. An inline command is unquoted in place, in its own line, and
+//! decodes to the same form.
+
+use std::fmt;
+use std::ops::Index;
 
 use bytes::{Buf, Bytes, BytesMut};
 use thiserror::Error;
@@ -18,6 +27,111 @@ use thiserror::Error;
 pub const UNAUTHENTICATED_MAX_ARGS: i64 = 10;
 /// Largest bulk accepted before `AUTH` (Redis 7).
 pub const UNAUTHENTICATED_MAX_BULK: i64 = 16384;
+
+/// Where one argument lies in its frame: start and end offsets.
+type Span = (usize, usize);
+
+/// Above this many entries, the decoder's argument list is freed after a request rather than
+/// kept for the next (one huge request does not pin its list for the connection's life).
+const SPANS_KEPT: usize = 1024;
+
+/// One request: the command name (`args[0]`) and its arguments.
+///
+/// Decoded requests are views into their frame (see the module documentation), borrowed from
+/// the [`Decoder`] until the next request is decoded; `From<Vec<Bytes>>` makes one from
+/// arguments already owned one by one (a command replayed by `EXEC`, or rewritten by another).
+/// Index it for an argument's bytes; [`Args::bytes`] for one to keep, [`Args::into_vec`] for all.
+pub struct Args<'a>(Form<'a>);
+
+enum Form<'a> {
+    /// Arguments at `spans` in `frame`.
+    Frame { frame: Bytes, spans: &'a [Span] },
+    /// Arguments owned one by one.
+    Parts(Vec<Bytes>),
+}
+
+impl<'a> Args<'a> {
+    /// The number of arguments, the command name included.
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Form::Frame { spans, .. } => spans.len(),
+            Form::Parts(parts) => parts.len(),
+        }
+    }
+
+    /// True when there are no arguments (never for a decoded request).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Argument `i`'s bytes, if there is one.
+    pub fn get(&self, i: usize) -> Option<&[u8]> {
+        match &self.0 {
+            Form::Frame { frame, spans } => spans.get(i).map(|&(a, b)| &frame[a..b]),
+            Form::Parts(parts) => parts.get(i).map(|p| &p[..]),
+        }
+    }
+
+    /// Every argument's bytes, in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        (0..self.len()).map(|i| &self[i])
+    }
+
+    /// Argument `i` as a `Bytes` to keep: a slice of the frame, not a copy. Panics when there
+    /// is no argument `i`, as indexing does.
+    pub fn bytes(&self, i: usize) -> Bytes {
+        match &self.0 {
+            Form::Frame { frame, spans } => frame.slice(spans[i].0..spans[i].1),
+            Form::Parts(parts) => parts[i].clone(),
+        }
+    }
+
+    /// Every argument as a `Bytes`, for commands that keep their arguments.
+    pub fn into_vec(self) -> Vec<Bytes> {
+        match self.0 {
+            Form::Frame { frame, spans } => spans.iter().map(|&(a, b)| frame.slice(a..b)).collect(),
+            Form::Parts(parts) => parts,
+        }
+    }
+}
+
+impl Index<usize> for Args<'_> {
+    type Output = [u8];
+
+    fn index(&self, i: usize) -> &[u8] {
+        match &self.0 {
+            Form::Frame { frame, spans } => &frame[spans[i].0..spans[i].1],
+            Form::Parts(parts) => &parts[i],
+        }
+    }
+}
+
+impl From<Vec<Bytes>> for Args<'static> {
+    fn from(parts: Vec<Bytes>) -> Args<'static> {
+        Args(Form::Parts(parts))
+    }
+}
+
+impl PartialEq for Args<'_> {
+    fn eq(&self, other: &Args<'_>) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Args<'_> {}
+
+impl fmt::Debug for Args<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        /// One argument, shown as `Bytes` shows itself.
+        struct Arg<'b>(&'b [u8]);
+        impl fmt::Debug for Arg<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "b\"{}\"", self.0.escape_ascii())
+            }
+        }
+        f.debug_list().entries(self.iter().map(Arg)).finish()
+    }
+}
 
 /// Size limits on a single request.
 #[derive(Debug, Clone, Copy)]
@@ -102,8 +216,9 @@ pub struct Decoder {
     left: usize,
     /// Length of the bulk whose payload starts at `pos`, once its header has been read.
     bulk: Option<usize>,
-    /// Where each argument of the multibulk in progress lies, reused from request to request.
-    spans: Vec<(usize, usize)>,
+    /// Where each argument of the request in progress (or the one last decoded) lies, reused
+    /// from request to request.
+    spans: Vec<Span>,
     /// Bytes examined so far, for the tests' bound on rescanning.
     #[cfg(test)]
     examined: usize,
@@ -134,12 +249,13 @@ impl Decoder {
     ///
     /// Returns `Ok(None)` when more bytes are needed; a complete request is consumed from
     /// `buf`, a partial one is left there (its place kept). Empty requests (a blank inline
-    /// line, `*0`) are consumed and skipped, as Redis does.
+    /// line, `*0`) are consumed and skipped, as Redis does. The request borrows the decoder
+    /// (its list of argument places) until the next call.
     pub fn decode(
         &mut self,
         buf: &mut BytesMut,
         authed: bool,
-    ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+    ) -> Result<Option<Args<'_>>, ProtocolError> {
         loop {
             if self.left == 0 {
                 if buf.is_empty() {
@@ -148,19 +264,18 @@ impl Decoder {
                 if buf[0] != b'*' {
                     match self.inline(buf)? {
                         None => return Ok(None),
-                        Some(args) if args.is_empty() => continue,
-                        Some(args) => return Ok(Some(args)),
+                        Some(_) if self.spans.is_empty() => continue,
+                        Some(frame) => return Ok(Some(self.args(frame))),
                     }
                 }
-                let Some(nl) = self.line_end(buf, 1) else {
+                let Some((count, nl)) = self.header(buf, 0) else {
                     return if buf.len() > self.limits.max_inline_len {
                         Err(ProtocolError::HeaderTooLong)
                     } else {
                         Ok(None)
                     };
                 };
-                let count = parse_len(&buf[1..content_end(buf, 1, nl)])
-                    .ok_or(ProtocolError::MultibulkLength)?;
+                let count = count.ok_or(ProtocolError::MultibulkLength)?;
                 if count > self.limits.max_args as i64 {
                     return Err(ProtocolError::MultibulkLength);
                 }
@@ -173,6 +288,7 @@ impl Decoder {
                 }
                 self.left = count as usize;
                 self.pos = nl + 1;
+                self.reset_spans();
             }
             return self.multibulk(buf, authed);
         }
@@ -183,7 +299,10 @@ impl Decoder {
         &mut self,
         buf: &mut BytesMut,
         authed: bool,
-    ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+    ) -> Result<Option<Args<'_>>, ProtocolError> {
+        if self.bulk.is_none() {
+            self.whole_bulks(buf, authed);
+        }
         while self.left > 0 {
             let len = match self.bulk {
                 Some(len) => len,
@@ -194,15 +313,14 @@ impl Decoder {
                     if first != b'$' {
                         return Err(ProtocolError::ExpectedBulk(first as char));
                     }
-                    let Some(nl) = self.line_end(buf, self.pos + 1) else {
+                    let Some((len, nl)) = self.header(buf, self.pos) else {
                         return if buf.len() - self.pos > self.limits.max_inline_len {
                             Err(ProtocolError::BulkHeaderTooLong)
                         } else {
                             Ok(None)
                         };
                     };
-                    let len = parse_len(&buf[self.pos + 1..content_end(buf, self.pos + 1, nl)])
-                        .ok_or(ProtocolError::BulkLength)?;
+                    let len = len.ok_or(ProtocolError::BulkLength)?;
                     if len < 0 || len > self.limits.max_bulk_len as i64 {
                         return Err(ProtocolError::BulkLength);
                     }
@@ -229,16 +347,61 @@ impl Decoder {
         }
         let frame = buf.split_to(self.pos).freeze();
         self.pos = 0;
-        Ok(Some(
-            self.spans
-                .drain(..)
-                .map(|(a, b)| frame.slice(a..b))
-                .collect(),
-        ))
+        Ok(Some(self.args(frame)))
     }
 
-    /// Decodes an inline command line once its end has arrived.
-    fn inline(&mut self, buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+    /// Takes the arguments that have arrived whole, while their headers are the usual ones
+    /// ([`quick_header`]) and within the limits: the common case, a whole request in the
+    /// buffer, in one tight loop. It stops at anything else, for the general loop to read or
+    /// refuse as it would have from there.
+    fn whole_bulks(&mut self, buf: &[u8], authed: bool) {
+        let (mut pos, mut left) = (self.pos, self.left);
+        let max_len = if authed {
+            self.limits.max_bulk_len as i64
+        } else {
+            UNAUTHENTICATED_MAX_BULK.min(self.limits.max_bulk_len as i64)
+        };
+        while left > 0 && buf.get(pos) == Some(&b'$') {
+            let Some((len, nl)) = quick_header(buf, pos) else {
+                break;
+            };
+            let stop = nl + 1 + len as usize;
+            if len > max_len || stop + 2 > self.limits.max_request_len || buf.len() < stop + 2 {
+                break;
+            }
+            self.spans.push((nl + 1, stop));
+            pos = stop + 2;
+            left -= 1;
+        }
+        if left != self.left {
+            #[cfg(test)]
+            {
+                self.examined += pos - self.pos;
+            }
+            (self.pos, self.left, self.scan) = (pos, left, 0);
+        }
+    }
+
+    /// The request just completed: its arguments at `self.spans` in `frame`.
+    fn args(&self, frame: Bytes) -> Args<'_> {
+        Args(Form::Frame {
+            frame,
+            spans: &self.spans,
+        })
+    }
+
+    /// Empties the list of argument places for a new request.
+    fn reset_spans(&mut self) {
+        if self.spans.capacity() > SPANS_KEPT {
+            self.spans = Vec::new();
+        } else {
+            self.spans.clear();
+        }
+    }
+
+    /// Decodes an inline command line once its end has arrived: the line becomes the frame,
+    /// unquoted in place, with its arguments' places in `self.spans` (none for a blank line).
+    fn inline(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, ProtocolError> {
         let Some(nl) = self.line_end(buf, 0) else {
             return if buf.len() > self.limits.max_inline_len {
                 Err(ProtocolError::InlineTooLong)
@@ -246,10 +409,30 @@ impl Decoder {
                 Ok(None)
             };
         };
-        let line = buf.split_to(nl + 1);
-        let text = line.strip_suffix(b"\n").unwrap_or(&line);
-        let text = text.strip_suffix(b"\r").unwrap_or(text);
-        split_args(text).map(Some)
+        let mut line = buf.split_to(nl + 1);
+        let end = if nl > 0 && line[nl - 1] == b'\r' {
+            nl - 1
+        } else {
+            nl
+        };
+        self.reset_spans();
+        split_args(&mut line[..end], &mut self.spans)?;
+        Ok(Some(line.freeze()))
+    }
+
+    /// Reads the header line (`*<n>`, `$<n>`) whose prefix is at `at`, once it has ended: its
+    /// number (`None` if it is not one) and where its `\n` is.
+    fn header(&mut self, buf: &[u8], at: usize) -> Option<(Option<i64>, usize)> {
+        if let Some((n, nl)) = quick_header(buf, at) {
+            #[cfg(test)]
+            {
+                self.examined += nl - at;
+            }
+            self.scan = 0;
+            return Some((Some(n), nl));
+        }
+        let nl = self.line_end(buf, at + 1)?;
+        Some((parse_len(&buf[at + 1..content_end(buf, at + 1, nl)]), nl))
     }
 
     /// Finds the `\n` ending the line that starts at `from`, resuming where the last search of
@@ -275,9 +458,35 @@ impl Decoder {
 }
 
 /// Decodes the next complete request from `buf` with a fresh [`Decoder`] (the client is taken
-/// to be authenticated). For one-off decoding: a partial request is parsed again next time.
+/// to be authenticated), its arguments owned. For one-off decoding: a partial request is parsed
+/// again next time.
 pub fn decode(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes>>, ProtocolError> {
-    Decoder::new(*limits).decode(buf, true)
+    Ok(Decoder::new(*limits).decode(buf, true)?.map(Args::into_vec))
+}
+
+/// Most digits [`quick_header`] reads; longer numbers take the general way.
+const QUICK_DIGITS: usize = 10;
+
+/// The usual header line, read in one pass: after the prefix at `at`, 1 to [`QUICK_DIGITS`]
+/// digits without a leading zero, then `\r\n`. Its number and where its `\n` is; `None` for
+/// anything else (an unfinished line, a bare LF, a sign, a malformed or longer number), which
+/// the general reader ([`Decoder::line_end`], [`parse_len`]) then judges, so both read every
+/// line alike.
+fn quick_header(buf: &[u8], at: usize) -> Option<(i64, usize)> {
+    let digits = buf.get(at + 1..)?;
+    let mut n: i64 = 0;
+    let mut i = 0;
+    while i < QUICK_DIGITS
+        && let Some(&d) = digits.get(i)
+        && d.is_ascii_digit()
+    {
+        n = n * 10 + i64::from(d - b'0');
+        i += 1;
+    }
+    if i == 0 || (digits[0] == b'0' && i > 1) || digits.get(i..i + 2) != Some(b"\r\n") {
+        return None;
+    }
+    Some((n, at + 1 + i + 1))
 }
 
 /// The end of a header line's content: the `\r` before `nl`, or `nl` itself for a bare LF
@@ -296,17 +505,25 @@ fn parse_len(digits: &[u8]) -> Option<i64> {
 
 /// Splits an inline command line into arguments, with Redis's quoting rules: double quotes
 /// understand `\n`, `\r`, `\t`, `\b`, `\a`, `\\`, `\"` and `\xHH`; single quotes understand `\'`.
-pub fn split_args(line: &[u8]) -> Result<Vec<Bytes>, ProtocolError> {
-    let mut args = Vec::new();
-    let mut i = 0;
+///
+/// The arguments are written over the line itself, unquoted, one after another, and `spans`
+/// gets where each lies. Unquoting only ever shortens, so each byte is written at or before the
+/// place it was read from, which has been read by then.
+fn split_args(line: &mut [u8], spans: &mut Vec<Span>) -> Result<(), ProtocolError> {
+    // `i` reads, `w` writes; always `w <= i`.
+    let (mut i, mut w) = (0, 0);
     loop {
         while i < line.len() && line[i].is_ascii_whitespace() {
             i += 1;
         }
         if i >= line.len() {
-            return Ok(args);
+            return Ok(());
         }
-        let mut arg = Vec::new();
+        let start = w;
+        let mut put = |line: &mut [u8], c: u8| {
+            line[w] = c;
+            w += 1;
+        };
         match line[i] {
             b'"' => {
                 i += 1;
@@ -317,18 +534,20 @@ pub fn split_args(line: &[u8]) -> Result<Vec<Bytes>, ProtocolError> {
                             if line.get(i + 1) == Some(&b'x')
                                 && hex_pair(line, i + 2).is_some() =>
                         {
-                            arg.push(hex_pair(line, i + 2).unwrap_or_default());
+                            let c = hex_pair(line, i + 2).unwrap_or_default();
+                            put(line, c);
                             i += 4;
                         }
                         Some(b'\\') if i + 1 < line.len() => {
-                            arg.push(match line[i + 1] {
+                            let c = match line[i + 1] {
                                 b'n' => b'\n',
                                 b'r' => b'\r',
                                 b't' => b'\t',
                                 b'b' => 8,
                                 b'a' => 7,
                                 other => other,
-                            });
+                            };
+                            put(line, c);
                             i += 2;
                         }
                         Some(b'"') => {
@@ -336,7 +555,7 @@ pub fn split_args(line: &[u8]) -> Result<Vec<Bytes>, ProtocolError> {
                             break;
                         }
                         Some(&c) => {
-                            arg.push(c);
+                            put(line, c);
                             i += 1;
                         }
                     }
@@ -349,7 +568,7 @@ pub fn split_args(line: &[u8]) -> Result<Vec<Bytes>, ProtocolError> {
                     match line.get(i) {
                         None => return Err(ProtocolError::UnbalancedQuotes),
                         Some(b'\\') if line.get(i + 1) == Some(&b'\'') => {
-                            arg.push(b'\'');
+                            put(line, b'\'');
                             i += 2;
                         }
                         Some(b'\'') => {
@@ -357,7 +576,7 @@ pub fn split_args(line: &[u8]) -> Result<Vec<Bytes>, ProtocolError> {
                             break;
                         }
                         Some(&c) => {
-                            arg.push(c);
+                            put(line, c);
                             i += 1;
                         }
                     }
@@ -366,12 +585,13 @@ pub fn split_args(line: &[u8]) -> Result<Vec<Bytes>, ProtocolError> {
             }
             _ => {
                 while i < line.len() && !line[i].is_ascii_whitespace() {
-                    arg.push(line[i]);
+                    let c = line[i];
+                    put(line, c);
                     i += 1;
                 }
             }
         }
-        args.push(Bytes::from(arg));
+        spans.push((start, w));
     }
 }
 
@@ -497,7 +717,7 @@ mod tests {
         for chunk in input.chunks(step) {
             buf.extend_from_slice(chunk);
             while let Some(args) = d.decode(&mut buf, true).unwrap() {
-                out.push(args);
+                out.push(args.into_vec());
             }
         }
         assert!(buf.is_empty() && !d.in_request());
@@ -593,5 +813,150 @@ mod tests {
     #[test]
     fn empty_requests_are_skipped() {
         assert_eq!(parse(b"\r\n*0\r\nPING\n"), Ok(args(&["PING"])));
+    }
+
+    #[test]
+    fn arguments_are_views_of_one_frame() {
+        let mut d = Decoder::new(Limits::default());
+        let mut buf = BytesMut::from(&b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nvv\r\nPING\r\n"[..]);
+        let args = d.decode(&mut buf, true).unwrap().unwrap();
+        assert_eq!(args.len(), 3);
+        assert_eq!(&args[0], b"SET");
+        assert_eq!(args.get(2), Some(&b"vv"[..]));
+        assert_eq!(args.get(3), None);
+        assert_eq!(args.iter().collect::<Vec<_>>(), [&b"SET"[..], b"k", b"vv"]);
+        // A kept argument is a slice of the frame, not a copy.
+        let kept = args.bytes(1);
+        assert_eq!(kept.as_ptr(), args[1].as_ptr());
+        assert_eq!(format!("{args:?}"), r#"[b"SET", b"k", b"vv"]"#);
+        let owned = Args::from(args.into_vec());
+        assert_eq!(format!("{owned:?}"), r#"[b"SET", b"k", b"vv"]"#);
+        assert_eq!(owned.bytes(2), Bytes::from_static(b"vv"));
+        // The next request reuses the list of places.
+        assert_eq!(
+            d.decode(&mut buf, true).unwrap().unwrap().into_vec(),
+            ["PING"]
+        );
+    }
+
+    /// The inline splitting rules as written before arguments were unquoted in place: each
+    /// argument built in its own buffer.
+    fn split_reference(line: &[u8]) -> Result<Vec<Vec<u8>>, ProtocolError> {
+        let mut args = Vec::new();
+        let mut i = 0;
+        loop {
+            while i < line.len() && line[i].is_ascii_whitespace() {
+                i += 1;
+            }
+            if i >= line.len() {
+                return Ok(args);
+            }
+            let mut arg = Vec::new();
+            let quote = line[i];
+            if quote == b'"' || quote == b'\'' {
+                i += 1;
+                loop {
+                    let Some(&c) = line.get(i) else {
+                        return Err(ProtocolError::UnbalancedQuotes);
+                    };
+                    let next = line.get(i + 1).copied();
+                    if c == quote {
+                        i += 1;
+                        break;
+                    } else if quote == b'\'' && c == b'\\' && next == Some(b'\'') {
+                        arg.push(b'\'');
+                        i += 2;
+                    } else if quote == b'"' && c == b'\\' && next.is_some() {
+                        let hex = (next == Some(b'x'))
+                            .then(|| hex_pair(line, i + 2))
+                            .flatten();
+                        if let Some(h) = hex {
+                            arg.push(h);
+                            i += 4;
+                        } else {
+                            let e = next.unwrap_or_default();
+                            let map = [
+                                (b'n', b'\n'),
+                                (b'r', b'\r'),
+                                (b't', b'\t'),
+                                (b'b', 8),
+                                (b'a', 7),
+                            ];
+                            arg.push(map.iter().find(|(k, _)| *k == e).map_or(e, |(_, v)| *v));
+                            i += 2;
+                        }
+                    } else {
+                        arg.push(c);
+                        i += 1;
+                    }
+                }
+                if line.get(i).is_some_and(|c| !c.is_ascii_whitespace()) {
+                    return Err(ProtocolError::UnbalancedQuotes);
+                }
+            } else {
+                while i < line.len() && !line[i].is_ascii_whitespace() {
+                    arg.push(line[i]);
+                    i += 1;
+                }
+            }
+            args.push(arg);
+        }
+    }
+
+    #[test]
+    fn the_quick_header_reads_as_the_general_one() {
+        let alphabet = b"0123456789\r\n-+ x";
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut quick = 0;
+        for _ in 0..200_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let len = (seed % 16) as usize;
+            let mut line = vec![b'$'];
+            line.extend((0..len).map(|k| alphabet[((seed >> (4 + 3 * k)) % 16) as usize]));
+            if let Some((n, nl)) = quick_header(&line, 0) {
+                quick += 1;
+                let general = crate::resp::find_lf(&line, 1).unwrap();
+                assert_eq!(nl, general, "{}", line.escape_ascii());
+                assert_eq!(Some(n), parse_len(&line[1..content_end(&line, 1, nl)]));
+            }
+        }
+        assert!(quick > 1000, "{quick}");
+        assert_eq!(quick_header(b"$12345678901\r\n", 0), None);
+        assert_eq!(
+            quick_header(b"$1234567890\r\n", 0),
+            Some((1_234_567_890, 12))
+        );
+        assert_eq!(quick_header(b"x$0\r\n", 1), Some((0, 4)));
+    }
+
+    #[test]
+    fn inline_lines_unquoted_in_place_split_as_before() {
+        // Lines drawn from the characters that matter to the quoting rules.
+        let alphabet = b" \t\"'\\xa4Fnrtb1";
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..200_000 {
+            let len = (next() % 12) as usize;
+            let line: Vec<u8> = (0..len)
+                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                .collect();
+            let mut inplace = line.clone();
+            let mut spans = Vec::new();
+            let got = split_args(&mut inplace, &mut spans)
+                .map(|()| spans.iter().map(|&(a, b)| inplace[a..b].to_vec()).collect());
+            assert_eq!(
+                got,
+                split_reference(&line),
+                "{:?}",
+                line.escape_ascii().to_string()
+            );
+        }
     }
 }

@@ -26,7 +26,7 @@ fn run(input: &[u8], step: usize, authed: bool) -> (Vec<Vec<bytes::Bytes>>, bool
         loop {
             let before = buf.len();
             match d.decode(&mut buf, authed) {
-                Ok(Some(args)) => out.push(args),
+                Ok(Some(args)) => out.push(args.into_vec()),
                 Ok(None) => {
                     assert!(buf.len() <= before);
                     break;
@@ -52,6 +52,7 @@ fuzz_target!(|data: &[u8]| {
         let parts: Vec<&[u8]> = args.iter().map(|a| a.as_ref()).collect();
         let mut again = BytesMut::from(&command(&parts)[..]);
         let mut d = Decoder::new(Limits::default());
-        assert_eq!(d.decode(&mut again, true).ok().flatten(), Some(args));
+        let decoded = d.decode(&mut again, true).ok().flatten().map(|a| a.into_vec());
+        assert_eq!(decoded, Some(args));
     }
 });

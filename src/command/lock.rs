@@ -276,20 +276,17 @@ async fn run_acquire(
 /// outside the acquisition's future, so none of this is stored across its waits.
 fn acquire_request(proxy: &Proxy, op: &LockOp) -> Request {
     let k = op.keys.len();
-    let mut ttl_buf = itoa::Buffer::new();
-    let ttl_arg = ttl_buf.format(op.ttl_ms);
     let flag = acquire_flag(op.op);
-    let script = || eval(ACQUIRE, &op.keys, &[&op.token, ttl_arg.as_bytes(), flag]);
+    let script = || {
+        let mut ttl = itoa::Buffer::new();
+        eval(
+            ACQUIRE,
+            &op.keys,
+            &[&op.token, ttl.format(op.ttl_ms).as_bytes(), flag],
+        )
+    };
     if k == 1 {
-        let set = command(&[
-            b"SET",
-            &op.keys[0],
-            &op.token,
-            b"NX",
-            b"PX",
-            ttl_arg.as_bytes(),
-            b"GET",
-        ]);
+        let set = super::set::set_nx_get(&op.keys[0], &op.token, op.ttl_ms);
         if proxy.masters.iter().all(|m| m.info().set_nx_get()) {
             Request::Same(set)
         } else {

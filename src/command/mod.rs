@@ -2,7 +2,9 @@
 //!
 //! Every command has one [`Spec`] row: its name, its arity (Redis's convention: positive means
 //! exact, negative means at least), its flags and key positions (for `COMMAND`), and the function
-//! that runs it. Arity is checked here, once, for all commands. A handler returns an [`Action`]:
+//! that runs it. Arity is checked here, once, for all commands. The hot commands (`SET`) read
+//! the request as decoded, views into its frame ([`Args`]); the others take their arguments as
+//! owned `Bytes`, converted once here. A handler returns an [`Action`]:
 //! an immediate reply for connection bookkeeping, or a future for anything that talks to the
 //! masters. Futures are created synchronously during dispatch, and they queue their requests to
 //! the masters in dispatch order, so pipelined commands reach every master in the client's order.
@@ -31,6 +33,7 @@ use crate::acl::Keys;
 use crate::client::Conn;
 use crate::proxy::Proxy;
 use crate::reply::Reply;
+use crate::request::Args;
 use crate::stats::Stats;
 
 /// A reply still being computed.
@@ -53,7 +56,13 @@ impl From<Reply> for Action {
 }
 
 /// A command handler. `args[0]` is the command name as the client spelled it.
-pub type Handler = fn(&Arc<Proxy>, &mut Conn, Vec<Bytes>) -> Action;
+#[derive(Clone, Copy)]
+pub enum Handler {
+    /// Takes the arguments as owned `Bytes` (one conversion at dispatch).
+    Owned(fn(&Arc<Proxy>, &mut Conn, Vec<Bytes>) -> Action),
+    /// Reads the request as decoded, keeping only the arguments it needs.
+    Args(fn(&Arc<Proxy>, &mut Conn, Args<'_>) -> Action),
+}
 
 /// One row of the command table.
 pub struct Spec {
@@ -76,14 +85,32 @@ const fn spec(
     arity: i32,
     flags: &'static [&'static str],
     keys: (i32, i32, i32),
-    run: Handler,
+    run: fn(&Arc<Proxy>, &mut Conn, Vec<Bytes>) -> Action,
 ) -> Spec {
     Spec {
         name,
         arity,
         flags,
         keys,
-        run,
+        run: Handler::Owned(run),
+        before_auth: false,
+    }
+}
+
+/// A row whose handler reads the request as decoded ([`Handler::Args`]).
+const fn spec_args(
+    name: &'static str,
+    arity: i32,
+    flags: &'static [&'static str],
+    keys: (i32, i32, i32),
+    run: fn(&Arc<Proxy>, &mut Conn, Args<'_>) -> Action,
+) -> Spec {
+    Spec {
+        name,
+        arity,
+        flags,
+        keys,
+        run: Handler::Args(run),
         before_auth: false,
     }
 }
@@ -152,7 +179,7 @@ pub static TABLE: &[Spec] = &[
         NONE,
         introspect::config,
     ),
-    spec("set", -3, &["write", "denyoom"], FIRST, set::set),
+    spec_args("set", -3, &["write", "denyoom"], FIRST, set::set),
     spec("get", 2, &["readonly", "fast"], FIRST, keys::get),
     spec("exists", -2, &["readonly", "fast"], ALL, keys::exists),
     spec(
@@ -293,8 +320,12 @@ where
     Action::Later(Box::pin(ticket.ready().then(move |held| op(proxy, held))))
 }
 
-/// Runs one request.
-pub fn dispatch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
+/// Runs one request: a decoded one, or arguments already owned (`Vec<Bytes>`).
+pub fn dispatch<'a>(proxy: &Arc<Proxy>, conn: &mut Conn, args: impl Into<Args<'a>>) -> Action {
+    dispatch_args(proxy, conn, args.into())
+}
+
+fn dispatch_args(proxy: &Arc<Proxy>, conn: &mut Conn, args: Args<'_>) -> Action {
     Stats::bump(&proxy.stats.commands);
     let Some(spec) = lookup(&args[0]) else {
         conn.multi_failed |= conn.multi.is_some();
@@ -328,19 +359,22 @@ pub fn dispatch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action
         return Reply::static_error("ERR Command not allowed inside a transaction").into();
     }
     if conn.multi.is_some() && !transaction::runs_at_once(spec.name) {
-        return transaction::queue(proxy, conn, args);
+        return transaction::queue(proxy, conn, args.into_vec());
     }
-    (spec.run)(proxy, conn, args)
+    match spec.run {
+        Handler::Args(run) => run(proxy, conn, args),
+        Handler::Owned(run) => run(proxy, conn, args.into_vec()),
+    }
 }
 
 /// The keys a command names: from its table row's key positions, and for `EVAL`/`EVALSHA`
 /// from `numkeys`. Publish/subscribe channels are not keys (the shard commands list them as
 /// keys for `COMMAND`, but Redis checks them against channel permissions).
-pub fn keys_of<'a>(spec: &Spec, args: &'a [Bytes]) -> impl Iterator<Item = &'a Bytes> + 'a {
+pub fn keys_of<'a>(spec: &Spec, args: &'a Args<'_>) -> impl Iterator<Item = &'a [u8]> + 'a {
     let argc = args.len() as i64;
     let (first, last, step) = match spec.name {
         "eval" | "evalsha" => {
-            let n = args.get(2).and_then(|a| parse_int(a)).unwrap_or(0);
+            let n = args.get(2).and_then(parse_int).unwrap_or(0);
             if n > 0 { (3, 2 + n, 1) } else { (0, -1, 1) }
         }
         _ if spec.flags.contains(&"pubsub") || spec.keys.0 == 0 => (0, -1, 1),
@@ -360,7 +394,7 @@ pub fn keys_of<'a>(spec: &Spec, args: &'a [Bytes]) -> impl Iterator<Item = &'a B
     } else {
         (first as usize).min(end)
     };
-    args[start..end].iter().step_by(step as usize)
+    (start..end).step_by(step as usize).map(|i| &args[i])
 }
 
 fn arity_ok(arity: i32, argc: usize) -> bool {
@@ -384,9 +418,9 @@ pub fn syntax_error() -> Reply {
 }
 
 /// Redis's unknown-command error, quoting up to 128 bytes of arguments.
-pub fn unknown_command(args: &[Bytes]) -> Reply {
+pub fn unknown_command(args: &Args<'_>) -> Reply {
     let mut quoted = String::new();
-    for arg in &args[1..] {
+    for arg in args.iter().skip(1) {
         if quoted.len() >= 128 {
             break;
         }
@@ -443,10 +477,11 @@ pub fn not_an_integer() -> Reply {
 mod tests {
     use super::*;
 
-    fn b(v: &[&str]) -> Vec<Bytes> {
+    fn b(v: &[&str]) -> Args<'static> {
         v.iter()
             .map(|s| Bytes::copy_from_slice(s.as_bytes()))
-            .collect()
+            .collect::<Vec<_>>()
+            .into()
     }
 
     #[test]

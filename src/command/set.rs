@@ -1,6 +1,7 @@
 //! `SET`, parsed once into what it means: a Redlock acquisition (`NX` with an expiry) or a
 //! plain write. The decision is made here, in one place; the acquisition runs in
-//! [`super::lock`], the write under the majority rule in [`super::keys`].
+//! [`super::lock`], the write under the majority rule in [`super::keys`]. The options are read
+//! from the request as decoded; an acquisition keeps only its key and token.
 
 use std::sync::Arc;
 
@@ -9,7 +10,8 @@ use bytes::Bytes;
 use super::{Action, not_an_integer, parse_int, syntax_error};
 use crate::client::Conn;
 use crate::proxy::Proxy;
-use crate::reply::Reply;
+use crate::reply::{Reply, decimal_len, put_header};
+use crate::request::Args;
 
 /// The options of a `SET` command.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -26,33 +28,72 @@ pub struct SetOptions {
     pub ttl_ms: Option<i64>,
 }
 
+/// A `SET` option word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Word {
+    Nx,
+    Xx,
+    Get,
+    KeepTtl,
+    Ex,
+    Px,
+    ExAt,
+    PxAt,
+}
+
+impl Word {
+    /// The option `arg` names, in any case. The two-letter words of every lock request are
+    /// compared with bit 5 (`0x20`) cleared: that upper-cases a letter and turns no other byte
+    /// into one, so it is a case-insensitive comparison without a copy.
+    fn of(arg: &[u8]) -> Option<Word> {
+        if let &[a, b] = arg {
+            return match [a & !0x20, b & !0x20] {
+                [b'N', b'X'] => Some(Word::Nx),
+                [b'P', b'X'] => Some(Word::Px),
+                [b'E', b'X'] => Some(Word::Ex),
+                [b'X', b'X'] => Some(Word::Xx),
+                _ => None,
+            };
+        }
+        [
+            (&b"GET"[..], Word::Get),
+            (b"PXAT", Word::PxAt),
+            (b"EXAT", Word::ExAt),
+            (b"KEEPTTL", Word::KeepTtl),
+        ]
+        .into_iter()
+        .find(|(word, _)| arg.eq_ignore_ascii_case(word))
+        .map(|(_, w)| w)
+    }
+}
+
 /// Parses `SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]` in any order and case.
-pub fn parse_set(args: &[Bytes]) -> Result<SetOptions, Reply> {
+pub fn parse_set(args: &Args<'_>) -> Result<SetOptions, Reply> {
     let mut o = SetOptions::default();
     let mut expiry_seen = false;
     let mut i = 3;
-    let mut upper = [0u8; 8];
     while i < args.len() {
-        let opt = super::upper(&args[i], &mut upper);
-        match opt {
-            b"NX" if !o.xx => o.nx = true,
-            b"XX" if !o.nx => o.xx = true,
-            b"GET" => o.get = true,
-            b"KEEPTTL" if !expiry_seen => {
+        match Word::of(&args[i]) {
+            Some(Word::Nx) if !o.xx => o.nx = true,
+            Some(Word::Xx) if !o.nx => o.xx = true,
+            Some(Word::Get) => o.get = true,
+            Some(Word::KeepTtl) if !expiry_seen => {
                 o.keep_ttl = true;
                 expiry_seen = true;
             }
-            b"EX" | b"PX" | b"EXAT" | b"PXAT" if !expiry_seen && i + 1 < args.len() => {
+            Some(unit @ (Word::Ex | Word::Px | Word::ExAt | Word::PxAt))
+                if !expiry_seen && i + 1 < args.len() =>
+            {
                 let n = parse_int(&args[i + 1]).ok_or_else(not_an_integer)?;
                 if n <= 0 {
                     return Err(Reply::static_error(
                         "ERR invalid expire time in 'set' command",
                     ));
                 }
-                let ms = match opt {
-                    b"EX" => n.checked_mul(1000),
-                    b"PX" => Some(n),
-                    b"EXAT" => n.checked_mul(1000).map(|at| at - super::unix_ms()),
+                let ms = match unit {
+                    Word::Ex => n.checked_mul(1000),
+                    Word::Px => Some(n),
+                    Word::ExAt => n.checked_mul(1000).map(|at| at - super::unix_ms()),
                     _ => Some(n - super::unix_ms()),
                 }
                 .ok_or_else(|| Reply::static_error("ERR invalid expire time in 'set' command"))?;
@@ -93,9 +134,10 @@ impl Set {
     /// Parses a `SET` command; `default_ttl_ms` (0 = none) stands in for a missing expiry of the
     /// lock form. The error is the reply: Redis's wording for syntax, the proxy's for `NX`
     /// forms it does not serve as locks.
-    pub fn parse(args: Vec<Bytes>, default_ttl_ms: u64) -> Result<Set, Reply> {
+    pub fn parse(args: Args<'_>, default_ttl_ms: u64) -> Result<Set, Reply> {
         let opts = parse_set(&args)?;
         if !opts.nx {
+            let args = args.into_vec();
             return Ok(Set::Write { args, opts });
         }
         if opts.get || opts.keep_ttl {
@@ -112,21 +154,52 @@ impl Set {
                 ));
             }
         };
-        let mut args = args.into_iter().skip(1);
-        let (Some(key), Some(token)) = (args.next(), args.next()) else {
+        if args.len() < 3 {
             return Err(super::wrong_arity("set"));
-        };
-        Ok(Set::Acquire { key, token, ttl_ms })
+        }
+        Ok(Set::Acquire {
+            key: args.bytes(1),
+            token: args.bytes(2),
+            ttl_ms,
+        })
     }
 }
 
 /// `SET`: a lock acquisition or a write.
-pub fn set(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+pub fn set(proxy: &Arc<Proxy>, _: &mut Conn, args: Args<'_>) -> Action {
     match Set::parse(args, proxy.config.default_ttl_ms) {
         Err(e) => e.into(),
         Ok(Set::Acquire { key, token, ttl_ms }) => super::lock::acquire(proxy, key, token, ttl_ms),
         Ok(Set::Write { args, opts }) => super::keys::set(proxy, args, opts),
     }
+}
+
+/// `SET key token NX PX ttl GET`, as an acquisition of one key asks each master (see
+/// [`super::lock`]): the same bytes as [`crate::reply::command`] makes of it, in one
+/// exactly-sized allocation, with the constant words written as whole pieces rather than
+/// argument by argument, since every lock request pays for this.
+pub(crate) fn set_nx_get(key: &[u8], token: &[u8], ttl_ms: i64) -> Bytes {
+    const HEAD: &[u8] = b"*7\r\n$3\r\nSET\r\n";
+    const OPTIONS: &[u8] = b"$2\r\nNX\r\n$2\r\nPX\r\n";
+    const TAIL: &[u8] = b"$3\r\nGET\r\n";
+    let mut ttl = itoa::Buffer::new();
+    let ttl = ttl.format(ttl_ms).as_bytes();
+    let bulk = |len: usize| 3 + decimal_len(len) + len + 2;
+    let size = HEAD.len() + bulk(key.len()) + bulk(token.len()) + OPTIONS.len();
+    let mut out = Vec::with_capacity(size + bulk(ttl.len()) + TAIL.len());
+    out.extend_from_slice(HEAD);
+    for arg in [key, token] {
+        put_header(&mut out, b'$', arg.len());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(OPTIONS);
+    put_header(&mut out, b'$', ttl.len());
+    out.extend_from_slice(ttl);
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(TAIL);
+    debug_assert_eq!(out.len(), out.capacity());
+    Bytes::from(out)
 }
 
 /// `SETEX key seconds value`, `PSETEX key milliseconds value`: a plain write with an expiry,
@@ -151,17 +224,18 @@ pub fn setex(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
         Bytes::from_static(unit),
         args[2].clone(),
     ];
-    self::set(proxy, conn, set)
+    self::set(proxy, conn, set.into())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn args(s: &str) -> Vec<Bytes> {
+    fn args(s: &str) -> Args<'static> {
         s.split(' ')
             .map(|a| Bytes::copy_from_slice(a.as_bytes()))
-            .collect()
+            .collect::<Vec<_>>()
+            .into()
     }
 
     #[test]
@@ -171,6 +245,39 @@ mod tests {
         assert_eq!(o.ttl_ms, Some(100));
         let o = parse_set(&args("set k v Nx eX 8")).unwrap();
         assert_eq!(o.ttl_ms, Some(8000));
+    }
+
+    #[test]
+    fn option_words_in_any_case_and_nothing_else() {
+        for (text, word) in [
+            ("nx", Word::Nx),
+            ("Xx", Word::Xx),
+            ("pX", Word::Px),
+            ("EX", Word::Ex),
+            ("get", Word::Get),
+            ("KeepTTL", Word::KeepTtl),
+            ("exat", Word::ExAt),
+            ("PXAT", Word::PxAt),
+        ] {
+            assert_eq!(Word::of(text.as_bytes()), Some(word), "{text}");
+        }
+        // Every other pair of bytes, case folded or not, is no option.
+        for a in 0..=255u8 {
+            for b in 0..=255u8 {
+                let upper = [a.to_ascii_uppercase(), b.to_ascii_uppercase()];
+                let expected = match &upper {
+                    b"NX" => Some(Word::Nx),
+                    b"XX" => Some(Word::Xx),
+                    b"PX" => Some(Word::Px),
+                    b"EX" => Some(Word::Ex),
+                    _ => None,
+                };
+                assert_eq!(Word::of(&[a, b]), expected, "{a} {b}");
+            }
+        }
+        for other in ["", "N", "NXX", "GETS", "KEEPTT", "nx ", "\u{ce}X"] {
+            assert_eq!(Word::of(other.as_bytes()), None, "{other:?}");
+        }
     }
 
     #[test]
@@ -196,6 +303,30 @@ mod tests {
         let o = parse_set(&args(&format!("SET k v NX PXAT {}", now + 5000))).unwrap();
         let ttl = o.ttl_ms.unwrap();
         assert!((4000..=5000).contains(&ttl), "{ttl}");
+    }
+
+    #[test]
+    fn the_acquisition_command_is_encoded_as_any_command() {
+        for len in [0, 1, 9, 10, 99, 100, 1000, 100_000] {
+            let key = vec![b'k'; len];
+            let token = vec![b't'; len / 2 + 3];
+            for ttl in [1, 9, 10, 30_000, i64::MAX] {
+                let text = ttl.to_string();
+                assert_eq!(
+                    set_nx_get(&key, &token, ttl),
+                    crate::reply::command(&[
+                        b"SET",
+                        &key,
+                        &token,
+                        b"NX",
+                        b"PX",
+                        text.as_bytes(),
+                        b"GET"
+                    ]),
+                    "{len} {ttl}"
+                );
+            }
+        }
     }
 
     #[test]
