@@ -119,7 +119,9 @@ impl Deadlines {
         }
         if start {
             match tokio::runtime::Handle::try_current() {
-                Ok(rt) => drop(rt.spawn(run(Arc::downgrade(&self.queue)))),
+                // The guard is made here, not in the task: a task dropped before its first poll
+                // (a runtime shutting down) must still mark the timer gone.
+                Ok(rt) => drop(rt.spawn(run(Running(Arc::downgrade(&self.queue))))),
                 Err(_) => lock(&self.queue).timer.running = false,
             }
         }
@@ -229,10 +231,21 @@ impl Drop for Running {
     }
 }
 
+impl Drop for Deadlines {
+    fn drop(&mut self) {
+        // The timer task ends when it finds the queue gone; it may be asleep until a deadline
+        // far off, or until the next one set, which will not come.
+        let waker = lock(&self.queue).timer.waker.take();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
 /// The timer task: sleeps until the earliest deadline, expires what is due, and again. Ends
 /// when the masters are dropped.
-async fn run(queue: Weak<Mutex<Queue>>) {
-    let _running = Running(queue.clone());
+async fn run(running: Running) {
+    let queue = running.0.clone();
     let mut due = Vec::new();
     // Reset to each earliest deadline; first polled only then.
     let sleep = tokio::time::sleep_until(Instant::now());
@@ -369,6 +382,26 @@ mod tests {
         tokio::time::sleep_until(t + ms(40)).await;
         tokio::task::yield_now().await;
         assert!(expired(&mut rx4));
+    }
+
+    #[tokio::test]
+    async fn the_timer_task_ends_with_its_masters() {
+        let alive = || {
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        };
+        let d = Deadlines::default();
+        let (tx, _rx) = inbox(1);
+        // Far off: the timer sleeps, and nothing else would wake it.
+        d.set(Instant::now() + Duration::from_secs(3600), tx);
+        tokio::task::yield_now().await;
+        assert_eq!(alive(), 1);
+        drop(d);
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(alive(), 0);
     }
 
     #[test]
