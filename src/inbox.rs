@@ -8,7 +8,7 @@
 //!
 //! The deadline reaches the inbox as one more message: [`ReplyTx::expire`], sent by the shared
 //! timer of [`crate::deadline`], so a fan-out needs no timer of its own. Replies that arrive
-//! after the receiver has gone (an early decision) are dropped.
+//! after the deadline, or after the receiver has gone (an early decision), are dropped.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
@@ -61,11 +61,11 @@ pub fn inbox(n: usize) -> (ReplyTx, ReplyRx) {
 }
 
 impl ReplyTx {
-    /// Delivers one outcome; ignored when the receiver has gone.
+    /// Delivers one outcome; ignored when the receiver has gone or its deadline has passed.
     pub fn send(&self, slot: usize, result: Result<Reply, BackendError>) {
         let waker = {
             let mut state = lock(&self.0);
-            if state.closed {
+            if state.closed || state.expired {
                 return;
             }
             state.items.push((slot, result));
@@ -76,8 +76,8 @@ impl ReplyTx {
         }
     }
 
-    /// Tells the receiver that its deadline has passed. Replies may still arrive; whether they
-    /// are counted is the receiver's business ([`ReplyRx::poll_each`]).
+    /// Tells the receiver that its deadline has passed: what arrived before still counts, what
+    /// arrives later is dropped.
     pub fn expire(&self) {
         let waker = {
             let mut state = lock(&self.0);
@@ -190,7 +190,8 @@ mod tests {
         tokio::spawn(async move { t2.expire() });
         // The reply that came first is still counted, then the deadline ends the wait.
         assert_eq!(take(&mut rx, 2).await, vec![(0, Ok(Reply::Nil))]);
-        // And ends every later wait at once.
+        // A reply after the deadline is dropped, and every later wait ends at once.
+        tx.send(1, Ok(Reply::Nil));
         assert_eq!(take(&mut rx, 1).await, vec![]);
     }
 }

@@ -346,6 +346,8 @@ impl Vote {
     }
 
     /// Gathers replies until `done(ballots, pending)` holds, nothing is pending, or the deadline.
+    /// Replies that reached the inbox before the deadline still count, even if the vote looks
+    /// only after it; none that come later do, in this gather or a later one.
     async fn gather(&mut self, done: impl Fn(&Ballots, usize) -> bool) {
         if self.pending == 0 || done(&self.ballots, self.pending) {
             return;
@@ -590,7 +592,9 @@ mod waiting {
             "ended {:?} after the start",
             ended - start
         );
-        // The deadline ends every later wait at once.
+        // A master answering after the deadline is not counted, and the deadline ends every
+        // later wait at once.
+        tx.send(1, Err(BackendError::Closed));
         assert_eq!(within(vote.finish()).await.failed[1..], [None, None]);
         assert_eq!(Instant::now(), ended);
     }
