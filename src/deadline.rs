@@ -226,7 +226,9 @@ struct Running(Weak<Mutex<Queue>>);
 impl Drop for Running {
     fn drop(&mut self) {
         if let Some(q) = self.0.upgrade() {
-            lock(&q).timer = Timer::default();
+            let old = std::mem::take(&mut lock(&q).timer);
+            // Its waker is dropped outside the lock.
+            drop(old);
         }
     }
 }
