@@ -693,7 +693,7 @@ mod waiting {
                     .expect("the vote ended at its deadline");
                 let ended = Instant::now();
                 assert!(ended >= deadline, "ended {:?} early", deadline - ended);
-                assert!(ended < deadline + Duration::from_millis(400), "{ended:?}");
+                assert!(ended < deadline + Duration::from_secs(2), "{ended:?}");
                 assert_eq!(ballots.replies[0], None);
                 assert_eq!(ballots.failed[0], None, "no answer is no failure");
                 assert!(ballots.may_have_run(0));
