@@ -95,7 +95,7 @@ fn hot(c: &mut Criterion) {
             None,
             Some(Reply::ok()),
         ],
-        failed: vec![None; 5],
+        failed: vec![None; 5].into(),
         quorum: 3,
     };
     c.bench_function("majority of 5", |b| {

@@ -14,6 +14,8 @@
 //! - [`command`]: the command table, arity checks, and one module per command family.
 //! - [`keylock`]: per-key ordering so an operation's clean-up precedes the next one on its key.
 //! - [`quorum`]: quorum and validity arithmetic, and the one fan-out + majority rule.
+//! - [`inbox`]: where one fan-out's replies land. [`deadline`]: one timer for every vote's
+//!   deadline.
 //! - [`backend`]: one pipelined connection per master: a cloneable handle plus a driver task,
 //!   and the master's health (down, restart quarantine, clock watch).
 //! - [`scripts`]: the script cache and what a Lua script means.
@@ -33,6 +35,7 @@ pub(crate) mod backend;
 pub(crate) mod client;
 pub mod command;
 pub mod config;
+pub(crate) mod deadline;
 pub mod dev;
 pub(crate) mod inbox;
 pub(crate) mod keylock;

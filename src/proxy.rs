@@ -12,6 +12,7 @@ use crate::backend::clock::Rules as ClockRules;
 use crate::backend::{Backend, Settings};
 use crate::config::Config;
 use crate::keylock::KeyLocks;
+use crate::quorum::Masters;
 use crate::scripts::ScriptCache;
 use crate::stats::Stats;
 
@@ -20,7 +21,7 @@ pub struct Proxy {
     /// The validated configuration.
     pub config: Config,
     /// One handle per configured master; the quorum is computed from `masters.len()`.
-    pub masters: Arc<[Backend]>,
+    pub masters: Masters,
     /// Scripts loaded through the proxy.
     pub scripts: ScriptCache,
     /// Per-key ordering of operations.

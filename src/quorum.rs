@@ -13,15 +13,22 @@
 //! vote. Trust is judged twice: when the request is sent and when the reply arrives, so a reply
 //! counts only if its master was trusted throughout. The quorum does not shrink with the
 //! excluded masters: with too many of them, nothing is granted.
+//!
+//! A vote stops waiting at its deadline, told by the masters' shared timer
+//! ([`crate::deadline`]); [`Vote::finish`] after a decision keeps gathering until that same
+//! deadline, so a roll-back learns of every write that answered in time.
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::time::{Instant, sleep_until};
+use smallvec::SmallVec;
+use tokio::time::Instant;
 
 use crate::backend::{Backend, BackendError};
-use crate::inbox::{Delivery, ReplyRx, inbox};
+use crate::deadline::{Alarm, Deadlines};
+use crate::inbox::{ReplyRx, inbox};
 use crate::reply::Reply;
 
 /// `⌊n/2⌋ + 1`.
@@ -59,8 +66,9 @@ pub struct Ballots {
     /// One entry per configured master.
     pub replies: Vec<Option<Reply>>,
     /// Why a master gave no reply, when it said so (down, connection lost); `None` together with
-    /// no reply means it has not answered (yet).
-    pub failed: Vec<Option<BackendError>>,
+    /// no reply means it has not answered (yet). Kept inline for up to 16 masters: a vote
+    /// allocates nothing for it.
+    pub failed: SmallVec<[Option<BackendError>; 16]>,
     /// The quorum for this set of masters.
     pub quorum: usize,
 }
@@ -205,41 +213,64 @@ impl TrustedAtSend {
     }
 }
 
+/// The configured masters, as every vote reaches them: one handle per master, and the
+/// deadlines of the votes in progress on them, with their one timer ([`crate::deadline`]).
+/// Dereferences to the handles; cloning shares them.
+#[derive(Clone)]
+pub struct Masters(Arc<MasterSet>);
+
+struct MasterSet {
+    backends: Box<[Backend]>,
+    deadlines: Deadlines,
+}
+
+impl Deref for Masters {
+    type Target = [Backend];
+
+    fn deref(&self) -> &[Backend] {
+        &self.0.backends
+    }
+}
+
+impl FromIterator<Backend> for Masters {
+    fn from_iter<I: IntoIterator<Item = Backend>>(iter: I) -> Masters {
+        Masters(Arc::new(MasterSet {
+            backends: iter.into_iter().collect(),
+            deadlines: Deadlines::default(),
+        }))
+    }
+}
+
 /// A vote in progress: requests are queued on every master; replies are gathered on demand.
 pub struct Vote {
     rx: ReplyRx,
-    /// Replies taken from the inbox, not yet counted.
-    arrived: Vec<Delivery>,
     ballots: Ballots,
     pending: usize,
-    deadline: Instant,
-    /// The masters, to ask whether each is still trusted when its reply comes.
-    masters: Arc<[Backend]>,
+    /// The masters, to ask whether each is still trusted when its reply comes, and to cancel
+    /// the deadline when the vote ends first.
+    masters: Masters,
     /// Whether each master was trusted when the request was sent.
     trusted: TrustedAtSend,
+    /// The deadline, set with the masters' timer.
+    alarm: Alarm,
 }
 
 /// Sends `request` (holding `replies` commands per master) to every master at once. The
 /// request is queued on every master before this returns, so requests from one caller reach
 /// each master in the order the caller made them.
-pub fn ask(masters: &Arc<[Backend]>, request: Request, replies: usize, deadline: Instant) -> Vote {
+pub fn ask(masters: &Masters, request: Request, replies: usize, deadline: Instant) -> Vote {
     fan_out(masters, request, replies, deadline, false)
 }
 
 /// Like [`ask`], and each master also reads its clock in the same round trip
 /// ([`Backend::send_timed`]): a master whose clock just leapt casts no vote. Acquisitions use
 /// this, so a clock jump is caught no later than the first acquisition it could affect.
-pub fn ask_timed(
-    masters: &Arc<[Backend]>,
-    request: Request,
-    replies: usize,
-    deadline: Instant,
-) -> Vote {
+pub fn ask_timed(masters: &Masters, request: Request, replies: usize, deadline: Instant) -> Vote {
     fan_out(masters, request, replies, deadline, true)
 }
 
 fn fan_out(
-    masters: &Arc<[Backend]>,
+    masters: &Masters,
     mut request: Request,
     replies: usize,
     deadline: Instant,
@@ -248,7 +279,7 @@ fn fan_out(
     let (tx, rx) = inbox(masters.len());
     let trusted = TrustedAtSend::new(masters);
     let n = masters.len();
-    let mut failed = vec![None; n];
+    let mut failed = smallvec::smallvec![None; n];
     let mut pending = n;
     for (i, m) in masters.iter().enumerate() {
         let Some(bytes) = request.for_master(i, i + 1 == n) else {
@@ -263,19 +294,19 @@ fn fan_out(
             m.send(bytes, replies, reply_to);
         }
     }
+    // The fan-out's own sender goes to the timer, which expires the vote through it.
+    let alarm = masters.0.deadlines.set(deadline, tx);
     Vote {
         rx,
-        // Swapped with the inbox's list on each drain: no allocation of its own.
-        arrived: Vec::new(),
         ballots: Ballots {
             replies: vec![None; n],
             failed,
             quorum: quorum(n),
         },
         pending,
-        deadline,
         masters: masters.clone(),
         trusted,
+        alarm,
     }
 }
 
@@ -296,38 +327,62 @@ impl Vote {
     /// Gathers every reply still due, until the deadline.
     pub async fn finish(mut self) -> Ballots {
         self.gather(|_, _| false).await;
-        self.ballots
+        self.take_ballots()
     }
 
     /// Decides and returns the ballots, dropping replies that arrive later.
     pub async fn outcome(mut self) -> Ballots {
         self.gather(|b, pending| b.decided(pending)).await;
-        self.ballots
+        self.take_ballots()
+    }
+
+    fn take_ballots(&mut self) -> Ballots {
+        let none = Ballots {
+            replies: Vec::new(),
+            failed: SmallVec::new(),
+            quorum: self.ballots.quorum,
+        };
+        std::mem::replace(&mut self.ballots, none)
     }
 
     /// Gathers replies until `done(ballots, pending)` holds, nothing is pending, or the deadline.
+    /// Replies that reached the inbox before the deadline still count, even if the vote looks
+    /// only after it; none that come later do, in this gather or a later one.
     async fn gather(&mut self, done: impl Fn(&Ballots, usize) -> bool) {
-        let sleep = sleep_until(self.deadline);
-        tokio::pin!(sleep);
-        while self.pending > 0 && !done(&self.ballots, self.pending) {
-            if let Some((i, result)) = self.arrived.pop() {
-                // A master that failed is a definite "no" and no longer pending.
-                self.pending -= 1;
-                match result {
-                    Ok(r) if self.trusted.get(i) && self.masters[i].is_trusted() => {
-                        self.ballots.replies[i] = Some(r)
-                    }
-                    Ok(_) => self.ballots.failed[i] = Some(BackendError::Excluded),
-                    Err(e) => self.ballots.failed[i] = Some(e),
-                }
-                continue;
-            }
-            let (rx, arrived) = (&mut self.rx, &mut self.arrived);
-            tokio::select! {
-                _ = std::future::poll_fn(|cx| rx.poll_drain(cx, arrived)) => {}
-                _ = &mut sleep => break,
-            }
+        if self.pending == 0 || done(&self.ballots, self.pending) {
+            return;
         }
+        let Vote {
+            rx,
+            ballots,
+            pending,
+            masters,
+            trusted,
+            ..
+        } = self;
+        // Counted as they are taken from the inbox, with no list in between.
+        std::future::poll_fn(|cx| {
+            rx.poll_each(cx, |(i, result)| {
+                // A master that failed is a definite "no" and no longer pending.
+                *pending -= 1;
+                match result {
+                    Ok(r) if trusted.get(i) && masters[i].is_trusted() => {
+                        ballots.replies[i] = Some(r)
+                    }
+                    Ok(_) => ballots.failed[i] = Some(BackendError::Excluded),
+                    Err(e) => ballots.failed[i] = Some(e),
+                }
+                *pending == 0 || done(ballots, *pending)
+            })
+        })
+        .await
+    }
+}
+
+impl Drop for Vote {
+    fn drop(&mut self) {
+        // A vote that ends before its deadline frees the timer's hold on its inbox now.
+        self.masters.0.deadlines.cancel(self.alarm);
     }
 }
 
@@ -352,7 +407,7 @@ pub(crate) mod scripted {
         let n = replies.len();
         Ballots {
             replies,
-            failed: vec![None; n],
+            failed: smallvec::smallvec![None; n],
             quorum: quorum(n),
         }
     }
@@ -461,5 +516,191 @@ mod tests {
         assert!(!b.decided(1), "different replies");
         assert!(b.decided_by(1, &yes), "but both are yes");
         assert_eq!(b.count(yes), 2);
+    }
+}
+
+/// How a vote waits: its deadline, the decision, and what `finish` gathers after it.
+#[cfg(test)]
+mod waiting {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::time::{Instant, timeout};
+
+    use super::*;
+    use crate::backend::Settings;
+    use crate::inbox::ReplyTx;
+
+    const TIMEOUT: Duration = Duration::from_millis(50);
+
+    /// No handles: a vote's deadline is all these tests need of its masters.
+    fn no_masters() -> Masters {
+        std::iter::empty().collect()
+    }
+
+    /// A vote on `n` masters that were sent nothing: only what the test delivers through the
+    /// returned sender (failures: there are no handles to ask about trust) and the deadline
+    /// end its waits.
+    fn silent_vote(masters: &Masters, n: usize, deadline: Instant) -> (Vote, ReplyTx) {
+        let masters = masters.clone();
+        let (tx, rx) = inbox(n);
+        let alarm = masters.0.deadlines.set(deadline, tx.clone());
+        let vote = Vote {
+            rx,
+            ballots: scripted::ballots(vec![None; n]),
+            pending: n,
+            masters,
+            trusted: TrustedAtSend {
+                bits: u64::MAX,
+                rest: Vec::new(),
+            },
+            alarm,
+        };
+        (vote, tx)
+    }
+
+    /// Awaits `f`, failing the test if that takes more than an hour: without the deadline's
+    /// delivery a vote on a mute master would wait for ever (and paused time gets to the hour
+    /// at once).
+    async fn within<T>(f: impl Future<Output = T>) -> T {
+        timeout(Duration::from_secs(3600), f)
+            .await
+            .expect("the vote ended by its deadline")
+    }
+
+    /// Sends `slot` a failure at `at`, from another task.
+    fn answer_at(tx: &ReplyTx, slot: usize, at: Instant) {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(at).await;
+            tx.send(slot, Err(BackendError::Closed));
+        });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_vote_stops_at_its_deadline_when_a_master_never_answers() {
+        let start = Instant::now();
+        let deadline = start + TIMEOUT;
+        let (mut vote, tx) = silent_vote(&no_masters(), 3, deadline);
+        tx.send(0, Err(BackendError::Closed));
+        let ballots = within(vote.decide()).await;
+        assert_eq!(ballots.failed[0], Some(BackendError::Closed));
+        assert_eq!(ballots.failed[1..], [None, None]);
+        let ended = Instant::now();
+        assert!(
+            ended >= deadline && ended < deadline + Duration::from_millis(1),
+            "ended {:?} after the start",
+            ended - start
+        );
+        // A master answering after the deadline is not counted, and the deadline ends every
+        // later wait at once.
+        tx.send(1, Err(BackendError::Closed));
+        assert_eq!(within(vote.finish()).await.failed[1..], [None, None]);
+        assert_eq!(Instant::now(), ended);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn finish_after_a_decision_gathers_until_the_same_deadline() {
+        let start = Instant::now();
+        let (mut vote, tx) = silent_vote(&no_masters(), 3, start + TIMEOUT);
+        tx.send(0, Err(BackendError::Closed));
+        tx.send(1, Err(BackendError::Closed));
+        // Two failed: nothing can reach 2 of 3 any more, decided at once.
+        within(vote.decide()).await;
+        assert_eq!(Instant::now(), start);
+        // The last master answers after the decision but before the deadline: counted.
+        answer_at(&tx, 2, start + TIMEOUT / 2);
+        let ballots = within(vote.finish()).await;
+        assert_eq!(ballots.failed[2], Some(BackendError::Closed));
+        assert_eq!(Instant::now(), start + TIMEOUT / 2);
+
+        // Again, the last master answering after the deadline: `finish` stops at the deadline
+        // without it.
+        let start = Instant::now();
+        let (mut vote, tx) = silent_vote(&no_masters(), 3, start + TIMEOUT);
+        tx.send(0, Err(BackendError::Closed));
+        tx.send(1, Err(BackendError::Closed));
+        within(vote.decide()).await;
+        answer_at(&tx, 2, start + TIMEOUT * 2);
+        let ballots = within(vote.finish()).await;
+        assert_eq!(ballots.failed[2], None);
+        assert_eq!(Instant::now(), start + TIMEOUT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn votes_with_other_timeouts_keep_their_own_deadlines() {
+        let start = Instant::now();
+        let masters = no_masters();
+        let long = silent_vote(&masters, 1, start + TIMEOUT * 20);
+        let short = silent_vote(&masters, 1, start + TIMEOUT);
+        // A deadline earlier than all queued must still wake the timer in time.
+        let (mut first, _tx) = short;
+        within(first.decide()).await;
+        assert_eq!(Instant::now(), start + TIMEOUT);
+        let (mut last, _tx) = long;
+        within(last.decide()).await;
+        assert_eq!(Instant::now(), start + TIMEOUT * 20);
+    }
+
+    /// A master that completes the proxy's greeting and then never answers anything.
+    async fn mute_master() -> String {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    // The greeting is `INFO server`, `ROLE`, `INFO persistence`, in that order.
+                    let info = "run_id:mute\r\nuptime_in_seconds:3600\r\n";
+                    let hello = format!(
+                        "${}\r\n{info}\r\n*1\r\n$6\r\nmaster\r\n${}\r\n{info}\r\n",
+                        info.len(),
+                        info.len()
+                    );
+                    if s.write_all(hello.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let mut buf = [0u8; 4096];
+                    while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+                });
+            }
+        });
+        addr
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_ask_to_a_mute_master_ends_at_the_deadline_on_worker_threads() {
+        let masters: Masters = [Backend::spawn(mute_master().await, Settings::for_tests())]
+            .into_iter()
+            .collect();
+        for _ in 0..200 {
+            if masters[0].is_trusted() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(masters[0].is_trusted(), "{}", masters[0].info().describe());
+        // Several at once, from tasks on either worker: every one ends at its own deadline.
+        let mut tasks = Vec::new();
+        for i in 0..8u64 {
+            let masters = masters.clone();
+            tasks.push(tokio::spawn(async move {
+                let start = Instant::now();
+                let deadline = start + TIMEOUT + Duration::from_millis(i);
+                let set = crate::reply::command(&[b"SET", b"k", b"v"]);
+                let vote = ask(&masters, Request::Same(set), 1, deadline);
+                let ballots = timeout(Duration::from_secs(5), vote.outcome())
+                    .await
+                    .expect("the vote ended at its deadline");
+                let ended = Instant::now();
+                assert!(ended >= deadline, "ended {:?} early", deadline - ended);
+                assert!(ended < deadline + Duration::from_secs(2), "{ended:?}");
+                assert_eq!(ballots.replies[0], None);
+                assert_eq!(ballots.failed[0], None, "no answer is no failure");
+                assert!(ballots.may_have_run(0));
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
     }
 }
