@@ -119,20 +119,33 @@ impl KeyLocks {
     }
 }
 
+/// The wait for a [`Ticket`]'s turn ([`Ticket::ready`]): ready at once when no earlier
+/// operation was in line (the common case), else the boxed wait. Kept small because it sits
+/// inside every keyed operation's future: the wait, with its `Notified`, is several hundred bytes
+/// and only a contended key pays for it.
+pub type Ready = futures_util::future::Either<
+    std::future::Ready<Held>,
+    std::pin::Pin<Box<dyn std::future::Future<Output = Held> + Send>>,
+>;
+
 impl Ticket {
     /// Waits until every earlier operation on these keys has finished.
-    pub async fn ready(mut self) -> Held {
+    pub fn ready(mut self) -> Ready {
         let Some(held) = self.held.take() else {
             unreachable!("a ticket is readied once");
         };
-        // Should this future be dropped while waiting, the keys are given up, not finished.
-        let mut guard = Ticket { held: Some(held) };
-        if let Some(Held {
-            locks,
-            keys,
-            waits: true,
-        }) = guard.held.as_ref()
-        {
+        if held.waits {
+            futures_util::future::Either::Right(Box::pin(Ticket { held: Some(held) }.wait()))
+        } else {
+            futures_util::future::Either::Left(std::future::ready(held))
+        }
+    }
+
+    /// The contended path of [`Ticket::ready`].
+    async fn wait(mut self) -> Held {
+        // Should this future be dropped while waiting, the keys are given up, not finished
+        // (`self`'s Drop).
+        if let Some(Held { locks, keys, .. }) = self.held.as_ref() {
             for (key, ticket) in keys {
                 while let Some(notify) = locks.wait_for(key, *ticket) {
                     let woken = notify.notified();
@@ -147,7 +160,7 @@ impl Ticket {
                 }
             }
         }
-        match guard.held.take() {
+        match self.held.take() {
             Some(h) => h,
             None => unreachable!("the guard still holds the keys"),
         }

@@ -200,6 +200,14 @@ async fn read_loop(
                 queue.pop_front();
                 continue;
             }
+            if p.replies == 1 && p.hold {
+                // One reply that waits for its batch's `TIME` (every timed request but the
+                // batch's last): held as it is, without a list of its own.
+                if let Some(f) = queue.pop_front() {
+                    held.push((f.pending, reply));
+                }
+                continue;
+            }
             front.got.push(reply);
             let own_time = front.pending.time && !front.pending.hold;
             if front.got.len() < front.pending.replies + usize::from(own_time) {
