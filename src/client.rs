@@ -1,7 +1,7 @@
 //! One client connection: decode requests, dispatch them, and answer in request order.
 //!
 //! Pipelined requests are dispatched as soon as they are decoded, so the masters see them
-//! together, but replies are written strictly in request order (a `FuturesOrdered`). One task
+//! together, but replies are written strictly in request order (see `Pipeline`). One task
 //! reads, runs and writes, and none of the three waits for another: commands in flight keep
 //! being polled while replies wait for the client to read them, so a client that does not read
 //! never holds a key's turn (which would stall every other client of that key).
@@ -20,6 +20,7 @@
 //! before it have been written. A request named `POST` or `Host:` (an HTTP request, sent by a
 //! browser tricked into cross-protocol scripting) closes the connection at once, as Redis does.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -28,8 +29,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use futures_util::future::{Either, FutureExt, Ready, ready};
-use futures_util::stream::{FuturesOrdered, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
@@ -103,21 +102,17 @@ fn next_message(subs: &Option<Arc<ClientSubs>>) -> impl Future<Output = Message>
     })
 }
 
-type InFlight = Either<Ready<(Reply, bool)>, Tagged>;
-
-/// A reply still being computed, with the protocol to encode it in.
-struct Tagged {
-    later: Later,
-    resp3: bool,
+/// One command in flight: its reply once known, or the computation that yields it.
+enum Slot {
+    Done(Reply),
+    Running(Later),
 }
 
-impl Future for Tagged {
-    type Output = (Reply, bool);
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<(Reply, bool)> {
-        let resp3 = self.resp3;
-        self.later.as_mut().poll(cx).map(|r| (r, resp3))
-    }
+/// A command in flight with the protocol its reply is encoded in (`HELLO 3` switches it for
+/// the commands after it).
+struct InFlight {
+    slot: Slot,
+    resp3: bool,
 }
 
 /// Waits for `timer`, made (boxed) at `deadline` on first use: the timer exists only while
@@ -137,50 +132,93 @@ fn lazy_sleep(
 /// Most empty pipelines a thread's pool keeps.
 const PIPELINES_MAX: usize = 32;
 
+/// How many commands at the head of a pipeline are run at once. The rest wait in line, so a
+/// wake-up polls at most this many; as the head's replies are written, the window moves on.
+const WINDOW: usize = 64;
+
 thread_local! {
-    static PIPELINES: std::cell::RefCell<Vec<FuturesOrdered<InFlight>>> =
+    static PIPELINES: std::cell::RefCell<Vec<VecDeque<InFlight>>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The commands of one connection in flight, answered in request order.
 ///
-/// A `FuturesOrdered` allocates its bookkeeping when made; an idle connection does not keep
-/// one: it is borrowed from a per-thread pool for the first command and given back when the
-/// connection goes idle ([`Pipeline::park`]).
+/// The commands are kept in request order and polled in place, all with the connection task's
+/// waker: whatever a wake-up was for, every running command in the window is polled again
+/// (a pending one only looks at its inbox or its key's turn), and the finished ones at the head
+/// are taken. Pipelined commands mostly finish together, so one pass serves a whole batch,
+/// without a scheduler node per command as a `FuturesOrdered` has. The queue's memory is
+/// borrowed from a per-thread pool while commands are in flight and given back when the
+/// connection goes idle ([`Pipeline::park`]), so an idle connection holds none.
 #[derive(Default)]
-struct Pipeline(Option<FuturesOrdered<InFlight>>);
+struct Pipeline(VecDeque<InFlight>);
 
 impl Pipeline {
     fn len(&self) -> usize {
-        self.0.as_ref().map_or(0, FuturesOrdered::len)
+        self.0.len()
     }
 
     fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.0.is_empty()
     }
 
-    fn push_back(&mut self, command: InFlight) {
-        self.0
-            .get_or_insert_with(|| PIPELINES.with_borrow_mut(Vec::pop).unwrap_or_default())
-            .push_back(command);
+    fn push_back(&mut self, slot: Slot, resp3: bool) {
+        if self.0.capacity() == 0 {
+            self.0 = PIPELINES.with_borrow_mut(Vec::pop).unwrap_or_default();
+        }
+        self.0.push_back(InFlight { slot, resp3 });
     }
 
-    /// The next reply in request order; `None` when nothing is in flight.
-    fn next(&mut self) -> impl Future<Output = Option<(Reply, bool)>> + '_ {
-        std::future::poll_fn(move |cx| match self.0.as_mut() {
-            Some(f) => f.poll_next_unpin(cx),
-            None => Poll::Ready(None),
+    /// Polls every running command in the window with `cx`'s waker.
+    fn poll_window(&mut self, cx: &mut Context<'_>) {
+        for c in self.0.iter_mut().take(WINDOW) {
+            if let Slot::Running(later) = &mut c.slot
+                && let Poll::Ready(reply) = later.as_mut().poll(cx)
+            {
+                c.slot = Slot::Done(reply);
+            }
+        }
+    }
+
+    /// The head's reply, if it is done.
+    fn pop_done(&mut self) -> Option<(Reply, bool)> {
+        if !matches!(self.0.front()?.slot, Slot::Done(_)) {
+            return None;
+        }
+        match self.0.pop_front() {
+            Some(InFlight {
+                slot: Slot::Done(reply),
+                resp3,
+            }) => Some((reply, resp3)),
+            _ => None,
+        }
+    }
+
+    /// Polls the window (skipping the first poll when `polled` says the caller has just done
+    /// so with this task's waker), then yields the head's reply once it is done; `None` when
+    /// nothing is in flight.
+    fn next(&mut self, mut polled: bool) -> impl Future<Output = Option<(Reply, bool)>> + '_ {
+        std::future::poll_fn(move |cx| {
+            if self.0.is_empty() {
+                return Poll::Ready(None);
+            }
+            if !std::mem::take(&mut polled) {
+                self.poll_window(cx);
+            }
+            match self.pop_done() {
+                Some(done) => Poll::Ready(Some(done)),
+                None => Poll::Pending,
+            }
         })
     }
 
-    /// Gives the bookkeeping back to the pool when nothing is in flight.
+    /// Gives the queue's memory back to the pool when nothing is in flight.
     fn park(&mut self) {
-        if self.is_empty()
-            && let Some(f) = self.0.take()
-        {
+        if self.is_empty() && self.0.capacity() > 0 {
+            let q = std::mem::take(&mut self.0);
             PIPELINES.with_borrow_mut(|pool| {
                 if pool.len() < PIPELINES_MAX {
-                    pool.push(f);
+                    pool.push(q);
                 }
             });
         }
@@ -339,14 +377,15 @@ where
                     let action = command::dispatch(&proxy, &mut conn, args);
                     // The protocol in force after the command (HELLO 3 answers in RESP3).
                     let resp3 = conn.resp3;
-                    inflight.push_back(match action {
-                        Action::Reply(r) => Either::Left(ready((r, resp3))),
+                    let slot = match action {
+                        Action::Reply(r) => Slot::Done(r),
                         Action::Close(r) => {
                             closing = true;
-                            Either::Left(ready((r, resp3)))
+                            Slot::Done(r)
                         }
-                        Action::Later(later) => Either::Right(Tagged { later, resp3 }),
-                    });
+                        Action::Later(later) => Slot::Running(later),
+                    };
+                    inflight.push_back(slot, resp3);
                 }
                 Ok(None) => {
                     exhausted = true;
@@ -362,10 +401,7 @@ where
                 }
                 Err(e) => {
                     closing = true;
-                    inflight.push_back(Either::Left(ready((
-                        Reply::error(e.to_string()),
-                        conn.resp3,
-                    ))));
+                    inflight.push_back(Slot::Done(Reply::error(e.to_string())), conn.resp3);
                 }
             }
         }
@@ -385,7 +421,15 @@ where
         // The read buffer goes back to the pool when a read finds nothing to read.
         shrink(&mut input);
         let was_idle = output.is_empty();
-        while let Some(Some((reply, resp3))) = inflight.next().now_or_never() {
+        // Runs what was dispatched and what woke up, with this task's waker, then takes the
+        // replies that are ready at the head.
+        std::future::poll_fn(|cx| {
+            inflight.poll_window(cx);
+            Poll::Ready(())
+        })
+        .await;
+        let mut polled = true;
+        while let Some((reply, resp3)) = inflight.pop_done() {
             proxy.metrics.count_reply(&reply);
             reply.encode(BufferPool::ready(&mut output), resp3);
         }
@@ -423,7 +467,7 @@ where
                     return Err(e);
                 }
             },
-            Some((reply, resp3)) = inflight.next(), if !inflight.is_empty() => {
+            Some((reply, resp3)) = inflight.next(std::mem::take(&mut polled)), if !inflight.is_empty() => {
                 if output.is_empty() {
                     progress = Instant::now();
                 }
@@ -490,7 +534,7 @@ fn shrink(buf: &mut BytesMut) {
 /// replies, but a failed acquisition must still roll back on the masters.
 fn finish_in_background(mut inflight: Pipeline) {
     if !inflight.is_empty() {
-        tokio::spawn(async move { while inflight.next().await.is_some() {} });
+        tokio::spawn(async move { while inflight.next(false).await.is_some() {} });
     }
 }
 
