@@ -23,6 +23,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -315,24 +316,51 @@ fn read_pooled<'a, R: AsyncRead + Unpin>(
 
 /// Serves one client until it disconnects, sends `QUIT`, breaks the protocol, or exceeds a limit.
 pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<()> {
+    let peer = Peer(socket.peer_addr().ok());
     let (rd, wr) = socket.into_split();
-    serve_io(rd, wr, proxy, id).await
+    serve_io(rd, wr, proxy, id, peer).await
 }
 
 /// Serves one client over any byte stream (a TLS session, a test's duplex pipe).
-pub async fn serve_stream<S>(stream: S, proxy: Arc<Proxy>, id: u64) -> io::Result<()>
+pub async fn serve_stream<S>(
+    stream: S,
+    proxy: Arc<Proxy>,
+    id: u64,
+    peer: Option<SocketAddr>,
+) -> io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (rd, wr) = tokio::io::split(stream);
-    serve_io(rd, wr, proxy, id).await
+    serve_io(rd, wr, proxy, id, Peer(peer)).await
+}
+
+/// A client's address in log lines. The connection's tracing span is at debug level (entering
+/// a span on every poll of every connection costs more than a whole request's decoding), so
+/// the few warnings a connection logs at the default level name the client themselves.
+#[derive(Clone, Copy)]
+struct Peer(Option<SocketAddr>);
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(a) => a.fmt(f),
+            None => f.write_str("-"),
+        }
+    }
 }
 
 /// The connection loop over a read half and a write half.
 ///
 /// On shutdown ([`Proxy::shutdown`]) it stops reading, runs the complete requests already read,
 /// writes every reply, and returns.
-async fn serve_io<R, W>(mut rd: R, mut wr: W, proxy: Arc<Proxy>, id: u64) -> io::Result<()>
+async fn serve_io<R, W>(
+    mut rd: R,
+    mut wr: W,
+    proxy: Arc<Proxy>,
+    id: u64,
+    peer: Peer,
+) -> io::Result<()>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -369,6 +397,7 @@ where
                 Ok(Some(args)) => {
                     if is_http(&args[0]) {
                         warn!(
+                            client.addr = %peer,
                             "Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: commands to redlock-proxy. This is likely due to an attacker attempting to use Cross Protocol Scripting in order to compromise your Redis instance. Connection aborted."
                         );
                         finish_in_background(inflight);
@@ -393,6 +422,7 @@ where
                 }
                 Err(e) if !e.answered() => {
                     warn!(
+                        client.addr = %peer,
                         limit = query_limit,
                         "closing client that reached max query buffer length"
                     );
@@ -412,6 +442,7 @@ where
         if input.len() > query_limit {
             // Complete requests waiting behind a full pipeline count too, as in Redis.
             warn!(
+                client.addr = %peer,
                 limit = query_limit,
                 "closing client that reached max query buffer length"
             );
@@ -435,6 +466,7 @@ where
         }
         if output.len() > output_limit {
             warn!(
+                client.addr = %peer,
                 limit = output_limit,
                 "closing client for overcoming of output buffer limits"
             );
@@ -476,7 +508,7 @@ where
             }
             m = next_message(&conn.pubsub), if conn.pubsub.is_some() => {
                 if conn.pubsub.as_ref().is_some_and(|s| s.inbox.lock().unwrap_or_else(|p| p.into_inner()).overflowed()) {
-                    warn!("closing subscriber that fell too far behind its messages");
+                    warn!(client.addr = %peer, "closing subscriber that fell too far behind its messages");
                     finish_in_background(inflight);
                     return Ok(());
                 }
@@ -571,7 +603,7 @@ mod tests {
         ours.write_all(b"PING\r\nECHO a\r\nECHO b\r\n")
             .await
             .unwrap();
-        let task = tokio::spawn(serve_stream(theirs, proxy.clone(), 1));
+        let task = tokio::spawn(serve_stream(theirs, proxy.clone(), 1, None));
         tokio::time::sleep(Duration::from_millis(20)).await;
         proxy.shutdown.cancel();
         let mut replies = Vec::new();

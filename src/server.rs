@@ -13,7 +13,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, debug, error, info, info_span, warn};
+use tracing::{Instrument, debug, debug_span, error, info, warn};
 
 use crate::quorum::Request;
 
@@ -126,7 +126,9 @@ pub async fn serve_until(
         let acceptor = tls.as_ref().map(|(_, a)| current(a));
         // A panic in a client task ends that client only: tokio contains it (the release
         // profile keeps unwinding), and the slot is given back as it unwinds.
-        let span = info_span!("client", client.addr = %peer, client.tls = secure);
+        // At debug level: entered on every poll, an enabled span costs more than decoding a
+        // request; the connection's own warnings name the client instead (see client.rs).
+        let span = debug_span!("client", client.addr = %peer, client.tls = secure);
         match acceptor.filter(|_| secure) {
             // The task of a plain connection holds only its session: thousands of idle clients
             // cost little.
@@ -148,9 +150,11 @@ pub async fn serve_until(
                         acceptor.accept(socket),
                     );
                     let served = match handshake.await {
-                        Ok(Ok(stream)) => crate::client::serve_stream(stream, proxy, id).await,
+                        Ok(Ok(stream)) => {
+                            crate::client::serve_stream(stream, proxy, id, Some(peer)).await
+                        }
                         Ok(Err(e)) => {
-                            info!(error = %e, "TLS client refused");
+                            info!(client.addr = %peer, error = %e, "TLS client refused");
                             return;
                         }
                         Err(_) => {
