@@ -370,6 +370,9 @@ where
     let stop = proxy.shutdown.clone().cancelled_owned();
     tokio::pin!(stop);
     let mut stopping = false;
+    // The wait for shutdown is polled once, which registers this task to be woken; after that
+    // a wake-up only needs a look at the token (its future would be polled on every loop turn).
+    let mut stop_registered = false;
     let mut conn = Conn::new(id, proxy.accounts.required());
     let mut decoder = Decoder::new(Limits {
         max_bulk_len: config.max_bulk_len,
@@ -530,7 +533,13 @@ where
                     }
                 }
             }
-            () = &mut stop, if !stopping => stopping = true,
+            () = std::future::poll_fn(|cx| {
+                if std::mem::replace(&mut stop_registered, true) {
+                    if proxy.shutdown.is_cancelled() { Poll::Ready(()) } else { Poll::Pending }
+                } else {
+                    stop.as_mut().poll(cx)
+                }
+            }), if !stopping => stopping = true,
             () = lazy_sleep(&mut write_timer, progress + write_timeout), if !output.is_empty() => {
                 let deadline = progress + write_timeout;
                 if Instant::now() >= deadline {
