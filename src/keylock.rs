@@ -10,14 +10,16 @@
 //! though they run as separate futures; a ticket is served when the key's "now serving" counter
 //! reaches it. Taking all keys of a multi-key command in one step under one mutex means every
 //! waiter waits only on earlier tickets, so there can be no deadlock. The uncontended path (the
-//! common one) allocates nothing beyond the table entry; a waker list exists only while someone
-//! waits.
+//! common one) allocates nothing beyond the table entry and hashes each key once: a ticket keeps
+//! its key's hash and the entry's serial number, so finishing finds the entry again without
+//! hashing or comparing the key; a waker list and a list of abandoned tickets exist only while
+//! a key is contended.
 
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 use smallvec::SmallVec;
 use tokio::sync::Notify;
 
@@ -26,17 +28,37 @@ use tokio::sync::Notify;
 pub struct KeyLocks {
     // Keys come from clients, so the hasher is keyed at random (no chosen collisions), and
     // cheaper than SipHash on this per-request path.
-    table: Mutex<HashMap<Bytes, Turn, ahash::RandomState>>,
+    hasher: ahash::RandomState,
+    table: Mutex<Table>,
+}
+
+/// The busy keys, and the serial number of the last entry made.
+#[derive(Default)]
+struct Table {
+    turns: HashTable<Turn>,
+    serial: u64,
 }
 
 /// One busy key's counters.
 struct Turn {
+    key: Bytes,
+    /// Tells this entry apart from every other one made while it exists, so a ticket finds it
+    /// by hash and serial alone.
+    serial: u64,
     /// The next ticket to hand out.
     next: u64,
     /// The ticket allowed to run.
     serving: u64,
-    /// Wakes waiters when `serving` moves; made on first contention.
-    notify: Option<Arc<Notify>>,
+    /// What only a contended key needs; made on first contention.
+    contended: Option<Box<Contention>>,
+}
+
+/// The part of a [`Turn`] that only contention needs (kept out of line, so the table's entries
+/// stay small).
+#[derive(Default)]
+struct Contention {
+    /// Wakes waiters when `serving` moves.
+    notify: Arc<Notify>,
     /// Tickets given up before their turn; skipped when the turn reaches them.
     abandoned: Vec<u64>,
 }
@@ -47,12 +69,19 @@ pub struct Ticket {
     held: Option<Held>,
 }
 
+/// One key's place in line: where its entry is, and the ticket number.
+struct Place {
+    hash: u64,
+    serial: u64,
+    ticket: u64,
+}
+
 /// Exclusive use of some keys until dropped.
 pub struct Held {
     locks: Arc<KeyLocks>,
-    /// Each key with this operation's ticket number for it (inline for one or two keys, the
-    /// usual case, so taking a turn allocates nothing of its own).
-    keys: SmallVec<[(Bytes, u64); 2]>,
+    /// Each key's place (inline for one or two keys, the usual case, so taking a turn
+    /// allocates nothing of its own).
+    keys: SmallVec<[Place; 2]>,
     /// Some key had an earlier ticket outstanding when this one was taken. Without one, the
     /// turn is already ours (a turn, once reached, stays until this ticket finishes), so
     /// [`Ticket::ready`] does not look at the table again.
@@ -62,7 +91,7 @@ pub struct Held {
 impl KeyLocks {
     /// Takes a place in line for `keys` now; waiting happens in [`Ticket::ready`].
     pub fn enqueue(self: &Arc<Self>, keys: &[Bytes]) -> Ticket {
-        let mut mine: SmallVec<[(Bytes, u64); 2]> = SmallVec::with_capacity(keys.len());
+        let mut mine: SmallVec<[Place; 2]> = SmallVec::with_capacity(keys.len());
         let mut waits = false;
         // A command may name a key twice; it takes one ticket for it. Many keys (a `DEL` of
         // 65,535) are told apart by a set, so this stays linear under the table's mutex.
@@ -71,22 +100,37 @@ impl KeyLocks {
                 std::collections::HashSet::with_capacity_and_hasher(keys.len(), Default::default())
             });
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        for key in keys {
+        let Table { turns, serial } = &mut *table;
+        for (i, key) in keys.iter().enumerate() {
             let repeated = match seen.as_mut() {
                 Some(set) => !set.insert(key.as_ref()),
-                None => mine.iter().any(|(k, _)| k == key),
+                None => keys[..i].contains(key),
             };
             if repeated {
                 continue;
             }
-            let turn = table.entry(key.clone()).or_insert(Turn {
-                next: 0,
-                serving: 0,
-                notify: None,
-                abandoned: Vec::new(),
-            });
+            let hash = self.hash(key);
+            let turn = match turns.entry(hash, |t| t.key == *key, |t| self.hash(&t.key)) {
+                Entry::Occupied(entry) => entry.into_mut(),
+                Entry::Vacant(entry) => {
+                    *serial += 1;
+                    entry
+                        .insert(Turn {
+                            key: key.clone(),
+                            serial: *serial,
+                            next: 0,
+                            serving: 0,
+                            contended: None,
+                        })
+                        .into_mut()
+                }
+            };
             waits |= turn.serving != turn.next;
-            mine.push((key.clone(), turn.next));
+            mine.push(Place {
+                hash,
+                serial: turn.serial,
+                ticket: turn.next,
+            });
             turn.next += 1;
         }
         drop(table);
@@ -101,21 +145,24 @@ impl KeyLocks {
 
     /// Number of keys with operations in progress (for `INFO`).
     pub fn busy(&self) -> usize {
-        self.table.lock().map(|t| t.len()).unwrap_or(0)
+        self.table.lock().map(|t| t.turns.len()).unwrap_or(0)
     }
 
-    /// The notifier to wait on for `key`, or `None` when `ticket` may run now.
-    fn wait_for(&self, key: &Bytes, ticket: u64) -> Option<Arc<Notify>> {
+    /// The one hash of a key, for the table and for its tickets.
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The notifier to wait on for `place`, or `None` when its ticket may run now.
+    fn wait_for(&self, place: &Place) -> Option<Arc<Notify>> {
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        let turn = table.get_mut(key)?;
-        if turn.serving >= ticket {
+        let turn = table
+            .turns
+            .find_mut(place.hash, |t| t.serial == place.serial)?;
+        if turn.serving >= place.ticket {
             return None;
         }
-        Some(
-            turn.notify
-                .get_or_insert_with(|| Arc::new(Notify::new()))
-                .clone(),
-        )
+        Some(turn.contended.get_or_insert_default().notify.clone())
     }
 }
 
@@ -146,14 +193,14 @@ impl Ticket {
         // Should this future be dropped while waiting, the keys are given up, not finished
         // (`self`'s Drop).
         if let Some(Held { locks, keys, .. }) = self.held.as_ref() {
-            for (key, ticket) in keys {
-                while let Some(notify) = locks.wait_for(key, *ticket) {
+            for place in keys {
+                while let Some(notify) = locks.wait_for(place) {
                     let woken = notify.notified();
                     tokio::pin!(woken);
                     // Register before looking again, so a turn that passes in between is not
                     // missed.
                     woken.as_mut().enable();
-                    if locks.wait_for(key, *ticket).is_none() {
+                    if locks.wait_for(place).is_none() {
                         break;
                     }
                     woken.await;
@@ -189,24 +236,32 @@ impl Held {
             return;
         }
         let mut table = self.locks.table.lock().unwrap_or_else(|p| p.into_inner());
-        for (key, ticket) in self.keys.drain(..) {
-            let Entry::Occupied(mut entry) = table.entry(key) else {
+        for place in self.keys.drain(..) {
+            // The entry is there: it goes only when every ticket taken on it has finished.
+            let Ok(mut entry) = table
+                .turns
+                .find_entry(place.hash, |t| t.serial == place.serial)
+            else {
                 continue;
             };
             let turn = entry.get_mut();
-            if abandoned && turn.serving != ticket {
-                turn.abandoned.push(ticket);
+            if abandoned && turn.serving != place.ticket {
+                let contended = turn.contended.get_or_insert_default();
+                contended.abandoned.push(place.ticket);
                 continue;
             }
             turn.serving += 1;
-            while let Some(i) = turn.abandoned.iter().position(|t| *t == turn.serving) {
-                turn.abandoned.swap_remove(i);
-                turn.serving += 1;
+            if let Some(contended) = turn.contended.as_mut() {
+                let abandoned = &mut contended.abandoned;
+                while let Some(i) = abandoned.iter().position(|t| *t == turn.serving) {
+                    abandoned.swap_remove(i);
+                    turn.serving += 1;
+                }
             }
             if turn.serving == turn.next {
                 entry.remove();
-            } else if let Some(n) = &turn.notify {
-                n.notify_waiters();
+            } else if let Some(contended) = &turn.contended {
+                contended.notify.notify_waiters();
             }
         }
     }
@@ -282,6 +337,33 @@ mod tests {
         let _h = tokio::time::timeout(Duration::from_secs(1), fourth.ready())
             .await
             .expect("nothing left blocking the key");
+    }
+
+    #[tokio::test]
+    async fn tickets_find_their_keys_across_table_growth() {
+        let locks = Arc::new(KeyLocks::default());
+        let k = [Bytes::from_static(b"k")];
+        let first = locks.enqueue(&k).ready().await;
+        let second = locks.enqueue(&k);
+        // Many other keys, some named twice in one command and some in commands of more than
+        // eight keys, grow (and rehash) the table while the first key is held.
+        let many: Vec<Bytes> = (0..1000).map(|i| Bytes::from(format!("key{i}"))).collect();
+        let (mut held, mut queued) = (Vec::new(), Vec::new());
+        for chunk in many.chunks(20) {
+            held.push(locks.enqueue(chunk).ready().await);
+            queued.push(locks.enqueue(&[chunk[0].clone(), chunk[0].clone()]));
+        }
+        assert_eq!(locks.busy(), 1001);
+        let waiting = tokio::spawn(second.ready());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "the second waits for the first");
+        drop(first);
+        drop(waiting.await.unwrap());
+        // Queued tickets given up before their turn, then the turns they waited for.
+        drop(queued);
+        assert_eq!(locks.busy(), 1000);
+        drop(held);
+        assert_eq!(locks.busy(), 0, "every entry went with its last ticket");
     }
 
     #[tokio::test]

@@ -179,6 +179,10 @@ async fn read_loop(
     let mut held: Vec<(Pending, Reply)> = Vec::new();
     // When the bytes being decoded arrived: one clock read per read, not one per reply.
     let mut arrived = Instant::now();
+    // The last latency worked out, with the send and arrival times it is for: the requests of
+    // one written batch share their send time and the replies decoded from one read share their
+    // arrival time, so one subtraction serves a whole batch's replies.
+    let mut latency = (arrived, arrived, std::time::Duration::ZERO);
     loop {
         loop {
             let reply = match decoder.decode(&mut buf) {
@@ -191,8 +195,14 @@ async fn read_loop(
                 return Ended::Failed("reply without a request".into());
             };
             if front.got.is_empty() {
-                let latency = arrived.saturating_duration_since(front.sent);
-                info.latency().observe(latency);
+                if (latency.0, latency.1) != (front.sent, arrived) {
+                    latency = (
+                        front.sent,
+                        arrived,
+                        arrived.saturating_duration_since(front.sent),
+                    );
+                }
+                info.latency().observe(latency.2);
             }
             let p = &mut front.pending;
             if p.replies == 1 && !p.time {

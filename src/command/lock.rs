@@ -321,21 +321,22 @@ fn grant(
     let ttl = Duration::from_millis(op.ttl_ms as u64);
     // One clock read for the validity and the histogram.
     let now = Instant::now();
-    let left = granted(
-        ballots,
-        ttl,
-        now.saturating_duration_since(start),
-        &proxy.config,
-    )?;
+    let elapsed = now.saturating_duration_since(start);
+    let left = granted(ballots, ttl, elapsed, &proxy.config)?;
     trace!(
         validity_ms = left.as_millis(),
         keys = op.keys.len(),
         "lock granted"
     );
     Stats::bump(&proxy.stats.grants);
-    proxy
-        .metrics
-        .observe_acquire(now.saturating_duration_since(since));
+    // The validity clock started at dispatch unless the turn had to be waited for, so the
+    // one subtraction usually serves the histogram too.
+    let took = if start == since {
+        elapsed
+    } else {
+        now.saturating_duration_since(since)
+    };
+    proxy.metrics.observe_acquire(took);
     Some(answer(op.answer, true, op.keys.len()))
 }
 

@@ -21,7 +21,6 @@ pub mod script;
 pub mod set;
 pub mod transaction;
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
@@ -265,19 +264,36 @@ pub static TABLE: &[Spec] = &[
     ),
 ];
 
-/// The table by lower-case name. A fixed set of keys, so a fast hasher is safe: a client only
-/// looks names up, it cannot add colliding ones.
-static BY_NAME: LazyLock<HashMap<&'static [u8], &'static Spec, ahash::RandomState>> =
-    LazyLock::new(|| TABLE.iter().map(|s| (s.name.as_bytes(), s)).collect());
+/// The longest name [`lookup`] considers; every name in [`TABLE`] is shorter.
+const LONGEST_NAME: usize = 32;
+
+/// [`TABLE`] in buckets by name length and the low five bits of the name's first byte (the
+/// same for a letter in either case), so a lookup compares the name with the one or two rows
+/// of its shape instead of lower-casing it into a buffer and hashing it.
+static BY_SHAPE: LazyLock<Box<[Vec<&'static Spec>]>> = LazyLock::new(|| {
+    let mut buckets = vec![Vec::new(); (LONGEST_NAME + 1) * 32].into_boxed_slice();
+    for spec in TABLE {
+        buckets[shape(spec.name.as_bytes())].push(spec);
+    }
+    buckets
+});
+
+/// The bucket of [`BY_SHAPE`] for a name of at most [`LONGEST_NAME`] bytes.
+fn shape(name: &[u8]) -> usize {
+    let first = name.first().map_or(0, |b| usize::from(b & 0x1f));
+    name.len() * 32 + first
+}
 
 /// Finds a command by name, case-insensitively, without allocating.
 pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
-    let mut buf = [0u8; 32];
-    let lower = buf.get_mut(..name.len())?;
-    for (d, s) in lower.iter_mut().zip(name) {
-        *d = s.to_ascii_lowercase();
+    if name.len() > LONGEST_NAME {
+        return None;
     }
-    BY_NAME.get(&*lower).copied()
+    // Table names are lower case, so comparing without case is comparing the lower-cased name.
+    BY_SHAPE[shape(name)]
+        .iter()
+        .find(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
+        .copied()
 }
 
 /// Runs `op` on the masters once every key in `keys` has its turn (see [`crate::keylock`]):
@@ -489,6 +505,64 @@ mod tests {
         assert_eq!(lookup(b"SeT").map(|s| s.name), Some("set"));
         assert!(lookup(b"nosuchcommand").is_none());
         assert!(lookup(&[b'a'; 100]).is_none());
+    }
+
+    #[test]
+    fn every_name_in_any_case_finds_its_row_and_nothing_else_does() {
+        for spec in TABLE {
+            let name = spec.name.as_bytes();
+            assert!(name.len() <= LONGEST_NAME, "{}", spec.name);
+            assert_eq!(
+                name,
+                name.to_ascii_lowercase(),
+                "table names are lower case"
+            );
+            let upper = name.to_ascii_uppercase();
+            let mixed: Vec<u8> = name
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    if i % 2 == 0 {
+                        b.to_ascii_uppercase()
+                    } else {
+                        *b
+                    }
+                })
+                .collect();
+            for variant in [name, &upper, &mixed] {
+                assert!(
+                    std::ptr::eq(lookup(variant).unwrap(), spec),
+                    "{}",
+                    spec.name
+                );
+            }
+            // One byte more or less, or one byte changed (a letter's bit 6 flipped keeps its
+            // low five bits, so it lands in the same bucket), is another name.
+            let mut longer = name.to_vec();
+            longer.push(b'x');
+            let mut changed = name.to_vec();
+            changed[0] ^= 0x40;
+            for other in [&longer[..], &name[..name.len() - 1], &changed] {
+                if let Some(found) = lookup(other) {
+                    assert!(found.name.as_bytes().eq_ignore_ascii_case(other));
+                }
+            }
+        }
+        for unknown in [
+            &b""[..],
+            b"\x00",
+            b"sett",
+            b"se",
+            b"s\xc5t",
+            &[b'g'; 33],
+            &[b'x'; 1000],
+        ] {
+            assert!(lookup(unknown).is_none(), "{unknown:?}");
+        }
+        // A name longer than 32 bytes is unknown even when its start is a command.
+        let mut long = b"set".to_vec();
+        long.extend_from_slice(&[b' '; 40]);
+        assert!(lookup(&long).is_none());
     }
 
     #[test]

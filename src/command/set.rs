@@ -135,6 +135,39 @@ impl Set {
     /// lock form. The error is the reply: Redis's wording for syntax, the proxy's for `NX`
     /// forms it does not serve as locks.
     pub fn parse(args: Args<'_>, default_ttl_ms: u64) -> Result<Set, Reply> {
+        if let Some(lock) = Set::parse_lock(&args) {
+            return Ok(lock);
+        }
+        Set::parse_general(args, default_ttl_ms)
+    }
+
+    /// The shape nearly every lock request has, `SET key token NX PX ms` or `... NX EX s` (in
+    /// any case), read in one pass over fixed positions; `None` for anything else, including
+    /// every error, which [`Set::parse_general`] then words. Where it answers, it answers as
+    /// the general parser would (a test compares the two).
+    fn parse_lock(args: &Args<'_>) -> Option<Set> {
+        if args.len() != 6 || Word::of(&args[3]) != Some(Word::Nx) {
+            return None;
+        }
+        let n = parse_int(&args[5])?;
+        let ttl_ms = match Word::of(&args[4])? {
+            Word::Px => n,
+            Word::Ex => n.checked_mul(1000)?,
+            _ => return None,
+        };
+        // A positive `n` has a positive product, so this is the general parser's `n <= 0`.
+        if ttl_ms <= 0 {
+            return None;
+        }
+        Some(Set::Acquire {
+            key: args.bytes(1),
+            token: args.bytes(2),
+            ttl_ms,
+        })
+    }
+
+    /// [`Set::parse`] for any shape: the options in any order, and Redis's errors.
+    fn parse_general(args: Args<'_>, default_ttl_ms: u64) -> Result<Set, Reply> {
         let opts = parse_set(&args)?;
         if !opts.nx {
             let args = args.into_vec();
@@ -326,6 +359,74 @@ mod tests {
                     "{len} {ttl}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn the_lock_shape_is_read_as_the_general_parser_reads_it() {
+        let words = [
+            "NX", "nx", "Nx", "nX", "XX", "PX", "px", "Px", "EX", "ex", "eX", "PXAT", "EXAT",
+            "GET", "KEEPTTL", "N", "NXX", "",
+        ];
+        let numbers = [
+            "1",
+            "100",
+            "30000",
+            "0",
+            "-1",
+            "-30000",
+            "007",
+            "+5",
+            " 5",
+            "5 ",
+            "1.5",
+            "abc",
+            "",
+            "9223372036854775",
+            "9223372036854776",
+            "9223372036854775807",
+            "9223372036854775808",
+            "-9223372036854775808",
+            "99999999999999999999",
+        ];
+        let mut compared = 0;
+        for nx in words {
+            for unit in words {
+                for n in numbers {
+                    let shaped = || -> Args<'static> {
+                        ["SET", "k", "tok", nx, unit, n]
+                            .iter()
+                            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+                            .collect::<Vec<_>>()
+                            .into()
+                    };
+                    let fast = Set::parse_lock(&shaped());
+                    for default_ttl in [0, 5000] {
+                        let general = Set::parse_general(shaped(), default_ttl);
+                        if let Some(fast) = &fast {
+                            assert_eq!(Ok(fast), general.as_ref(), "{nx} {unit} {n:?}");
+                            compared += 1;
+                        }
+                        assert_eq!(
+                            Set::parse(shaped(), default_ttl),
+                            general,
+                            "{nx} {unit} {n:?}"
+                        );
+                    }
+                }
+            }
+        }
+        // The fast path did answer for the lock shapes (4 spellings of NX, 6 of PX/EX, and the
+        // numbers that are positive and fit).
+        assert!(compared > 100, "{compared}");
+        // Other lengths are left to the general parser.
+        for text in [
+            "SET k t NX",
+            "SET k t NX PX 100 GET",
+            "SET k t PX 100 NX",
+            "SET k t",
+        ] {
+            assert_eq!(Set::parse_lock(&args(text)), None, "{text}");
         }
     }
 
