@@ -86,14 +86,7 @@ const fn spec(
     keys: (i32, i32, i32),
     run: fn(&Arc<Proxy>, &mut Conn, Vec<Bytes>) -> Action,
 ) -> Spec {
-    Spec {
-        name,
-        arity,
-        flags,
-        keys,
-        run: Handler::Owned(run),
-        before_auth: false,
-    }
+    row(name, arity, flags, keys, Handler::Owned(run))
 }
 
 /// A row whose handler reads the request as decoded ([`Handler::Args`]).
@@ -104,12 +97,23 @@ const fn spec_args(
     keys: (i32, i32, i32),
     run: fn(&Arc<Proxy>, &mut Conn, Args<'_>) -> Action,
 ) -> Spec {
+    row(name, arity, flags, keys, Handler::Args(run))
+}
+
+/// A row of the table, run only after `AUTH` (see [`open`]).
+const fn row(
+    name: &'static str,
+    arity: i32,
+    flags: &'static [&'static str],
+    keys: (i32, i32, i32),
+    run: Handler,
+) -> Spec {
     Spec {
         name,
         arity,
         flags,
         keys,
-        run: Handler::Args(run),
+        run,
         before_auth: false,
     }
 }
