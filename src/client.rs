@@ -36,6 +36,7 @@ use tokio::time::{Instant, Sleep};
 use tracing::{debug, warn};
 
 use crate::command::{self, Action, Later};
+use crate::deadline::Watcher;
 use crate::proxy::Proxy;
 use crate::pubsub::{ClientSubs, Message};
 use crate::reply::Reply;
@@ -151,42 +152,52 @@ thread_local! {
 /// without a scheduler node per command as a `FuturesOrdered` has. The queue's memory is
 /// borrowed from a per-thread pool while commands are in flight and given back when the
 /// connection goes idle ([`Pipeline::park`]), so an idle connection holds none.
+///
+/// The votes it polls do not go to the masters' shared deadline queue: the pipeline watches
+/// their deadlines with one timer of its own ([`Watcher`]).
 #[derive(Default)]
-struct Pipeline(VecDeque<InFlight>);
+struct Pipeline {
+    queue: VecDeque<InFlight>,
+    watcher: Watcher,
+}
 
 impl Pipeline {
     fn len(&self) -> usize {
-        self.0.len()
+        self.queue.len()
     }
 
     fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.queue.is_empty()
     }
 
     fn push_back(&mut self, slot: Slot, resp3: bool) {
-        if self.0.capacity() == 0 {
-            self.0 = PIPELINES.with_borrow_mut(Vec::pop).unwrap_or_default();
+        if self.queue.capacity() == 0 {
+            self.queue = PIPELINES.with_borrow_mut(Vec::pop).unwrap_or_default();
         }
-        self.0.push_back(InFlight { slot, resp3 });
+        self.queue.push_back(InFlight { slot, resp3 });
     }
 
-    /// Polls every running command in the window with `cx`'s waker.
+    /// Polls every running command in the window with `cx`'s waker, watching the deadlines
+    /// of the votes among them.
     fn poll_window(&mut self, cx: &mut Context<'_>) {
-        for c in self.0.iter_mut().take(WINDOW) {
-            if let Slot::Running(later) = &mut c.slot
-                && let Poll::Ready(reply) = later.as_mut().poll(cx)
-            {
-                c.slot = Slot::Done(reply);
+        let Pipeline { queue, watcher } = self;
+        watcher.poll(cx, |cx| {
+            for c in queue.iter_mut().take(WINDOW) {
+                if let Slot::Running(later) = &mut c.slot
+                    && let Poll::Ready(reply) = later.as_mut().poll(cx)
+                {
+                    c.slot = Slot::Done(reply);
+                }
             }
-        }
+        });
     }
 
     /// The head's reply, if it is done.
     fn pop_done(&mut self) -> Option<(Reply, bool)> {
-        if !matches!(self.0.front()?.slot, Slot::Done(_)) {
+        if !matches!(self.queue.front()?.slot, Slot::Done(_)) {
             return None;
         }
-        match self.0.pop_front() {
+        match self.queue.pop_front() {
             Some(InFlight {
                 slot: Slot::Done(reply),
                 resp3,
@@ -200,7 +211,7 @@ impl Pipeline {
     /// nothing is in flight.
     fn next(&mut self, mut polled: bool) -> impl Future<Output = Option<(Reply, bool)>> + '_ {
         std::future::poll_fn(move |cx| {
-            if self.0.is_empty() {
+            if self.queue.is_empty() {
                 return Poll::Ready(None);
             }
             if !std::mem::take(&mut polled) {
@@ -215,8 +226,8 @@ impl Pipeline {
 
     /// Gives the queue's memory back to the pool when nothing is in flight.
     fn park(&mut self) {
-        if self.is_empty() && self.0.capacity() > 0 {
-            let q = std::mem::take(&mut self.0);
+        if self.is_empty() && self.queue.capacity() > 0 {
+            let q = std::mem::take(&mut self.queue);
             PIPELINES.with_borrow_mut(|pool| {
                 if pool.len() < PIPELINES_MAX {
                     pool.push(q);

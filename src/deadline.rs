@@ -19,14 +19,26 @@
 //! next deadline whenever the last one has gone (its runtime shut down), so masters made
 //! outside the server (tests) need nothing more. The queue is behind a mutex, held for a push,
 //! a cancellation or taking what is due; waking the votes happens after it is released.
+//!
+//! ## Watched deadlines
+//!
+//! Most votes are polled by a client's task, which polls every command it has in flight each
+//! time it wakes. Such a task watches the deadlines itself ([`Watcher`]): while it polls, each
+//! vote still waiting reports its deadline ([`due`]), and the task keeps one timer of its own
+//! at the earliest. When that timer fires the task polls again, telling the votes the time, and
+//! those whose deadline has passed stop. A vote polled this way puts nothing in the shared
+//! queue, so the lock path pays neither its mutex nor its slot; a vote polled by any other
+//! task falls back to the queue above, exactly as before.
 
+use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::task::{Poll, Waker};
+use std::task::{Context, Poll, Waker};
 
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use crate::inbox::ReplyTx;
 
@@ -244,6 +256,115 @@ impl Drop for Deadlines {
     }
 }
 
+thread_local! {
+    /// The watch of the task being polled on this thread, if it keeps one (see [`Watcher`]).
+    static WATCH: Cell<Option<Watch>> = const { Cell::new(None) };
+}
+
+/// What the polling task and the votes it polls tell each other during one poll.
+#[derive(Clone, Copy)]
+struct Watch {
+    /// The time, when the task's timer has fired: deadlines at or before it have passed.
+    now: Option<Instant>,
+    /// The earliest deadline still ahead that a vote reported.
+    earliest: Option<Instant>,
+}
+
+/// How a vote polled without a decision stands against its deadline `at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Due {
+    /// It has passed: the vote stops.
+    Passed,
+    /// The polling task watches it: it will be polled again at `at`, or earlier.
+    Watched,
+    /// Nobody watches: the vote must set it in the shared queue ([`Deadlines::set`]).
+    Unwatched,
+}
+
+/// Reports a waiting vote's deadline to the task polling it (see [`Watcher`]).
+pub(crate) fn due(at: Instant) -> Due {
+    WATCH.with(|cell| match cell.get() {
+        None => Due::Unwatched,
+        Some(w) if w.now.is_some_and(|now| now >= at) => Due::Passed,
+        Some(mut w) => {
+            w.earliest = Some(w.earliest.map_or(at, |e| e.min(at)));
+            cell.set(Some(w));
+            Due::Watched
+        }
+    })
+}
+
+/// Puts the previous watch back when a poll under [`watch`] ends, even by a panic: a watch
+/// left behind would swallow the deadlines of every task polled on this thread later.
+struct Restore(Option<Watch>);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        WATCH.set(self.0);
+    }
+}
+
+/// Runs `f` (a poll) under a new watch; returns the earliest deadline reported in it.
+fn watch(now: Option<Instant>, f: impl FnOnce()) -> Option<Instant> {
+    let restore = Restore(WATCH.replace(Some(Watch {
+        now,
+        earliest: None,
+    })));
+    f();
+    let mine = WATCH.get();
+    drop(restore);
+    mine.and_then(|w| w.earliest)
+}
+
+/// The deadline timer of a task that polls votes itself (a client's pipeline): one timer for
+/// all of them, at the earliest deadline reported, moved only when an earlier one appears or
+/// after it fires. Votes started later end later (they share the node timeout), so in steady
+/// use it is set once per node timeout, not once per vote.
+#[derive(Default)]
+pub(crate) struct Watcher {
+    sleep: Option<Pin<Box<Sleep>>>,
+    /// The deadline the timer is set for, until it fires.
+    armed: Option<Instant>,
+}
+
+impl Watcher {
+    /// Runs `poll` (which polls the votes with `cx`'s waker) under a watch, then sets the timer
+    /// for the earliest deadline it reported. When the timer has fired, `poll` runs with the
+    /// time, so the votes whose deadline has passed stop.
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>, mut poll: impl FnMut(&mut Context<'_>)) {
+        // A deadline already passed when the timer is set makes it ready at once; the votes
+        // are then polled again. Twice more is plenty (the timer never fires before the clock
+        // reaches its deadline); a last resort wakes the task instead of spinning here.
+        for _ in 0..3 {
+            let fired = self.armed.is_some() && self.sleep.as_ref().is_some_and(|s| s.is_elapsed());
+            let now = if fired {
+                self.armed = None;
+                Some(Instant::now())
+            } else {
+                None
+            };
+            let Some(at) = watch(now, || poll(cx)) else {
+                return;
+            };
+            if self.armed.is_some_and(|armed| armed <= at) {
+                return;
+            }
+            self.armed = Some(at);
+            let sleep = match &mut self.sleep {
+                Some(sleep) => {
+                    sleep.as_mut().reset(at);
+                    sleep
+                }
+                None => self.sleep.insert(Box::pin(tokio::time::sleep_until(at))),
+            };
+            if sleep.as_mut().poll(cx).is_pending() {
+                return;
+            }
+        }
+        cx.waker().wake_by_ref();
+    }
+}
+
 /// The timer task: sleeps until the earliest deadline, expires what is due, and again. Ends
 /// when the masters are dropped.
 async fn run(running: Running) {
@@ -319,6 +440,30 @@ mod tests {
                 generation: 0,
             },
         }
+    }
+
+    #[test]
+    fn a_watch_collects_the_earliest_deadline_and_says_which_have_passed() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(due(t), Due::Unwatched);
+        let earliest = watch(None, || {
+            assert_eq!(due(t + ms(30)), Due::Watched);
+            assert_eq!(due(t + ms(10)), Due::Watched);
+            assert_eq!(due(t + ms(20)), Due::Watched);
+        });
+        assert_eq!(earliest, Some(t + ms(10)));
+        // Told the time (the task's timer fired): what is due has passed, the rest is watched.
+        let earliest = watch(Some(t + ms(10)), || {
+            assert_eq!(due(t + ms(10)), Due::Passed);
+            assert_eq!(due(t + ms(20)), Due::Watched);
+        });
+        assert_eq!(earliest, Some(t + ms(20)));
+        // Outside any poll, and after a poll that panicked, nobody watches.
+        assert_eq!(due(t), Due::Unwatched);
+        let panicked = std::panic::catch_unwind(|| watch(None, || panic!("a command panicked")));
+        assert!(panicked.is_err());
+        assert_eq!(due(t), Due::Unwatched);
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! held for long: a push, or the receiver counting what arrived).
 //!
 //! The deadline reaches the inbox as one more message: [`ReplyTx::expire`], sent by the shared
-//! timer of [`crate::deadline`], so a fan-out needs no timer of its own. Replies that arrive
+//! timer of [`crate::deadline`] (or [`ReplyRx::expire`], when the task polling the fan-out saw
+//! the deadline pass), so a fan-out needs no timer of its own. Replies that arrive
 //! after the deadline, or after the receiver has gone (an early decision), are dropped.
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -99,6 +100,17 @@ impl ReplyTx {
 }
 
 impl ReplyRx {
+    /// Another sender into this inbox (for the shared timer, which expires it through one).
+    pub fn sender(&self) -> ReplyTx {
+        ReplyTx(self.0.clone())
+    }
+
+    /// Marks the deadline passed, as [`ReplyTx::expire`] does, for a receiver that saw it
+    /// pass itself: later replies are dropped. Wakes nobody.
+    pub fn expire(&self) {
+        lock(&self.0).expired = true;
+    }
+
     /// Hands the outcomes that have arrived to `take`, newest first, until it returns `true`
     /// (enough: the rest stay for a later call). Ready when `take` said enough, or when every
     /// arrival was taken and the deadline has passed; otherwise pending until the next arrival

@@ -14,12 +14,13 @@
 //! counts only if its master was trusted throughout. The quorum does not shrink with the
 //! excluded masters: with too many of them, nothing is granted.
 //!
-//! A vote stops waiting at its deadline, told by the masters' shared timer
-//! ([`crate::deadline`]); [`Vote::finish`] after a decision keeps gathering until that same
+//! A vote stops waiting at its deadline, told by the client task that polls it or else by the
+//! masters' shared timer ([`crate::deadline`]); [`Vote::finish`] after a decision keeps gathering until that same
 //! deadline, so a roll-back learns of every write that answered in time.
 
 use std::ops::Deref;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -27,7 +28,7 @@ use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, BackendError};
-use crate::deadline::{Alarm, Deadlines};
+use crate::deadline::{self, Alarm, Deadlines, Due};
 use crate::inbox::{ReplyRx, inbox};
 use crate::reply::Reply;
 
@@ -251,13 +252,16 @@ pub struct Vote {
     rx: ReplyRx,
     ballots: Ballots,
     pending: usize,
-    /// The masters, to ask whether each is still trusted when its reply comes, and to cancel
-    /// the deadline when the vote ends first.
+    /// The masters, to ask whether each is still trusted when its reply comes, and for their
+    /// shared timer when no task watches this vote's deadline.
     masters: Masters,
     /// Whether each master was trusted when the request was sent.
     trusted: TrustedAtSend,
-    /// The deadline, set with the masters' timer.
-    alarm: Alarm,
+    /// When the vote stops waiting.
+    deadline: Instant,
+    /// The deadline as set with the masters' shared timer: only once the vote is polled by a
+    /// task that does not watch it (see [`crate::deadline::due`]); cancelled on drop.
+    alarm: Option<Alarm>,
 }
 
 /// Sends `request` (holding `replies` commands per master) to every master at once. The
@@ -282,6 +286,8 @@ fn fan_out(
     timed: bool,
 ) -> Vote {
     let (tx, rx) = inbox(masters.len());
+    // The last master takes the fan-out's own sender; the others a clone.
+    let mut tx = Some(tx);
     let trusted = TrustedAtSend::new(masters);
     let n = masters.len();
     let mut failed = smallvec::smallvec![None; n];
@@ -292,15 +298,14 @@ fn fan_out(
             pending -= 1;
             continue;
         };
-        let reply_to = Some((tx.clone(), i));
+        let sender = if i + 1 == n { tx.take() } else { tx.clone() };
+        let reply_to = sender.map(|tx| (tx, i));
         if timed {
             m.send_timed(bytes, replies, reply_to);
         } else {
             m.send(bytes, replies, reply_to);
         }
     }
-    // The fan-out's own sender goes to the timer, which expires the vote through it.
-    let alarm = masters.0.deadlines.set(deadline, tx);
     Vote {
         rx,
         ballots: Ballots {
@@ -311,7 +316,8 @@ fn fan_out(
         pending,
         masters: masters.clone(),
         trusted,
-        alarm,
+        deadline,
+        alarm: None,
     }
 }
 
@@ -363,11 +369,12 @@ impl Vote {
             pending,
             masters,
             trusted,
-            ..
+            deadline,
+            alarm,
         } = self;
         // Counted as they are taken from the inbox, with no list in between.
         std::future::poll_fn(|cx| {
-            rx.poll_each(cx, |(i, result)| {
+            let counted = rx.poll_each(cx, |(i, result)| {
                 // A master that failed is a definite "no" and no longer pending.
                 *pending -= 1;
                 match result {
@@ -378,7 +385,24 @@ impl Vote {
                     Err(e) => ballots.failed[i] = Some(e),
                 }
                 *pending == 0 || done(ballots, *pending)
-            })
+            });
+            if counted.is_ready() {
+                return Poll::Ready(());
+            }
+            match deadline::due(*deadline) {
+                Due::Watched => Poll::Pending,
+                Due::Passed => {
+                    // What arrived was counted above; what comes later is dropped.
+                    rx.expire();
+                    Poll::Ready(())
+                }
+                Due::Unwatched => {
+                    if alarm.is_none() {
+                        *alarm = Some(masters.0.deadlines.set(*deadline, rx.sender()));
+                    }
+                    Poll::Pending
+                }
+            }
         })
         .await
     }
@@ -387,7 +411,9 @@ impl Vote {
 impl Drop for Vote {
     fn drop(&mut self) {
         // A vote that ends before its deadline frees the timer's hold on its inbox now.
-        self.masters.0.deadlines.cancel(self.alarm);
+        if let Some(alarm) = self.alarm {
+            self.masters.0.deadlines.cancel(alarm);
+        }
     }
 }
 
@@ -549,7 +575,6 @@ mod waiting {
     fn silent_vote(masters: &Masters, n: usize, deadline: Instant) -> (Vote, ReplyTx) {
         let masters = masters.clone();
         let (tx, rx) = inbox(n);
-        let alarm = masters.0.deadlines.set(deadline, tx.clone());
         let vote = Vote {
             rx,
             ballots: scripted::ballots(vec![None; n]),
@@ -559,7 +584,8 @@ mod waiting {
                 bits: u64::MAX,
                 rest: Vec::new(),
             },
-            alarm,
+            deadline,
+            alarm: None,
         };
         (vote, tx)
     }

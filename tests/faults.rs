@@ -191,6 +191,40 @@ async fn a_master_slower_than_the_node_timeout_neither_votes_nor_delays() {
     );
 }
 
+/// A majority of masters slower than the node timeout: an acquisition is refused at the node
+/// timeout (its vote stops waiting then: the client task polling it keeps the timer), not when
+/// the late replies come. The late writes are left to their TTL (a majority unknown, an
+/// earlier grant of the token cannot be ruled out), and once the masters are quick again the
+/// key is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_stops_waiting_at_the_node_timeout() {
+    let ms = masters(3);
+    let fx = front(&addrs_of(&ms)).await;
+    let p = proxy(fault_config(&fault_addrs(&fx))).await.to_string();
+    wait_trusted(&p, 3, SETTLE).await;
+    let mut c = Client::connect(&p).await;
+    // 350 ms per reply against a 100 ms node timeout (and a 500 ms stall timeout).
+    fx[0].set(Fault::Delay(Duration::from_millis(350)));
+    fx[1].set(Fault::Delay(Duration::from_millis(350)));
+    for key in ["late-a", "late-b"] {
+        let started = Instant::now();
+        let reply = c.cmd(&["SET", key, "tok", "NX", "PX", "1000"]).await;
+        let took = started.elapsed();
+        assert_eq!(reply, Reply::Nil, "{key}");
+        assert!(
+            took < Duration::from_millis(300),
+            "{key}: answered after {took:?}"
+        );
+    }
+    fx[0].heal();
+    fx[1].heal();
+    sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        c.cmd(&["SET", "late-a", "tok", "NX", "PX", "1000"]).await,
+        Reply::ok()
+    );
+}
+
 /// A release has no validity clock: two masters slower than the node timeout (but not stalled)
 /// still make it count, where giving up at the node timeout answered `CLUSTERDOWN` (seen with
 /// 10,000 clients at once, `benches/scale.sh`). A silent master still ends the wait.
