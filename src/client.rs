@@ -586,6 +586,9 @@ fn shrink(buf: &mut BytesMut) {
 /// replies, but a failed acquisition must still roll back on the masters.
 fn finish_in_background(mut inflight: Pipeline) {
     if !inflight.is_empty() {
+        // Its deadline timer would wake the connection's task, which is ending: the new task
+        // sets its own at its first poll.
+        inflight.watcher = Watcher::default();
         tokio::spawn(async move { while inflight.next(false).await.is_some() {} });
     }
 }

@@ -320,6 +320,9 @@ fn watch(now: Option<Instant>, f: impl FnOnce()) -> Option<Instant> {
 /// all of them, at the earliest deadline reported, moved only when an earlier one appears or
 /// after it fires. Votes started later end later (they share the node timeout), so in steady
 /// use it is set once per node timeout, not once per vote.
+///
+/// The timer wakes the task that last polled it: a set of votes handed to another task needs a
+/// new watcher there.
 #[derive(Default)]
 pub(crate) struct Watcher {
     sleep: Option<Pin<Box<Sleep>>>,
