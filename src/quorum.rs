@@ -20,7 +20,7 @@
 
 use std::ops::Deref;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -335,6 +335,21 @@ impl Vote {
         &self.ballots
     }
 
+    /// [`Vote::decide_by`] as a poll, for a hand-written future; once ready, the ballots are
+    /// [`Vote::ballots`].
+    pub fn poll_decide_by<K: PartialEq>(
+        &mut self,
+        cx: &mut Context<'_>,
+        key: impl Fn(&Reply) -> K,
+    ) -> Poll<()> {
+        self.poll_gather(cx, |b, pending| b.decided_by(pending, &key))
+    }
+
+    /// The replies gathered so far.
+    pub fn ballots(&self) -> &Ballots {
+        &self.ballots
+    }
+
     /// Gathers every reply still due, until the deadline.
     pub async fn finish(mut self) -> Ballots {
         self.gather(|_, _| false).await;
@@ -360,8 +375,17 @@ impl Vote {
     /// Replies that reached the inbox before the deadline still count, even if the vote looks
     /// only after it; none that come later do, in this gather or a later one.
     async fn gather(&mut self, done: impl Fn(&Ballots, usize) -> bool) {
+        std::future::poll_fn(|cx| self.poll_gather(cx, &done)).await
+    }
+
+    /// One poll of [`Vote::gather`].
+    fn poll_gather(
+        &mut self,
+        cx: &mut Context<'_>,
+        done: impl Fn(&Ballots, usize) -> bool,
+    ) -> Poll<()> {
         if self.pending == 0 || done(&self.ballots, self.pending) {
-            return;
+            return Poll::Ready(());
         }
         let Vote {
             rx,
@@ -373,7 +397,7 @@ impl Vote {
             alarm,
         } = self;
         // Counted as they are taken from the inbox, with no list in between.
-        std::future::poll_fn(|cx| {
+        {
             let counted = rx.poll_each(cx, |(i, result)| {
                 // A master that failed is a definite "no" and no longer pending.
                 *pending -= 1;
@@ -403,8 +427,7 @@ impl Vote {
                     Poll::Pending
                 }
             }
-        })
-        .await
+        }
     }
 }
 

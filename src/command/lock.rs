@@ -24,7 +24,10 @@
 //!
 //! Every TTL is capped by `max_ttl_ms`: larger requests get an error, never a silent cut.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -33,8 +36,9 @@ use tracing::{debug, trace};
 
 use super::Action;
 use crate::config::Config;
+use crate::keylock::{Held, Ready};
 use crate::proxy::Proxy;
-use crate::quorum::{Ballots, Request, ask, ask_timed, quorum_th, validity};
+use crate::quorum::{Ballots, Request, Vote, ask, ask_timed, quorum_th, validity};
 use crate::reply::{Reply, command};
 use crate::scripts::{
     ACQUIRE, Answer, DELETE, EXTEND, INSPECT, Lit, Op, RELEASE, RELEASE_ALL, REMAINING,
@@ -107,6 +111,20 @@ pub fn acquire(proxy: &Arc<Proxy>, key: Bytes, token: Bytes, ttl_ms: i64) -> Act
     )
 }
 
+impl LockOp {
+    /// What is left of an operation whose parts were moved on (it is not run again).
+    fn taken() -> LockOp {
+        LockOp {
+            op: Op::Acquire,
+            keys: Vec::new(),
+            token: Bytes::new(),
+            ttl_ms: 0,
+            answer: Answer::OkNil,
+            wake: None,
+        }
+    }
+}
+
 /// Runs compare-and-delete of `key`/`token` on all N masters; answers 1 when a quorum deleted
 /// the key, else 0.
 pub fn release(proxy: &Arc<Proxy>, key: Bytes, token: Bytes) -> Action {
@@ -162,7 +180,7 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
     match op.op {
         // The hottest path awaits its own turn: one future, moved once (into its box).
         Op::Acquire | Op::AcquireOrRefresh | Op::AcquireOrRefreshAll => {
-            Action::Later(Box::pin(run_acquire(proxy.clone(), op, ticket, since)))
+            Action::Later(Box::pin(Acquisition::new(proxy, op, ticket, since)))
         }
         Op::Extend | Op::ExtendAdd => {
             super::in_turn_of(proxy, ticket, move |proxy, held| async move {
@@ -239,35 +257,112 @@ fn constant(l: Lit) -> Reply {
     }
 }
 
-/// Runs an acquisition that was dispatched at `since` (for the `redlock_acquire_seconds`
-/// histogram, which every acquisition feeds: `SET NX` and library scripts alike), once its
-/// keys' turn (`ticket`, taken at dispatch as [`super::in_turn`] does) has come.
-async fn run_acquire(
+/// An acquisition dispatched at `since` (for the `redlock_acquire_seconds` histogram, which
+/// every acquisition feeds: `SET NX` and library scripts alike), run once its keys' turn (taken
+/// at dispatch as [`super::in_turn`] does) has come.
+///
+/// Written out as a future of its own rather than an `async fn`, because it is the one future
+/// every lock request makes: each step's state is written in place and nothing moves on the
+/// way to a grant, where the `async fn` it replaces kept room for every step's locals (768
+/// bytes, all copied into its box). Keeping it unboxed in the client's pipeline was measured
+/// and lost: every pipeline entry grows to its size and is moved on push and pop.
+pub struct Acquisition {
     proxy: Arc<Proxy>,
-    op: LockOp,
-    ticket: crate::keylock::Ticket,
     since: Instant,
-) -> Reply {
-    let held = ticket.ready().await;
-    let k = op.keys.len();
-    if op.ttl_ms <= 0 {
-        // An absolute expiry in the past: the lock would be born expired.
-        Stats::bump(&proxy.stats.denials);
-        return answer(op.answer, false, k);
+    op: LockOp,
+    stage: Stage,
+}
+
+/// Where an [`Acquisition`] is. Each step's state is written in place; nothing of it moves on
+/// the way to a grant.
+enum Stage {
+    /// Waiting for the keys' turn.
+    Turn(Ready),
+    /// The masters were asked at `start`; waiting for their decision.
+    Vote {
+        held: Held,
+        vote: Vote,
+        start: Instant,
+    },
+    /// Not granted by the first answers (a refresh round, the refusal and its roll-back): the
+    /// rarer path, boxed, so its state does not enlarge every acquisition.
+    Rest(super::Later),
+    /// Answered.
+    Done,
+}
+
+impl Acquisition {
+    fn new(proxy: &Arc<Proxy>, op: LockOp, ticket: crate::keylock::Ticket, since: Instant) -> Self {
+        Acquisition {
+            proxy: proxy.clone(),
+            since,
+            op,
+            stage: Stage::Turn(ticket.ready()),
+        }
     }
-    let req = acquire_request(&proxy, &op);
-    // The validity clock starts no later than the requests leave: the dispatch time when the
-    // turn was ours at once (earlier, so the validity is if anything underestimated), else now.
-    let start = if held.waited() { Instant::now() } else { since };
-    let deadline = start + proxy.config.node_timeout();
-    let mut vote = ask_timed(&proxy.masters, req, 1, deadline);
-    let first = vote.decide_by(wrote).await;
-    if let Some(ok) = grant(&proxy, &op, first, start, since) {
-        return ok;
+}
+
+impl Future for Acquisition {
+    type Output = Reply;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Reply> {
+        let this = self.get_mut();
+        let proxy = &this.proxy;
+        let op = &this.op;
+        loop {
+            match &mut this.stage {
+                Stage::Turn(ready) => {
+                    let Poll::Ready(held) = Pin::new(ready).poll(cx) else {
+                        return Poll::Pending;
+                    };
+                    if op.ttl_ms <= 0 {
+                        // An absolute expiry in the past: the lock would be born expired.
+                        this.stage = Stage::Done;
+                        Stats::bump(&proxy.stats.denials);
+                        return Poll::Ready(answer(op.answer, false, op.keys.len()));
+                    }
+                    let req = acquire_request(proxy, op);
+                    // The validity clock starts no later than the requests leave: the dispatch
+                    // time when the turn was ours at once (earlier, so the validity is if
+                    // anything underestimated), else now.
+                    let start = if held.waited() {
+                        Instant::now()
+                    } else {
+                        this.since
+                    };
+                    let deadline = start + proxy.config.node_timeout();
+                    let vote = ask_timed(&proxy.masters, req, 1, deadline);
+                    this.stage = Stage::Vote { held, vote, start };
+                }
+                Stage::Vote { vote, start, .. } => {
+                    if vote.poll_decide_by(cx, wrote).is_pending() {
+                        return Poll::Pending;
+                    }
+                    if let Some(ok) = grant(proxy, op, vote.ballots(), *start, this.since) {
+                        // The vote ends and the keys' turn passes on here.
+                        this.stage = Stage::Done;
+                        return Poll::Ready(ok);
+                    }
+                    let Stage::Vote { held, vote, start } =
+                        std::mem::replace(&mut this.stage, Stage::Done)
+                    else {
+                        unreachable!("in the vote stage");
+                    };
+                    let op = std::mem::replace(&mut this.op, LockOp::taken());
+                    let rest =
+                        not_granted_at_once(proxy.clone(), op, held, this.since, vote, start);
+                    this.stage = Stage::Rest(Box::pin(rest));
+                    return match &mut this.stage {
+                        Stage::Rest(rest) => rest.as_mut().poll(cx),
+                        _ => unreachable!("just made"),
+                    };
+                }
+                Stage::Rest(rest) => return rest.as_mut().poll(cx),
+                // Not polled again once answered (a pipeline keeps the reply instead).
+                Stage::Done => return Poll::Pending,
+            }
+        }
     }
-    // The rest (a refresh round, the refusal and its roll-back) is the rarer path: boxed, so
-    // its state does not enlarge every acquisition's future.
-    Box::pin(not_granted_at_once(proxy, op, held, since, vote, start)).await
 }
 
 /// What an acquisition sends each master. One key: `SET key token NX PX ttl GET`, which creates
