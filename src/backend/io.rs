@@ -183,6 +183,12 @@ async fn read_loop(
     // one written batch share their send time and the replies decoded from one read share their
     // arrival time, so one subtraction serves a whole batch's replies.
     let mut latency = (arrived, arrived, std::time::Duration::ZERO);
+    // The stall timer, set for the oldest request in flight and moved only after it fires: the
+    // oldest request only ever gets younger, so a timer that fires early is set again for the
+    // one now oldest, and most reads cost no timer update (a new one per read did).
+    let stall_timer = sleep_until(Instant::now());
+    tokio::pin!(stall_timer);
+    let mut stall_armed = false;
     loop {
         loop {
             let reply = match decoder.decode(&mut buf) {
@@ -270,6 +276,12 @@ async fn read_loop(
             queue.pop_front();
         }
         let stall_at = flight.queue().front().map(|f| f.sent + stall);
+        if let Some(at) = stall_at
+            && !stall_armed
+        {
+            stall_timer.as_mut().reset(at);
+            stall_armed = true;
+        }
         tokio::select! {
             n = rd.read_buf(&mut buf) => match n {
                 Ok(0) => return Ended::Failed("connection closed by master".into()),
@@ -277,9 +289,13 @@ async fn read_loop(
                 Err(e) => return Ended::Failed(format!("read: {e}")),
             },
             () = flight.busy(), if stall_at.is_none() => {}
-            _ = sleep_until(stall_at.unwrap_or_else(Instant::now)), if stall_at.is_some() => {
-                info.count_timeout();
-                return Ended::Failed(format!("no reply within {} ms", stall.as_millis()));
+            () = &mut stall_timer, if stall_armed => {
+                stall_armed = false;
+                let oldest = flight.queue().front().map(|f| f.sent + stall);
+                if oldest.is_some_and(|at| at <= Instant::now()) {
+                    info.count_timeout();
+                    return Ended::Failed(format!("no reply within {} ms", stall.as_millis()));
+                }
             }
         }
     }
