@@ -180,6 +180,9 @@ impl Pipeline {
     /// Polls every running command in the window with `cx`'s waker, watching the deadlines
     /// of the votes among them.
     fn poll_window(&mut self, cx: &mut Context<'_>) {
+        if self.queue.is_empty() {
+            return;
+        }
         let Pipeline { queue, watcher } = self;
         watcher.poll(cx, |cx| {
             for c in queue.iter_mut().take(WINDOW) {
