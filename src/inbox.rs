@@ -157,6 +157,10 @@ impl ReplyRx {
 
 impl Drop for ReplyRx {
     fn drop(&mut self) {
+        if Arc::get_mut(&mut self.0).is_some() {
+            // Every sender has gone: nobody can look at the marks, and the inbox goes now.
+            return;
+        }
         let mut state = lock(&self.0);
         state.closed = true;
         state.items.clear();
