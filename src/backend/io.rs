@@ -190,92 +190,95 @@ async fn read_loop(
     tokio::pin!(stall_timer);
     let mut stall_armed = false;
     loop {
-        loop {
-            let reply = match decoder.decode(&mut buf) {
-                Ok(Some(reply)) => reply,
-                Ok(None) => break,
-                Err(e) => return Ended::Failed(format!("bad reply from master: {e}")),
-            };
+        // Locked once for all the replies of a read (the writer runs in this same task).
+        let stall_at = {
             let mut queue = flight.queue();
-            let Some(front) = queue.front_mut() else {
-                return Ended::Failed("reply without a request".into());
-            };
-            if front.got.is_empty() {
-                if (latency.0, latency.1) != (front.sent, arrived) {
-                    latency = (
-                        front.sent,
-                        arrived,
-                        arrived.saturating_duration_since(front.sent),
-                    );
+            loop {
+                let reply = match decoder.decode(&mut buf) {
+                    Ok(Some(reply)) => reply,
+                    Ok(None) => break,
+                    Err(e) => return Ended::Failed(format!("bad reply from master: {e}")),
+                };
+                let Some(front) = queue.front_mut() else {
+                    return Ended::Failed("reply without a request".into());
+                };
+                if front.got.is_empty() {
+                    if (latency.0, latency.1) != (front.sent, arrived) {
+                        latency = (
+                            front.sent,
+                            arrived,
+                            arrived.saturating_duration_since(front.sent),
+                        );
+                    }
+                    info.latency().observe(latency.2);
                 }
-                info.latency().observe(latency.2);
-            }
-            let p = &mut front.pending;
-            if p.replies == 1 && !p.time {
-                p.deliver(Ok(reply));
+                let p = &mut front.pending;
+                if p.replies == 1 && !p.time {
+                    p.deliver(Ok(reply));
+                    queue.pop_front();
+                    continue;
+                }
+                if p.replies == 1 && p.hold {
+                    // One reply that waits for its batch's `TIME` (every timed request but the
+                    // batch's last): held as it is, without a list of its own.
+                    if let Some(f) = queue.pop_front() {
+                        held.push((f.pending, reply));
+                    }
+                    continue;
+                }
+                front.got.push(reply);
+                let own_time = front.pending.time && !front.pending.hold;
+                if front.got.len() < front.pending.replies + usize::from(own_time) {
+                    continue;
+                }
+                let mut got = std::mem::take(&mut front.got);
+                if front.pending.hold {
+                    // Complete, but it waits for its batch's `TIME` before it counts.
+                    let answer = match front.pending.replies {
+                        1 => got.pop().unwrap_or(Reply::Nil),
+                        _ => Reply::Array(got),
+                    };
+                    if let Some(f) = queue.pop_front() {
+                        held.push((f.pending, answer));
+                    }
+                    continue;
+                }
+                let mut steady = true;
+                if own_time {
+                    let reading = match got.pop() {
+                        Some(r) => match parse_time(&r) {
+                            Some(master_us) => Ok(Sample {
+                                sent: front.sent,
+                                recv: Instant::now(),
+                                master_us,
+                            }),
+                            None => Err(r),
+                        },
+                        None => Err(Reply::Nil),
+                    };
+                    if let (Some(watch), Some(rules)) = (clock.as_deref_mut(), settings.clock) {
+                        steady = judge(info, watch, rules.span, reading);
+                    }
+                }
+                for (mut p, answer) in held.drain(..) {
+                    p.deliver(if steady {
+                        Ok(answer)
+                    } else {
+                        Err(BackendError::ClockJump)
+                    });
+                }
+                let p = &mut front.pending;
+                if !steady {
+                    p.deliver(Err(BackendError::ClockJump));
+                } else if p.replies == 1 {
+                    p.deliver(Ok(got.pop().unwrap_or(Reply::Nil)));
+                } else if p.replies > 1 {
+                    p.deliver(Ok(Reply::Array(got)));
+                }
                 queue.pop_front();
-                continue;
             }
-            if p.replies == 1 && p.hold {
-                // One reply that waits for its batch's `TIME` (every timed request but the
-                // batch's last): held as it is, without a list of its own.
-                if let Some(f) = queue.pop_front() {
-                    held.push((f.pending, reply));
-                }
-                continue;
-            }
-            front.got.push(reply);
-            let own_time = front.pending.time && !front.pending.hold;
-            if front.got.len() < front.pending.replies + usize::from(own_time) {
-                continue;
-            }
-            let mut got = std::mem::take(&mut front.got);
-            if front.pending.hold {
-                // Complete, but it waits for its batch's `TIME` before it counts.
-                let answer = match front.pending.replies {
-                    1 => got.pop().unwrap_or(Reply::Nil),
-                    _ => Reply::Array(got),
-                };
-                if let Some(f) = queue.pop_front() {
-                    held.push((f.pending, answer));
-                }
-                continue;
-            }
-            let mut steady = true;
-            if own_time {
-                let reading = match got.pop() {
-                    Some(r) => match parse_time(&r) {
-                        Some(master_us) => Ok(Sample {
-                            sent: front.sent,
-                            recv: Instant::now(),
-                            master_us,
-                        }),
-                        None => Err(r),
-                    },
-                    None => Err(Reply::Nil),
-                };
-                if let (Some(watch), Some(rules)) = (clock.as_deref_mut(), settings.clock) {
-                    steady = judge(info, watch, rules.span, reading);
-                }
-            }
-            for (mut p, answer) in held.drain(..) {
-                p.deliver(if steady {
-                    Ok(answer)
-                } else {
-                    Err(BackendError::ClockJump)
-                });
-            }
-            let p = &mut front.pending;
-            if !steady {
-                p.deliver(Err(BackendError::ClockJump));
-            } else if p.replies == 1 {
-                p.deliver(Ok(got.pop().unwrap_or(Reply::Nil)));
-            } else if p.replies > 1 {
-                p.deliver(Ok(Reply::Array(got)));
-            }
-            queue.pop_front();
-        }
-        let stall_at = flight.queue().front().map(|f| f.sent + stall);
+            queue.front().map(|f| f.sent + stall)
+        };
         if let Some(at) = stall_at
             && !stall_armed
         {
