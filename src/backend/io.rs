@@ -51,11 +51,12 @@ struct Flight {
 }
 
 impl Flight {
-    /// Hands a written request to the reader, which owns the order of replies.
-    fn push(&self, pending: Pending, sent: Instant) {
+    /// Hands a written request to the reader, which owns the order of replies (`queue` is
+    /// [`Flight::queue`], locked once for a whole batch).
+    fn push(queue: &mut VecDeque<InFlight>, pending: Pending, sent: Instant) {
         let frames = pending.replies + usize::from(pending.time && !pending.hold);
         let got = Vec::with_capacity(if frames > 1 { frames } else { 0 });
-        self.queue().push_back(InFlight { pending, sent, got });
+        queue.push_back(InFlight { pending, sent, got });
     }
 
     fn queue(&self) -> MutexGuard<'_, VecDeque<InFlight>> {
@@ -131,25 +132,29 @@ async fn write_loop(
         // Timed requests in this batch share one `TIME`, written after all of them: it is read
         // after each of their commands ran, so a clock that leapt before any of them shows.
         let mut batch_timed = false;
-        while let Some(mut pending) = next.take() {
-            // Sent even when its caller has stopped waiting (decided early, or gone): a write
-            // must reach every master, not only the ones that answered first.
-            buf.extend_from_slice(&pending.bytes);
-            if pending.time && pending.replies > 0 {
-                pending.hold = true;
-                batch_timed = true;
-            } else if pending.time {
-                buf.extend_from_slice(&time);
-            }
-            flight.push(pending, now);
-            next = if buf.len() < 1 << 20 {
-                rx.try_recv()
-            } else {
-                None
-            };
-            if next.is_none() && batch_timed {
-                batch_timed = false;
-                next = Some(Pending::probe(true));
+        // Locked once for the whole batch.
+        {
+            let mut queue = flight.queue();
+            while let Some(mut pending) = next.take() {
+                // Sent even when its caller has stopped waiting (decided early, or gone): a write
+                // must reach every master, not only the ones that answered first.
+                buf.extend_from_slice(&pending.bytes);
+                if pending.time && pending.replies > 0 {
+                    pending.hold = true;
+                    batch_timed = true;
+                } else if pending.time {
+                    buf.extend_from_slice(&time);
+                }
+                Flight::push(&mut queue, pending, now);
+                next = if buf.len() < 1 << 20 {
+                    rx.try_recv()
+                } else {
+                    None
+                };
+                if next.is_none() && batch_timed {
+                    batch_timed = false;
+                    next = Some(Pending::probe(true));
+                }
             }
         }
         // TLS buffers inside the session: flush pushes the batch out (free on plain TCP).
