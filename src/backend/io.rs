@@ -114,8 +114,13 @@ async fn write_loop(
     let mut probe =
         tokio::time::interval_at(Instant::now() + settings.probe_every, settings.probe_every);
     probe.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // Requests taken from the queue in one go and not written yet (what did not fit a batch).
+    let mut taken: VecDeque<Pending> = VecDeque::new();
     loop {
-        let first = tokio::select! {
+        let first = if let Some(p) = taken.pop_front() {
+            p
+        } else {
+            tokio::select! {
             p = rx.recv() => match p {
                 Some(p) => p,
                 None => return Ended::Shutdown,
@@ -125,6 +130,7 @@ async fn write_loop(
                     info!(status = info.status().name(), "master trusted again: its votes count");
                 }
                 Pending::probe(settings.clock.is_some())
+            }
             }
         };
         let now = Instant::now();
@@ -147,7 +153,10 @@ async fn write_loop(
                 }
                 Flight::push(&mut queue, pending, now);
                 next = if buf.len() < 1 << 20 {
-                    rx.try_recv()
+                    if taken.is_empty() {
+                        rx.take_all(&mut taken);
+                    }
+                    taken.pop_front()
                 } else {
                     None
                 };

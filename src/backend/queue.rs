@@ -101,6 +101,18 @@ impl<T> Drop for Sender<T> {
 }
 
 impl<T> Receiver<T> {
+    /// Moves every item waiting to the end of `into`, under one lock: a batch taken at once
+    /// rather than item by item. An empty `into` is swapped in, so neither side allocates.
+    /// Senders may queue up to the limit again while the batch is worked through.
+    pub fn take_all(&mut self, into: &mut VecDeque<T>) {
+        let mut state = self.0.state();
+        if into.is_empty() {
+            std::mem::swap(&mut state.items, into);
+        } else {
+            into.extend(state.items.drain(..));
+        }
+    }
+
     /// The oldest item, if any, without waiting.
     pub fn try_recv(&mut self) -> Option<T> {
         self.0.state().items.pop_front()
