@@ -154,7 +154,8 @@ impl Drop for Pending {
 
 /// Most requests waiting to be written to one master. Each client has at most `max_pipeline`
 /// commands in flight, so this is reached only when a master falls far behind; requests beyond
-/// it fail at once with [`BackendError::Overloaded`] instead of piling up in memory.
+/// it fail at once with [`BackendError::Overloaded`] instead of piling up in memory. (The
+/// writer takes the queue whole, so at most one more such batch waits in its hands.)
 pub const QUEUE_LIMIT: usize = 65_536;
 
 #[cfg(test)]
