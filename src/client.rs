@@ -481,6 +481,28 @@ where
             proxy.metrics.count_reply(&reply);
             reply.encode(BufferPool::ready(&mut output), resp3);
         }
+        if !output.is_empty() {
+            // Written at once: replies nearly always fit the socket's buffer, and this saves a
+            // turn of the loop per reply batch. What does not fit waits in the select below.
+            let written =
+                std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut wr).poll_write(cx, &output)))
+                    .await;
+            match written {
+                Poll::Ready(Ok(0)) => {
+                    finish_in_background(inflight);
+                    return Err(io::ErrorKind::WriteZero.into());
+                }
+                Poll::Ready(Ok(n)) => {
+                    output.advance(n);
+                    progress = Instant::now();
+                }
+                Poll::Ready(Err(e)) => {
+                    finish_in_background(inflight);
+                    return Err(e);
+                }
+                Poll::Pending => {}
+            }
+        }
         if output.len() > output_limit {
             warn!(
                 client.addr = %peer,
