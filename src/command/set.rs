@@ -45,6 +45,7 @@ impl Word {
     /// The option `arg` names, in any case. The two-letter words of every lock request are
     /// compared with bit 5 (`0x20`) cleared: that upper-cases a letter and turns no other byte
     /// into one, so it is a case-insensitive comparison without a copy.
+    #[inline]
     fn of(arg: &[u8]) -> Option<Word> {
         if let &[a, b] = arg {
             return match [a & !0x20, b & !0x20] {
@@ -55,6 +56,13 @@ impl Word {
                 _ => None,
             };
         }
+        Word::long(arg)
+    }
+
+    /// [`Word::of`] for the longer words, which lock requests do not use (kept out of line, so
+    /// the two-letter comparison inlines).
+    #[inline(never)]
+    fn long(arg: &[u8]) -> Option<Word> {
         [
             (&b"GET"[..], Word::Get),
             (b"PXAT", Word::PxAt),
@@ -149,7 +157,7 @@ impl Set {
         if args.len() != 6 || Word::of(&args[3]) != Some(Word::Nx) {
             return None;
         }
-        let n = parse_int(&args[5])?;
+        let n = positive(&args[5])?;
         let ttl_ms = match Word::of(&args[4])? {
             Word::Px => n,
             Word::Ex => n.checked_mul(1000)?,
@@ -196,6 +204,24 @@ impl Set {
             ttl_ms,
         })
     }
+}
+
+/// The usual TTL argument, read without overflow checks: 1 to 18 digits without a leading
+/// zero (so below 10^18, within `i64`), which [`parse_int`] reads as the same positive number.
+/// `None` for anything else (a sign, a zero, a longer number, junk), which
+/// [`Set::parse_general`] then reads or refuses.
+fn positive(arg: &[u8]) -> Option<i64> {
+    if arg.is_empty() || arg.len() > 18 || arg[0] == b'0' {
+        return None;
+    }
+    let mut n: i64 = 0;
+    for &d in arg {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = n * 10 + i64::from(d - b'0');
+    }
+    Some(n)
 }
 
 /// `SET`: a lock acquisition or a write.
