@@ -395,6 +395,7 @@ pub(crate) fn decimal_len(mut n: usize) -> usize {
 }
 
 /// `<prefix><n>\r\n`; the short lengths of most arguments are written as one fixed-size copy.
+#[inline(always)]
 pub(crate) fn put_header(out: &mut Vec<u8>, prefix: u8, n: usize) {
     if n < 10 {
         out.extend_from_slice(&[prefix, b'0' + n as u8, b'\r', b'\n']);
