@@ -154,6 +154,18 @@ impl Set {
     /// every error, which [`Set::parse_general`] then words. Where it answers, it answers as
     /// the general parser would (a test compares the two).
     fn parse_lock(args: &Args<'_>) -> Option<Set> {
+        let ttl_ms = Set::lock_ttl(args)?;
+        Some(Set::Acquire {
+            key: args.bytes(1),
+            token: args.bytes(2),
+            ttl_ms,
+        })
+    }
+
+    /// The TTL of a request of [`Set::parse_lock`]'s shape (its key and token are `args[1]`
+    /// and `args[2]`); `None` where that answers `None`.
+    #[inline]
+    fn lock_ttl(args: &Args<'_>) -> Option<i64> {
         if args.len() != 6 || Word::of(&args[3]) != Some(Word::Nx) {
             return None;
         }
@@ -167,11 +179,7 @@ impl Set {
         if ttl_ms <= 0 {
             return None;
         }
-        Some(Set::Acquire {
-            key: args.bytes(1),
-            token: args.bytes(2),
-            ttl_ms,
-        })
+        Some(ttl_ms)
     }
 
     /// [`Set::parse`] for any shape: the options in any order, and Redis's errors.
@@ -226,7 +234,11 @@ fn positive(arg: &[u8]) -> Option<i64> {
 
 /// `SET`: a lock acquisition or a write.
 pub fn set(proxy: &Arc<Proxy>, _: &mut Conn, args: Args<'_>) -> Action {
-    match Set::parse(args, proxy.config.default_ttl_ms) {
+    // The usual lock request goes straight to its acquisition, without a `Set` in between.
+    if let Some(ttl_ms) = Set::lock_ttl(&args) {
+        return super::lock::acquire(proxy, args.bytes(1), args.bytes(2), ttl_ms);
+    }
+    match Set::parse_general(args, proxy.config.default_ttl_ms) {
         Err(e) => e.into(),
         Ok(Set::Acquire { key, token, ttl_ms }) => super::lock::acquire(proxy, key, token, ttl_ms),
         Ok(Set::Write { args, opts }) => super::keys::set(proxy, args, opts),
@@ -239,23 +251,24 @@ pub fn set(proxy: &Arc<Proxy>, _: &mut Conn, args: Args<'_>) -> Action {
 /// argument by argument, since every lock request pays for this.
 pub(crate) fn set_nx_get(key: &[u8], token: &[u8], ttl_ms: i64) -> Bytes {
     const HEAD: &[u8] = b"*7\r\n$3\r\nSET\r\n";
-    const OPTIONS: &[u8] = b"$2\r\nNX\r\n$2\r\nPX\r\n";
-    const TAIL: &[u8] = b"$3\r\nGET\r\n";
+    // Each piece after an argument starts with that argument's `\r\n`.
+    const OPTIONS: &[u8] = b"\r\n$2\r\nNX\r\n$2\r\nPX\r\n";
+    const TAIL: &[u8] = b"\r\n$3\r\nGET\r\n";
     let mut ttl = itoa::Buffer::new();
     let ttl = ttl.format(ttl_ms).as_bytes();
-    let bulk = |len: usize| 3 + decimal_len(len) + len + 2;
-    let size = HEAD.len() + bulk(key.len()) + bulk(token.len()) + OPTIONS.len();
+    // `$<len>\r\n<arg>`, the `\r\n` after it counted in the piece that follows.
+    let bulk = |len: usize| 3 + decimal_len(len) + len;
+    let size = HEAD.len() + bulk(key.len()) + 2 + bulk(token.len()) + OPTIONS.len();
     let mut out = Vec::with_capacity(size + bulk(ttl.len()) + TAIL.len());
     out.extend_from_slice(HEAD);
-    for arg in [key, token] {
-        put_header(&mut out, b'$', arg.len());
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
-    }
+    put_header(&mut out, b'$', key.len());
+    out.extend_from_slice(key);
+    out.extend_from_slice(b"\r\n");
+    put_header(&mut out, b'$', token.len());
+    out.extend_from_slice(token);
     out.extend_from_slice(OPTIONS);
     put_header(&mut out, b'$', ttl.len());
     out.extend_from_slice(ttl);
-    out.extend_from_slice(b"\r\n");
     out.extend_from_slice(TAIL);
     debug_assert_eq!(out.len(), out.capacity());
     Bytes::from(out)
