@@ -260,18 +260,48 @@ pub(crate) fn set_nx_get(key: &[u8], token: &[u8], ttl_ms: i64) -> Bytes {
     let bulk = |len: usize| 3 + decimal_len(len) + len;
     let size = HEAD.len() + bulk(key.len()) + 2 + bulk(token.len()) + OPTIONS.len();
     let mut out = Vec::with_capacity(size + bulk(ttl.len()) + TAIL.len());
-    out.extend_from_slice(HEAD);
-    put_header(&mut out, b'$', key.len());
+    put_piece(
+        &mut out,
+        *b"*7\r\n$3\r\nSET\r\n$0\r\n",
+        *b"*7\r\n$3\r\nSET\r\n$00\r\n",
+        key.len(),
+    );
     out.extend_from_slice(key);
-    out.extend_from_slice(b"\r\n");
-    put_header(&mut out, b'$', token.len());
+    put_piece(&mut out, *b"\r\n$0\r\n", *b"\r\n$00\r\n", token.len());
     out.extend_from_slice(token);
-    out.extend_from_slice(OPTIONS);
-    put_header(&mut out, b'$', ttl.len());
+    put_piece(
+        &mut out,
+        *b"\r\n$2\r\nNX\r\n$2\r\nPX\r\n$0\r\n",
+        *b"\r\n$2\r\nNX\r\n$2\r\nPX\r\n$00\r\n",
+        ttl.len(),
+    );
     out.extend_from_slice(ttl);
     out.extend_from_slice(TAIL);
     debug_assert_eq!(out.len(), out.capacity());
     Bytes::from(out)
+}
+
+/// A constant piece of [`set_nx_get`] ending in a bulk header `$<n>\r\n`, given as `one`
+/// (the piece with `$0\r\n`) and `two` (with `$00\r\n`): for `n` below 100, nearly every
+/// length, the fitting one with its digits filled in, as one fixed-size copy.
+#[inline(always)]
+fn put_piece<const ONE: usize, const TWO: usize>(
+    out: &mut Vec<u8>,
+    mut one: [u8; ONE],
+    mut two: [u8; TWO],
+    n: usize,
+) {
+    if n < 10 {
+        one[ONE - 3] = b'0' + n as u8;
+        out.extend_from_slice(&one);
+    } else if n < 100 {
+        two[TWO - 4] = b'0' + (n / 10) as u8;
+        two[TWO - 3] = b'0' + (n % 10) as u8;
+        out.extend_from_slice(&two);
+    } else {
+        out.extend_from_slice(&one[..ONE - 4]);
+        put_header(out, b'$', n);
+    }
 }
 
 /// `SETEX key seconds value`, `PSETEX key milliseconds value`: a plain write with an expiry,
@@ -382,7 +412,7 @@ mod tests {
         for len in [0, 1, 9, 10, 99, 100, 1000, 100_000] {
             let key = vec![b'k'; len];
             let token = vec![b't'; len / 2 + 3];
-            for ttl in [1, 9, 10, 30_000, i64::MAX] {
+            for ttl in [1, 9, 10, 30_000, i64::MAX, -1, i64::MIN] {
                 let text = ttl.to_string();
                 assert_eq!(
                     set_nx_get(&key, &token, ttl),
