@@ -356,6 +356,8 @@ impl Decoder {
     /// refuse as it would have from there.
     fn whole_bulks(&mut self, buf: &[u8], authed: bool) {
         let (mut pos, mut left) = (self.pos, self.left);
+        // An argument is taken only when it has arrived whole and within the request limit.
+        let end = buf.len().min(self.limits.max_request_len);
         let max_len = if authed {
             self.limits.max_bulk_len as i64
         } else {
@@ -378,7 +380,7 @@ impl Decoder {
                 _ => break,
             };
             let stop = nl + 1 + len as usize;
-            if len > max_len || stop + 2 > self.limits.max_request_len || buf.len() < stop + 2 {
+            if len > max_len || stop + 2 > end {
                 break;
             }
             self.spans.push((nl + 1, stop));
