@@ -42,7 +42,7 @@ struct Table {
 impl Table {
     /// The next ticket for `key` (whose hash is `hash`), its entry made if the key was not
     /// busy; and whether an earlier ticket for it is still outstanding.
-    #[inline]
+    #[inline(always)]
     fn take(&mut self, locks: &KeyLocks, hash: u64, key: &Bytes) -> (Place, bool) {
         let Table { turns, serial } = self;
         let turn = match turns.entry(hash, |t| t.key == *key, |t| locks.hash(&t.key)) {
