@@ -39,6 +39,38 @@ struct Table {
     serial: u64,
 }
 
+impl Table {
+    /// The next ticket for `key` (whose hash is `hash`), its entry made if the key was not
+    /// busy; and whether an earlier ticket for it is still outstanding.
+    #[inline(always)]
+    fn take(&mut self, locks: &KeyLocks, hash: u64, key: &Bytes) -> (Place, bool) {
+        let Table { turns, serial } = self;
+        let turn = match turns.entry(hash, |t| t.key == *key, |t| locks.hash(&t.key)) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(entry) => {
+                *serial += 1;
+                entry
+                    .insert(Turn {
+                        key: key.clone(),
+                        serial: *serial,
+                        next: 0,
+                        serving: 0,
+                        contended: None,
+                    })
+                    .into_mut()
+            }
+        };
+        let place = Place {
+            hash,
+            serial: turn.serial,
+            ticket: turn.next,
+        };
+        let waits = turn.serving != turn.next;
+        turn.next += 1;
+        (place, waits)
+    }
+}
+
 /// One busy key's counters.
 struct Turn {
     key: Bytes,
@@ -91,6 +123,23 @@ pub struct Held {
 impl KeyLocks {
     /// Takes a place in line for `keys` now; waiting happens in [`Ticket::ready`].
     pub fn enqueue(self: &Arc<Self>, keys: &[Bytes]) -> Ticket {
+        if let [key] = keys {
+            // One key, nearly every request: hashed before the mutex is taken, and no check
+            // for repeats.
+            let hash = self.hash(key);
+            let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+            let (place, waits) = table.take(self, hash, key);
+            drop(table);
+            let mut mine = SmallVec::new();
+            mine.push(place);
+            return Ticket {
+                held: Some(Held {
+                    locks: self.clone(),
+                    keys: mine,
+                    waits,
+                }),
+            };
+        }
         let mut mine: SmallVec<[Place; 2]> = SmallVec::with_capacity(keys.len());
         let mut waits = false;
         // A command may name a key twice; it takes one ticket for it. Many keys (a `DEL` of
@@ -100,7 +149,6 @@ impl KeyLocks {
                 std::collections::HashSet::with_capacity_and_hasher(keys.len(), Default::default())
             });
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        let Table { turns, serial } = &mut *table;
         for (i, key) in keys.iter().enumerate() {
             let repeated = match seen.as_mut() {
                 Some(set) => !set.insert(key.as_ref()),
@@ -109,29 +157,9 @@ impl KeyLocks {
             if repeated {
                 continue;
             }
-            let hash = self.hash(key);
-            let turn = match turns.entry(hash, |t| t.key == *key, |t| self.hash(&t.key)) {
-                Entry::Occupied(entry) => entry.into_mut(),
-                Entry::Vacant(entry) => {
-                    *serial += 1;
-                    entry
-                        .insert(Turn {
-                            key: key.clone(),
-                            serial: *serial,
-                            next: 0,
-                            serving: 0,
-                            contended: None,
-                        })
-                        .into_mut()
-                }
-            };
-            waits |= turn.serving != turn.next;
-            mine.push(Place {
-                hash,
-                serial: turn.serial,
-                ticket: turn.next,
-            });
-            turn.next += 1;
+            let (place, waited) = table.take(self, self.hash(key), key);
+            waits |= waited;
+            mine.push(place);
         }
         drop(table);
         Ticket {

@@ -95,19 +95,19 @@ impl Reply {
     pub fn encode(&self, out: &mut BytesMut, resp3: bool) {
         match self {
             // The reply of every granted lock, written as one fixed-size copy.
-            Reply::Simple(s) if s.as_ref() == b"OK" => out.put_slice(b"+OK\r\n"),
+            Reply::Simple(s) if s.as_ref() == b"OK" => out.extend_from_slice(b"+OK\r\n"),
             Reply::Simple(s) => line(out, b'+', s),
             Reply::Error(e) => line(out, b'-', e),
             Reply::Integer(i) => header(out, b':', *i),
             Reply::Bulk(b) => {
                 header(out, b'$', b.len() as i64);
-                out.put_slice(b);
-                out.put_slice(b"\r\n");
+                out.extend_from_slice(b);
+                out.extend_from_slice(b"\r\n");
             }
-            Reply::Nil if resp3 => out.put_slice(b"_\r\n"),
-            Reply::Nil => out.put_slice(b"$-1\r\n"),
-            Reply::NilArray if resp3 => out.put_slice(b"_\r\n"),
-            Reply::NilArray => out.put_slice(b"*-1\r\n"),
+            Reply::Nil if resp3 => out.extend_from_slice(b"_\r\n"),
+            Reply::Nil => out.extend_from_slice(b"$-1\r\n"),
+            Reply::NilArray if resp3 => out.extend_from_slice(b"_\r\n"),
+            Reply::NilArray => out.extend_from_slice(b"*-1\r\n"),
             Reply::Array(items) => {
                 header(out, b'*', items.len() as i64);
                 for item in items {
@@ -395,6 +395,7 @@ pub(crate) fn decimal_len(mut n: usize) -> usize {
 }
 
 /// `<prefix><n>\r\n`; the short lengths of most arguments are written as one fixed-size copy.
+#[inline(always)]
 pub(crate) fn put_header(out: &mut Vec<u8>, prefix: u8, n: usize) {
     if n < 10 {
         out.extend_from_slice(&[prefix, b'0' + n as u8, b'\r', b'\n']);

@@ -356,17 +356,31 @@ impl Decoder {
     /// refuse as it would have from there.
     fn whole_bulks(&mut self, buf: &[u8], authed: bool) {
         let (mut pos, mut left) = (self.pos, self.left);
+        // An argument is taken only when it has arrived whole and within the request limit.
+        let end = buf.len().min(self.limits.max_request_len);
         let max_len = if authed {
             self.limits.max_bulk_len as i64
         } else {
             UNAUTHENTICATED_MAX_BULK.min(self.limits.max_bulk_len as i64)
         };
-        while left > 0 && buf.get(pos) == Some(&b'$') {
-            let Some((len, nl)) = quick_header(buf, pos) else {
-                break;
+        while left > 0 {
+            // One- and two-digit lengths (nearly every argument) are matched with the `$` in
+            // one pattern; longer ones take [`quick_header`].
+            let (len, nl) = match buf.get(pos..) {
+                Some(&[b'$', d, b'\r', b'\n', ..]) if d.is_ascii_digit() => {
+                    (i64::from(d - b'0'), pos + 3)
+                }
+                Some(&[b'$', a @ b'1'..=b'9', d, b'\r', b'\n', ..]) if d.is_ascii_digit() => {
+                    (i64::from(a - b'0') * 10 + i64::from(d - b'0'), pos + 4)
+                }
+                Some(&[b'$', ..]) => match quick_header(buf, pos) {
+                    Some(header) => header,
+                    None => break,
+                },
+                _ => break,
             };
             let stop = nl + 1 + len as usize;
-            if len > max_len || stop + 2 > self.limits.max_request_len || buf.len() < stop + 2 {
+            if len > max_len || stop + 2 > end {
                 break;
             }
             self.spans.push((nl + 1, stop));
@@ -422,6 +436,7 @@ impl Decoder {
 
     /// Reads the header line (`*<n>`, `$<n>`) whose prefix is at `at`, once it has ended: its
     /// number (`None` if it is not one) and where its `\n` is.
+    #[inline]
     fn header(&mut self, buf: &[u8], at: usize) -> Option<(Option<i64>, usize)> {
         if let Some((n, nl)) = quick_header(buf, at) {
             #[cfg(test)]
@@ -431,6 +446,12 @@ impl Decoder {
             self.scan = 0;
             return Some((Some(n), nl));
         }
+        self.unusual_header(buf, at)
+    }
+
+    /// [`Decoder::header`] for a line [`quick_header`] does not read: unfinished, or unusual.
+    #[inline(never)]
+    fn unusual_header(&mut self, buf: &[u8], at: usize) -> Option<(Option<i64>, usize)> {
         let nl = self.line_end(buf, at + 1)?;
         Some((parse_len(&buf[at + 1..content_end(buf, at + 1, nl)]), nl))
     }
@@ -472,8 +493,15 @@ const QUICK_DIGITS: usize = 10;
 /// anything else (an unfinished line, a bare LF, a sign, a malformed or longer number), which
 /// the general reader ([`Decoder::line_end`], [`parse_len`]) then judges, so both read every
 /// line alike.
+#[inline]
 fn quick_header(buf: &[u8], at: usize) -> Option<(i64, usize)> {
     let digits = buf.get(at + 1..)?;
+    // One digit, the commonest header (`*6`, `$3`), in one comparison.
+    if let &[d, b'\r', b'\n', ..] = digits
+        && d.is_ascii_digit()
+    {
+        return Some((i64::from(d - b'0'), at + 3));
+    }
     let mut n: i64 = 0;
     let mut i = 0;
     while i < QUICK_DIGITS

@@ -288,8 +288,19 @@ fn shape(name: &[u8]) -> usize {
     name.len() * 32 + first
 }
 
+/// [`TABLE`]'s `SET` row: the lock command, which nearly every request names.
+static SET: LazyLock<Option<&'static Spec>> =
+    LazyLock::new(|| TABLE.iter().find(|s| s.name == "set"));
+
 /// Finds a command by name, case-insensitively, without allocating.
 pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    // `SET` in any case, without the table: its bytes are all letters, so setting bit 5 of
+    // each lower-cases exactly the letters that match.
+    if let &[s, e, t] = name
+        && [s | 0x20, e | 0x20, t | 0x20] == *b"set"
+    {
+        return *SET;
+    }
     if name.len() > LONGEST_NAME {
         return None;
     }
@@ -502,6 +513,27 @@ mod tests {
             .map(|s| Bytes::copy_from_slice(s.as_bytes()))
             .collect::<Vec<_>>()
             .into()
+    }
+
+    #[test]
+    fn set_is_found_as_through_the_table() {
+        for a in 0..=255u8 {
+            for name in [[a, b'e', b't'], [b's', a, b't'], [b's', b'e', a]] {
+                let through_table = BY_SHAPE[shape(&name)]
+                    .iter()
+                    .find(|s| s.name.as_bytes().eq_ignore_ascii_case(&name))
+                    .copied();
+                assert!(
+                    std::ptr::eq(
+                        lookup(&name).map_or(std::ptr::null(), |s| s as *const Spec),
+                        through_table.map_or(std::ptr::null(), |s| s as *const Spec)
+                    ),
+                    "{}",
+                    name.escape_ascii()
+                );
+            }
+        }
+        assert_eq!(lookup(b"SET").map(|s| s.name), Some("set"));
     }
 
     #[test]

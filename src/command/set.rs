@@ -45,6 +45,7 @@ impl Word {
     /// The option `arg` names, in any case. The two-letter words of every lock request are
     /// compared with bit 5 (`0x20`) cleared: that upper-cases a letter and turns no other byte
     /// into one, so it is a case-insensitive comparison without a copy.
+    #[inline]
     fn of(arg: &[u8]) -> Option<Word> {
         if let &[a, b] = arg {
             return match [a & !0x20, b & !0x20] {
@@ -55,6 +56,13 @@ impl Word {
                 _ => None,
             };
         }
+        Word::long(arg)
+    }
+
+    /// [`Word::of`] for the longer words, which lock requests do not use (kept out of line, so
+    /// the two-letter comparison inlines).
+    #[inline(never)]
+    fn long(arg: &[u8]) -> Option<Word> {
         [
             (&b"GET"[..], Word::Get),
             (b"PXAT", Word::PxAt),
@@ -146,10 +154,22 @@ impl Set {
     /// every error, which [`Set::parse_general`] then words. Where it answers, it answers as
     /// the general parser would (a test compares the two).
     fn parse_lock(args: &Args<'_>) -> Option<Set> {
+        let ttl_ms = Set::lock_ttl(args)?;
+        Some(Set::Acquire {
+            key: args.bytes(1),
+            token: args.bytes(2),
+            ttl_ms,
+        })
+    }
+
+    /// The TTL of a request of [`Set::parse_lock`]'s shape (its key and token are `args[1]`
+    /// and `args[2]`); `None` where that answers `None`.
+    #[inline]
+    fn lock_ttl(args: &Args<'_>) -> Option<i64> {
         if args.len() != 6 || Word::of(&args[3]) != Some(Word::Nx) {
             return None;
         }
-        let n = parse_int(&args[5])?;
+        let n = positive(&args[5])?;
         let ttl_ms = match Word::of(&args[4])? {
             Word::Px => n,
             Word::Ex => n.checked_mul(1000)?,
@@ -159,11 +179,7 @@ impl Set {
         if ttl_ms <= 0 {
             return None;
         }
-        Some(Set::Acquire {
-            key: args.bytes(1),
-            token: args.bytes(2),
-            ttl_ms,
-        })
+        Some(ttl_ms)
     }
 
     /// [`Set::parse`] for any shape: the options in any order, and Redis's errors.
@@ -198,9 +214,31 @@ impl Set {
     }
 }
 
+/// The usual TTL argument, read without overflow checks: 1 to 18 digits without a leading
+/// zero (so below 10^18, within `i64`), which [`parse_int`] reads as the same positive number.
+/// `None` for anything else (a sign, a zero, a longer number, junk), which
+/// [`Set::parse_general`] then reads or refuses.
+fn positive(arg: &[u8]) -> Option<i64> {
+    if arg.is_empty() || arg.len() > 18 || arg[0] == b'0' {
+        return None;
+    }
+    let mut n: i64 = 0;
+    for &d in arg {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = n * 10 + i64::from(d - b'0');
+    }
+    Some(n)
+}
+
 /// `SET`: a lock acquisition or a write.
 pub fn set(proxy: &Arc<Proxy>, _: &mut Conn, args: Args<'_>) -> Action {
-    match Set::parse(args, proxy.config.default_ttl_ms) {
+    // The usual lock request goes straight to its acquisition, without a `Set` in between.
+    if let Some(ttl_ms) = Set::lock_ttl(&args) {
+        return super::lock::acquire(proxy, args.bytes(1), args.bytes(2), ttl_ms);
+    }
+    match Set::parse_general(args, proxy.config.default_ttl_ms) {
         Err(e) => e.into(),
         Ok(Set::Acquire { key, token, ttl_ms }) => super::lock::acquire(proxy, key, token, ttl_ms),
         Ok(Set::Write { args, opts }) => super::keys::set(proxy, args, opts),
@@ -213,26 +251,57 @@ pub fn set(proxy: &Arc<Proxy>, _: &mut Conn, args: Args<'_>) -> Action {
 /// argument by argument, since every lock request pays for this.
 pub(crate) fn set_nx_get(key: &[u8], token: &[u8], ttl_ms: i64) -> Bytes {
     const HEAD: &[u8] = b"*7\r\n$3\r\nSET\r\n";
-    const OPTIONS: &[u8] = b"$2\r\nNX\r\n$2\r\nPX\r\n";
-    const TAIL: &[u8] = b"$3\r\nGET\r\n";
+    // Each piece after an argument starts with that argument's `\r\n`.
+    const OPTIONS: &[u8] = b"\r\n$2\r\nNX\r\n$2\r\nPX\r\n";
+    const TAIL: &[u8] = b"\r\n$3\r\nGET\r\n";
     let mut ttl = itoa::Buffer::new();
     let ttl = ttl.format(ttl_ms).as_bytes();
-    let bulk = |len: usize| 3 + decimal_len(len) + len + 2;
-    let size = HEAD.len() + bulk(key.len()) + bulk(token.len()) + OPTIONS.len();
+    // `$<len>\r\n<arg>`, the `\r\n` after it counted in the piece that follows.
+    let bulk = |len: usize| 3 + decimal_len(len) + len;
+    let size = HEAD.len() + bulk(key.len()) + 2 + bulk(token.len()) + OPTIONS.len();
     let mut out = Vec::with_capacity(size + bulk(ttl.len()) + TAIL.len());
-    out.extend_from_slice(HEAD);
-    for arg in [key, token] {
-        put_header(&mut out, b'$', arg.len());
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(OPTIONS);
-    put_header(&mut out, b'$', ttl.len());
+    put_piece(
+        &mut out,
+        *b"*7\r\n$3\r\nSET\r\n$0\r\n",
+        *b"*7\r\n$3\r\nSET\r\n$00\r\n",
+        key.len(),
+    );
+    out.extend_from_slice(key);
+    put_piece(&mut out, *b"\r\n$0\r\n", *b"\r\n$00\r\n", token.len());
+    out.extend_from_slice(token);
+    put_piece(
+        &mut out,
+        *b"\r\n$2\r\nNX\r\n$2\r\nPX\r\n$0\r\n",
+        *b"\r\n$2\r\nNX\r\n$2\r\nPX\r\n$00\r\n",
+        ttl.len(),
+    );
     out.extend_from_slice(ttl);
-    out.extend_from_slice(b"\r\n");
     out.extend_from_slice(TAIL);
     debug_assert_eq!(out.len(), out.capacity());
     Bytes::from(out)
+}
+
+/// A constant piece of [`set_nx_get`] ending in a bulk header `$<n>\r\n`, given as `one`
+/// (the piece with `$0\r\n`) and `two` (with `$00\r\n`): for `n` below 100, nearly every
+/// length, the fitting one with its digits filled in, as one fixed-size copy.
+#[inline(always)]
+fn put_piece<const ONE: usize, const TWO: usize>(
+    out: &mut Vec<u8>,
+    mut one: [u8; ONE],
+    mut two: [u8; TWO],
+    n: usize,
+) {
+    if n < 10 {
+        one[ONE - 3] = b'0' + n as u8;
+        out.extend_from_slice(&one);
+    } else if n < 100 {
+        two[TWO - 4] = b'0' + (n / 10) as u8;
+        two[TWO - 3] = b'0' + (n % 10) as u8;
+        out.extend_from_slice(&two);
+    } else {
+        out.extend_from_slice(&one[..ONE - 4]);
+        put_header(out, b'$', n);
+    }
 }
 
 /// `SETEX key seconds value`, `PSETEX key milliseconds value`: a plain write with an expiry,
@@ -343,7 +412,7 @@ mod tests {
         for len in [0, 1, 9, 10, 99, 100, 1000, 100_000] {
             let key = vec![b'k'; len];
             let token = vec![b't'; len / 2 + 3];
-            for ttl in [1, 9, 10, 30_000, i64::MAX] {
+            for ttl in [1, 9, 10, 30_000, i64::MAX, -1, i64::MIN] {
                 let text = ttl.to_string();
                 assert_eq!(
                     set_nx_get(&key, &token, ttl),
