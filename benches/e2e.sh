@@ -469,7 +469,11 @@ done
 declare -A ALL1 ALL16 P50_1 P99_1 P50_16 P99_16 RPS1 RPS16 CPU_1 CPU_16
 CLK_TCK=$(getconf CLK_TCK)
 # cpu_ticks PID: user + system clock ticks of every thread of PID so far (empty without a PID).
-cpu_ticks() { [[ -n "${1:-}" ]] && awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+cpu_ticks() {
+    if [[ -n "${1:-}" ]]; then
+        awk '{ print $14 + $15 }' "/proc/$1/stat"
+    fi
+}
 for ((round = 1; round <= ROUNDS; round++)); do
     log "round $round of $ROUNDS"
     for t in "${TARGETS[@]}"; do
