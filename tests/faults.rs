@@ -71,6 +71,16 @@ fn fault_addrs(fx: &[FaultProxy]) -> Vec<String> {
     fx.iter().map(|f| f.addr.clone()).collect()
 }
 
+/// Three masters, each behind a fault proxy, and a proxy (the fault suite's settings) in front
+/// of those, once it trusts all three. The masters stop when the returned list is dropped.
+async fn three_behind_faults() -> (Vec<Master>, Vec<FaultProxy>, String) {
+    let ms = masters(3);
+    let fx = front(&addrs_of(&ms)).await;
+    let p = proxy(fault_config(&fault_addrs(&fx))).await.to_string();
+    wait_trusted(&p, 3, SETTLE).await;
+    (ms, fx, p)
+}
+
 /// Runs a blocking master operation (kill, restart: they wait for the process) off the
 /// runtime's async path.
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
@@ -165,10 +175,7 @@ async fn majority_paused_grants_nothing_then_grants_resume() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_slower_than_the_node_timeout_neither_votes_nor_delays() {
-    let ms = masters(3);
-    let fx = front(&addrs_of(&ms)).await;
-    let p = proxy(fault_config(&fault_addrs(&fx))).await.to_string();
-    wait_trusted(&p, 3, SETTLE).await;
+    let (_masters, fx, p) = three_behind_faults().await;
     // 350 ms per reply against a 100 ms node timeout (and a 500 ms stall timeout, so it
     // stays connected and keeps receiving every write).
     fx[0].set(Fault::Delay(Duration::from_millis(350)));
@@ -198,10 +205,7 @@ async fn a_master_slower_than_the_node_timeout_neither_votes_nor_delays() {
 /// key is granted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquisition_stops_waiting_at_the_node_timeout() {
-    let ms = masters(3);
-    let fx = front(&addrs_of(&ms)).await;
-    let p = proxy(fault_config(&fault_addrs(&fx))).await.to_string();
-    wait_trusted(&p, 3, SETTLE).await;
+    let (_masters, fx, p) = three_behind_faults().await;
     let mut c = Client::connect(&p).await;
     // 350 ms per reply against a 100 ms node timeout (and a 500 ms stall timeout).
     fx[0].set(Fault::Delay(Duration::from_millis(350)));
@@ -230,10 +234,7 @@ async fn an_acquisition_stops_waiting_at_the_node_timeout() {
 /// 10,000 clients at once, `benches/scale.sh`). A silent master still ends the wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_waits_for_busy_masters_until_they_answer() {
-    let ms = masters(3);
-    let fx = front(&addrs_of(&ms)).await;
-    let p = proxy(fault_config(&fault_addrs(&fx))).await.to_string();
-    wait_trusted(&p, 3, SETTLE).await;
+    let (ms, fx, p) = three_behind_faults().await;
     let mut c = Client::connect(&p).await;
     assert_eq!(
         c.cmd(&["SET", "busy", "tok", "NX", "PX", "2000"]).await,
@@ -276,10 +277,7 @@ async fn a_release_waits_for_busy_masters_until_they_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_replies_partitions_and_resets_grant_nothing_twice() {
-    let ms = masters(3);
-    let fx = front(&addrs_of(&ms)).await;
-    let p = proxy(fault_config(&fault_addrs(&fx))).await.to_string();
-    wait_trusted(&p, 3, SETTLE).await;
+    let (_masters, fx, p) = three_behind_faults().await;
     let checker = Checker::new("network", RESOURCES);
     let load = Load::start(
         "c",
