@@ -29,6 +29,11 @@
 //! those whose deadline has passed stop. A vote polled this way puts nothing in the shared
 //! queue, so the lock path pays neither its mutex nor its slot; a vote polled by any other
 //! task falls back to the queue above, exactly as before.
+//!
+//! This relies on the task's futures polling their votes whenever they are polled themselves,
+//! as `async` code and `join!`/`select!` do. A combinator that polls only the children whose
+//! own wakers fired (a `FuturesUnordered`) would not pass the timer's wake-up on: a vote under
+//! one inside a command would wait past its deadline.
 
 use std::cell::Cell;
 use std::cmp::Reverse;
