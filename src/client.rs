@@ -487,20 +487,11 @@ where
             let written =
                 std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut wr).poll_write(cx, &output)))
                     .await;
-            match written {
-                Poll::Ready(Ok(0)) => {
-                    finish_in_background(inflight);
-                    return Err(io::ErrorKind::WriteZero.into());
-                }
-                Poll::Ready(Ok(n)) => {
-                    output.advance(n);
-                    progress = Instant::now();
-                }
-                Poll::Ready(Err(e)) => {
-                    finish_in_background(inflight);
-                    return Err(e);
-                }
-                Poll::Pending => {}
+            if let Poll::Ready(written) = written
+                && let Err(e) = took_bytes(written, &mut output, &mut progress)
+            {
+                finish_in_background(inflight);
+                return Err(e);
             }
         }
         if output.len() > output_limit {
@@ -524,20 +515,12 @@ where
         }
         tokio::select! {
             biased;
-            written = wr.write(&output), if !output.is_empty() => match written {
-                Ok(0) => {
-                    finish_in_background(inflight);
-                    return Err(io::ErrorKind::WriteZero.into());
-                }
-                Ok(n) => {
-                    output.advance(n);
-                    progress = Instant::now();
-                }
-                Err(e) => {
+            written = wr.write(&output), if !output.is_empty() => {
+                if let Err(e) = took_bytes(written, &mut output, &mut progress) {
                     finish_in_background(inflight);
                     return Err(e);
                 }
-            },
+            }
             Some((reply, resp3)) = inflight.next(std::mem::take(&mut polled)), if !inflight.is_empty() => {
                 if output.is_empty() {
                     progress = Instant::now();
@@ -587,6 +570,23 @@ where
                     timer.as_mut().reset(deadline);
                 }
             }
+        }
+    }
+}
+
+/// What a write of `output` to the client did: the bytes it took are gone from `output` and
+/// count as progress; a write that took nothing is an error, as a closed socket.
+fn took_bytes(
+    written: io::Result<usize>,
+    output: &mut BytesMut,
+    progress: &mut Instant,
+) -> io::Result<()> {
+    match written? {
+        0 => Err(io::ErrorKind::WriteZero.into()),
+        n => {
+            output.advance(n);
+            *progress = Instant::now();
+            Ok(())
         }
     }
 }
