@@ -8,8 +8,8 @@
 //!
 //! The deadline reaches the inbox as one more message: [`ReplyTx::expire`], sent by the shared
 //! timer of [`crate::deadline`] (or [`ReplyRx::expire`], when the task polling the fan-out saw
-//! the deadline pass), so a fan-out needs no timer of its own. Replies that arrive
-//! after the deadline, or after the receiver has gone (an early decision), are dropped.
+//! the deadline pass), so a fan-out needs no timer of its own. Replies that arrive after the
+//! deadline, or after the receiver has gone (an early decision), are dropped.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};

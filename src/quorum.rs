@@ -15,8 +15,9 @@
 //! excluded masters: with too many of them, nothing is granted.
 //!
 //! A vote stops waiting at its deadline, told by the client task that polls it or else by the
-//! masters' shared timer ([`crate::deadline`]); [`Vote::finish`] after a decision keeps gathering until that same
-//! deadline, so a roll-back learns of every write that answered in time.
+//! masters' shared timer ([`crate::deadline`]); [`Vote::finish`] after a decision keeps
+//! gathering until that same deadline, so a roll-back learns of every write that answered in
+//! time.
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -397,35 +398,31 @@ impl Vote {
             alarm,
         } = self;
         // Counted as they are taken from the inbox, with no list in between.
-        {
-            let counted = rx.poll_each(cx, |(i, result)| {
-                // A master that failed is a definite "no" and no longer pending.
-                *pending -= 1;
-                match result {
-                    Ok(r) if trusted.get(i) && masters[i].is_trusted() => {
-                        ballots.replies[i] = Some(r)
-                    }
-                    Ok(_) => ballots.failed[i] = Some(BackendError::Excluded),
-                    Err(e) => ballots.failed[i] = Some(e),
-                }
-                *pending == 0 || done(ballots, *pending)
-            });
-            if counted.is_ready() {
-                return Poll::Ready(());
+        let counted = rx.poll_each(cx, |(i, result)| {
+            // A master that failed is a definite "no" and no longer pending.
+            *pending -= 1;
+            match result {
+                Ok(r) if trusted.get(i) && masters[i].is_trusted() => ballots.replies[i] = Some(r),
+                Ok(_) => ballots.failed[i] = Some(BackendError::Excluded),
+                Err(e) => ballots.failed[i] = Some(e),
             }
-            match deadline::due(*deadline) {
-                Due::Watched => Poll::Pending,
-                Due::Passed => {
-                    // What arrived was counted above; what comes later is dropped.
-                    rx.expire();
-                    Poll::Ready(())
+            *pending == 0 || done(ballots, *pending)
+        });
+        if counted.is_ready() {
+            return Poll::Ready(());
+        }
+        match deadline::due(*deadline) {
+            Due::Watched => Poll::Pending,
+            Due::Passed => {
+                // What arrived was counted above; what comes later is dropped.
+                rx.expire();
+                Poll::Ready(())
+            }
+            Due::Unwatched => {
+                if alarm.is_none() {
+                    *alarm = Some(masters.0.deadlines.set(*deadline, rx.sender()));
                 }
-                Due::Unwatched => {
-                    if alarm.is_none() {
-                        *alarm = Some(masters.0.deadlines.set(*deadline, rx.sender()));
-                    }
-                    Poll::Pending
-                }
+                Poll::Pending
             }
         }
     }

@@ -308,13 +308,13 @@ impl Future for Acquisition {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Reply> {
         let this = self.get_mut();
         let proxy = &this.proxy;
-        let op = &this.op;
         loop {
             match &mut this.stage {
                 Stage::Turn(ready) => {
                     let Poll::Ready(held) = Pin::new(ready).poll(cx) else {
                         return Poll::Pending;
                     };
+                    let op = &this.op;
                     if op.ttl_ms <= 0 {
                         // An absolute expiry in the past: the lock would be born expired.
                         this.stage = Stage::Done;
@@ -338,6 +338,7 @@ impl Future for Acquisition {
                     if vote.poll_decide_by(cx, wrote).is_pending() {
                         return Poll::Pending;
                     }
+                    let op = &this.op;
                     if let Some(ok) = grant(proxy, op, vote.ballots(), *start, this.since) {
                         // The vote ends and the keys' turn passes on here.
                         this.stage = Stage::Done;
@@ -352,10 +353,6 @@ impl Future for Acquisition {
                     let rest =
                         not_granted_at_once(proxy.clone(), op, held, this.since, vote, start);
                     this.stage = Stage::Rest(Box::pin(rest));
-                    return match &mut this.stage {
-                        Stage::Rest(rest) => rest.as_mut().poll(cx),
-                        _ => unreachable!("just made"),
-                    };
                 }
                 Stage::Rest(rest) => return rest.as_mut().poll(cx),
                 // Not polled again once answered (a pipeline keeps the reply instead).
