@@ -15,7 +15,7 @@
 //! hashing or comparing the key; a waker list and a list of abandoned tickets exist only while
 //! a key is contended.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use hashbrown::HashTable;
@@ -127,18 +127,10 @@ impl KeyLocks {
             // One key, nearly every request: hashed before the mutex is taken, and no check
             // for repeats.
             let hash = self.hash(key);
-            let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-            let (place, waits) = table.take(self, hash, key);
-            drop(table);
+            let (place, waits) = self.table().take(self, hash, key);
             let mut mine = SmallVec::new();
             mine.push(place);
-            return Ticket {
-                held: Some(Held {
-                    locks: self.clone(),
-                    keys: mine,
-                    waits,
-                }),
-            };
+            return self.ticket(mine, waits);
         }
         let mut mine: SmallVec<[Place; 2]> = SmallVec::with_capacity(keys.len());
         let mut waits = false;
@@ -148,7 +140,7 @@ impl KeyLocks {
             (keys.len() > 8).then(|| {
                 std::collections::HashSet::with_capacity_and_hasher(keys.len(), Default::default())
             });
-        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        let mut table = self.table();
         for (i, key) in keys.iter().enumerate() {
             let repeated = match seen.as_mut() {
                 Some(set) => !set.insert(key.as_ref()),
@@ -162,10 +154,20 @@ impl KeyLocks {
             mine.push(place);
         }
         drop(table);
+        self.ticket(mine, waits)
+    }
+
+    /// The table, locked; a lock poisoned by a panic elsewhere is taken over, not refused.
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A ticket holding `keys`' places (`waits`: some earlier ticket is still outstanding).
+    fn ticket(self: &Arc<Self>, keys: SmallVec<[Place; 2]>, waits: bool) -> Ticket {
         Ticket {
             held: Some(Held {
                 locks: self.clone(),
-                keys: mine,
+                keys,
                 waits,
             }),
         }
@@ -183,7 +185,7 @@ impl KeyLocks {
 
     /// The notifier to wait on for `place`, or `None` when its ticket may run now.
     fn wait_for(&self, place: &Place) -> Option<Arc<Notify>> {
-        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        let mut table = self.table();
         let turn = table
             .turns
             .find_mut(place.hash, |t| t.serial == place.serial)?;
@@ -263,7 +265,7 @@ impl Held {
         if self.keys.is_empty() {
             return;
         }
-        let mut table = self.locks.table.lock().unwrap_or_else(|p| p.into_inner());
+        let mut table = self.locks.table();
         for place in self.keys.drain(..) {
             // The entry is there: it goes only when every ticket taken on it has finished.
             let Ok(mut entry) = table
