@@ -675,6 +675,31 @@ async fn a_set_that_timed_out_but_landed_is_cleaned_up() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_set_with_a_held_token_leaves_the_unanswered_master_alone() {
+    // Plain `SET NX` answers "taken" without naming the holder. A retry by the holder's own
+    // token is refused (as Redis would), and the master that answers too late may hold the
+    // earlier grant's key: the refusal's clean-up must find out before it deletes the token.
+    let (ms, fx, p) = three_behind_faults().await;
+    let mut c = Client::connect(&p).await;
+    assert_eq!(
+        c.cmd(&["SET", "mine", "tok", "NX", "PX", "2000"]).await,
+        Reply::ok()
+    );
+    fx[1].set(Fault::Delay(Duration::from_millis(400)));
+    assert_eq!(
+        c.cmd(&["SET", "mine", "tok", "NX", "PX", "2000"]).await,
+        Reply::Nil
+    );
+    // A clean-up sent to master 1 would have landed behind the delayed SET by now.
+    sleep(Duration::from_millis(900)).await;
+    assert_eq!(
+        values_on(&ms, "mine").await,
+        vec![Some("tok".to_string()); 3],
+        "the earlier grant lost a master to a refused retry's clean-up"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_retrying_with_its_token_after_lost_replies_gets_its_lock_once() {
     let ms = masters(3);
     let fx = front(&addrs_of(&ms)).await;

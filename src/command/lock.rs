@@ -219,10 +219,30 @@ pub(crate) fn eval<K: AsRef<[u8]>>(script: &str, keys: &[K], args: &[&[u8]]) -> 
     command(&parts)
 }
 
-/// A master's "yes" to an acquisition: nil from `SET key token NX PX ttl GET` (it created the
-/// key), or the per-key codes of [`ACQUIRE`]. Anything else is a "no": another holder's value,
-/// the caller's own value (the key was already there: Redis answers nil to a second `SET NX`),
-/// 0 or -1 from the script, an error.
+/// Whether an acquisition asks each master plain `SET key token NX PX ttl`: one key, and not
+/// reentrant (a key already holding the token is as taken as any other, so the holder's value
+/// is not needed to decide). The master answers `OK` when it created the key and nil when the
+/// key was there, whoever holds it.
+fn asks_plain(op: &LockOp) -> bool {
+    op.op == Op::Acquire && op.keys.len() == 1
+}
+
+/// How a master's answer to the acquisition `op` reads as a "yes" (see [`acquire_request`]):
+/// [`set_ok`] for plain `SET NX`, [`wrote`] for the other forms.
+fn created_by(op: &LockOp) -> fn(&Reply) -> bool {
+    if asks_plain(op) { set_ok } else { wrote }
+}
+
+/// A master's "yes" to plain `SET key token NX PX ttl`: `OK`, it created the key. Nil (the key
+/// was there, even with the caller's own value: Redis answers nil to a second `SET NX`) or an
+/// error is a "no".
+fn set_ok(r: &Reply) -> bool {
+    matches!(r, Reply::Simple(s) if s.as_ref() == b"OK")
+}
+
+/// A master's "yes" to a reentrant or many-key acquisition: nil from `SET key token NX PX ttl
+/// GET` (it created the key), or the per-key codes of [`ACQUIRE`]. Anything else is a "no":
+/// another holder's value, the caller's own value, 0 or -1 from the script, an error.
 fn wrote(r: &Reply) -> bool {
     matches!(r, Reply::Nil | Reply::Array(_))
 }
@@ -335,7 +355,7 @@ impl Future for Acquisition {
                     this.stage = Stage::Vote { held, vote, start };
                 }
                 Stage::Vote { vote, start, .. } => {
-                    if vote.poll_decide_by(cx, wrote).is_pending() {
+                    if vote.poll_decide_by(cx, created_by(&this.op)).is_pending() {
                         return Poll::Pending;
                     }
                     let op = &this.op;
@@ -362,10 +382,11 @@ impl Future for Acquisition {
     }
 }
 
-/// What an acquisition sends each master. One key: `SET key token NX PX ttl GET`, which creates
-/// the key or names its holder in one plain command, much cheaper for a master than a script
-/// (Redis 7.0 and later; older masters get the [`ACQUIRE`] script, as several keys do). Built
-/// outside the acquisition's future, so none of this is stored across its waits.
+/// What an acquisition sends each master. One key: `SET key token NX PX ttl` (see
+/// [`asks_plain`]), the very command a client would send one Redis, and the cheapest a master
+/// can run. A reentrant one adds `GET`, which names the holder in the same command (Redis 7.0
+/// and later; older masters get the [`ACQUIRE`] script, as several keys do). Built outside the
+/// acquisition's future, so none of this is stored across its waits.
 fn acquire_request(proxy: &Proxy, op: &LockOp) -> Request {
     let k = op.keys.len();
     let flag = acquire_flag(op.op);
@@ -377,8 +398,10 @@ fn acquire_request(proxy: &Proxy, op: &LockOp) -> Request {
             &[&op.token, ttl.format(op.ttl_ms).as_bytes(), flag],
         )
     };
-    if k == 1 {
-        let set = super::set::set_nx_get(&op.keys[0], &op.token, op.ttl_ms);
+    if asks_plain(op) {
+        Request::Same(super::set::set_nx(&op.keys[0], &op.token, op.ttl_ms, false))
+    } else if k == 1 {
+        let set = super::set::set_nx(&op.keys[0], &op.token, op.ttl_ms, true);
         if proxy.masters.iter().all(|m| m.info().set_nx_get()) {
             Request::Same(set)
         } else {
@@ -414,7 +437,7 @@ fn grant(
     // One clock read for the validity and the histogram.
     let now = Instant::now();
     let elapsed = now.saturating_duration_since(start);
-    let left = granted(ballots, ttl, elapsed, &proxy.config)?;
+    let left = granted(ballots, created_by(op), ttl, elapsed, &proxy.config)?;
     trace!(
         validity_ms = left.as_millis(),
         keys = op.keys.len(),
@@ -458,7 +481,8 @@ async fn not_granted_at_once(
     let ttl_arg = itoa::Buffer::new().format(op.ttl_ms).to_owned();
     let flag = acquire_flag(op.op);
     let script = || eval(ACQUIRE, &op.keys, &[&op.token, ttl_arg.as_bytes(), flag]);
-    let first = vote.decide_by(wrote).await;
+    let yes = created_by(&op);
+    let first = vote.decide_by(yes).await;
     let mine = |r: &Reply| matches!(r, Reply::Bulk(v) if *v == op.token);
     // The first round's vote, while answers may still be due (see the refusal below).
     let (ballots, unfinished) = if reentrant && first.count(mine) > 0 {
@@ -487,7 +511,7 @@ async fn not_granted_at_once(
         (first.clone(), Some(vote))
     };
     debug!(
-        yes = ballots.count(wrote),
+        yes = ballots.count(yes),
         quorum = ballots.quorum,
         keys = k,
         "lock refused"
@@ -497,18 +521,20 @@ async fn not_granted_at_once(
     let refused = answer(op.answer, false, k);
     if let Some(vote) = unfinished.filter(|_| {
         ballots.replies.iter().any(Option::is_none)
-            && (reentrant || earlier_grant_possible(&ballots, &op))
+            && (reentrant || earlier_grant_possible(&ballots, None, &op))
     }) {
         // Decided early, with masters yet to answer, and the key may already hold this very
-        // value there: the attempt is reentrant, or some master reported the key holding it (an
-        // earlier grant of this client's, or another holder whose value is the same, such as a
-        // timestamp). An answer still due tells whether the key there was created by this
-        // attempt (delete it) or was already there (keep it), so the clean-up waits for those
-        // answers (until the node deadline). The client has its answer now; the keys stay held until the clean-up is
-        // queued.
+        // value there: the attempt is reentrant, or some master reported the key holding it, or
+        // a plain "taken" that does not say by whom (an earlier grant of this client's, or
+        // another holder whose value is the same, such as a timestamp). An answer still due
+        // tells whether the key there was created by this attempt (delete it) or was already
+        // there (keep it), so the clean-up waits for those answers (until the node deadline),
+        // and asks who holds the key where that decides it. The client has its answer now; the
+        // keys stay held until the clean-up is queued.
         tokio::spawn(async move {
             let ballots = vote.finish().await;
-            roll_back(&proxy, &ballots, &op);
+            let holders = name_holders(&proxy, &ballots, &op).await;
+            roll_back(&proxy, &ballots, holders.as_ref(), &op);
             drop(held);
         });
         return refused;
@@ -517,23 +543,32 @@ async fn not_granted_at_once(
     // the clean-up. Every answer is in, or the attempt is not reentrant: then a master that has
     // not answered gets its clean-up queued behind the attempt on the same connection, so
     // nothing waits for a slow master (see `roll_back`).
-    roll_back(&proxy, &ballots, &op);
+    // (A plain "taken" with masters unanswered was sent down the spawned path above, so nothing
+    // here needs the holders named.)
+    roll_back(&proxy, &ballots, None, &op);
     drop(held);
     refused
 }
 
 /// The acquisition's decision: granted, with the validity left, when a quorum of masters
-/// created the keys and the validity (`ttl − elapsed − drift`) is above `min_validity_ms`.
-fn granted(ballots: &Ballots, ttl: Duration, elapsed: Duration, cfg: &Config) -> Option<Duration> {
+/// created the keys (`yes`, see [`created_by`]) and the validity (`ttl − elapsed − drift`) is
+/// above `min_validity_ms`.
+fn granted(
+    ballots: &Ballots,
+    yes: fn(&Reply) -> bool,
+    ttl: Duration,
+    elapsed: Duration,
+    cfg: &Config,
+) -> Option<Duration> {
     let min = Duration::from_millis(cfg.min_validity_ms);
     validity(ttl, elapsed, cfg.drift_factor)
-        .filter(|left| ballots.count(wrote) >= ballots.quorum && *left > min)
+        .filter(|left| ballots.count(yes) >= ballots.quorum && *left > min)
 }
 
 /// Deletes (where they still hold the token) the keys a refused acquisition may have created
 /// (see [`roll_back_plan`]).
-fn roll_back(proxy: &Proxy, ballots: &Ballots, op: &LockOp) {
-    if take_back(proxy, &roll_back_plan(ballots, op), &op.token) {
+fn roll_back(proxy: &Proxy, ballots: &Ballots, holders: Option<&Ballots>, op: &LockOp) {
+    if take_back(proxy, &roll_back_plan(ballots, holders, op), &op.token) {
         Stats::bump(&proxy.stats.rollbacks);
     }
 }
@@ -542,13 +577,18 @@ fn roll_back(proxy: &Proxy, ballots: &Ballots, op: &LockOp) {
 /// said yes, the keys it reports as created (a reentrant attempt leaves keys that already held
 /// the token alone); on a master whose outcome is unknown (no answer yet, or an answer that did
 /// not count: excluded, clock jump, connection lost), every key, unless an earlier grant of
-/// this token may live there (see [`earlier_grant_possible`]); then what the attempt may have
-/// created there is left to expire with its TTL. A master that said "taken" wrote nothing.
-fn roll_back_plan<'a>(ballots: &Ballots, op: &'a LockOp) -> Vec<Vec<&'a Bytes>> {
-    let keep_unknown = earlier_grant_possible(ballots, op);
+/// this token may live there (see [`earlier_grant_possible`], which `holders` informs); then
+/// what the attempt may have created there is left to expire with its TTL. A master that said
+/// "taken" wrote nothing.
+fn roll_back_plan<'a>(
+    ballots: &Ballots,
+    holders: Option<&Ballots>,
+    op: &'a LockOp,
+) -> Vec<Vec<&'a Bytes>> {
+    let keep_unknown = earlier_grant_possible(ballots, holders, op);
+    let created = created_by(op);
     (0..ballots.replies.len())
         .map(|i| match &ballots.replies[i] {
-            Some(Reply::Nil) => op.keys.iter().collect(),
             Some(Reply::Array(codes)) => op
                 .keys
                 .iter()
@@ -556,6 +596,7 @@ fn roll_back_plan<'a>(ballots: &Ballots, op: &'a LockOp) -> Vec<Vec<&'a Bytes>> 
                 .filter(|(_, c)| **c == Reply::Integer(1))
                 .map(|(key, _)| key)
                 .collect(),
+            Some(r) if created(r) => op.keys.iter().collect(),
             Some(_) => Vec::new(),
             None if ballots.may_have_run(i) && !keep_unknown => op.keys.iter().collect(),
             None => Vec::new(),
@@ -585,19 +626,55 @@ pub(crate) fn take_back(proxy: &Proxy, plan: &[Vec<&Bytes>], value: &Bytes) -> b
 ///
 /// A valid grant holds its key on a quorum of masters. For one key, every trusted master that
 /// answered reported such a key as already holding the token (`SET NX GET` names the value;
-/// [`ACQUIRE`] answers 2 or -1). So when no answer says so and the masters that gave no counted
+/// [`ACQUIRE`] answers 2 or -1). Plain `SET NX` names no value: its "taken" counts as this
+/// token unless `holders` (a `GET` of the key asked afterwards, see [`name_holders`]) found
+/// another value or none there. So when no answer says so and the masters that gave no counted
 /// answer are fewer than a quorum, no valid grant of this token exists, and the unknown masters
 /// can be cleaned up like any others. With several keys a master stops at the first key taken
 /// by someone else without reporting the rest, so nothing can be concluded.
-fn earlier_grant_possible(ballots: &Ballots, op: &LockOp) -> bool {
-    let same_value = ballots.replies.iter().flatten().any(|r| match r {
-        Reply::Array(codes) => codes.contains(&Reply::Integer(2)),
-        Reply::Bulk(v) => *v == op.token,
-        Reply::Integer(n) => *n == -1,
+fn earlier_grant_possible(ballots: &Ballots, holders: Option<&Ballots>, op: &LockOp) -> bool {
+    let plain = asks_plain(op);
+    let is_token = |r: &Reply| matches!(r, Reply::Bulk(v) if *v == op.token);
+    let same_value = ballots.replies.iter().enumerate().any(|(i, r)| match r {
+        Some(Reply::Array(codes)) => codes.contains(&Reply::Integer(2)),
+        Some(Reply::Nil) if plain => holders
+            .and_then(|h| h.replies[i].as_ref())
+            .is_none_or(is_token),
+        Some(r @ Reply::Bulk(_)) => is_token(r),
+        Some(Reply::Integer(n)) => *n == -1,
         _ => false,
     });
     let unknown = ballots.replies.iter().filter(|r| r.is_none()).count();
     op.keys.len() > 1 || same_value || unknown >= ballots.quorum
+}
+
+/// Who holds the key now on each master that answered a plain acquisition's `SET NX` with
+/// "taken" (nil names nobody), asked with `GET` once the attempt is refused: what
+/// [`earlier_grant_possible`] needs to clean up the masters whose outcome is unknown. `None`
+/// when it cannot change the plan: not a plain acquisition, no unknown master that may have
+/// run it, no "taken", or too many unknown masters to conclude anything.
+async fn name_holders(proxy: &Proxy, ballots: &Ballots, op: &LockOp) -> Option<Ballots> {
+    let n = ballots.replies.len();
+    let unknown = ballots.replies.iter().filter(|r| r.is_none()).count();
+    let cleanable = (0..n).any(|i| ballots.replies[i].is_none() && ballots.may_have_run(i));
+    if !asks_plain(op) || !cleanable || unknown >= ballots.quorum {
+        return None;
+    }
+    let get = command(&[b"GET", &op.keys[0]]);
+    let asks: Vec<Option<Bytes>> = ballots
+        .replies
+        .iter()
+        .map(|r| matches!(r, Some(Reply::Nil)).then(|| get.clone()))
+        .collect();
+    if asks.iter().all(Option::is_none) {
+        return None;
+    }
+    let deadline = Instant::now() + proxy.config.node_timeout();
+    Some(
+        ask(&proxy.masters, Request::Some(asks), 1, deadline)
+            .finish()
+            .await,
+    )
 }
 
 async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
@@ -859,9 +936,16 @@ mod tests {
         }
     }
 
-    /// `SET key tok NX PX ttl GET` answers as masters give them.
-    fn set_nx_get(replies: Vec<Option<Reply>>) -> Ballots {
-        ballots(replies)
+    /// The reentrant form of [`op`], whose one-key masters are asked `SET NX ... GET`.
+    fn reentrant(keys: &[&'static str]) -> LockOp {
+        LockOp {
+            op: Op::AcquireOrRefresh,
+            ..op(keys)
+        }
+    }
+
+    fn bulk(v: &'static str) -> Option<Reply> {
+        Some(Reply::Bulk(Bytes::from_static(v.as_bytes())))
     }
 
     const TTL: Duration = Duration::from_secs(10);
@@ -870,45 +954,69 @@ mod tests {
     #[test]
     fn acquisition_is_granted_only_with_a_quorum_of_creations_in_time() {
         let cfg = Config::default();
-        let created = Some(Reply::Nil);
-        let taken = Some(Reply::Bulk(Bytes::from_static(b"other")));
-        let yes2 = set_nx_get(vec![created.clone(), created.clone(), taken.clone()]);
-        assert!(granted(&yes2, TTL, FAST, &cfg).is_some());
-        let yes1 = set_nx_get(vec![created.clone(), taken.clone(), None]);
-        assert!(granted(&yes1, TTL, FAST, &cfg).is_none());
+        let yes = created_by(&op(&["k"]));
+        // Plain `SET NX`: OK is a creation, nil is taken (whoever holds it).
+        let (created, taken) = (Some(Reply::ok()), Some(Reply::Nil));
+        let yes2 = ballots(vec![created.clone(), created.clone(), taken.clone()]);
+        assert!(granted(&yes2, yes, TTL, FAST, &cfg).is_some());
+        let yes1 = ballots(vec![created.clone(), taken.clone(), None]);
+        assert!(granted(&yes1, yes, TTL, FAST, &cfg).is_none());
         // A quorum, but the validity left (ttl − elapsed − drift) is gone.
         let late = Duration::from_millis(9_950);
-        assert!(granted(&yes2, TTL, late, &cfg).is_none());
-        // Keys that already hold the caller's own value are not creations: Redis answers nil
-        // to a second `SET NX` with the same value, and so must the quorum.
-        let mine = Some(Reply::Bulk(Bytes::from_static(b"tok")));
-        let same = set_nx_get(vec![mine.clone(), mine, created]);
-        assert!(granted(&same, TTL, FAST, &cfg).is_none());
+        assert!(granted(&yes2, yes, TTL, late, &cfg).is_none());
+        // `SET NX ... GET` (reentrant): nil is a creation; a value, even the caller's own, is a
+        // key that was already there.
+        let yes = created_by(&reentrant(&["k"]));
+        let (created, mine) = (Some(Reply::Nil), bulk("tok"));
+        let same = ballots(vec![mine.clone(), mine, created.clone()]);
+        assert!(granted(&same, yes, TTL, FAST, &cfg).is_none());
+        let two = ballots(vec![created.clone(), created, bulk("other")]);
+        assert!(granted(&two, yes, TTL, FAST, &cfg).is_some());
+        // One reading per form: the other form's "yes" never counts.
+        assert!(granted(&two, created_by(&op(&["k"])), TTL, FAST, &cfg).is_none());
+        assert!(granted(&yes2, yes, TTL, FAST, &cfg).is_none());
     }
 
     #[test]
     fn a_refused_acquisition_is_rolled_back_only_where_it_may_have_written() {
         let o = op(&["k"]);
         let k = &o.keys[0];
-        let taken = Some(Reply::Bulk(Bytes::from_static(b"other")));
-        // Created on master 0, taken on master 1, master 2 has not answered: clean 0 and 2.
-        let b = set_nx_get(vec![Some(Reply::Nil), taken.clone(), None]);
-        assert_eq!(roll_back_plan(&b, &o), vec![vec![k], vec![], vec![k]]);
+        let (created, taken) = (Some(Reply::ok()), Some(Reply::Nil));
+        // Created on master 0, taken on master 1, master 2 has not answered. Plain `SET NX`
+        // does not say who holds master 1's key: it may be an earlier grant of this very
+        // token, which may live on master 2 too, so master 2 is left to expire...
+        let b = ballots(vec![created.clone(), taken.clone(), None]);
+        assert_eq!(roll_back_plan(&b, None, &o), vec![vec![k], vec![], vec![]]);
+        // ...unless master 1's holder, asked afterwards, is someone else (or nobody by now):
+        // then no grant of this token can hold a quorum, and master 2 is cleaned too.
+        for named in [bulk("other"), Some(Reply::Nil)] {
+            let holders = ballots(vec![None, named, None]);
+            let plan = roll_back_plan(&b, Some(&holders), &o);
+            assert_eq!(plan, vec![vec![k], vec![], vec![k]]);
+        }
+        // The holder is this token, or did not answer: left alone.
+        for named in [bulk("tok"), None] {
+            let holders = ballots(vec![None, named, None]);
+            let plan = roll_back_plan(&b, Some(&holders), &o);
+            assert_eq!(plan, vec![vec![k], vec![], vec![]]);
+        }
         // A master that was down never got the attempt.
-        let mut b = set_nx_get(vec![Some(Reply::Nil), taken.clone(), None]);
+        let mut b = ballots(vec![created.clone(), created.clone(), None]);
         b.failed[2] = Some(BackendError::Down);
-        assert_eq!(roll_back_plan(&b, &o), vec![vec![k], vec![], vec![]]);
-        // Some master reports the key holding this very value: a grant of it may live on
-        // the unanswered master, so that one is left to expire.
-        let mine = Some(Reply::Bulk(Bytes::from_static(b"tok")));
-        let b = set_nx_get(vec![Some(Reply::Nil), mine, None]);
-        assert_eq!(roll_back_plan(&b, &o), vec![vec![k], vec![], vec![]]);
+        assert_eq!(roll_back_plan(&b, None, &o), vec![vec![k], vec![k], vec![]]);
+        // `SET NX ... GET` names the holder at once: another's lets master 2 be cleaned,
+        // this token's keeps it.
+        let r = reentrant(&["k"]);
+        let b = ballots(vec![Some(Reply::Nil), bulk("other"), None]);
+        assert_eq!(roll_back_plan(&b, None, &r), vec![vec![k], vec![], vec![k]]);
+        let b = ballots(vec![Some(Reply::Nil), bulk("tok"), None]);
+        assert_eq!(roll_back_plan(&b, None, &r), vec![vec![k], vec![], vec![]]);
         // Several keys: only those a master reports as created (1), never ones it found
         // already holding the token (2).
         let two = op(&["a", "b"]);
         let b = ballots(vec![codes_of(&[1, 2]), Some(I(0)), Some(I(0))]);
         assert_eq!(
-            roll_back_plan(&b, &two),
+            roll_back_plan(&b, None, &two),
             vec![vec![&two.keys[0]], vec![], vec![]]
         );
     }

@@ -245,27 +245,29 @@ pub fn set(proxy: &Arc<Proxy>, _: &mut Conn, args: Args<'_>) -> Action {
     }
 }
 
-/// `SET key token NX PX ttl GET`, as an acquisition of one key asks each master (see
-/// [`super::lock`]): the same bytes as [`crate::reply::command`] makes of it, in one
-/// exactly-sized allocation, with the constant words written as whole pieces rather than
-/// argument by argument, since every lock request pays for this.
-pub(crate) fn set_nx_get(key: &[u8], token: &[u8], ttl_ms: i64) -> Bytes {
+/// `SET key token NX PX ttl`, as an acquisition of one key asks each master, with `GET` at the
+/// end when `get` (a reentrant acquisition, which must see the holder: see [`super::lock`]):
+/// the same bytes as [`crate::reply::command`] makes of it, in one exactly-sized allocation,
+/// with the constant words written as whole pieces rather than argument by argument, since
+/// every lock request pays for this.
+pub(crate) fn set_nx(key: &[u8], token: &[u8], ttl_ms: i64, get: bool) -> Bytes {
     const HEAD: &[u8] = b"*7\r\n$3\r\nSET\r\n";
     // Each piece after an argument starts with that argument's `\r\n`.
     const OPTIONS: &[u8] = b"\r\n$2\r\nNX\r\n$2\r\nPX\r\n";
-    const TAIL: &[u8] = b"\r\n$3\r\nGET\r\n";
+    let tail: &[u8] = if get { b"\r\n$3\r\nGET\r\n" } else { b"\r\n" };
+    let argc = if get { b'7' } else { b'6' };
     let mut ttl = itoa::Buffer::new();
     let ttl = ttl.format(ttl_ms).as_bytes();
     // `$<len>\r\n<arg>`, the `\r\n` after it counted in the piece that follows.
     let bulk = |len: usize| 3 + decimal_len(len) + len;
     let size = HEAD.len() + bulk(key.len()) + 2 + bulk(token.len()) + OPTIONS.len();
-    let mut out = Vec::with_capacity(size + bulk(ttl.len()) + TAIL.len());
-    put_piece(
-        &mut out,
+    let mut out = Vec::with_capacity(size + bulk(ttl.len()) + tail.len());
+    let (mut one, mut two) = (
         *b"*7\r\n$3\r\nSET\r\n$0\r\n",
         *b"*7\r\n$3\r\nSET\r\n$00\r\n",
-        key.len(),
     );
+    (one[1], two[1]) = (argc, argc);
+    put_piece(&mut out, one, two, key.len());
     out.extend_from_slice(key);
     put_piece(&mut out, *b"\r\n$0\r\n", *b"\r\n$00\r\n", token.len());
     out.extend_from_slice(token);
@@ -276,12 +278,12 @@ pub(crate) fn set_nx_get(key: &[u8], token: &[u8], ttl_ms: i64) -> Bytes {
         ttl.len(),
     );
     out.extend_from_slice(ttl);
-    out.extend_from_slice(TAIL);
+    out.extend_from_slice(tail);
     debug_assert_eq!(out.len(), out.capacity());
     Bytes::from(out)
 }
 
-/// A constant piece of [`set_nx_get`] ending in a bulk header `$<n>\r\n`, given as `one`
+/// A constant piece of [`set_nx`] ending in a bulk header `$<n>\r\n`, given as `one`
 /// (the piece with `$0\r\n`) and `two` (with `$00\r\n`): for `n` below 100, nearly every
 /// length, the fitting one with its digits filled in, as one fixed-size copy.
 #[inline(always)]
@@ -414,19 +416,15 @@ mod tests {
             let token = vec![b't'; len / 2 + 3];
             for ttl in [1, 9, 10, 30_000, i64::MAX, -1, i64::MIN] {
                 let text = ttl.to_string();
-                assert_eq!(
-                    set_nx_get(&key, &token, ttl),
-                    crate::reply::command(&[
-                        b"SET",
-                        &key,
-                        &token,
-                        b"NX",
-                        b"PX",
-                        text.as_bytes(),
-                        b"GET"
-                    ]),
-                    "{len} {ttl}"
-                );
+                let words: [&[u8]; 7] =
+                    [b"SET", &key, &token, b"NX", b"PX", text.as_bytes(), b"GET"];
+                for get in [false, true] {
+                    assert_eq!(
+                        set_nx(&key, &token, ttl, get),
+                        crate::reply::command(&words[..6 + usize::from(get)]),
+                        "{len} {ttl} {get}"
+                    );
+                }
             }
         }
     }
