@@ -456,8 +456,8 @@ EOF
 }
 
 # All targets are started once and stay up; every round runs each target in turn
-# (round-robin), so a slow spell on the shared machine hits every target alike. The
-# figure per target is the median over the rounds.
+# (round-robin, reversed every other round), so a slow spell on the shared machine hits
+# every target alike. The figure per target is the median over the rounds.
 declare -A TPORT TPID
 for t in "${TARGETS[@]}"; do
     flush_masters
@@ -476,7 +476,14 @@ cpu_ticks() {
 }
 for ((round = 1; round <= ROUNDS; round++)); do
     log "round $round of $ROUNDS"
-    for t in "${TARGETS[@]}"; do
+    # Every other round runs the targets in reverse order, so none is always the one that
+    # follows a given other (its leftovers: freed memory, a warm or cold cache).
+    ORDER=("${TARGETS[@]}")
+    if ((round % 2 == 0)); then
+        ORDER=()
+        for ((i = ${#TARGETS[@]} - 1; i >= 0; i--)); do ORDER+=("${TARGETS[i]}"); done
+    fi
+    for t in "${ORDER[@]}"; do
         for pl in 1 16; do
             flush_masters
             if ((pl == 1)); then n=$N_P1; else n=$N_P16; fi
@@ -568,7 +575,7 @@ mkdir -p "$(dirname -- "$REPORT_MD")"
         echo "- $("$NUTCRACKER" --version 2>&1 | head -n1)"
     fi
     echo "- command: \`redis-benchmark -c $CLIENTS -n <N> -r 100000000 -P <P> --csv ${BENCH_CMD[*]}\`"
-    echo "- requests: P=1: $N_P1, P=16: $N_P16; median of $ROUNDS interleaved rounds (round-robin over targets)"
+    echo "- requests: P=1: $N_P1, P=16: $N_P16; median of $ROUNDS interleaved rounds (round-robin over targets, reversed every other round)"
     echo "- load: $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min load average at the end)"
     echo "- targets: direct = 1 redis master; proxy-n1 / proxy-n5 = redlock-proxy over 1 / 5 masters; twemproxy = nutcracker over 1 master (server_connections: 1)"
     echo

@@ -229,8 +229,10 @@ fn asks_plain(op: &LockOp) -> bool {
 
 /// How a master's answer to the acquisition `op` reads as a "yes" (see [`acquire_request`]):
 /// [`set_ok`] for plain `SET NX`, [`wrote`] for the other forms.
-fn created_by(op: &LockOp) -> fn(&Reply) -> bool {
-    if asks_plain(op) { set_ok } else { wrote }
+fn created_by(op: &LockOp) -> impl Fn(&Reply) -> bool + Copy + use<> {
+    // One closure for both forms rather than a function pointer, so the check can be inlined.
+    let plain = asks_plain(op);
+    move |r| if plain { set_ok(r) } else { wrote(r) }
 }
 
 /// A master's "yes" to plain `SET key token NX PX ttl`: `OK`, it created the key. Nil (the key
@@ -555,7 +557,7 @@ async fn not_granted_at_once(
 /// above `min_validity_ms`.
 fn granted(
     ballots: &Ballots,
-    yes: fn(&Reply) -> bool,
+    yes: impl Fn(&Reply) -> bool,
     ttl: Duration,
     elapsed: Duration,
     cfg: &Config,
