@@ -185,6 +185,8 @@ pub struct Backend {
     tx: queue::Sender<Pending>,
     info: Arc<MasterInfo>,
     clock: bool,
+    /// The connection's writing side, which a handle uses to write early (see [`io::Outlet`]).
+    outlet: Arc<io::Outlet>,
 }
 
 impl Backend {
@@ -194,8 +196,14 @@ impl Backend {
         let info = Arc::new(MasterInfo::new(addr.clone()));
         let clock = settings.clock.is_some();
         let span = info_span!("backend", backend.addr = %addr);
-        tokio::spawn(drive(info.clone(), rx, settings).instrument(span));
-        Backend { tx, info, clock }
+        let outlet = Arc::new(io::Outlet::default());
+        tokio::spawn(drive(info.clone(), rx, outlet.clone(), settings).instrument(span));
+        Backend {
+            tx,
+            info,
+            clock,
+            outlet,
+        }
     }
 
     /// What the proxy knows about this master.
@@ -241,7 +249,9 @@ impl Backend {
             return;
         }
         match self.tx.try_send(pending) {
-            Ok(()) => {}
+            // About a client's pipeline waiting: written now rather than at the driver's turn.
+            Ok(waiting) if waiting >= io::EARLY_FLUSH => self.outlet.flush_early(&self.tx),
+            Ok(_) => {}
             // The queue is bounded: a master that cannot keep up gets no more than
             // QUEUE_LIMIT waiting requests, and the rest fail at once, unsent (no vote, nothing
             // ran), like a master that is down.
@@ -252,7 +262,12 @@ impl Backend {
     }
 }
 
-async fn drive(info: Arc<MasterInfo>, mut rx: queue::Receiver<Pending>, settings: Settings) {
+async fn drive(
+    info: Arc<MasterInfo>,
+    mut rx: queue::Receiver<Pending>,
+    outlet: Arc<io::Outlet>,
+    settings: Settings,
+) {
     let mut delay = settings.reconnect_min;
     let mut clock = settings.clock.map(ClockWatch::new);
     // A refusal that needs the operator (wrong password, certificate) is a WARN once, not on
@@ -276,7 +291,15 @@ async fn drive(info: Arc<MasterInfo>, mut rx: queue::Receiver<Pending>, settings
                     status = info.status().name(),
                     "master up"
                 );
-                let reason = serve(hello.stream, &mut rx, &settings, &info, clock.as_mut()).await;
+                let reason = serve(
+                    hello.stream,
+                    &mut rx,
+                    &outlet,
+                    &settings,
+                    &info,
+                    clock.as_mut(),
+                )
+                .await;
                 info.set_connected(false);
                 match reason {
                     Ended::Shutdown => return,

@@ -65,8 +65,8 @@ pub fn channel<T>(limit: usize) -> (Sender<T>, Receiver<T>) {
 }
 
 impl<T> Sender<T> {
-    /// Queues `item` without waiting.
-    pub fn try_send(&self, item: T) -> Result<(), TrySendError<T>> {
+    /// Queues `item` without waiting; answers how many items are waiting with it.
+    pub fn try_send(&self, item: T) -> Result<usize, TrySendError<T>> {
         let mut state = self.0.state();
         if state.closed {
             return Err(TrySendError::Closed(item));
@@ -76,12 +76,29 @@ impl<T> Sender<T> {
         }
         let was_empty = state.items.is_empty();
         state.items.push_back(item);
+        let waiting = state.items.len();
         drop(state);
         // A receiver that saw items does not wait before it has taken them all.
         if was_empty {
             self.0.waker.wake();
         }
-        Ok(())
+        Ok(waiting)
+    }
+
+    /// Moves every item waiting to the end of `into`, as [`Receiver::take_all`] does: for a
+    /// sender that writes a batch itself on the receiver's behalf (under a lock the receiver
+    /// takes too, so the order in which items are taken is kept).
+    pub fn take_all(&self, into: &mut VecDeque<T>) {
+        take_all(&self.0, into);
+    }
+}
+
+fn take_all<T>(shared: &Shared<T>, into: &mut VecDeque<T>) {
+    let mut state = shared.state();
+    if into.is_empty() {
+        std::mem::swap(&mut state.items, into);
+    } else {
+        into.extend(state.items.drain(..));
     }
 }
 
@@ -105,12 +122,25 @@ impl<T> Receiver<T> {
     /// rather than item by item. An empty `into` is swapped in, so neither side allocates.
     /// Senders may queue up to the limit again while the batch is worked through.
     pub fn take_all(&mut self, into: &mut VecDeque<T>) {
-        let mut state = self.0.state();
-        if into.is_empty() {
-            std::mem::swap(&mut state.items, into);
-        } else {
-            into.extend(state.items.drain(..));
+        take_all(&self.0, into);
+    }
+
+    /// Ready with `true` once something is waiting (nothing is taken), or with `false` once
+    /// every sender has gone and nothing is left; otherwise registers to be woken.
+    pub fn poll_waiting(&mut self, cx: &mut std::task::Context<'_>) -> Poll<bool> {
+        let waiting = |s: &Self| !s.0.state().items.is_empty();
+        if waiting(self) {
+            return Poll::Ready(true);
         }
+        self.0.waker.register(cx.waker());
+        // Looked at again after registering, so a send or a last drop in between is seen.
+        if waiting(self) {
+            return Poll::Ready(true);
+        }
+        if self.0.senders.load(Ordering::Acquire) == 0 {
+            return Poll::Ready(waiting(self));
+        }
+        Poll::Pending
     }
 
     /// The oldest item, if any, without waiting.

@@ -530,12 +530,20 @@ async fn not_granted_at_once(
         // a plain "taken" that does not say by whom (an earlier grant of this client's, or
         // another holder whose value is the same, such as a timestamp). An answer still due
         // tells whether the key there was created by this attempt (delete it) or was already
-        // there (keep it), so the clean-up waits for those answers (until the node deadline),
-        // and asks who holds the key where that decides it. The client has its answer now; the
-        // keys stay held until the clean-up is queued.
+        // there (keep it), so the clean-up waits for those answers (until the node deadline)
+        // unless the holders, once named, rule such a grant out. The client has its answer
+        // now; the keys stay held until the clean-up is queued.
         tokio::spawn(async move {
-            let ballots = vote.finish().await;
-            let holders = name_holders(&proxy, &ballots, &op).await;
+            // Who holds the key where a plain "taken" did not say (those masters have answered,
+            // so this is quick). The late answers are waited for only while they can still
+            // change the plan, so a slow master does not hold the key's turn.
+            let holders = name_holders(&proxy, vote.ballots(), &op).await;
+            let ballots =
+                if reentrant || earlier_grant_possible(vote.ballots(), holders.as_ref(), &op) {
+                    vote.finish().await
+                } else {
+                    vote.ballots().clone()
+                };
             roll_back(&proxy, &ballots, holders.as_ref(), &op);
             drop(held);
         });
