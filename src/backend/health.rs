@@ -57,7 +57,8 @@ pub struct MasterInfo {
     run_id: Mutex<Option<String>>,
     restarts: AtomicU64,
     clock_jumps: AtomicU64,
-    /// Redis 7.0 or later: `SET ... NX GET` is allowed, so an acquisition needs no script.
+    /// Redis 7.0 or later: `SET ... NX GET` is allowed, so a reentrant acquisition of one key
+    /// needs no script.
     set_nx_get: AtomicBool,
     /// Why the last connect failed or the connection ended; cleared on connect.
     last_error: Mutex<String>,
