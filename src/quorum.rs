@@ -346,6 +346,13 @@ impl Vote {
         self.poll_gather(cx, |b, pending| b.decided_by(pending, &key))
     }
 
+    /// Counts the replies that have already arrived, without waiting for more.
+    pub fn absorb(&mut self) {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        // Polled without a waker: a later wait on this vote registers its own.
+        let _ = self.poll_gather(&mut cx, |_, _| false);
+    }
+
     /// The replies gathered so far.
     pub fn ballots(&self) -> &Ballots {
         &self.ballots
@@ -676,6 +683,24 @@ mod waiting {
         let ballots = within(vote.finish()).await;
         assert_eq!(ballots.failed[2], None);
         assert_eq!(Instant::now(), start + TIMEOUT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn absorb_counts_what_has_arrived_and_waits_for_nothing() {
+        let start = Instant::now();
+        let (mut vote, tx) = silent_vote(&no_masters(), 3, start + TIMEOUT);
+        tx.send(0, Err(BackendError::Closed));
+        tx.send(1, Err(BackendError::Closed));
+        within(vote.decide()).await;
+        // Arrived after the decision: not in the ballots until they are looked at.
+        tx.send(2, Err(BackendError::Closed));
+        assert_eq!(vote.ballots().failed[2], None);
+        vote.absorb();
+        assert_eq!(vote.ballots().failed[2], Some(BackendError::Closed));
+        assert_eq!(Instant::now(), start);
+        // Nothing more to come: the vote is over without waiting for its deadline.
+        within(vote.finish()).await;
+        assert_eq!(Instant::now(), start);
     }
 
     #[tokio::test(start_paused = true)]

@@ -534,6 +534,10 @@ async fn not_granted_at_once(
         // unless the holders, once named, rule such a grant out. The client has its answer
         // now; the keys stay held until the clean-up is queued.
         tokio::spawn(async move {
+            let mut vote = vote;
+            // Answers that came in since the decision (a master a little behind the others, as
+            // usual) count first: with every answer in, nothing needs naming or waiting for.
+            vote.absorb();
             // Who holds the key where a plain "taken" did not say (those masters have answered,
             // so this is quick). The late answers are waited for only while they can still
             // change the plan, so a slow master does not hold the key's turn.
