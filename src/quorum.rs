@@ -122,6 +122,21 @@ impl Ballots {
         best >= self.quorum || best + pending < self.quorum
     }
 
+    /// [`Ballots::decided_by`] for a yes-or-no `key`, in one pass: the two groups are counted
+    /// rather than each reply compared with every other (a vote is looked at on every answer).
+    fn decided_yes(&self, pending: usize, yes: &impl Fn(&Reply) -> bool) -> bool {
+        let (mut ayes, mut noes) = (0, 0);
+        for r in self.replies.iter().flatten() {
+            if yes(r) {
+                ayes += 1;
+            } else {
+                noes += 1;
+            }
+        }
+        let best = ayes.max(noes);
+        best >= self.quorum || best + pending < self.quorum
+    }
+
     /// [`Ballots::decided`] for replies grouped by `key` (e.g. "did this master say yes?").
     fn decided_by<K: PartialEq>(&self, pending: usize, key: &impl Fn(&Reply) -> K) -> bool {
         let mut best = 0;
@@ -353,6 +368,16 @@ impl Vote {
         let _ = self.poll_gather(&mut cx, |_, _| false);
     }
 
+    /// [`Vote::poll_decide_by`] for a yes-or-no `yes` (an acquisition's "created"), counted in
+    /// one pass.
+    pub fn poll_decide_yes(
+        &mut self,
+        cx: &mut Context<'_>,
+        yes: impl Fn(&Reply) -> bool,
+    ) -> Poll<()> {
+        self.poll_gather(cx, |b, pending| b.decided_yes(pending, &yes))
+    }
+
     /// The replies gathered so far.
     pub fn ballots(&self) -> &Ballots {
         &self.ballots
@@ -478,6 +503,34 @@ pub(crate) mod scripted {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_one_pass_yes_or_no_decision_is_the_grouped_one() {
+        // Every mix of yes, no and unanswered for one to five masters, with every count of
+        // masters still pending among the unanswered.
+        let yes = |r: &Reply| *r == Reply::ok();
+        for n in 1..=5u32 {
+            for mix in 0..3u32.pow(n) {
+                let replies: Vec<Option<Reply>> = (0..n)
+                    .map(|i| match mix / 3u32.pow(i) % 3 {
+                        0 => None,
+                        1 => Some(Reply::ok()),
+                        _ => Some(Reply::Nil),
+                    })
+                    .collect();
+                let unanswered = replies.iter().filter(|r| r.is_none()).count();
+                let b = scripted::ballots(replies);
+                for pending in 0..=unanswered {
+                    assert_eq!(
+                        b.decided_yes(pending, &yes),
+                        b.decided_by(pending, &yes),
+                        "{:?}, {pending} pending",
+                        b.replies
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn quorum_th_is_what_a_quorum_reach() {
         assert_eq!(super::quorum_th(2, vec![5, 9, 7], |v| *v), Some(7));

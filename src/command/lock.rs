@@ -357,7 +357,7 @@ impl Future for Acquisition {
                     this.stage = Stage::Vote { held, vote, start };
                 }
                 Stage::Vote { vote, start, .. } => {
-                    if vote.poll_decide_by(cx, created_by(&this.op)).is_pending() {
+                    if vote.poll_decide_yes(cx, created_by(&this.op)).is_pending() {
                         return Poll::Pending;
                     }
                     let op = &this.op;
