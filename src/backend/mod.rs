@@ -6,9 +6,11 @@
 //! together with where the reply should be delivered; a driver task owns the socket. The
 //! driver is four pieces: this module (the handle, the reconnect loop), `queue` (from the
 //! handles to the driver), `handshake` (the greeting on every connect) and `io` (the reader and
-//! writer), the last two generic over any `AsyncRead + AsyncWrite` stream and unit-tested over `tokio::io::duplex`. The driver writes
-//! everything queued in one go and hands each request's reply slot to a reader in the same
-//! order, so queue order is wire order and replies are matched first-in, first-out. Reading
+//! writer), the last two generic over any `AsyncRead + AsyncWrite` stream and unit-tested over
+//! `tokio::io::duplex`. The driver writes everything queued in one go (a handle that has just
+//! queued [`io::EARLY_FLUSH`] requests may write them itself, under the same lock) and hands each
+//! request's reply slot to a reader in the same order, so queue order is wire order and replies
+//! are matched first-in, first-out. Reading
 //! and writing run concurrently, so proxy and master can never block each other on full buffers.
 //!
 //! A master that is down answers "no" at once: [`Backend::send`] fails immediately instead of
@@ -249,7 +251,8 @@ impl Backend {
             return;
         }
         match self.tx.try_send(pending) {
-            // About a client's pipeline waiting: written now rather than at the driver's turn.
+            // Enough waiting to be worth a write of its own: written now, not at the driver's
+            // turn.
             Ok(waiting) if waiting >= io::EARLY_FLUSH => self.outlet.flush_early(&self.tx),
             Ok(_) => {}
             // The queue is bounded: a master that cannot keep up gets no more than

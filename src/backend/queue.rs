@@ -150,19 +150,10 @@ impl<T> Receiver<T> {
 
     /// The oldest item; `None` once every sender has gone and nothing is left.
     pub fn recv(&mut self) -> impl Future<Output = Option<T>> + '_ {
-        std::future::poll_fn(move |cx| {
-            if let Some(item) = self.try_recv() {
-                return Poll::Ready(Some(item));
-            }
-            self.0.waker.register(cx.waker());
-            // Looked at again after registering, so a send or a last drop in between is seen.
-            if let Some(item) = self.try_recv() {
-                return Poll::Ready(Some(item));
-            }
-            if self.0.senders.load(Ordering::Acquire) == 0 {
-                return Poll::Ready(self.try_recv());
-            }
-            Poll::Pending
+        std::future::poll_fn(move |cx| match self.poll_waiting(cx) {
+            Poll::Ready(true) => Poll::Ready(self.try_recv()),
+            Poll::Ready(false) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
         })
     }
 }
