@@ -125,22 +125,21 @@ impl<T> Receiver<T> {
         take_all(&self.0, into);
     }
 
-    /// Ready with `true` once something is waiting (nothing is taken), or with `false` once
-    /// every sender has gone and nothing is left; otherwise registers to be woken.
-    pub fn poll_waiting(&mut self, cx: &mut std::task::Context<'_>) -> Poll<bool> {
-        let waiting = |s: &Self| !s.0.state().items.is_empty();
-        if waiting(self) {
-            return Poll::Ready(true);
+    /// Ready with how many items are waiting once something is (nothing is taken), or with 0
+    /// once every sender has gone and nothing is left; otherwise registers to be woken.
+    pub fn poll_waiting(&mut self, cx: &mut std::task::Context<'_>) -> Poll<usize> {
+        let waiting = |s: &Self| s.0.state().items.len();
+        match waiting(self) {
+            0 => {}
+            n => return Poll::Ready(n),
         }
         self.0.waker.register(cx.waker());
         // Looked at again after registering, so a send or a last drop in between is seen.
-        if waiting(self) {
-            return Poll::Ready(true);
+        match waiting(self) {
+            0 if self.0.senders.load(Ordering::Acquire) == 0 => Poll::Ready(waiting(self)),
+            0 => Poll::Pending,
+            n => Poll::Ready(n),
         }
-        if self.0.senders.load(Ordering::Acquire) == 0 {
-            return Poll::Ready(waiting(self));
-        }
-        Poll::Pending
     }
 
     /// The oldest item, if any, without waiting.
@@ -151,8 +150,8 @@ impl<T> Receiver<T> {
     /// The oldest item; `None` once every sender has gone and nothing is left.
     pub fn recv(&mut self) -> impl Future<Output = Option<T>> + '_ {
         std::future::poll_fn(move |cx| match self.poll_waiting(cx) {
-            Poll::Ready(true) => Poll::Ready(self.try_recv()),
-            Poll::Ready(false) => Poll::Ready(None),
+            Poll::Ready(0) => Poll::Ready(None),
+            Poll::Ready(_) => Poll::Ready(self.try_recv()),
             Poll::Pending => Poll::Pending,
         })
     }
