@@ -8,9 +8,10 @@
 //! enough requests writes them itself when nothing else is being written
 //! ([`Outlet::flush_early`]), so the master starts on one client's pipeline while the proxy is
 //! still reading the next client's. A driver woken for only a few requests lets the runtime
-//! poll its sockets once more first, so that unpipelined clients share larger writes. Writer and reader run in one `select!` of the driver's
-//! task, so neither can block the other on full buffers, and the requests in flight between
-//! them are a plain queue they share ([`Flight`]): no channel and no allocation per request.
+//! poll its sockets once more first, so that unpipelined clients share larger writes. Writer
+//! and reader run in one `select!` of the driver's task, so neither can block the other on
+//! full buffers, and the requests in flight between them are a plain queue they share
+//! ([`Flight`]): no channel and no allocation per request.
 
 use std::collections::VecDeque;
 use std::future::Future;
