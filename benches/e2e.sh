@@ -12,6 +12,8 @@
 # at pipeline depth P=1 and P=16, and prints a table of req/s, ratios, latency and the CPU
 # time each proxy spent per request (user + system, from /proc/<pid>/stat around each run:
 # steadier than req/s on a shared machine; written as markdown to target/bench-e2e.md too).
+# With twemproxy among the targets it also prints each target's ratio to twemproxy paired by
+# round (the median of the per-round ratios, their range and how many rounds were ahead).
 #
 # Environment:
 #   BENCH_REQUESTS_P1    requests for P=1  (default 200000)
@@ -540,12 +542,39 @@ ratio() { # ratio A B -> "A/B" formatted, or "-" if not available
     awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }'
 }
 fmt_int() { awk -v x="$1" 'BEGIN { printf "%.0f", x }'; }
+# paired A B -> "median (min–max, k of n ahead)" of the per-round ratios A[i]/B[i], where A and
+# B list one req/s per round in round order. Both targets of a round ran within seconds of each
+# other, so each ratio cancels most of the machine's slow and fast spells; "-" without B.
+paired() {
+    if [[ -z "${1:-}" || -z "${2:-}" ]]; then
+        echo "-"
+        return
+    fi
+    paste -d' ' <(tr ' ' '\n' <<<"$1" | grep .) <(tr ' ' '\n' <<<"$2" | grep .) |
+        awk '$2 > 0 { print $1 / $2 }' | sort -g |
+        awk '{ v[NR] = $1; if ($1 >= 1) ahead++ }
+             END {
+                 if (NR == 0) { print "-"; exit }
+                 m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+                 printf "%.2fx (%.2f-%.2f, %d of %d ahead)\n", m, v[1], v[NR], ahead, NR
+             }'
+}
 
 HEADERS=("target" "P=1 req/s" "P=16 req/s" "P=1 vs twem" "P=16 vs twem" "P=1 vs direct" "P=16 vs direct" "P=1 p50/p99 ms" "P=1 p50/p99 vs twem" "P=16 p50/p99 ms" "CPU µs/req P=1/16" "CPU vs twem P=1/16")
 ROWS=()
 for t in "${TARGETS[@]}"; do
     ROWS+=("$t|$(fmt_int "${RPS1[$t]}")|$(fmt_int "${RPS16[$t]}")|$(ratio "${RPS1[$t]}" "${RPS1[twemproxy]:-}")|$(ratio "${RPS16[$t]}" "${RPS16[twemproxy]:-}")|$(ratio "${RPS1[$t]}" "${RPS1[direct]:-}")|$(ratio "${RPS16[$t]}" "${RPS16[direct]:-}")|${P50_1[$t]}/${P99_1[$t]}|$(ratio "${P50_1[$t]}" "${P50_1[twemproxy]:-}")/$(ratio "${P99_1[$t]}" "${P99_1[twemproxy]:-}")|${P50_16[$t]}/${P99_16[$t]}|${CPU_1[$t]:--}/${CPU_16[$t]:--}|$(ratio "${CPU_1[$t]:-}" "${CPU_1[twemproxy]:-}")/$(ratio "${CPU_16[$t]:-}" "${CPU_16[twemproxy]:-}")")
 done
+
+# The same comparison paired by round: each round's req/s over twemproxy's in that round.
+PAIRED=()
+if want_target twemproxy; then
+    for t in "${TARGETS[@]}"; do
+        [[ "$t" != twemproxy ]] || continue
+        PAIRED+=("$t|$(paired "${ALL1[$t]}" "${ALL1[twemproxy]}")|$(paired "${ALL16[$t]}" "${ALL16[twemproxy]}")")
+    done
+fi
+PAIRED_HEADERS=("target" "P=1 vs twem, per round" "P=16 vs twem, per round")
 
 TABLE_FMT='%-11s %10s %10s %11s %12s %13s %14s %15s %20s %15s %18s %19s\n'
 echo
@@ -557,6 +586,14 @@ for r in "${ROWS[@]}"; do
     # shellcheck disable=SC2059
     printf "$TABLE_FMT" "${f[@]}"
 done
+if ((${#PAIRED[@]} > 0)); then
+    echo
+    echo "per-round ratios against twemproxy: median (lowest-highest, rounds at or above 1.0)"
+    for r in "$(IFS='|'; echo "${PAIRED_HEADERS[*]}")" "${PAIRED[@]}"; do
+        IFS='|' read -r -a f <<<"$r"
+        printf '%-11s %-36s %-36s\n' "${f[@]}"
+    done
+fi
 echo
 
 md_row() { # md_row "a|b|c" -> "| a | b | c |"
@@ -584,6 +621,16 @@ mkdir -p "$(dirname -- "$REPORT_MD")"
     for r in "${ROWS[@]}"; do
         md_row "$r"
     done
+    if ((${#PAIRED[@]} > 0)); then
+        echo
+        echo "Per-round ratios against twemproxy (each round's req/s over twemproxy's in the same round): median (lowest-highest, rounds at or above 1.0)."
+        echo
+        md_row "$(IFS='|'; echo "${PAIRED_HEADERS[*]}")"
+        md_row "---|---|---"
+        for r in "${PAIRED[@]}"; do
+            md_row "$r"
+        done
+    fi
 } >"$REPORT_MD"
 log "markdown report written to $REPORT_MD"
 
