@@ -86,6 +86,12 @@ impl Ballots {
         self.tally_by(|r| r).map(|(r, _)| r)
     }
 
+    /// The error that at least a quorum of masters answered alike (such as `WRONGTYPE` for a
+    /// key of another type), if any: every command passes it on as one Redis would answer it.
+    pub fn majority_error(&self) -> Option<&Reply> {
+        self.majority().filter(|r| r.is_error())
+    }
+
     /// Groups replies by `key` and returns the key that a quorum share, with how many share it.
     pub fn tally_by<'a, K: PartialEq + 'a>(
         &'a self,

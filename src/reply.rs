@@ -70,6 +70,21 @@ impl Reply {
         matches!(self, Reply::Error(_))
     }
 
+    /// A master's error to one of the proxy's own scripts, for the client: Redis ends an error
+    /// raised inside a script with ` script: <sha>, on @user_script:<line>.`, and that SHA
+    /// names the proxy's script, not the client's, so the error goes without it (as the same
+    /// command sent on its own would have it). Any other reply is cloned as it is.
+    pub fn from_our_script(&self) -> Reply {
+        const ORIGIN: &[u8] = b" script: ";
+        match self {
+            Reply::Error(text) => match text.windows(ORIGIN.len()).position(|w| w == ORIGIN) {
+                Some(at) => Reply::Error(text.slice(..at)),
+                None => self.clone(),
+            },
+            other => other.clone(),
+        }
+    }
+
     /// Converts a frame decoded from a master.
     pub fn from_resp2(frame: BytesFrame) -> Reply {
         match frame {
@@ -417,6 +432,24 @@ mod tests {
         let mut out = BytesMut::new();
         r.encode(&mut out, resp3);
         out.to_vec()
+    }
+
+    #[test]
+    fn an_error_from_our_script_loses_only_the_scripts_origin() {
+        let raised = Reply::static_error(
+            "WRONGTYPE Operation against a key holding the wrong kind of value script: \
+             e0e1f9fabfc9d4800c877a703b823ac0578ff8db, on @user_script:1.",
+        );
+        assert_eq!(
+            raised.from_our_script(),
+            Reply::static_error(
+                "WRONGTYPE Operation against a key holding the wrong kind of value"
+            )
+        );
+        // An error without the suffix, and any other reply, stay as they are.
+        let plain = Reply::static_error("BUSY Redis is busy running a script.");
+        assert_eq!(plain.from_our_script(), plain);
+        assert_eq!(Reply::Integer(0).from_our_script(), Reply::Integer(0));
     }
 
     #[test]

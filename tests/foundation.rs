@@ -376,6 +376,17 @@ async fn handshakes_that_clients_send() {
     );
     assert_eq!(c.raw(&["ECHO", "hi"]).await, "$2\r\nhi\r\n");
     assert_eq!(c.raw(&["PING", "x"]).await, "$1\r\nx\r\n");
+    // Redisson's synced-replicas check: the masters are independent, no replica acknowledges.
+    assert_eq!(c.raw(&["WAIT", "1", "1000"]).await, ":0\r\n");
+    assert_eq!(c.raw(&["WAIT", "0", "0"]).await, ":0\r\n");
+    assert_eq!(
+        c.raw(&["WAIT", "x", "0"]).await,
+        "-ERR value is not an integer or out of range\r\n"
+    );
+    assert_eq!(
+        c.raw(&["WAIT", "1", "-1"]).await,
+        "-ERR timeout is negative\r\n"
+    );
     assert!(c.raw(&["COMMAND", "COUNT"]).await.starts_with(':'));
     assert!(c.raw(&["COMMAND", "DOCS"]).await.starts_with('*'));
     assert!(

@@ -340,6 +340,53 @@ async fn library_scripts_answer_what_one_redis_answers() {
     }
 }
 
+/// A lock script run on a key of another type (a hash) answers as one Redis does: where Redis
+/// raises `WRONGTYPE`, the proxy answers the same error (without the `script: <sha>` origin,
+/// which would name the proxy's own script), never a missing-masters error; where Redis
+/// answers a value, the same value. The hash is left alone.
+#[tokio::test]
+async fn lock_scripts_on_a_key_of_another_type_answer_what_one_redis_answers() {
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut c = Client::connect(&p).await;
+    let cases: &[(&str, &[&str])] = &[
+        ("redispy_release", &["tok"]),
+        ("redispy_extend", &["tok", "20000", "0"]),
+        ("redispy_reacquire", &["tok", "20000"]),
+        ("redsync_deleteScript", &["tok"]),
+        ("redsync_touchScript", &["tok", "20000"]),
+        ("redlocknet_Unlock_lua", &["tok"]),
+        ("redlocknet_Extend_lua", &["tok", "20000"]),
+        ("rslock_EXTEND_SCRIPT", &["tok", "20000"]),
+        ("warlock_parityDel", &["tok"]),
+        ("distlock_RELEASE_SCRIPT", &["tok"]),
+    ];
+    for (i, (name, argv)) in cases.iter().enumerate() {
+        let key = format!("hash:{i}");
+        for m in ms.iter().chain([&reference]) {
+            let mut mc = m.client().await;
+            assert_eq!(mc.cmd(&["HSET", &key, "f", "v"]).await, Reply::Integer(1));
+        }
+        let script = lua(name);
+        let mut args: Vec<&str> = vec!["EVAL", &script, "1", &key];
+        args.extend(*argv);
+        let want = reference.client().await.raw(&args).await;
+        let got = c.raw(&args).await;
+        match want.find(" script: ") {
+            Some(at) if want.starts_with('-') => {
+                assert_eq!(got, format!("{}\r\n", &want[..at]), "{name}")
+            }
+            _ => assert_eq!(got, want, "{name}"),
+        }
+        for m in &ms {
+            let mut mc = m.client().await;
+            assert_eq!(mc.cmd(&["HGET", &key, "f"]).await, Reply::Bulk("v".into()));
+            assert_eq!(mc.cmd(&["PTTL", &key]).await, Reply::Integer(-1), "{name}");
+        }
+    }
+}
+
 /// Scripts recognised by what they do, not by a known text, run as lock operations even when
 /// unknown scripts are refused, and answer what one Redis answers: warlock's `parityRelock`
 /// (token and TTL passed in KEYS) and an extension in seconds.

@@ -1,4 +1,5 @@
-//! Connection handshakes: `PING`, `ECHO`, `HELLO`, `AUTH`, `SELECT`, `CLIENT`, `QUIT`, `RESET`.
+//! Connection handshakes: `PING`, `ECHO`, `HELLO`, `AUTH`, `SELECT`, `CLIENT`, `QUIT`, `RESET`,
+//! and `WAIT`.
 //!
 //! These never touch the masters; they answer the way one Redis 7 server would, so every
 //! client's connection set-up succeeds.
@@ -30,6 +31,22 @@ pub fn ping(_: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
         1 => Reply::simple("PONG").into(),
         2 => Reply::Bulk(args[1].clone()).into(),
         _ => wrong_arity("ping").into(),
+    }
+}
+
+/// `WAIT numreplicas timeout`. Redlock's masters are independent servers, not replicated
+/// copies, so the proxy has no replica to wait for: it answers 0 replicas at once, after
+/// checking the arguments as Redis does. (A Redis without replicas answers 0 too: at once
+/// when asked for none, after the timeout otherwise; 0 fewer than asked for reads as "not
+/// replicated" either way, never as more.)
+pub fn wait(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    if parse_int(&args[1]).is_none() {
+        return not_an_integer().into();
+    }
+    match parse_int(&args[2]) {
+        None => Reply::static_error("ERR timeout is not an integer or out of range").into(),
+        Some(t) if t < 0 => Reply::static_error("ERR timeout is negative").into(),
+        Some(_) => Reply::Integer(0).into(),
     }
 }
 

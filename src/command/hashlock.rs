@@ -324,13 +324,10 @@ async fn mint(
     (raised.count(|r| *r == Reply::Integer(1)) >= ballots.quorum).then_some(token)
 }
 
-/// The error a quorum of masters answered alike (such as `WRONGTYPE` for a key that is no
-/// hash), which the client gets as one Redis would give it.
+/// The error a quorum of masters answered alike to one of this module's scripts (such as
+/// `WRONGTYPE` for a key that is no hash), as one Redis would answer the client's own script.
 fn agreed_error(ballots: &Ballots) -> Option<Reply> {
-    ballots
-        .majority()
-        .filter(|r| matches!(r, Reply::Error(_)))
-        .cloned()
+    ballots.majority_error().map(Reply::from_our_script)
 }
 
 /// The refusal's PTTL: how long a majority still hold the lock (the quorum-th largest PTTL

@@ -123,13 +123,8 @@ fn ranked(ballots: &Ballots, rank: fn(i64) -> i64) -> Reply {
     let values: Vec<i64> = ballots.integers().collect();
     match crate::quorum::quorum_th(ballots.quorum, values, |v| rank(*v)) {
         Some(v) => Reply::Integer(v),
-        None => majority_error(ballots).unwrap_or_else(no_quorum),
+        None => ballots.majority_error().cloned().unwrap_or_else(no_quorum),
     }
-}
-
-/// The error a quorum of masters answered, if any.
-fn majority_error(ballots: &Ballots) -> Option<Reply> {
-    ballots.majority().filter(|r| r.is_error()).cloned()
 }
 
 /// The error for a command that fewer than a quorum of masters answered alike.
@@ -190,7 +185,7 @@ pub fn setnx(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
             return Reply::Integer(1);
         }
         undo_write(proxy, b, &key, &value, created);
-        majority_error(b).unwrap_or(Reply::Integer(0))
+        b.majority_error().cloned().unwrap_or(Reply::Integer(0))
     };
     forward_with(proxy, request, &args[1..2], Gather::All, Box::new(rule))
 }

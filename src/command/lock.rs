@@ -520,7 +520,14 @@ async fn not_granted_at_once(
     );
     Stats::bump(&proxy.stats.denials);
     proxy.metrics.observe_acquire(since.elapsed());
-    let refused = answer(op.answer, false, k);
+    let refused = match ballots.majority_error() {
+        // A script that takes or refreshes a key reads its value first, and on one Redis that
+        // raises `WRONGTYPE` for a key of another type: a quorum's error is the answer, as
+        // Redis gives it for the client's own script. `SET ... NX` (the `OK`-or-nil shape)
+        // never reads the value, so Redis answers nil there, as the proxy does.
+        Some(e) if reentrant && op.answer != Answer::OkNil => e.from_our_script(),
+        _ => answer(op.answer, false, k),
+    };
     if let Some(vote) = unfinished.filter(|_| {
         ballots.replies.iter().any(Option::is_none)
             && (reentrant || earlier_grant_possible(&ballots, None, &op))
@@ -716,6 +723,9 @@ async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
             "ERR lock TTL would exceed the proxy's max_ttl_ms ({} ms)",
             proxy.config.max_ttl_ms
         )),
+        // A quorum's error (`WRONGTYPE` for a key of another type) is the client's answer, as
+        // Redis gives it for the client's own script.
+        Extension::Refused if let Some(e) = ballots.majority_error() => e.from_our_script(),
         Extension::Refused => {
             debug!(
                 extended = ballots.count(extended),
@@ -805,9 +815,10 @@ async fn run_release(proxy: &Proxy, op: &LockOp) -> Reply {
 
 /// Decides a release or delete over `k` keys from each master's per-key codes (1 deleted,
 /// -1 missing, 0 held by another): a key counts as released when a quorum deleted it, and as
-/// already gone when a quorum deleted it or no longer had it. Answered in `shape`; the
-/// `CLUSTERDOWN` error when fewer than a quorum gave a full set of codes. Also says whether
-/// every key was released.
+/// already gone when a quorum deleted it or no longer had it. Answered in `shape`. When fewer
+/// than a quorum gave a full set of codes: the error a quorum answered alike (`WRONGTYPE` for a
+/// key of another type, as Redis answers the client's own script), else the `CLUSTERDOWN` error.
+/// Also says whether every key was released.
 fn released(ballots: &Ballots, k: usize, shape: Answer) -> (Reply, bool) {
     let codes: Vec<&[Reply]> = ballots
         .replies
@@ -819,10 +830,13 @@ fn released(ballots: &Ballots, k: usize, shape: Answer) -> (Reply, bool) {
         })
         .collect();
     if codes.len() < ballots.quorum {
-        let down = Reply::static_error(
-            "CLUSTERDOWN redlock-proxy: fewer than a quorum of masters answered the release",
-        );
-        return (down, false);
+        let refused = match ballots.majority_error() {
+            Some(e) => e.from_our_script(),
+            None => Reply::static_error(
+                "CLUSTERDOWN redlock-proxy: fewer than a quorum of masters answered the release",
+            ),
+        };
+        return (refused, false);
     }
     let (mut released, mut gone) = (0, 0);
     for i in 0..k {
@@ -1070,6 +1084,22 @@ mod tests {
             Some(Reply::static_error("ERR x")),
         ]);
         assert!(released(&b, 1, Answer::OneZero).0.is_error());
+        // A quorum's error (a key of another type) is passed on as Redis words it for the
+        // client's own script, without the proxy script's SHA; not as masters missing.
+        let wrong = Some(Reply::static_error(
+            "WRONGTYPE Operation against a key holding the wrong kind of value script: \
+             0123456789abcdef0123456789abcdef01234567, on @user_script:1.",
+        ));
+        let b = ballots(vec![wrong.clone(), wrong, codes_of(&[1])]);
+        assert_eq!(
+            released(&b, 1, Answer::OneZero),
+            (
+                Reply::static_error(
+                    "WRONGTYPE Operation against a key holding the wrong kind of value"
+                ),
+                false
+            )
+        );
         // Two keys, one released by a quorum.
         let b = ballots(vec![
             codes_of(&[1, 1]),

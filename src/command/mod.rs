@@ -137,6 +137,7 @@ const PUBSUB: &[&str] = &["pubsub", "noscript", "loading", "stale"];
 pub static TABLE: &[Spec] = &[
     open(spec("ping", -1, &["fast", "stale"], NONE, connection::ping)),
     spec("echo", 2, &["fast"], NONE, connection::echo),
+    spec("wait", 3, &["noscript"], NONE, connection::wait),
     open(spec(
         "hello",
         -1,
