@@ -321,6 +321,19 @@ async fn unknown_commands_get_redis_wording_and_the_connection_stays() {
         c.raw(&["SET", "k", "v", "NX", "BOGUS"]).await,
         "-ERR syntax error\r\n"
     );
+    // A repeated option is Redis's syntax too: the last expiry counts (a lock, granted).
+    assert_eq!(
+        c.raw(&["SET", "k", "v", "NX", "PX", "abc", "PX", "10000"])
+            .await,
+        "+OK\r\n"
+    );
+    let ttl = c.cmd(&["PTTL", "k"]).await;
+    assert!(matches!(ttl, Reply::Integer(9_000..=10_000)), "{ttl:?}");
+    assert_eq!(
+        c.raw(&["SET", "k2", "v", "NX", "PX", "abc", "EX", "10"])
+            .await,
+        "-ERR syntax error\r\n"
+    );
     assert_eq!(c.raw(&["PING"]).await, "+PONG\r\n");
 }
 

@@ -162,7 +162,22 @@ async fn script_command_errors_read_like_redis() {
             vec!["EVAL", "return 1", "2", "k"],
             "-ERR Number of keys can't be greater than number of args\r\n",
         ),
+        (
+            vec!["SCRIPT", "FLUSH", "ASYNC", "SYNC"],
+            "-ERR SCRIPT FLUSH only support SYNC|ASYNC option\r\n",
+        ),
         (vec!["EVALSHA", "nope", "0"], NOSCRIPT),
+        (vec!["EVALSHA", "nope", "-1"], NOSCRIPT),
+        // A SHA1 of the right length: `numkeys` is checked before the script is looked up.
+        (
+            vec!["EVALSHA", &"0".repeat(40), "-1"],
+            "-ERR Number of keys can't be negative\r\n",
+        ),
+        (
+            vec!["EVALSHA", &"0".repeat(40), "x"],
+            "-ERR value is not an integer or out of range\r\n",
+        ),
+        (vec!["EVALSHA", &"0".repeat(40), "0"], NOSCRIPT),
     ] {
         assert_eq!(c.raw(&args).await, want, "{args:?}");
     }

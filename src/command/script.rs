@@ -40,10 +40,19 @@ pub fn eval(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
 
 /// `EVALSHA sha1 numkeys [key ...] [arg ...]`
 pub fn evalsha(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+    let noscript = || Reply::static_error("NOSCRIPT No matching script. Please use EVAL.").into();
+    // In Redis's order: a SHA1 of the wrong length cannot match, then `numkeys` is checked,
+    // then the script is looked up.
+    if args[1].len() != 40 {
+        return noscript();
+    }
+    if let Err(e) = split_keys(&args) {
+        return e.into();
+    }
     let sha = String::from_utf8_lossy(&args[1]);
     match proxy.scripts.get(&sha) {
         Some(script) => run(proxy, &script, args),
-        None => Reply::static_error("NOSCRIPT No matching script. Please use EVAL.").into(),
+        None => noscript(),
     }
 }
 
@@ -292,10 +301,13 @@ pub fn script(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
                 .collect(),
         ),
         b"EXISTS" => wrong_arity("script|exists"),
-        b"FLUSH" if args.len() <= 3 => {
-            let mode_ok = args.get(2).is_none_or(|m| {
-                m.eq_ignore_ascii_case(b"SYNC") || m.eq_ignore_ascii_case(b"ASYNC")
-            });
+        b"FLUSH" => {
+            // As Redis: no mode, or one of the two; anything else (more words too) is refused.
+            let mode_ok = match &args[2..] {
+                [] => true,
+                [m] => m.eq_ignore_ascii_case(b"SYNC") || m.eq_ignore_ascii_case(b"ASYNC"),
+                _ => false,
+            };
             if mode_ok {
                 proxy.scripts.flush();
                 Reply::ok()
@@ -303,7 +315,6 @@ pub fn script(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
                 Reply::static_error("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
             }
         }
-        b"FLUSH" => wrong_arity("script|flush"),
         // The proxy never leaves a script running on a master that a client could kill.
         b"KILL" if args.len() == 2 => {
             Reply::static_error("NOTBUSY No scripts in execution right now.")

@@ -75,43 +75,53 @@ impl Word {
     }
 }
 
-/// Parses `SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]` in any order and case.
+/// Parses `SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]` in any order and case,
+/// as Redis does: an option may repeat (`PX 1 PX 2`: the last one counts), two different
+/// expiries are a syntax error, and only the expiry that counts is read as a number, after every
+/// option has been checked.
 pub fn parse_set(args: &Args<'_>) -> Result<SetOptions, Reply> {
     let mut o = SetOptions::default();
-    let mut expiry_seen = false;
+    // The expiry that counts: its word, and where its number is (KEEPTTL has none).
+    let mut expiry: Option<(Word, usize)> = None;
     let mut i = 3;
     while i < args.len() {
-        match Word::of(&args[i]) {
+        let word = Word::of(&args[i]);
+        let other_expiry = |w: Word| expiry.is_some_and(|(seen, _)| seen != w);
+        match word {
             Some(Word::Nx) if !o.xx => o.nx = true,
             Some(Word::Xx) if !o.nx => o.xx = true,
             Some(Word::Get) => o.get = true,
-            Some(Word::KeepTtl) if !expiry_seen => {
-                o.keep_ttl = true;
-                expiry_seen = true;
+            Some(Word::KeepTtl) if !other_expiry(Word::KeepTtl) => {
+                expiry = Some((Word::KeepTtl, i));
             }
             Some(unit @ (Word::Ex | Word::Px | Word::ExAt | Word::PxAt))
-                if !expiry_seen && i + 1 < args.len() =>
+                if !other_expiry(unit) && i + 1 < args.len() =>
             {
-                let n = parse_int(&args[i + 1]).ok_or_else(not_an_integer)?;
-                if n <= 0 {
-                    return Err(Reply::static_error(
-                        "ERR invalid expire time in 'set' command",
-                    ));
-                }
-                let ms = match unit {
-                    Word::Ex => n.checked_mul(1000),
-                    Word::Px => Some(n),
-                    Word::ExAt => n.checked_mul(1000).map(|at| at - super::unix_ms()),
-                    _ => Some(n - super::unix_ms()),
-                }
-                .ok_or_else(|| Reply::static_error("ERR invalid expire time in 'set' command"))?;
-                o.ttl_ms = Some(ms);
-                expiry_seen = true;
+                expiry = Some((unit, i + 1));
                 i += 1;
             }
             _ => return Err(syntax_error()),
         }
         i += 1;
+    }
+    match expiry {
+        None => {}
+        Some((Word::KeepTtl, _)) => o.keep_ttl = true,
+        Some((unit, at)) => {
+            let invalid = || Reply::static_error("ERR invalid expire time in 'set' command");
+            let n = parse_int(&args[at]).ok_or_else(not_an_integer)?;
+            if n <= 0 {
+                return Err(invalid());
+            }
+            let ms = match unit {
+                Word::Ex => n.checked_mul(1000),
+                Word::Px => Some(n),
+                Word::ExAt => n.checked_mul(1000).map(|at| at - super::unix_ms()),
+                _ => Some(n - super::unix_ms()),
+            }
+            .ok_or_else(invalid)?;
+            o.ttl_ms = Some(ms);
+        }
     }
     Ok(o)
 }
@@ -390,6 +400,21 @@ mod tests {
         assert_eq!(parse_set(&args("SET k v PX 1 EX 1")), Err(syntax_error()));
         assert_eq!(parse_set(&args("SET k v PX")), Err(syntax_error()));
         assert_eq!(parse_set(&args("SET k v PX abc")), Err(not_an_integer()));
+        // Options are all checked before the expiry's number is read.
+        assert_eq!(parse_set(&args("SET k v PX abc EX 1")), Err(syntax_error()));
+        assert_eq!(
+            parse_set(&args("SET k v KEEPTTL PX 1")),
+            Err(syntax_error())
+        );
+        // A repeated option is no error: the last expiry counts, and only its number is read.
+        let o = parse_set(&args("SET k v NX NX PX abc PX 7000")).unwrap();
+        assert!(o.nx);
+        assert_eq!(o.ttl_ms, Some(7000));
+        assert!(
+            parse_set(&args("SET k v KEEPTTL KEEPTTL"))
+                .unwrap()
+                .keep_ttl
+        );
         assert_eq!(
             parse_set(&args("SET k v PX 0")),
             Err(Reply::static_error(
