@@ -63,6 +63,12 @@ pub struct Conn {
     pub pubsub: Option<Arc<ClientSubs>>,
     /// The keys the logged-in user may touch.
     pub keys: crate::acl::Keys,
+    /// `CLIENT REPLY OFF`: no reply is written until `CLIENT REPLY ON`.
+    pub replies_off: bool,
+    /// `CLIENT REPLY SKIP` has just run: the next command's reply is not written.
+    pub skip_next: bool,
+    /// The command running is the one after `CLIENT REPLY SKIP` (`CLIENT REPLY ON` clears it).
+    pub skip_this: bool,
 }
 
 impl Conn {
@@ -78,6 +84,21 @@ impl Conn {
             watched: Vec::new(),
             pubsub: None,
             keys: crate::acl::Keys::All,
+            replies_off: false,
+            skip_next: false,
+            skip_this: false,
+        }
+    }
+
+    /// How the reply of the command that has just run is written: in the protocol now in force
+    /// (`HELLO 3` answers in RESP3), or not at all under `CLIENT REPLY OFF` or `SKIP`.
+    fn reply_form(&mut self) -> Form {
+        if self.replies_off || std::mem::take(&mut self.skip_this) {
+            Form::Dropped
+        } else if self.resp3 {
+            Form::Resp3
+        } else {
+            Form::Resp2
         }
     }
 
@@ -114,7 +135,29 @@ enum Slot {
 /// the commands after it).
 struct InFlight {
     slot: Slot,
-    resp3: bool,
+    form: Form,
+}
+
+/// How one reply is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    Resp2,
+    Resp3,
+    /// Not at all: the client turned its replies off (`CLIENT REPLY OFF` or `SKIP`). The
+    /// command still runs to the end.
+    Dropped,
+}
+
+impl Form {
+    /// Encodes `reply` at the end of `output` (a pooled buffer when it holds none), unless the
+    /// reply is dropped.
+    fn write(self, reply: &Reply, output: &mut BytesMut) {
+        match self {
+            Form::Resp2 => reply.encode(BufferPool::ready(output), false),
+            Form::Resp3 => reply.encode(BufferPool::ready(output), true),
+            Form::Dropped => {}
+        }
+    }
 }
 
 /// Waits for `timer`, made (boxed) at `deadline` on first use: the timer exists only while
@@ -170,11 +213,11 @@ impl Pipeline {
         self.queue.is_empty()
     }
 
-    fn push_back(&mut self, slot: Slot, resp3: bool) {
+    fn push_back(&mut self, slot: Slot, form: Form) {
         if self.queue.capacity() == 0 {
             self.queue = PIPELINES.with_borrow_mut(Vec::pop).unwrap_or_default();
         }
-        self.queue.push_back(InFlight { slot, resp3 });
+        self.queue.push_back(InFlight { slot, form });
     }
 
     /// Polls every running command in the window with `cx`'s waker, watching the deadlines
@@ -196,15 +239,15 @@ impl Pipeline {
     }
 
     /// The head's reply, if it is done.
-    fn pop_done(&mut self) -> Option<(Reply, bool)> {
+    fn pop_done(&mut self) -> Option<(Reply, Form)> {
         if !matches!(self.queue.front()?.slot, Slot::Done(_)) {
             return None;
         }
         match self.queue.pop_front() {
             Some(InFlight {
                 slot: Slot::Done(reply),
-                resp3,
-            }) => Some((reply, resp3)),
+                form,
+            }) => Some((reply, form)),
             _ => None,
         }
     }
@@ -212,7 +255,7 @@ impl Pipeline {
     /// Polls the window (skipping the first poll when `polled` says the caller has just done
     /// so with this task's waker), then yields the head's reply once it is done; `None` when
     /// nothing is in flight.
-    fn next(&mut self, mut polled: bool) -> impl Future<Output = Option<(Reply, bool)>> + '_ {
+    fn next(&mut self, mut polled: bool) -> impl Future<Output = Option<(Reply, Form)>> + '_ {
         std::future::poll_fn(move |cx| {
             if self.queue.is_empty() {
                 return Poll::Ready(None);
@@ -420,9 +463,9 @@ where
                         finish_in_background(inflight);
                         return Ok(());
                     }
+                    conn.skip_this = std::mem::take(&mut conn.skip_next);
                     let action = command::dispatch(&proxy, &mut conn, args);
-                    // The protocol in force after the command (HELLO 3 answers in RESP3).
-                    let resp3 = conn.resp3;
+                    let form = conn.reply_form();
                     let slot = match action {
                         Action::Reply(r) => Slot::Done(r),
                         Action::Close(r) => {
@@ -431,7 +474,7 @@ where
                         }
                         Action::Later(later) => Slot::Running(later),
                     };
-                    inflight.push_back(slot, resp3);
+                    inflight.push_back(slot, form);
                 }
                 Ok(None) => {
                     exhausted = true;
@@ -448,7 +491,8 @@ where
                 }
                 Err(e) => {
                     closing = true;
-                    inflight.push_back(Slot::Done(Reply::error(e.to_string())), conn.resp3);
+                    let error = Slot::Done(Reply::error(e.to_string()));
+                    inflight.push_back(error, conn.reply_form());
                 }
             }
         }
@@ -477,9 +521,9 @@ where
         })
         .await;
         let mut polled = true;
-        while let Some((reply, resp3)) = inflight.pop_done() {
+        while let Some((reply, form)) = inflight.pop_done() {
             proxy.metrics.count_reply(&reply);
-            reply.encode(BufferPool::ready(&mut output), resp3);
+            form.write(&reply, &mut output);
         }
         if !output.is_empty() {
             // Written at once: replies nearly always fit the socket's buffer, and this saves a
@@ -521,12 +565,12 @@ where
                     return Err(e);
                 }
             }
-            Some((reply, resp3)) = inflight.next(std::mem::take(&mut polled)), if !inflight.is_empty() => {
+            Some((reply, form)) = inflight.next(std::mem::take(&mut polled)), if !inflight.is_empty() => {
                 if output.is_empty() {
                     progress = Instant::now();
                 }
                 proxy.metrics.count_reply(&reply);
-                reply.encode(BufferPool::ready(&mut output), resp3);
+                form.write(&reply, &mut output);
             }
             m = next_message(&conn.pubsub), if conn.pubsub.is_some() => {
                 if conn.pubsub.as_ref().is_some_and(|s| s.inbox.lock().unwrap_or_else(|p| p.into_inner()).overflowed()) {

@@ -337,6 +337,59 @@ async fn unknown_commands_get_redis_wording_and_the_connection_stays() {
     assert_eq!(c.raw(&["PING"]).await, "+PONG\r\n");
 }
 
+/// `CLIENT REPLY OFF|ON|SKIP` as on Redis. A client that turned its replies off and got one
+/// anyway would read every later reply as the answer to the command before it: here the
+/// `+OK` of an unrelated `SET` would be read as the grant of a lock that is taken.
+#[tokio::test]
+async fn client_reply_off_and_skip_drop_exactly_the_replies_redis_drops() {
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut holder = Client::connect(&p).await;
+    assert_eq!(
+        holder.raw(&["SET", "lock", "theirs", "NX", "PX", "10000"]).await,
+        "+OK\r\n"
+    );
+    let mut c = Client::connect(&p).await;
+    // Pipelined as a fire-and-forget client sends them: only the lock's answer comes back.
+    c.send(&["CLIENT", "REPLY", "SKIP"]).await;
+    c.send(&["SET", "counter", "1", "PX", "10000"]).await;
+    c.send(&["SET", "lock", "mine", "NX", "PX", "10000"]).await;
+    assert_eq!(String::from_utf8(c.read_raw().await).unwrap(), "$-1\r\n");
+    c.send(&["CLIENT", "REPLY", "OFF"]).await;
+    c.send(&["SET", "counter", "2", "PX", "10000"]).await;
+    c.send(&["GET", "counter"]).await;
+    c.send(&["CLIENT", "REPLY", "ON"]).await;
+    assert_eq!(String::from_utf8(c.read_raw().await).unwrap(), "+OK\r\n");
+    assert_eq!(c.raw(&["GET", "counter"]).await, "$1\r\n2\r\n");
+    // `ON` right after `SKIP` is answered; `SKIP` while off changes nothing.
+    c.send(&["CLIENT", "REPLY", "SKIP"]).await;
+    assert_eq!(c.raw(&["CLIENT", "REPLY", "ON"]).await, "+OK\r\n");
+    c.send(&["CLIENT", "REPLY", "OFF"]).await;
+    c.send(&["CLIENT", "REPLY", "SKIP"]).await;
+    c.send(&["GET", "counter"]).await;
+    assert_eq!(c.raw(&["CLIENT", "REPLY", "ON"]).await, "+OK\r\n");
+    assert_eq!(
+        c.raw(&["CLIENT", "REPLY", "MAYBE"]).await,
+        "-ERR syntax error\r\n"
+    );
+    assert_eq!(
+        c.raw(&["CLIENT", "REPLY"]).await,
+        "-ERR wrong number of arguments for 'client|reply' command\r\n"
+    );
+    // Inside a transaction it would cut EXEC's array short: refused, and EXEC aborts.
+    assert_eq!(c.raw(&["MULTI"]).await, "+OK\r\n");
+    assert!(
+        c.raw(&["CLIENT", "REPLY", "SKIP"])
+            .await
+            .starts_with("-ERR Command not allowed inside a transaction")
+    );
+    assert!(c.raw(&["EXEC"]).await.starts_with("-EXECABORT"));
+    // RESET turns replies back on.
+    c.send(&["CLIENT", "REPLY", "OFF"]).await;
+    assert_eq!(c.raw(&["RESET"]).await, "+RESET\r\n");
+    assert_eq!(c.raw(&["PING"]).await, "+PONG\r\n");
+}
+
 #[tokio::test]
 async fn resp3_after_hello_3() {
     let ms = masters(3);

@@ -155,7 +155,7 @@ fn valid_name(name: &[u8]) -> Result<(), Reply> {
     }
 }
 
-/// `CLIENT SETNAME|GETNAME|ID|SETINFO|INFO|NO-EVICT|NO-TOUCH ...`
+/// `CLIENT SETNAME|GETNAME|ID|SETINFO|INFO|NO-EVICT|NO-TOUCH|REPLY ...`
 pub fn client(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     let sub = args[1].to_ascii_uppercase();
     let argc = args.len();
@@ -198,13 +198,36 @@ pub fn client(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
         )))
         .into(),
         (b"NO-EVICT" | b"NO-TOUCH", 3) => Reply::ok().into(),
-        (b"SETNAME" | b"GETNAME" | b"ID" | b"SETINFO" | b"INFO" | b"NO-EVICT" | b"NO-TOUCH", _) => {
-            Reply::error(format!(
-                "ERR wrong number of arguments for 'client|{}' command",
-                String::from_utf8_lossy(&sub).to_ascii_lowercase()
-            ))
-            .into()
-        }
+        // As Redis: `OFF` drops every reply (its own too) until `ON`; `SKIP` has no reply and
+        // drops the next command's. A client that turned replies off and got one anyway would
+        // read each later reply as the answer to the command before it.
+        (b"REPLY", 3) => match args[2].to_ascii_uppercase().as_slice() {
+            b"ON" => {
+                conn.replies_off = false;
+                conn.skip_next = false;
+                conn.skip_this = false;
+                Reply::ok().into()
+            }
+            b"OFF" => {
+                conn.replies_off = true;
+                Reply::ok().into()
+            }
+            b"SKIP" => {
+                conn.skip_next = !conn.replies_off;
+                // No reply of its own: nothing is written for an empty set of replies.
+                Reply::Many(Vec::new()).into()
+            }
+            _ => syntax_error().into(),
+        },
+        (
+            b"SETNAME" | b"GETNAME" | b"ID" | b"SETINFO" | b"INFO" | b"NO-EVICT" | b"NO-TOUCH"
+            | b"REPLY",
+            _,
+        ) => Reply::error(format!(
+            "ERR wrong number of arguments for 'client|{}' command",
+            String::from_utf8_lossy(&sub).to_ascii_lowercase()
+        ))
+        .into(),
         _ => unknown_subcommand("client", &args[1]).into(),
     }
 }

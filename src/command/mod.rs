@@ -384,9 +384,11 @@ fn dispatch_args(proxy: &Arc<Proxy>, conn: &mut Conn, args: Args<'_>) -> Action 
         ))
         .into();
     }
-    if conn.multi.is_some() && spec.name.ends_with("subscribe") {
+    let client_reply =
+        spec.name == "client" && args.len() > 1 && args[1].eq_ignore_ascii_case(b"reply");
+    if conn.multi.is_some() && (spec.name.ends_with("subscribe") || client_reply) {
         // Several replies to one command cannot sit inside EXEC's array (Redis 7.2 refuses
-        // these in a transaction too).
+        // these in a transaction too), nor can a reply switched off halfway through it.
         conn.multi_failed = true;
         return Reply::static_error("ERR Command not allowed inside a transaction").into();
     }
