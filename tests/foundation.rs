@@ -346,7 +346,9 @@ async fn client_reply_off_and_skip_drop_exactly_the_replies_redis_drops() {
     let p = proxy_for(&ms).await.to_string();
     let mut holder = Client::connect(&p).await;
     assert_eq!(
-        holder.raw(&["SET", "lock", "theirs", "NX", "PX", "10000"]).await,
+        holder
+            .raw(&["SET", "lock", "theirs", "NX", "PX", "10000"])
+            .await,
         "+OK\r\n"
     );
     let mut c = Client::connect(&p).await;

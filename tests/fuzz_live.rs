@@ -73,6 +73,7 @@ const NAMES: &[&str] = &[
     "EXPIRE",
     "PEXPIRE",
     "PEXPIREAT",
+    "EXPIREAT",
     "TTL",
     "PTTL",
     "HGET",

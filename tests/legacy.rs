@@ -470,10 +470,12 @@ async fn negative_control_first_master_grants_a_minority_setnx() {
 // ---------------------------------------------------------------------------------------------
 // Differential: the proxy against one redis-server.
 
-/// Runs `steps` (split on spaces; `{at}` becomes a unix time in ms 100 s ahead) on `addr`, two
-/// connections: steps starting with `B:` go through the second one.
+/// Runs `steps` (split on spaces; `{at}` becomes a unix time in ms 100 s ahead, `{at_s}` the
+/// same in seconds) on `addr`, two connections: steps starting with `B:` go through the second
+/// one.
 async fn transcript(addr: &str, steps: &[&str]) -> Vec<String> {
     let at = (now_ms() + 100_000).to_string();
+    let at_s = (now_ms() / 1000 + 100).to_string();
     let mut a = Client::connect(addr).await;
     let mut b = Client::connect(addr).await;
     let mut out = Vec::new();
@@ -482,7 +484,10 @@ async fn transcript(addr: &str, steps: &[&str]) -> Vec<String> {
             Some(rest) => (&mut b, rest),
             None => (&mut a, *step),
         };
-        let args: Vec<String> = step.split(' ').map(|s| s.replace("{at}", &at)).collect();
+        let args: Vec<String> = step
+            .split(' ')
+            .map(|s| s.replace("{at}", &at).replace("{at_s}", &at_s))
+            .collect();
         let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
         out.push(format!("{step} -> {}", c.raw(&args).await.escape_debug()));
     }
@@ -519,6 +524,10 @@ async fn differential_legacy_commands() {
         "TTL k",
         "PEXPIREAT k {at}",
         "TTL k",
+        "EXPIREAT k {at_s}",
+        "TTL k",
+        "EXPIREAT nokey {at_s}",
+        "EXPIREAT k soon",
         "EXPIRE nokey 10",
         "EXPIRE k notanumber",
         "SET k v4 XX",

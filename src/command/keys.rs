@@ -292,8 +292,8 @@ fn too_long(proxy: &Proxy, ms: i64) -> Option<Reply> {
     })
 }
 
-/// `EXPIRE key seconds`, `PEXPIRE key ms`, `PEXPIREAT key unix-ms` (with Redis 7's
-/// `NX|XX|GT|LT`): on every master; answers 1 when a quorum set the expiry.
+/// `EXPIRE key seconds`, `PEXPIRE key ms`, `EXPIREAT key unix-s`, `PEXPIREAT key unix-ms` (with
+/// Redis 7's `NX|XX|GT|LT`): on every master; answers 1 when a quorum set the expiry.
 pub fn expire(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     let Some(n) = parse_int(&args[2]) else {
         return not_an_integer().into();
@@ -302,6 +302,7 @@ pub fn expire(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     let ms = match name.as_slice() {
         b"expire" => n.saturating_mul(1000),
         b"pexpire" => n,
+        b"expireat" => n.saturating_mul(1000).saturating_sub(super::unix_ms()),
         _ => n.saturating_sub(super::unix_ms()),
     };
     if let Some(e) = too_long(proxy, ms) {

@@ -207,6 +207,7 @@ pub static TABLE: &[Spec] = &[
     spec("expire", -3, &["write", "fast"], FIRST, keys::expire),
     spec("pexpire", -3, &["write", "fast"], FIRST, keys::expire),
     spec("pexpireat", -3, &["write", "fast"], FIRST, keys::expire),
+    spec("expireat", -3, &["write", "fast"], FIRST, keys::expire),
     spec("ttl", 2, &["readonly", "fast"], FIRST, keys::ttl),
     spec("hget", 3, &["readonly", "fast"], FIRST, keys::hget),
     spec("hexists", 3, &["readonly", "fast"], FIRST, keys::count),
