@@ -427,6 +427,9 @@ where
     let stop = proxy.shutdown.clone().cancelled_owned();
     tokio::pin!(stop);
     let mut stopping = false;
+    // The client has sent all it will (it half-closed, as `nc -N` does): as on Redis, every
+    // complete request it sent is still run and answered before the connection closes.
+    let mut sent_all = false;
     // The wait for shutdown is polled once, which registers this task to be woken; after that
     // a wake-up only needs a look at the token (its future would be polled on every loop turn).
     let mut stop_registered = false;
@@ -496,7 +499,7 @@ where
                 }
             }
         }
-        if stopping && exhausted {
+        if (stopping || sent_all) && exhausted {
             // Every complete request already read has been dispatched.
             closing = true;
         }
@@ -583,12 +586,9 @@ where
                 }
                 m.to_reply().encode(BufferPool::ready(&mut output), conn.resp3);
             }
-            n = read_pooled(&mut rd, &mut input), if !closing && !stopping && inflight.len() < max_pipeline => {
+            n = read_pooled(&mut rd, &mut input), if !closing && !stopping && !sent_all && inflight.len() < max_pipeline => {
                 match n {
-                    Ok(0) => {
-                        finish_in_background(inflight);
-                        return Ok(());
-                    }
+                    Ok(0) => sent_all = true,
                     Ok(_) => {}
                     Err(e) => {
                         finish_in_background(inflight);

@@ -337,6 +337,26 @@ async fn unknown_commands_get_redis_wording_and_the_connection_stays() {
     assert_eq!(c.raw(&["PING"]).await, "+PONG\r\n");
 }
 
+/// A client that half-closes after its requests (`nc -N`, a script piping commands in) gets
+/// every answer, as from Redis, and then the connection closes. Before, the proxy closed at
+/// once: the lock was granted on the masters and nobody was told.
+#[tokio::test]
+async fn a_half_closed_client_still_gets_its_answers() {
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut c = Client::connect(&p).await;
+    c.send(&["SET", "hc", "t", "NX", "PX", "10000"]).await;
+    c.send(&["GET", "hc"]).await;
+    c.send(&["SET", "hc", "u", "NX", "PX", "10000"]).await;
+    c.send_raw(b"*2\r\n$3\r\nGET").await;
+    c.shutdown_write().await;
+    for want in ["+OK\r\n", "$1\r\nt\r\n", "$-1\r\n"] {
+        assert_eq!(String::from_utf8(c.read_raw().await).unwrap(), want);
+    }
+    // The unfinished request is dropped, as Redis drops it.
+    assert!(c.closed().await);
+}
+
 /// `CLIENT REPLY OFF|ON|SKIP` as on Redis. A client that turned its replies off and got one
 /// anyway would read every later reply as the answer to the command before it: here the
 /// `+OK` of an unrelated `SET` would be read as the grant of a lock that is taken.

@@ -267,6 +267,11 @@ impl Client {
     pub async fn closed(&mut self) -> bool {
         self.read_raw().await.is_empty()
     }
+
+    /// Tells the server that nothing more will be sent (a half-close), and keeps reading.
+    pub async fn shutdown_write(&mut self) {
+        self.stream.shutdown().await.expect("shutdown");
+    }
 }
 
 /// Length of the first complete RESP2/RESP3 frame in `buf`, if complete.
