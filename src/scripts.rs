@@ -1251,6 +1251,22 @@ mod tests {
         deep.extend(b"{".repeat(10_000));
         deep.extend(b"}".repeat(10_000));
         inputs.push(deep);
+        // Small scripts that are costly to run symbolically: runs forked on arguments, each
+        // adding to one value in a loop (each addition copied and sorted the whole sum: one
+        // 620-byte script took 5.6 s), or each as long as a run may be (0.16 s a script).
+        let forks: String = (2..9)
+            .map(|i| format!("if ARGV[{i}] == 'v{i}' then x = x + 1 end "))
+            .collect();
+        let sum = format!(
+            "local x = tonumber(ARGV[1]) {forks}{}return redis.call('get', KEYS[1])",
+            "for i = 1, 16 do for j = 1, 16 do x = x + tonumber(ARGV[1]) end end ".repeat(4)
+        );
+        inputs.push(sum.into_bytes());
+        let long = format!(
+            "local x = 0 {forks}{}return redis.call('get', KEYS[1])",
+            "for i = 1, 16 do for j = 1, 16 do for k = 1, 16 do x = 1 end end end ".repeat(4)
+        );
+        inputs.push(long.into_bytes());
         for input in &inputs {
             let start = std::time::Instant::now();
             assert_eq!(recognise(input), Meaning::Unknown);

@@ -26,6 +26,13 @@ use super::parse::{Bin, Block, Expr, Func, Stat, Un, is_redis_call};
 const MAX_STEPS: usize = 10_000;
 /// Most runs per script (start states × argument forks).
 const MAX_RUNS: usize = 1_000;
+/// Most statements and expressions evaluated over every run of one script. The two limits
+/// above alone would allow ten million, seconds of work on the runtime's thread for one
+/// request of a few hundred bytes; the library scripts need a few thousand.
+const MAX_TOTAL_STEPS: usize = 100_000;
+/// Most terms in a symbolic sum (`ARGV[1] + PTTL(...) + ...`). Lock scripts add two or three;
+/// a loop adding to one value would otherwise grow it, and every addition copies and sorts it.
+const MAX_TERMS: usize = 16;
 /// The pseudo-`ARGV` index of assumptions about the order of two keys' TTLs (see [`order`]);
 /// real `ARGV` indexes start at 1.
 pub const ORDER: usize = 0;
@@ -369,6 +376,9 @@ struct Machine<'a> {
     calls: Vec<(Vec<u8>, Vec<Val>)>,
     foreign: bool,
     steps: usize,
+    /// Most steps this run may take: [`MAX_STEPS`], or less when the script's runs so far have
+    /// used most of [`MAX_TOTAL_STEPS`].
+    limit: usize,
     /// Every `local function` in the script (see [`functions`]), by [`Val::Func`] index.
     funcs: &'a [&'a Func],
     /// Functions being called (no recursion).
@@ -412,7 +422,7 @@ impl Layout {
 pub fn explore(block: &Block, n: usize, layout: Layout) -> Result<Vec<Run>, String> {
     let combos = STARTS.len().pow(n as u32);
     let mut runs = Vec::new();
-    let mut total = 0;
+    let mut total = Spent::default();
     for c in 0..combos {
         let start: Vec<Start> = (0..n)
             .map(|i| STARTS[(c / STARTS.len().pow(i as u32)) % STARTS.len()])
@@ -436,7 +446,7 @@ pub fn explore_states(
     starts: &[Vec<KeyNow>],
 ) -> Result<Vec<(usize, Run)>, String> {
     let mut out = Vec::new();
-    let mut total = 0;
+    let mut total = Spent::default();
     for (k, keys) in starts.iter().enumerate() {
         let mut runs = Vec::new();
         runs_from(block, layout, keys.clone(), &[], &mut total, &mut runs)?;
@@ -445,25 +455,35 @@ pub fn explore_states(
     Ok(out)
 }
 
+/// What the runs of one script have used so far.
+#[derive(Default)]
+struct Spent {
+    runs: usize,
+    steps: usize,
+}
+
 /// Every run from one starting state, forking on argument comparisons.
 fn runs_from(
     block: &Block,
     layout: Layout,
     keys: Vec<KeyNow>,
     start: &[Start],
-    total: &mut usize,
+    total: &mut Spent,
     runs: &mut Vec<Run>,
 ) -> Result<(), String> {
     let mut funcs = Vec::new();
     functions(block, &mut funcs);
     let mut work: Vec<Vec<Assumption>> = vec![Vec::new()];
     while let Some(assumed) = work.pop() {
-        *total += 1;
-        if *total > MAX_RUNS {
+        total.runs += 1;
+        if total.runs > MAX_RUNS {
             return Err("too many cases to analyse".into());
         }
         let mut m = Machine::new(layout, keys.clone(), &assumed, &funcs);
-        match m.block(block) {
+        m.limit = MAX_STEPS.min(MAX_TOTAL_STEPS - total.steps);
+        let flow = m.block(block);
+        total.steps += m.steps.min(m.limit);
+        match flow {
             Ok(flow) => {
                 let reply = match flow {
                     Flow::Return(v) => to_reply(v),
@@ -589,6 +609,7 @@ impl<'a> Machine<'a> {
             calls: Vec::new(),
             foreign: false,
             steps: 0,
+            limit: MAX_STEPS,
             funcs,
             active: Vec::new(),
             prefix: None,
@@ -599,7 +620,7 @@ impl<'a> Machine<'a> {
 impl Machine<'_> {
     fn step(&mut self) -> R<()> {
         self.steps += 1;
-        if self.steps > MAX_STEPS {
+        if self.steps > self.limit {
             return fail("runs too long to analyse");
         }
         Ok(())
@@ -1535,6 +1556,9 @@ fn add(l: Val, r: Val) -> R<Val> {
             Val::Num(0) => {}
             v => terms.push(v),
         }
+    }
+    if terms.len() > MAX_TERMS {
+        return fail("adds too many terms to analyse");
     }
     terms.sort_by_key(term_rank);
     Ok(Val::Sum(terms))
