@@ -387,7 +387,9 @@ pub struct ClientSubs {
     id: u64,
     /// The messages for this client.
     pub inbox: Mutex<Subscriber>,
-    names: Mutex<HashMap<Kind, Vec<Bytes>>>,
+    /// What this client is subscribed to, by kind (a set: unsubscribing from one of many is
+    /// one lookup, not a scan).
+    names: Mutex<HashMap<Kind, HashSet<Bytes>>>,
 }
 
 impl ClientSubs {
@@ -401,7 +403,7 @@ impl ClientSubs {
         })
     }
 
-    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<Kind, Vec<Bytes>>> {
+    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<Kind, HashSet<Bytes>>> {
         self.names.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -409,7 +411,7 @@ impl ClientSubs {
     /// shard channels on their own, as Redis counts them).
     pub fn add(&self, kind: Kind, name: &Bytes) -> usize {
         if self.hub.subscribe(self.id, kind, name) {
-            self.names().entry(kind).or_default().push(name.clone());
+            self.names().entry(kind).or_default().insert(name.clone());
         }
         self.count(kind)
     }
@@ -419,20 +421,23 @@ impl ClientSubs {
         if self.hub.unsubscribe(self.id, kind, name)
             && let Some(list) = self.names().get_mut(&kind)
         {
-            list.retain(|n| n != name);
+            list.remove(name);
         }
         self.count(kind)
     }
 
-    /// Everything subscribed to with `kind`.
+    /// Everything subscribed to with `kind`, in no set order (as Redis lists them).
     pub fn list(&self, kind: Kind) -> Vec<Bytes> {
-        self.names().get(&kind).cloned().unwrap_or_default()
+        self.names()
+            .get(&kind)
+            .map(|set| set.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// The count Redis reports in (un)subscribe replies of `kind`.
     pub fn count(&self, kind: Kind) -> usize {
         let names = self.names();
-        let n = |k: Kind| names.get(&k).map_or(0, Vec::len);
+        let n = |k: Kind| names.get(&k).map_or(0, HashSet::len);
         match kind {
             Kind::Shard => n(Kind::Shard),
             _ => n(Kind::Channel) + n(Kind::Pattern),
@@ -518,26 +523,32 @@ async fn run_link(
     let mut current: HashSet<(Kind, Bytes)> = HashSet::new();
     let mut buf = BytesMut::with_capacity(4096);
     let mut decoder = ReplyDecoder::default();
+    // The wanted set is compared with the link's only when it changed: comparing after every
+    // read cost the whole set per read, quadratic in the subscriptions (the confirmations of
+    // one `SUBSCRIBE` of 65,535 channels froze the proxy for seconds).
+    let mut changes = true;
     loop {
-        let Some(h) = hub.upgrade() else {
-            return Ok(());
-        };
-        let wanted = h.wanted();
-        drop(h);
-        let mut out = BytesMut::new();
-        for (kind, name) in wanted.difference(&current) {
-            out.extend_from_slice(&command(&[kind.subscribe(), name]));
+        if std::mem::take(&mut changes) {
+            let Some(h) = hub.upgrade() else {
+                return Ok(());
+            };
+            let wanted = h.wanted();
+            drop(h);
+            let mut out = BytesMut::new();
+            for (kind, name) in wanted.difference(&current) {
+                out.extend_from_slice(&command(&[kind.subscribe(), name]));
+            }
+            for (kind, name) in current.difference(&wanted) {
+                out.extend_from_slice(&command(&[kind.unsubscribe(), name]));
+            }
+            if !out.is_empty() {
+                stream.write_all(&out).await?;
+                stream.flush().await?;
+            }
+            current = wanted;
         }
-        for (kind, name) in current.difference(&wanted) {
-            out.extend_from_slice(&command(&[kind.unsubscribe(), name]));
-        }
-        if !out.is_empty() {
-            stream.write_all(&out).await?;
-            stream.flush().await?;
-        }
-        current = wanted;
         tokio::select! {
-            _ = changed.notified() => {}
+            _ = changed.notified() => changes = true,
             n = stream.read_buf(&mut buf) => {
                 if n? == 0 {
                     return Err(std::io::ErrorKind::UnexpectedEof.into());
