@@ -1,7 +1,6 @@
 //! Bounded resources: a command naming tens of thousands of keys (or subscribing to as many
-//! channels) stays linear and cannot stall
-//! other clients' keys; `WATCH` and `MULTI` are capped; the script cache is bounded in bytes and
-//! a full cache never breaks a client; `SET ... KEEPTTL` never leaves a key without a TTL; and
+//! channels) stays linear and cannot stall other clients' keys; `WATCH` and `MULTI` are capped;
+//! the script cache is bounded in bytes and a full cache never breaks a client; `SET ... KEEPTTL` never leaves a key without a TTL; and
 //! `--dev` stops the masters it started on every exit path.
 
 mod common;
@@ -119,6 +118,21 @@ async fn multi_is_capped_and_the_cap_aborts_exec() {
     assert_eq!(
         c.raw(&["GET", "k"]).await,
         "-ERR redlock-proxy: too many commands in MULTI (max_multi_commands = 3)\r\n"
+    );
+    assert_eq!(
+        c.raw(&["EXEC"]).await,
+        "-EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+    // Bytes are capped too: queued commands may not hold more than the query buffer limit
+    // (1,000 queued 4 MiB commands held gigabytes).
+    let p = proxy_with(&ms, |c| c.client_query_buffer_limit = 64 * 1024).await;
+    let mut c = Client::connect(&p).await;
+    let big = "x".repeat(40 * 1024);
+    assert_eq!(c.raw(&["MULTI"]).await, "+OK\r\n");
+    assert_eq!(c.raw(&["ECHO", &big]).await, "+QUEUED\r\n");
+    assert_eq!(
+        c.raw(&["ECHO", &big]).await,
+        "-ERR redlock-proxy: MULTI would hold more than client_query_buffer_limit (65536 bytes) of queued commands\r\n"
     );
     assert_eq!(
         c.raw(&["EXEC"]).await,

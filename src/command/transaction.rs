@@ -68,15 +68,25 @@ pub fn runs_at_once(name: &str) -> bool {
     )
 }
 
-/// Queues a checked command inside `MULTI`; past `max_multi_commands` the command is refused
-/// and `EXEC` will abort, as after any refused command.
+/// Queues a checked command inside `MULTI`; past `max_multi_commands`, or past
+/// `client_query_buffer_limit` bytes of queued arguments (the most a client may have sent and
+/// not yet had run), the command is refused and `EXEC` will abort, as after any refused command.
 pub fn queue(proxy: &Proxy, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     let max = proxy.config.max_multi_commands;
+    let max_bytes = proxy.config.client_query_buffer_limit;
+    let size = |command: &[Bytes]| command.iter().map(Bytes::len).sum::<usize>();
     if let Some(q) = conn.multi.as_mut() {
         if q.len() >= max {
             conn.multi_failed = true;
             return Reply::error(format!(
                 "ERR redlock-proxy: too many commands in MULTI (max_multi_commands = {max})"
+            ))
+            .into();
+        }
+        if q.iter().map(|c| size(c)).sum::<usize>() + size(&args) > max_bytes {
+            conn.multi_failed = true;
+            return Reply::error(format!(
+                "ERR redlock-proxy: MULTI would hold more than client_query_buffer_limit ({max_bytes} bytes) of queued commands"
             ))
             .into();
         }
