@@ -69,6 +69,44 @@ pub struct Conn {
     pub skip_next: bool,
     /// The command running is the one after `CLIENT REPLY SKIP` (`CLIENT REPLY ON` clears it).
     pub skip_this: bool,
+    /// Tells blocking commands (`BLPOP`) that the client has gone.
+    pub gone: Gone,
+}
+
+/// Tells a connection's blocking commands that its client has gone: it has sent all it will
+/// (end of input), or the connection has ended. Redis drops a blocked client that disconnects;
+/// here its `BLPOP`s stop polling the masters then, rather than for up to their full timeout in
+/// the background. The signal is made by the first blocking command only (an idle connection
+/// carries none), is raised when the connection's state is dropped, and is not shared by a
+/// clone of that state (the scratch copy a transaction runs with).
+#[derive(Default, Debug)]
+pub struct Gone(Option<tokio_util::sync::CancellationToken>);
+
+impl Gone {
+    /// The signal, for a blocking command to watch.
+    pub fn watch(&mut self) -> tokio_util::sync::CancellationToken {
+        self.0.get_or_insert_with(Default::default).clone()
+    }
+
+    /// Raises the signal.
+    pub fn raise(&self) {
+        if let Some(t) = &self.0 {
+            t.cancel();
+        }
+    }
+}
+
+impl Clone for Gone {
+    /// A clone watches nothing of the original's: dropping it tells nobody the client has gone.
+    fn clone(&self) -> Gone {
+        Gone(None)
+    }
+}
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        self.raise();
+    }
 }
 
 impl Conn {
@@ -87,6 +125,7 @@ impl Conn {
             replies_off: false,
             skip_next: false,
             skip_this: false,
+            gone: Gone::default(),
         }
     }
 
@@ -588,7 +627,10 @@ where
             }
             n = read_pooled(&mut rd, &mut input), if !closing && !stopping && !sent_all && inflight.len() < max_pipeline => {
                 match n {
-                    Ok(0) => sent_all = true,
+                    Ok(0) => {
+                        sent_all = true;
+                        conn.gone.raise();
+                    }
                     Ok(_) => {}
                     Err(e) => {
                         finish_in_background(inflight);

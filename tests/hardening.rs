@@ -205,6 +205,54 @@ async fn a_disconnected_clients_in_flight_lock_is_finished_without_it() {
     drop(attacker);
 }
 
+/// The `LPOP`s a master has run so far.
+async fn lpops(m: &Master) -> u64 {
+    let info = m.client().await.text(&["INFO", "commandstats"]).await;
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_lpop:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+// Row 4: a client that queues blocking pops and leaves stops them. Each `BLPOP` polls the
+// masters until it pops or times out; they used to keep polling (up to 300 s each, 64 at a
+// time) after their client had gone, so clients that connect, queue and leave piled up work on
+// the masters without bound. As Redis drops a blocked client that disconnects, the proxy stops
+// its pops once the client has sent all it will: here, with FIN and with RST.
+#[tokio::test]
+async fn blocking_pops_stop_when_their_client_leaves() {
+    let (ms, addr) = setup(|_| {}).await;
+    for abort in [false, true] {
+        let mut s = raw_connect(&addr).await;
+        let mut wire = Vec::new();
+        for i in 0..200 {
+            wire.extend_from_slice(&command(&[b"BLPOP", format!("bl:{i}").as_bytes(), b"0"]));
+        }
+        s.write_all(&wire).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let polling = lpops(&ms[0]).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let still = lpops(&ms[0]).await;
+        assert!(
+            still > polling,
+            "the pops were not running ({polling} then {still})"
+        );
+        if abort {
+            s.set_zero_linger().unwrap();
+        }
+        drop(s);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = lpops(&ms[0]).await;
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let after = lpops(&ms[0]).await;
+        assert!(
+            after - before < 10,
+            "a gone client's BLPOPs still poll: {} LPOPs in 1 s",
+            after - before
+        );
+    }
+}
+
 // Row 4: unread replies beyond `client_output_buffer_limit` disconnect the client.
 #[tokio::test]
 async fn unread_replies_beyond_the_output_limit_disconnect() {

@@ -49,13 +49,14 @@ pub fn parse_timeout(arg: &[u8]) -> Result<Option<Duration>, Reply> {
 }
 
 /// `BLPOP key [key ...] timeout`
-pub fn blpop(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+pub fn blpop(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     let timeout = match parse_timeout(&args[args.len() - 1]) {
         Ok(t) => t.unwrap_or(MAX_BLOCK).min(MAX_BLOCK),
         Err(e) => return e.into(),
     };
     let keys: Vec<Bytes> = args[1..args.len() - 1].to_vec();
     let proxy = proxy.clone();
+    let gone = conn.gone.watch();
     Action::Later(Box::pin(async move {
         let deadline = Instant::now() + timeout;
         let mut pause = Duration::from_millis(2);
@@ -66,10 +67,16 @@ pub fn blpop(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
                 }
             }
             let now = Instant::now();
-            if now >= deadline {
+            // A client that has gone waits no longer (inside `MULTI`, whose commands run on
+            // a copy of the connection's state, that is at once: one round, as Redis runs a
+            // `BLPOP` in a transaction without blocking).
+            if now >= deadline || gone.is_cancelled() {
                 return Reply::NilArray;
             }
-            sleep(pause.min(deadline - now)).await;
+            tokio::select! {
+                () = sleep(pause.min(deadline - now)) => {}
+                () = gone.cancelled() => {}
+            }
             pause = (pause * 2).min(MAX_POLL);
         }
     }))

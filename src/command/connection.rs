@@ -239,6 +239,9 @@ pub fn quit(_: &Arc<Proxy>, _: &mut Conn, _: Vec<Bytes>) -> Action {
 
 /// `RESET`: back to a new connection's state.
 pub fn reset(proxy: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
+    // The client is still here: its blocking commands keep waiting.
+    let gone = std::mem::take(&mut conn.gone);
     *conn = Conn::new(conn.id, proxy.accounts.required());
+    conn.gone = gone;
     Reply::simple("RESET").into()
 }
