@@ -59,6 +59,9 @@ pub struct Conn {
     pub multi_failed: bool,
     /// The keys under `WATCH`, with what the majority held when each was watched.
     pub watched: Vec<crate::command::transaction::Watched>,
+    /// Bytes of the values kept for `watched` (made by the first `WATCH`, and anew when the
+    /// keys are unwatched): capped at `client_query_buffer_limit`.
+    pub watched_bytes: Option<Arc<std::sync::atomic::AtomicUsize>>,
     /// Subscriptions, once the client has subscribed to anything.
     pub pubsub: Option<Arc<ClientSubs>>,
     /// The keys the logged-in user may touch.
@@ -120,6 +123,7 @@ impl Conn {
             multi: None,
             multi_failed: false,
             watched: Vec::new(),
+            watched_bytes: None,
             pubsub: None,
             keys: crate::acl::Keys::All,
             replies_off: false,

@@ -140,6 +140,32 @@ async fn multi_is_capped_and_the_cap_aborts_exec() {
     );
 }
 
+/// `WATCH` keeps the values it saw (to guard `EXEC`'s deletes): they are capped in bytes like
+/// queued commands (75 watched 4 MiB values held 600 MB). Past the cap the `WATCH` is an
+/// error, its keys count as changed (`EXEC` aborts), and `UNWATCH` frees the budget.
+#[tokio::test]
+async fn watched_values_are_capped_in_bytes() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.client_query_buffer_limit = 64 * 1024).await;
+    let mut c = Client::connect(&p).await;
+    let big = "v".repeat(40 * 1024);
+    for k in ["w1", "w2"] {
+        assert_eq!(c.raw(&["SET", k, &big, "PX", "60000"]).await, "+OK\r\n");
+    }
+    assert_eq!(c.raw(&["WATCH", "w1"]).await, "+OK\r\n");
+    assert_eq!(
+        c.raw(&["WATCH", "w2"]).await,
+        "-ERR redlock-proxy: watched values would pass client_query_buffer_limit (65536 bytes)\r\n"
+    );
+    assert_eq!(c.raw(&["MULTI"]).await, "+OK\r\n");
+    assert_eq!(c.raw(&["GET", "w1"]).await, "+QUEUED\r\n");
+    assert_eq!(c.raw(&["EXEC"]).await, "*-1\r\n");
+    // EXEC unwatched everything: the budget is whole again.
+    assert_eq!(c.raw(&["WATCH", "w2"]).await, "+OK\r\n");
+    assert_eq!(c.raw(&["UNWATCH"]).await, "+OK\r\n");
+    assert_eq!(c.raw(&["WATCH", "w1"]).await, "+OK\r\n");
+}
+
 #[tokio::test]
 async fn a_full_script_cache_never_breaks_a_client() {
     let ms = masters(3);

@@ -18,6 +18,7 @@
 //! A key "changed" when the value a quorum hold differs: unlike Redis, writing the same value
 //! again or changing only the TTL does not abort `EXEC`.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -158,18 +159,49 @@ pub fn watch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
         })
         .collect();
     conn.watched.extend(watched.iter().cloned());
+    let held = conn
+        .watched_bytes
+        .get_or_insert_with(Default::default)
+        .clone();
+    let limit = proxy.config.client_query_buffer_limit;
     super::in_turn(proxy, &args[1..], move |proxy| async move {
         let keys: Vec<Bytes> = watched.iter().map(|w| w.key.clone()).collect();
-        for (w, seen) in watched.iter().zip(read(&proxy, &keys).await) {
+        let seen = read(&proxy, &keys).await;
+        // The values are kept (to guard `EXEC`'s deletes), so they count against the same
+        // limit as what a client may have sent and not yet had run. Past it, none of this
+        // call's values is kept: the keys count as changed, and `EXEC` will abort.
+        let bytes: usize = seen
+            .iter()
+            .map(|r| match r {
+                Some(Reply::Bulk(v)) => v.len(),
+                _ => 0,
+            })
+            .sum();
+        if held.fetch_add(bytes, Ordering::Relaxed) + bytes > limit {
+            held.fetch_sub(bytes, Ordering::Relaxed);
+            for w in &watched {
+                let _ = w.seen.set(None);
+            }
+            return Reply::error(format!(
+                "ERR redlock-proxy: watched values would pass client_query_buffer_limit ({limit} bytes)"
+            ));
+        }
+        for (w, seen) in watched.iter().zip(seen) {
             let _ = w.seen.set(seen);
         }
         Reply::ok()
     })
 }
 
+/// Forgets every watched key, and the bytes their values held.
+fn unwatch_all(conn: &mut Conn) -> Vec<Watched> {
+    conn.watched_bytes = None;
+    std::mem::take(&mut conn.watched)
+}
+
 /// `UNWATCH`
 pub fn unwatch(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
-    conn.watched.clear();
+    unwatch_all(conn);
     Reply::ok().into()
 }
 
@@ -188,7 +220,7 @@ pub fn discard(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
         return Reply::static_error("ERR DISCARD without MULTI").into();
     }
     conn.multi_failed = false;
-    conn.watched.clear();
+    unwatch_all(conn);
     Reply::ok().into()
 }
 
@@ -197,7 +229,7 @@ pub fn exec(proxy: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
     let Some(queued) = conn.multi.take() else {
         return Reply::static_error("ERR EXEC without MULTI").into();
     };
-    let watched = std::mem::take(&mut conn.watched);
+    let watched = unwatch_all(conn);
     if std::mem::take(&mut conn.multi_failed) {
         return Reply::static_error("EXECABORT Transaction discarded because of previous errors.")
             .into();
