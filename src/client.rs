@@ -55,6 +55,9 @@ pub struct Conn {
     pub authed: bool,
     /// The commands queued since `MULTI`; `None` outside a transaction.
     pub multi: Option<Vec<Vec<Bytes>>>,
+    /// What the commands queued since `MULTI` hold: their bytes, and the bookkeeping of each
+    /// argument (see [`crate::command::transaction::queue`]).
+    pub multi_bytes: usize,
     /// A command queued since `MULTI` was refused, so `EXEC` must abort.
     pub multi_failed: bool,
     /// The keys under `WATCH`, with what the majority held when each was watched.
@@ -121,6 +124,7 @@ impl Conn {
             name: None,
             authed: !needs_auth,
             multi: None,
+            multi_bytes: 0,
             multi_failed: false,
             watched: Vec::new(),
             watched_bytes: None,

@@ -145,6 +145,16 @@ async fn multi_is_capped_and_the_cap_aborts_exec() {
         c.raw(&["EXEC"]).await,
         "-EXECABORT Transaction discarded because of previous errors.\r\n"
     );
+    // Each argument's bookkeeping counts too: thousands of empty ones are no free pass.
+    let mut del = vec!["DEL"];
+    del.extend(std::iter::repeat_n("", 3_000));
+    assert_eq!(c.raw(&["MULTI"]).await, "+OK\r\n");
+    assert!(
+        c.raw(&del)
+            .await
+            .starts_with("-ERR redlock-proxy: MULTI would hold")
+    );
+    assert!(c.raw(&["EXEC"]).await.starts_with("-EXECABORT"));
 }
 
 /// `WATCH` keeps the values it saw (to guard `EXEC`'s deletes): they are capped in bytes like

@@ -36,7 +36,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::lock::eval;
+use super::lock::{agreed_error, eval};
 use super::{Action, fence};
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask, ask_timed, quorum_th, validity};
@@ -322,12 +322,6 @@ async fn mint(
         .finish()
         .await;
     (raised.count(|r| *r == Reply::Integer(1)) >= ballots.quorum).then_some(token)
-}
-
-/// The error a quorum of masters answered alike to one of this module's scripts (such as
-/// `WRONGTYPE` for a key that is no hash), as one Redis would answer the client's own script.
-fn agreed_error(ballots: &Ballots) -> Option<Reply> {
-    ballots.majority_error().map(Reply::from_our_script)
 }
 
 /// The refusal's PTTL: how long a majority still hold the lock (the quorum-th largest PTTL

@@ -219,6 +219,12 @@ pub(crate) fn eval<K: AsRef<[u8]>>(script: &str, keys: &[K], args: &[&[u8]]) -> 
     command(&parts)
 }
 
+/// The error a quorum of masters answered alike to one of the proxy's scripts (such as
+/// `WRONGTYPE` for a key of another type), as one Redis would answer the client's own script.
+pub(super) fn agreed_error(ballots: &Ballots) -> Option<Reply> {
+    ballots.majority_error().map(Reply::from_our_script)
+}
+
 /// Whether an acquisition asks each master plain `SET key token NX PX ttl`: one key, and not
 /// reentrant (a key already holding the token is as taken as any other, so the holder's value
 /// is not needed to decide). The master answers `OK` when it created the key and nil when the
@@ -520,12 +526,12 @@ async fn not_granted_at_once(
     );
     Stats::bump(&proxy.stats.denials);
     proxy.metrics.observe_acquire(since.elapsed());
-    let refused = match ballots.majority_error() {
+    let refused = match agreed_error(&ballots) {
         // A script that takes or refreshes a key reads its value first, and on one Redis that
         // raises `WRONGTYPE` for a key of another type: a quorum's error is the answer, as
         // Redis gives it for the client's own script. `SET ... NX` (the `OK`-or-nil shape)
         // never reads the value, so Redis answers nil there, as the proxy does.
-        Some(e) if reentrant && op.answer != Answer::OkNil => e.from_our_script(),
+        Some(e) if reentrant && op.answer != Answer::OkNil => e,
         _ => answer(op.answer, false, k),
     };
     if let Some(vote) = unfinished.filter(|_| {
@@ -725,7 +731,7 @@ async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
         )),
         // A quorum's error (`WRONGTYPE` for a key of another type) is the client's answer, as
         // Redis gives it for the client's own script.
-        Extension::Refused if let Some(e) = ballots.majority_error() => e.from_our_script(),
+        Extension::Refused if let Some(e) = agreed_error(ballots) => e,
         Extension::Refused => {
             debug!(
                 extended = ballots.count(extended),
@@ -830,12 +836,11 @@ fn released(ballots: &Ballots, k: usize, shape: Answer) -> (Reply, bool) {
         })
         .collect();
     if codes.len() < ballots.quorum {
-        let refused = match ballots.majority_error() {
-            Some(e) => e.from_our_script(),
-            None => Reply::static_error(
+        let refused = agreed_error(ballots).unwrap_or_else(|| {
+            Reply::static_error(
                 "CLUSTERDOWN redlock-proxy: fewer than a quorum of masters answered the release",
-            ),
-        };
+            )
+        });
         return (refused, false);
     }
     let (mut released, mut gone) = (0, 0);

@@ -69,13 +69,21 @@ pub fn runs_at_once(name: &str) -> bool {
     )
 }
 
+/// What keeping `args` costs: their bytes, and each one's handle (so that many empty
+/// arguments count too).
+fn held_size(args: &[Bytes]) -> usize {
+    args.iter()
+        .map(|a| a.len() + std::mem::size_of::<Bytes>())
+        .sum()
+}
+
 /// Queues a checked command inside `MULTI`; past `max_multi_commands`, or past
 /// `client_query_buffer_limit` bytes of queued arguments (the most a client may have sent and
-/// not yet had run), the command is refused and `EXEC` will abort, as after any refused command.
+/// not yet had run; counted as each command is queued), the command is refused and `EXEC` will
+/// abort, as after any refused command.
 pub fn queue(proxy: &Proxy, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     let max = proxy.config.max_multi_commands;
     let max_bytes = proxy.config.client_query_buffer_limit;
-    let size = |command: &[Bytes]| command.iter().map(Bytes::len).sum::<usize>();
     if let Some(q) = conn.multi.as_mut() {
         if q.len() >= max {
             conn.multi_failed = true;
@@ -84,13 +92,15 @@ pub fn queue(proxy: &Proxy, conn: &mut Conn, args: Vec<Bytes>) -> Action {
             ))
             .into();
         }
-        if q.iter().map(|c| size(c)).sum::<usize>() + size(&args) > max_bytes {
+        let size = held_size(&args);
+        if conn.multi_bytes + size > max_bytes {
             conn.multi_failed = true;
             return Reply::error(format!(
                 "ERR redlock-proxy: MULTI would hold more than client_query_buffer_limit ({max_bytes} bytes) of queued commands"
             ))
             .into();
         }
+        conn.multi_bytes += size;
         q.push(args);
     }
     Reply::simple("QUEUED").into()
@@ -170,13 +180,14 @@ pub fn watch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
         // The values are kept (to guard `EXEC`'s deletes), so they count against the same
         // limit as what a client may have sent and not yet had run. Past it, none of this
         // call's values is kept: the keys count as changed, and `EXEC` will abort.
-        let bytes: usize = seen
+        let values: usize = seen
             .iter()
             .map(|r| match r {
                 Some(Reply::Bulk(v)) => v.len(),
                 _ => 0,
             })
             .sum();
+        let bytes = values + held_size(&keys);
         if held.fetch_add(bytes, Ordering::Relaxed) + bytes > limit {
             held.fetch_sub(bytes, Ordering::Relaxed);
             for w in &watched {
@@ -211,6 +222,7 @@ pub fn multi(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
         return Reply::static_error("ERR MULTI calls can not be nested").into();
     }
     conn.multi = Some(Vec::new());
+    conn.multi_bytes = 0;
     Reply::ok().into()
 }
 
