@@ -7,8 +7,8 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use criterion::{Criterion, criterion_group, criterion_main};
 use redlock_proxy::quorum::{Ballots, validity};
-use redlock_proxy::reply::{Reply, command};
-use redlock_proxy::request::{self, Limits};
+use redlock_proxy::wire::request::{self, Limits};
+use redlock_proxy::wire::{master::command, reply::Reply};
 
 const UNLOCK: &str = r#"if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end"#;
 

@@ -12,10 +12,6 @@ use ring::digest::{SHA256, digest};
 
 use crate::config::{Config, ConfigError};
 
-/// The Redis error for a key outside the user's patterns (Redis 7.0's wording).
-pub const NOPERM: &str =
-    "NOPERM this user has no permissions to access one of the keys used as arguments";
-
 /// The Redis error for an unknown user or a wrong password.
 pub const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 

@@ -29,131 +29,19 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 use tracing::{debug, warn};
 
+use crate::command::session::Conn;
 use crate::command::{self, Action, Later};
-use crate::deadline::Watcher;
 use crate::proxy::Proxy;
 use crate::pubsub::{ClientSubs, Message};
-use crate::reply::Reply;
-use crate::request::{Decoder, Limits};
-
-/// Per-connection state that commands may read and change.
-#[derive(Debug, Clone)]
-pub struct Conn {
-    /// Client id, as `CLIENT ID` reports it.
-    pub id: u64,
-    /// Replies are RESP3 after `HELLO 3`.
-    pub resp3: bool,
-    /// Name set by `CLIENT SETNAME` or `HELLO ... SETNAME`.
-    pub name: Option<Bytes>,
-    /// False until `AUTH` succeeds, when a password is configured.
-    pub authed: bool,
-    /// The commands queued since `MULTI`; `None` outside a transaction.
-    pub multi: Option<Vec<Vec<Bytes>>>,
-    /// What the commands queued since `MULTI` hold: their bytes, and the bookkeeping of each
-    /// argument (see [`crate::command::transaction::queue`]).
-    pub multi_bytes: usize,
-    /// A command queued since `MULTI` was refused, so `EXEC` must abort.
-    pub multi_failed: bool,
-    /// The keys under `WATCH`, with what the majority held when each was watched.
-    pub watched: Vec<crate::command::transaction::Watched>,
-    /// Bytes of the values kept for `watched` (made by the first `WATCH`, and anew when the
-    /// keys are unwatched): capped at `client_query_buffer_limit`.
-    pub watched_bytes: Option<Arc<std::sync::atomic::AtomicUsize>>,
-    /// Subscriptions, once the client has subscribed to anything.
-    pub pubsub: Option<Arc<ClientSubs>>,
-    /// The keys the logged-in user may touch.
-    pub keys: crate::acl::Keys,
-    /// `CLIENT REPLY OFF`: no reply is written until `CLIENT REPLY ON`.
-    pub replies_off: bool,
-    /// `CLIENT REPLY SKIP` has just run: the next command's reply is not written.
-    pub skip_next: bool,
-    /// The command running is the one after `CLIENT REPLY SKIP` (`CLIENT REPLY ON` clears it).
-    pub skip_this: bool,
-    /// Tells blocking commands (`BLPOP`) that the client has gone.
-    pub gone: Gone,
-}
-
-/// Tells a connection's blocking commands that its client has gone: it has sent all it will
-/// (end of input), or the connection has ended. Redis drops a blocked client that disconnects;
-/// here its `BLPOP`s stop polling the masters then, rather than for up to their full timeout in
-/// the background. The signal is made by the first blocking command only (an idle connection
-/// carries none), is raised when the connection's state is dropped, and is not shared by a
-/// clone of that state (the scratch copy a transaction runs with).
-#[derive(Default, Debug)]
-pub struct Gone(Option<tokio_util::sync::CancellationToken>);
-
-impl Gone {
-    /// The signal, for a blocking command to watch.
-    pub fn watch(&mut self) -> tokio_util::sync::CancellationToken {
-        self.0.get_or_insert_with(Default::default).clone()
-    }
-
-    /// Raises the signal.
-    pub fn raise(&self) {
-        if let Some(t) = &self.0 {
-            t.cancel();
-        }
-    }
-}
-
-impl Clone for Gone {
-    /// A clone watches nothing of the original's: dropping it tells nobody the client has gone.
-    fn clone(&self) -> Gone {
-        Gone(None)
-    }
-}
-
-impl Drop for Gone {
-    fn drop(&mut self) {
-        self.raise();
-    }
-}
-
-impl Conn {
-    /// A new connection's state.
-    pub fn new(id: u64, needs_auth: bool) -> Conn {
-        Conn {
-            id,
-            resp3: false,
-            name: None,
-            authed: !needs_auth,
-            multi: None,
-            multi_bytes: 0,
-            multi_failed: false,
-            watched: Vec::new(),
-            watched_bytes: None,
-            pubsub: None,
-            keys: crate::acl::Keys::All,
-            replies_off: false,
-            skip_next: false,
-            skip_this: false,
-            gone: Gone::default(),
-        }
-    }
-
-    /// How the reply of the command that has just run is written: in the protocol now in force
-    /// (`HELLO 3` answers in RESP3), or not at all under `CLIENT REPLY OFF` or `SKIP`.
-    fn reply_form(&mut self) -> Form {
-        if self.replies_off || std::mem::take(&mut self.skip_this) {
-            Form::Dropped
-        } else if self.resp3 {
-            Form::Resp3
-        } else {
-            Form::Resp2
-        }
-    }
-
-    /// True while subscribed to a channel, pattern or shard channel.
-    pub fn subscribed(&self) -> bool {
-        self.pubsub.as_ref().is_some_and(|s| s.active())
-    }
-}
+use crate::quorum::deadline::Watcher;
+use crate::wire::reply::Reply;
+use crate::wire::request::{Decoder, Limits};
 
 /// The next message for a subscribed client; pending for ever when it has no subscriptions.
 fn next_message(subs: &Option<Arc<ClientSubs>>) -> impl Future<Output = Message> + '_ {
@@ -418,6 +306,25 @@ fn read_pooled<'a, R: AsyncRead + Unpin>(
     })
 }
 
+/// How the reply of the command that has just run is written: in the protocol now in force
+/// (`HELLO 3` answers in RESP3), or not at all under `CLIENT REPLY OFF` or `SKIP`.
+fn reply_form(conn: &mut Conn) -> Form {
+    if conn.reply_dropped() {
+        Form::Dropped
+    } else if conn.resp3 {
+        Form::Resp3
+    } else {
+        Form::Resp2
+    }
+}
+
+/// Counts an error reply by its kind, for `/metrics`.
+fn count_error(proxy: &Proxy, reply: &Reply) {
+    if let Reply::Error(e) = reply {
+        proxy.counters().count_error(e);
+    }
+}
+
 /// Serves one client until it disconnects, sends `QUIT`, breaks the protocol, or exceeds a limit.
 pub async fn serve(socket: TcpStream, proxy: Arc<Proxy>, id: u64) -> io::Result<()> {
     let peer = Peer(socket.peer_addr().ok());
@@ -469,9 +376,9 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let config = &proxy.config;
+    let config = &proxy.config();
     // Registered once, so waiting for shutdown costs nothing per loop turn.
-    let stop = proxy.shutdown.clone().cancelled_owned();
+    let stop = proxy.shutdown().clone().cancelled_owned();
     tokio::pin!(stop);
     let mut stopping = false;
     // The client has sent all it will (it half-closed, as `nc -N` does): as on Redis, every
@@ -480,7 +387,7 @@ where
     // The wait for shutdown is polled once, which registers this task to be woken; after that
     // a wake-up only needs a look at the token (its future would be polled on every loop turn).
     let mut stop_registered = false;
-    let mut conn = Conn::new(id, proxy.accounts.required());
+    let mut conn = Conn::new(id, proxy.accounts().required());
     let mut decoder = Decoder::new(Limits {
         max_bulk_len: config.max_bulk_len,
         max_request_len: config.client_query_buffer_limit,
@@ -515,7 +422,7 @@ where
                     }
                     conn.skip_this = std::mem::take(&mut conn.skip_next);
                     let action = command::dispatch(&proxy, &mut conn, args);
-                    let form = conn.reply_form();
+                    let form = reply_form(&mut conn);
                     let slot = match action {
                         Action::Reply(r) => Slot::Done(r),
                         Action::Close(r) => {
@@ -542,7 +449,7 @@ where
                 Err(e) => {
                     closing = true;
                     let error = Slot::Done(Reply::error(e.to_string()));
-                    inflight.push_back(error, conn.reply_form());
+                    inflight.push_back(error, reply_form(&mut conn));
                 }
             }
         }
@@ -572,7 +479,7 @@ where
         .await;
         let mut polled = true;
         while let Some((reply, form)) = inflight.pop_done() {
-            proxy.metrics.count_reply(&reply);
+            count_error(&proxy, &reply);
             form.write(&reply, &mut output);
         }
         if !output.is_empty() {
@@ -619,7 +526,7 @@ where
                 if output.is_empty() {
                     progress = Instant::now();
                 }
-                proxy.metrics.count_reply(&reply);
+                count_error(&proxy, &reply);
                 form.write(&reply, &mut output);
             }
             m = next_message(&conn.pubsub), if conn.pubsub.is_some() => {
@@ -648,7 +555,7 @@ where
             }
             () = std::future::poll_fn(|cx| {
                 if std::mem::replace(&mut stop_registered, true) {
-                    if proxy.shutdown.is_cancelled() { Poll::Ready(()) } else { Poll::Pending }
+                    if proxy.shutdown().is_cancelled() { Poll::Ready(()) } else { Poll::Pending }
                 } else {
                     stop.as_mut().poll(cx)
                 }
@@ -740,14 +647,14 @@ mod tests {
             backends: vec!["127.0.0.1:1".into()],
             ..crate::config::Config::default()
         };
-        let proxy = Proxy::new(config, "127.0.0.1:0".parse().unwrap()).unwrap();
+        let proxy = crate::bootstrap::proxy_for_tests(config);
         let (mut ours, theirs) = tokio::io::duplex(64 * 1024);
         ours.write_all(b"PING\r\nECHO a\r\nECHO b\r\n")
             .await
             .unwrap();
         let task = tokio::spawn(serve_stream(theirs, proxy.clone(), 1, None));
         tokio::time::sleep(Duration::from_millis(20)).await;
-        proxy.shutdown.cancel();
+        proxy.shutdown().cancel();
         let mut replies = Vec::new();
         tokio::time::timeout(Duration::from_secs(5), ours.read_to_end(&mut replies))
             .await

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::scripts::{Answer, Op};
+use crate::lockop::{Answer, Op};
 
 /// A configuration mistake, worded for the operator.
 #[derive(Debug, Error)]
@@ -278,7 +278,7 @@ impl std::fmt::Debug for Config {
         if let Some(toml::Value::Array(bs)) = table.get_mut("backends") {
             for b in bs.iter_mut() {
                 if let Some(s) = b.as_str() {
-                    *b = crate::backend::target::redact(s).into();
+                    *b = crate::endpoint::redact(s).into();
                 }
             }
         }
@@ -441,7 +441,8 @@ impl Config {
         Ok(())
     }
 
-    /// Checks ranges and addresses.
+    /// Checks ranges and addresses: the data alone. The files the configuration names
+    /// (passwords, certificates) are read once, by the bootstrap step that builds from it.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
         if self.backends.is_empty() {
@@ -451,10 +452,10 @@ impl Config {
             );
         }
         for b in &self.backends {
-            crate::backend::target::Endpoint::parse(b).map_err(|m| {
+            crate::endpoint::Endpoint::parse(b).map_err(|m| {
                 ConfigError::Invalid(format!(
                     "bad backend address '{}': {m}",
-                    crate::backend::target::redact(b)
+                    crate::endpoint::redact(b)
                 ))
             })?;
         }
@@ -480,9 +481,7 @@ impl Config {
             if self.tls_cert_file.is_none() || self.tls_key_file.is_none() {
                 return bad("tls_listen needs tls_cert_file and tls_key_file".into());
             }
-            crate::tls::acceptor(self).map_err(ConfigError::Invalid)?;
         }
-        crate::acl::Accounts::from_config(self)?;
         for (name, v) in [
             ("node_timeout_ms", self.node_timeout_ms),
             ("connect_timeout_ms", self.connect_timeout_ms),
@@ -529,18 +528,7 @@ impl Config {
             d.validate()
                 .map_err(|m| ConfigError::Invalid(format!("scripts[{i}]: {m}")))?;
         }
-        // Credentials and TLS files are read now, so a missing one is a configuration error
-        // (exit 2) rather than a failure once serving.
-        crate::backend::target::links(self)?;
         Ok(())
-    }
-
-    /// `--check-config FILE`: reads and validates the file, including the files it names
-    /// (password, certificates), without contacting any master.
-    pub fn check_file(path: &Path) -> Result<Config, ConfigError> {
-        let config = Config::from_file(path)?;
-        config.validate()?;
-        Ok(config)
     }
 
     /// The deadlock guard's TTL in ms (0 = off): `legacy_guard_ttl_ms`, capped at `max_ttl_ms`.
@@ -573,7 +561,7 @@ impl Config {
     /// Every lock a master held before is expired on every other master by then.
     pub fn quarantine_window(&self) -> Duration {
         let max_ttl = Duration::from_millis(self.max_ttl_ms);
-        max_ttl + crate::quorum::drift(max_ttl, self.drift_factor)
+        max_ttl + crate::lockop::drift(max_ttl, self.drift_factor)
     }
 }
 

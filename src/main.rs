@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use redlock_proxy::config::Config;
+use redlock_proxy::config::{Config, ConfigError};
 
 // Every lock operation allocates a few small, short-lived buffers; mimalloc serves those
 // several times cheaper than the system allocator (measured with callgrind, see README).
@@ -41,7 +41,7 @@ struct Cli {
     check_config: Option<PathBuf>,
 }
 
-fn build_config(cli: &Cli) -> Result<Config, redlock_proxy::config::ConfigError> {
+fn build_config(cli: &Cli) -> Result<Config, ConfigError> {
     let mut config = match &cli.config {
         Some(path) => Config::from_file(path)?,
         None => Config::default(),
@@ -71,7 +71,7 @@ fn build_config(cli: &Cli) -> Result<Config, redlock_proxy::config::ConfigError>
 fn main() {
     let cli = Cli::parse();
     if let Some(path) = &cli.check_config {
-        match Config::check_file(path) {
+        match redlock_proxy::bootstrap::check_file(path) {
             Ok(_) => println!("redlock-proxy: {}: configuration OK", path.display()),
             Err(e) => {
                 eprintln!("redlock-proxy: {e}");
@@ -80,7 +80,10 @@ fn main() {
         }
         return;
     }
-    let workers = build_config(&cli).map_or(1, |c| c.workers());
+    // The configuration is read once; a mistake in it is reported by `run`, after logging
+    // starts (with the default format, since the file's own could not be read).
+    let config = build_config(&cli);
+    let workers = config.as_ref().map_or(1, Config::workers);
     let mut runtime = if workers == 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {
@@ -91,7 +94,7 @@ fn main() {
     let code = match runtime.enable_all().build() {
         // Every exit path returns from `run`, so what it started (dev masters) is stopped by
         // its destructors before the process exits.
-        Ok(rt) => rt.block_on(run(cli)),
+        Ok(rt) => rt.block_on(run(cli, config)),
         Err(e) => {
             eprintln!("redlock-proxy: cannot start the runtime: {e}");
             1
@@ -101,9 +104,9 @@ fn main() {
 }
 
 /// Runs the proxy; returns the exit code (2 for a configuration problem, 1 for a failure).
-async fn run(cli: Cli) -> i32 {
-    redlock_proxy::logging::init(build_config(&cli).map(|c| c.log_format).unwrap_or_default());
-    let mut config = match build_config(&cli) {
+async fn run(cli: Cli, config: Result<Config, ConfigError>) -> i32 {
+    redlock_proxy::logging::init(config.as_ref().map(|c| c.log_format).unwrap_or_default());
+    let mut config = match config {
         Ok(c) => c,
         Err(e) => {
             eprintln!("redlock-proxy: {e}");
@@ -147,13 +150,19 @@ async fn run(cli: Cli) -> i32 {
         },
         _ => None,
     };
-    if let Err(e) = config.validate() {
-        eprintln!("redlock-proxy: {e}");
-        return 2;
-    }
+    // The files the configuration names are read here, once.
+    let parts = match redlock_proxy::bootstrap::build(&config) {
+        Ok(parts) => parts,
+        Err(e) => {
+            eprintln!("redlock-proxy: {e}");
+            return 2;
+        }
+    };
     // On SIGTERM/SIGINT the server stops accepting, finishes what is in flight (within
     // shutdown_timeout_ms) and returns here, so destructors run before the process exits.
-    if let Err(e) = redlock_proxy::server::serve_until(listener, config, shutdown_signal()).await {
+    if let Err(e) =
+        redlock_proxy::server::serve_until(listener, config, parts, shutdown_signal()).await
+    {
         eprintln!("redlock-proxy: {e:#}");
         return 1;
     }

@@ -23,7 +23,6 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -37,143 +36,15 @@ use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, warn};
 
 use crate::backend::{MasterInfo, Status};
-use crate::command::{Spec, TABLE};
+use crate::command::TABLE;
+use crate::counters::{Counters, Latency};
 use crate::proxy::Proxy;
-use crate::reply::Reply;
-use crate::stats::Stats;
-
-/// Error kinds counted by name; any other first word counts as `other`.
-const ERROR_KINDS: [&str; 12] = [
-    "ERR",
-    "WRONGTYPE",
-    "NOAUTH",
-    "WRONGPASS",
-    "NOPERM",
-    "NOSCRIPT",
-    "EXECABORT",
-    "NOPROTO",
-    "BUSY",
-    "LOADING",
-    "READONLY",
-    "MASTERDOWN",
-];
-
-/// Figures kept only for `/metrics`, updated as commands run.
-pub struct Live {
-    /// One counter per row of the command table, in table order.
-    commands: Box<[AtomicU64]>,
-    /// One counter per [`ERROR_KINDS`] entry, then `other`.
-    errors: [AtomicU64; ERROR_KINDS.len() + 1],
-    /// From a `SET ... NX` request being read to its answer.
-    acquire: Latency,
-}
-
-impl Default for Live {
-    fn default() -> Live {
-        Live {
-            commands: TABLE.iter().map(|_| AtomicU64::new(0)).collect(),
-            errors: Default::default(),
-            acquire: Latency::default(),
-        }
-    }
-}
-
-impl Live {
-    /// Counts one command of the table.
-    pub fn count_command(&self, spec: &'static Spec) {
-        // The row's index, from its address in the table (no search on the hot path).
-        let at = (spec as *const Spec as usize).wrapping_sub(TABLE.as_ptr() as usize)
-            / std::mem::size_of::<Spec>().max(1);
-        if let Some(c) = self.commands.get(at) {
-            Stats::bump(c);
-        }
-    }
-
-    /// Counts an error reply by its kind (its first word).
-    pub fn count_reply(&self, reply: &Reply) {
-        if let Reply::Error(e) = reply {
-            let word = e.split(|&c| c == b' ').next().unwrap_or_default();
-            let at = ERROR_KINDS
-                .iter()
-                .position(|k| k.as_bytes() == word)
-                .unwrap_or(ERROR_KINDS.len());
-            Stats::bump(&self.errors[at]);
-        }
-    }
-
-    /// Records how long an acquisition took, from the request to the answer.
-    pub fn observe_acquire(&self, took: Duration) {
-        self.acquire.observe(took);
-    }
-}
-
-/// Upper bounds of the latency buckets, in nanoseconds: 100 µs to 1 s, since masters answer in
-/// well under a millisecond on a LAN and anything near `node_timeout_ms` is already a "no".
-const LATENCY_BOUNDS_NS: [u64; 13] = [
-    100_000,
-    250_000,
-    500_000,
-    1_000_000,
-    2_500_000,
-    5_000_000,
-    10_000_000,
-    25_000_000,
-    50_000_000,
-    100_000_000,
-    250_000_000,
-    500_000_000,
-    1_000_000_000,
-];
-
-/// A latency histogram with fixed buckets ([`LATENCY_BOUNDS_NS`] and `+Inf`), observed without a
-/// lock: one relaxed add to the bucket and one to the sum. It is observed once per master reply,
-/// so it costs a few instructions where a locked, floating-point histogram cost hundreds; a scrape
-/// reads the buckets one by one (a reply observed meanwhile may show in the count but not yet in
-/// the sum, which Prometheus tolerates).
-#[derive(Default)]
-pub struct Latency {
-    /// Observations per bucket (not cumulative); the last is `+Inf`.
-    counts: [AtomicU64; LATENCY_BOUNDS_NS.len() + 1],
-    /// Sum of every observation, in nanoseconds.
-    sum_ns: AtomicU64,
-}
-
-impl Latency {
-    /// Records one duration.
-    pub fn observe(&self, took: Duration) {
-        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        // The first bucket whose upper bound is at least `ns` (Prometheus's `le`).
-        let at = LATENCY_BOUNDS_NS.partition_point(|&bound| bound < ns);
-        self.counts[at].fetch_add(1, Ordering::Relaxed);
-        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
-    }
-
-    /// How many durations were recorded.
-    pub fn count(&self) -> u64 {
-        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
-    }
-}
-
-impl fmt::Debug for Latency {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Latency")
-            .field("count", &self.count())
-            .finish()
-    }
-}
 
 impl EncodeMetric for Latency {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), fmt::Error> {
-        let bounds = LATENCY_BOUNDS_NS
-            .iter()
-            .map(|&ns| ns as f64 / 1e9)
-            .chain([f64::INFINITY]);
-        let buckets: Vec<(f64, u64)> = bounds
-            .zip(self.counts.iter().map(|c| c.load(Ordering::Relaxed)))
-            .collect();
+        let buckets: Vec<(f64, u64)> = self.buckets().collect();
         let count = buckets.iter().map(|(_, n)| n).sum();
-        let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
-        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+        encoder.encode_histogram::<NoLabelSet>(self.sum_seconds(), count, &buckets, None)
     }
 
     fn metric_type(&self) -> MetricType {
@@ -220,7 +91,7 @@ fn per_master<M: EncodeMetric>(
 impl Collector for ProxyCollector {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), fmt::Error> {
         let p = &self.0;
-        let s = &p.stats;
+        let s = p.counters();
         {
             let mut locks = e.encode_descriptor(
                 "redlock_locks",
@@ -236,14 +107,14 @@ impl Collector for ProxyCollector {
                 ("released", &s.releases),
             ] {
                 let labels = [("outcome", outcome)];
-                ConstCounter::new(Stats::get(c)).encode(locks.encode_family(&labels)?)?;
+                ConstCounter::new(Counters::get(c)).encode(locks.encode_family(&labels)?)?;
             }
         }
         counter(
             &mut e,
             "redlock_commands",
             "Client commands processed.",
-            Stats::get(&s.commands),
+            Counters::get(&s.commands),
         )?;
         {
             let mut family = e.encode_descriptor(
@@ -252,9 +123,9 @@ impl Collector for ProxyCollector {
                 None,
                 MetricType::Counter,
             )?;
-            for (spec, c) in TABLE.iter().zip(p.metrics.commands.iter()) {
+            for (spec, n) in TABLE.iter().zip(s.by_command()) {
                 let labels = [("command", spec.name)];
-                ConstCounter::new(Stats::get(c)).encode(family.encode_family(&labels)?)?;
+                ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
             }
         }
         {
@@ -264,13 +135,12 @@ impl Collector for ProxyCollector {
                 None,
                 MetricType::Counter,
             )?;
-            let kinds = ERROR_KINDS.iter().copied().chain(["other"]);
-            for (kind, c) in kinds.zip(p.metrics.errors.iter()) {
+            for (kind, n) in s.errors() {
                 let labels = [("kind", kind)];
-                ConstCounter::new(Stats::get(c)).encode(family.encode_family(&labels)?)?;
+                ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
             }
         }
-        p.metrics.acquire.encode(e.encode_descriptor(
+        s.acquire().encode(e.encode_descriptor(
             "redlock_acquire",
             "Time from reading a SET ... NX request to its answer.",
             Some(&Unit::Seconds),
@@ -288,7 +158,7 @@ impl Collector for ProxyCollector {
             "Client connections accepted.",
             p.clients_total(),
         )?;
-        let masters: Vec<&MasterInfo> = p.masters.iter().map(|b| b.info()).collect();
+        let masters: Vec<&MasterInfo> = p.masters().iter().map(|b| b.info()).collect();
         let gauge = MetricType::Gauge;
         let flag = |b: bool| ConstGauge::new(i64::from(b));
         per_master(

@@ -1,60 +1,66 @@
 //! The state every client connection shares: the configuration, the masters, the script cache,
-//! the per-key order, the pub/sub hub and the counters. Commands read it; the accept loop
-//! ([`crate::server`]) creates it.
+//! the per-key order, the pub/sub hub, the accounts and the counters. Commands read it through
+//! narrow methods; the bootstrap step ([`Proxy::new`]'s caller) builds what it is made of.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
+use crate::acl::Accounts;
 use crate::backend::clock::Rules as ClockRules;
+use crate::backend::target::Link;
 use crate::backend::{Backend, Settings};
 use crate::config::Config;
+use crate::counters::Counters;
 use crate::keylock::KeyLocks;
+use crate::pubsub::Hub;
 use crate::quorum::Masters;
 use crate::scripts::ScriptCache;
-use crate::stats::Stats;
 
 /// State shared by every client connection.
 pub struct Proxy {
     /// The validated configuration.
-    pub config: Config,
+    config: Config,
     /// One handle per configured master; the quorum is computed from `masters.len()`.
-    pub masters: Masters,
+    masters: Masters,
     /// Scripts loaded through the proxy.
-    pub scripts: ScriptCache,
+    scripts: ScriptCache,
     /// Per-key ordering of operations.
-    pub keylocks: Arc<KeyLocks>,
-    /// Counters for `INFO`.
-    pub stats: Stats,
+    keylocks: Arc<KeyLocks>,
+    /// The one counter store, read by `INFO` and `/metrics`.
+    counters: Counters,
     /// Publish/subscribe across the masters.
-    pub hub: Arc<crate::pubsub::Hub>,
+    hub: Arc<Hub>,
     /// When the proxy started.
-    pub started: Instant,
+    started: Instant,
     /// The address clients connect to.
-    pub listen_addr: SocketAddr,
+    listen_addr: SocketAddr,
     /// Random id of this proxy process, reported as `run_id`.
-    pub run_id: String,
+    run_id: String,
     /// Connected clients (the accept loop keeps it).
-    pub(crate) clients: AtomicUsize,
+    clients: AtomicUsize,
     /// The next `CLIENT ID`.
-    pub(crate) next_client_id: AtomicU64,
+    next_client_id: AtomicU64,
     /// Client users and the keys each may touch.
-    pub accounts: crate::acl::Accounts,
+    accounts: Accounts,
     /// Cancelled on `SIGTERM`/`SIGINT`: clients answer what they have read, then close.
-    pub shutdown: tokio_util::sync::CancellationToken,
-    /// Live metrics that have no `INFO` counterpart (histograms, per-command counters).
-    pub metrics: crate::metrics::Live,
+    shutdown: CancellationToken,
 }
 
 impl Proxy {
-    /// Connects to the masters (in the background) and prepares the shared state.
-    /// Fails when a master's credentials or TLS files cannot be read.
+    /// Starts a connection to each master (in the background) from `links`, already built from
+    /// `config` with the accounts, and prepares the shared state. `commands` is the number of
+    /// rows of the command table, one counter each.
     pub fn new(
         config: Config,
+        links: Vec<Link>,
+        accounts: Accounts,
+        commands: usize,
         listen_addr: SocketAddr,
-    ) -> Result<Arc<Proxy>, crate::config::ConfigError> {
+    ) -> Arc<Proxy> {
         let ms = std::time::Duration::from_millis;
         let window = config.quarantine_window();
         let settings = Settings {
@@ -74,9 +80,7 @@ impl Proxy {
             auth: None,
             tls: None,
         };
-        let links = crate::backend::target::links(&config)?;
-        let accounts = crate::acl::Accounts::from_config(&config)?;
-        let hub = crate::pubsub::Hub::new(&links);
+        let hub = Hub::new(&links);
         let masters = links
             .into_iter()
             .map(|link| {
@@ -92,12 +96,12 @@ impl Proxy {
             .map(|_| char::from_digit(rand::random_range(0..16), 16).unwrap_or('0'))
             .collect();
         let scripts = ScriptCache::new(&config.scripts, config.script_cache_bytes);
-        Ok(Arc::new(Proxy {
+        Arc::new(Proxy {
             config,
             masters,
             scripts,
             keylocks: Arc::new(KeyLocks::default()),
-            stats: Stats::default(),
+            counters: Counters::new(commands),
             hub,
             started: Instant::now(),
             listen_addr,
@@ -105,9 +109,82 @@ impl Proxy {
             clients: AtomicUsize::new(0),
             next_client_id: AtomicU64::new(1),
             accounts,
-            shutdown: tokio_util::sync::CancellationToken::new(),
-            metrics: crate::metrics::Live::default(),
-        }))
+            shutdown: CancellationToken::new(),
+        })
+    }
+
+    /// The validated configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The masters, one handle each, in configuration order.
+    pub fn masters(&self) -> &Masters {
+        &self.masters
+    }
+
+    /// Scripts loaded through the proxy.
+    pub fn scripts(&self) -> &ScriptCache {
+        &self.scripts
+    }
+
+    /// The per-key order of operations.
+    pub fn keylocks(&self) -> &Arc<KeyLocks> {
+        &self.keylocks
+    }
+
+    /// The counters `INFO` and `/metrics` report.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Publish/subscribe across the masters.
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+
+    /// When the proxy started.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// The address clients connect to.
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.listen_addr
+    }
+
+    /// This process's random id, reported as `run_id`.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Client users and the keys each may touch.
+    pub fn accounts(&self) -> &Accounts {
+        &self.accounts
+    }
+
+    /// Cancelled when the proxy shuts down.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    /// Takes a place for one more client, unless `max_clients` are connected already.
+    pub fn admit_client(&self) -> bool {
+        if self.clients.fetch_add(1, Ordering::AcqRel) >= self.config.max_clients {
+            self.clients.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    /// Gives back a place taken by [`Proxy::admit_client`].
+    pub fn client_left(&self) {
+        self.clients.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// A new `CLIENT ID`.
+    pub fn next_client_id(&self) -> u64 {
+        self.next_client_id.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Number of connected clients.
@@ -122,6 +199,6 @@ impl Proxy {
 
     /// The quorum: `⌊N/2⌋ + 1` of the configured masters.
     pub fn quorum(&self) -> usize {
-        crate::quorum::quorum(self.masters.len())
+        crate::lockop::quorum(self.masters.len())
     }
 }

@@ -24,7 +24,8 @@ use tokio::time::{Instant, sleep};
 use tracing::{Instrument, debug, info_span};
 
 use crate::backend::target::Link;
-use crate::reply::{Reply, ReplyDecoder, command};
+use crate::wire::master::{ReplyDecoder, command};
+use crate::wire::reply::Reply;
 
 /// How long copies of one message are matched up.
 pub const DEDUP_WINDOW: Duration = Duration::from_secs(2);

@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -17,6 +16,8 @@ use tracing::{Instrument, debug, debug_span, error, info, warn};
 
 use crate::quorum::Request;
 
+use crate::bootstrap::Parts;
+use crate::command::TABLE;
 use crate::config::Config;
 use crate::proxy::Proxy;
 
@@ -25,7 +26,7 @@ struct Slot(Arc<Proxy>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.clients.fetch_sub(1, Ordering::AcqRel);
+        self.0.client_left();
     }
 }
 
@@ -37,7 +38,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
 /// Serves clients on an already bound listener (tests bind port 0 themselves).
 pub async fn serve(listener: TcpListener, config: Config) -> anyhow::Result<()> {
-    serve_until(Some(listener), config, std::future::pending()).await
+    let parts = crate::bootstrap::build(&config)?;
+    serve_until(Some(listener), config, parts, std::future::pending()).await
 }
 
 /// Serves clients on `listener` (`None` when `listen = ""`) and on `tls_listen` until
@@ -45,26 +47,24 @@ pub async fn serve(listener: TcpListener, config: Config) -> anyhow::Result<()> 
 pub async fn serve_until(
     listener: Option<TcpListener>,
     config: Config,
+    parts: Parts,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let tls = match &config.tls_listen {
-        Some(at) => {
-            let acceptor = crate::tls::acceptor(&config).map_err(anyhow::Error::msg)?;
-            Some((
-                TcpListener::bind(at).await?,
-                Arc::new(RwLock::new(acceptor)),
-            ))
-        }
-        None => None,
+    let tls = match (&config.tls_listen, parts.acceptor) {
+        (Some(at), Some(acceptor)) => Some((
+            TcpListener::bind(at).await?,
+            Arc::new(RwLock::new(acceptor)),
+        )),
+        _ => None,
     };
     let addr = match (&listener, &tls) {
         (Some(l), _) => l.local_addr()?,
         (None, Some((t, _))) => t.local_addr()?,
         (None, None) => anyhow::bail!("no listener: set listen or tls_listen"),
     };
-    let proxy = Proxy::new(config, addr)?;
+    let proxy = Proxy::new(config, parts.links, parts.accounts, TABLE.len(), addr);
     let masters: Vec<&str> = proxy
-        .masters
+        .masters()
         .iter()
         .map(|m| m.info().addr.as_str())
         .collect();
@@ -77,9 +77,9 @@ pub async fn serve_until(
         }
     }
     if let Some((t, _)) = &tls {
-        info!(tls_listen = %t.local_addr()?, mutual_tls = proxy.config.tls_ca_cert_file.is_some(), "listening for TLS clients");
+        info!(tls_listen = %t.local_addr()?, mutual_tls = proxy.config().tls_ca_cert_file.is_some(), "listening for TLS clients");
     }
-    if let Some(at) = &proxy.config.metrics_listen {
+    if let Some(at) = &proxy.config().metrics_listen {
         let metrics = TcpListener::bind(at).await?;
         info!(metrics = %metrics.local_addr()?, "serving Prometheus metrics at /metrics");
         tokio::spawn(crate::metrics::serve(metrics, proxy.clone()));
@@ -92,7 +92,7 @@ pub async fn serve_until(
             () = &mut shutdown => break,
             Some(()) = next_hangup(&mut hangup) => {
                 if let Some((_, acceptor)) = &tls {
-                    reload(&proxy.config, acceptor);
+                    reload(proxy.config(), acceptor);
                 }
                 continue;
             }
@@ -121,7 +121,7 @@ pub async fn serve_until(
             }
             continue;
         };
-        let id = proxy.next_client_id.fetch_add(1, Ordering::Relaxed);
+        let id = proxy.next_client_id();
         let proxy = proxy.clone();
         let acceptor = tls.as_ref().map(|(_, a)| current(a));
         // A panic in a client task ends that client only: tokio contains it (the release
@@ -146,7 +146,7 @@ pub async fn serve_until(
                 Box::pin(async move {
                     let _slot = slot;
                     let handshake = tokio::time::timeout(
-                        Duration::from_millis(proxy.config.connect_timeout_ms.max(1000)),
+                        Duration::from_millis(proxy.config().connect_timeout_ms.max(1000)),
                         acceptor.accept(socket),
                     );
                     let served = match handshake.await {
@@ -183,21 +183,21 @@ pub async fn serve_until(
 /// behind everything queued to each master that is up shows that those writes have been
 /// answered. All of it within `shutdown_timeout_ms`.
 async fn drain(proxy: &Arc<Proxy>, tasks: &TaskTracker) {
-    let timeout = Duration::from_millis(proxy.config.shutdown_timeout_ms);
+    let timeout = Duration::from_millis(proxy.config().shutdown_timeout_ms);
     let deadline = Instant::now() + timeout;
     info!(
         clients = proxy.clients(),
         timeout_ms = timeout.as_millis() as u64,
         "shutting down: no new clients; finishing requests in flight"
     );
-    proxy.shutdown.cancel();
+    proxy.shutdown().cancel();
     let finished = async {
         tasks.wait().await;
-        while proxy.keylocks.busy() > 0 {
+        while proxy.keylocks().busy() > 0 {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        let ping = Request::Same(crate::reply::command(&[b"PING"]));
-        crate::quorum::ask(&proxy.masters, ping, 1, deadline)
+        let ping = Request::Same(crate::wire::master::command(&[b"PING"]));
+        crate::quorum::ask(proxy.masters(), ping, 1, deadline)
             .finish()
             .await;
     };
@@ -205,7 +205,7 @@ async fn drain(proxy: &Arc<Proxy>, tasks: &TaskTracker) {
         Ok(()) => info!("shut down cleanly"),
         Err(_) => warn!(
             clients = proxy.clients(),
-            keys_in_flight = proxy.keylocks.busy(),
+            keys_in_flight = proxy.keylocks().busy(),
             "shutdown_timeout_ms reached with work unfinished; exiting anyway"
         ),
     }
@@ -214,11 +214,7 @@ async fn drain(proxy: &Arc<Proxy>, tasks: &TaskTracker) {
 impl Slot {
     /// Takes a place under `max_clients`, or `None` when every place is taken.
     fn take(proxy: &Arc<Proxy>) -> Option<Slot> {
-        if proxy.clients.fetch_add(1, Ordering::AcqRel) >= proxy.config.max_clients {
-            proxy.clients.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        Some(Slot(proxy.clone()))
+        proxy.admit_client().then(|| Slot(proxy.clone()))
     }
 }
 
@@ -283,9 +279,9 @@ mod tests {
             backends: vec!["127.0.0.1:1".into()],
             ..Config::default()
         };
-        let proxy = Proxy::new(config, "127.0.0.1:0".parse().unwrap()).unwrap();
-        proxy.clients.fetch_add(1, Ordering::AcqRel);
-        let slot = Slot(proxy.clone());
+        let proxy = crate::bootstrap::proxy_for_tests(config);
+        let slot = Slot::take(&proxy).unwrap();
+        assert_eq!(proxy.clients(), 1);
         let task = tokio::spawn(async move {
             let _slot = slot;
             panic!("a bug in one client's task");

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::{Client, Master, UNLOCK, config_for, masters, proxy};
-use redlock_proxy::reply::Reply;
+use redlock_proxy::wire::reply::Reply;
 use tokio::time::Instant;
 
 async fn proxy_with(

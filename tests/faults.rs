@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use common::{Client, Master, UNLOCK, config_for, field, masters, proxy, values_on};
 use redlock_proxy::config::Config;
-use redlock_proxy::reply::Reply;
+use redlock_proxy::wire::reply::Reply;
 use support::fault::{Fault, FaultProxy};
 use support::load::{Checker, Load, Spec, Targets, Verdict};
 use support::{ClockMaster, master_status, redlock_info, report, wait_status, wait_trusted};

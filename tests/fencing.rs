@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::{Client, Master, UNLOCK, config_for, masters, proxy};
 use redlock_proxy::config::Config;
-use redlock_proxy::reply::Reply;
+use redlock_proxy::wire::reply::Reply;
 use support::wait_trusted;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::time::{Instant, sleep};

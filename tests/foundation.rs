@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use redlock_proxy::reply::Reply;
+use redlock_proxy::wire::reply::Reply;
 use tokio::time::Instant;
 
 fn nil() -> Reply {
@@ -295,7 +295,7 @@ async fn a_thousand_pipelined_commands_come_back_in_order() {
             vec!["ECHO".into(), s]
         };
         let refs: Vec<&[u8]> = parts.iter().map(|s| s.as_bytes()).collect();
-        wire.extend_from_slice(&redlock_proxy::reply::command(&refs));
+        wire.extend_from_slice(&redlock_proxy::wire::master::command(&refs));
     }
     c.send_raw(&wire).await;
     for (i, want) in expect.iter().enumerate() {

@@ -19,7 +19,7 @@ use std::time::Duration;
 use common::{Client, UNLOCK, masters};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use redlock_proxy::reply::{Reply, command};
+use redlock_proxy::wire::{master::command, reply::Reply};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep, timeout};

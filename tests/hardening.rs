@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use redlock_proxy::config::Config;
-use redlock_proxy::reply::{Reply, command};
+use redlock_proxy::wire::{master::command, reply::Reply};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{Client, Master, config_for, masters, proxy, values_on};
 use redlock_proxy::config::{Config, LegacyDecision};
-use redlock_proxy::reply::Reply;
+use redlock_proxy::wire::reply::Reply;
 use tokio::sync::Mutex;
 use tokio::time::sleep;
 

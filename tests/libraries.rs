@@ -19,7 +19,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::*;
-use redlock_proxy::reply::Reply;
+use redlock_proxy::wire::reply::Reply;
 use tokio::process::Command;
 
 /// The contention runs start many worker processes each; run concurrently on two cores they

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use common::*;
 use redlock_proxy::config::{Config, UnknownScripts};
-use redlock_proxy::reply::{Reply, command};
+use redlock_proxy::wire::{master::command, reply::Reply};
 
 const NOSCRIPT: &str = "-NOSCRIPT No matching script. Please use EVAL.\r\n";
 
@@ -661,8 +661,8 @@ async fn declared_scripts_get_their_meaning() {
         c.scripts = vec![redlock_proxy::config::ScriptDecl {
             sha: Some(sha1(own)),
             text: None,
-            meaning: redlock_proxy::scripts::Op::Release,
-            reply: redlock_proxy::scripts::Answer::OneZero,
+            meaning: redlock_proxy::lockop::Op::Release,
+            reply: redlock_proxy::lockop::Answer::OneZero,
             token_arg: 2,
             ttl_arg: 1,
             all_keys: false,

@@ -4,7 +4,7 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use redlock_proxy::reply::ReplyDecoder;
+use redlock_proxy::wire::master::ReplyDecoder;
 
 fuzz_target!(|data: &[u8]| {
     let mut d = ReplyDecoder::default();

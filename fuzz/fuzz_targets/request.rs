@@ -5,8 +5,8 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use redlock_proxy::reply::command;
-use redlock_proxy::request::{Decoder, Limits};
+use redlock_proxy::wire::master::command;
+use redlock_proxy::wire::request::{Decoder, Limits};
 
 fn limits() -> Limits {
     Limits {

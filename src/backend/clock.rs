@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::health::MasterInfo;
-use crate::reply::Reply;
+use crate::wire::reply::Reply;
 
 /// One reading of a master's clock.
 #[derive(Debug, Clone, Copy)]
@@ -152,7 +152,7 @@ pub fn parse_time(reply: &Reply) -> Option<i64> {
         return None;
     };
     let field = |i: usize| match parts.get(i) {
-        Some(Reply::Bulk(b)) => crate::resp::parse_int(b),
+        Some(Reply::Bulk(b)) => crate::wire::resp::parse_int(b),
         _ => None,
     };
     field(0)?.checked_mul(1_000_000)?.checked_add(field(1)?)

@@ -11,10 +11,11 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout};
 use tracing::{info, warn};
 
-use super::Settings;
 use super::clock::{ClockWatch, Sample, judge, parse_time};
 use super::health::MasterInfo;
-use crate::reply::{Reply, ReplyDecoder, command};
+use super::settings::Settings;
+use crate::wire::master::{ReplyDecoder, command};
+use crate::wire::reply::Reply;
 
 /// What the greeting told about a master.
 pub(super) struct Hello<S> {

@@ -67,7 +67,7 @@ pub struct MasterInfo {
     /// Connections dropped because a request went unanswered for `stall_timeout`.
     timeouts: AtomicU64,
     /// Seconds from writing a request to its first reply frame (for `/metrics`).
-    latency: crate::metrics::Latency,
+    latency: crate::counters::Latency,
 }
 
 impl MasterInfo {
@@ -87,7 +87,7 @@ impl MasterInfo {
             last_error: Mutex::new(String::new()),
             reconnects: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
-            latency: crate::metrics::Latency::default(),
+            latency: crate::counters::Latency::default(),
         }
     }
 
@@ -267,7 +267,7 @@ impl MasterInfo {
     }
 
     /// Reply latency, request written to first reply frame, in seconds.
-    pub fn latency(&self) -> &crate::metrics::Latency {
+    pub fn latency(&self) -> &crate::counters::Latency {
         &self.latency
     }
 

@@ -28,8 +28,11 @@ use tracing::info;
 
 use super::clock::{ClockWatch, Sample, judge, parse_time};
 use super::health::MasterInfo;
-use super::{BackendError, Pending, Settings};
-use crate::reply::{Reply, ReplyDecoder};
+use super::pending::Pending;
+use super::settings::Settings;
+use crate::error::BackendError;
+use crate::wire::master::ReplyDecoder;
+use crate::wire::reply::Reply;
 
 /// Why a connection's loops stopped.
 pub(super) enum Ended {
@@ -483,8 +486,8 @@ mod tests {
     use tokio::io::DuplexStream;
 
     use super::*;
-    use crate::inbox::{ReplyRx, inbox};
-    use crate::reply::command;
+    use crate::backend::inbox::{ReplyRx, inbox};
+    use crate::wire::master::command;
     use tokio::io::AsyncWriteExt;
 
     fn settings(clock: bool) -> Settings {
@@ -499,7 +502,12 @@ mod tests {
         }
     }
 
-    fn pending(cmd: &[&[u8]], time: bool, tx: &crate::inbox::ReplyTx, slot: usize) -> Pending {
+    fn pending(
+        cmd: &[&[u8]],
+        time: bool,
+        tx: &crate::backend::inbox::ReplyTx,
+        slot: usize,
+    ) -> Pending {
         Pending {
             bytes: command(cmd),
             replies: 1,
@@ -760,7 +768,7 @@ mod tests {
             master.write_all(&deep).await.unwrap();
             assert_eq!(
                 next(&mut rx).await,
-                (0, Ok(Reply::static_error(crate::reply::TOO_DEEP)))
+                (0, Ok(Reply::static_error(crate::wire::master::TOO_DEEP)))
             );
             assert_eq!(next(&mut rx).await, (1, Ok(Reply::simple("PONG"))));
             drop(qtx);

@@ -33,19 +33,19 @@
 pub mod clock;
 mod handshake;
 pub mod health;
+pub mod inbox;
 mod io;
+mod pending;
 mod queue;
+mod settings;
 pub mod target;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
-use thiserror::Error;
 use tokio::time::{Instant, sleep_until};
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::reply::{Reply, command};
 use clock::ClockWatch;
 pub use handshake::dial;
 #[cfg(test)]
@@ -54,132 +54,11 @@ use handshake::{Refused, admit, connect};
 pub use health::{MasterInfo, Status};
 use io::{Ended, serve};
 
-/// Why a master's reply does not count.
-#[derive(Debug, Clone, Copy, Error, PartialEq, Eq)]
-pub enum BackendError {
-    /// The master is marked down; the request was not sent.
-    #[error("master is down")]
-    Down,
-    /// The connection failed before the reply came.
-    #[error("connection to master lost")]
-    Closed,
-    /// The master's clock jumped: the `TIME` read with the request disagrees with the proxy's
-    /// monotonic clock. The request did run.
-    #[error("master clock jumped")]
-    ClockJump,
-    /// The master answered, but it is quarantined or clock-suspect, so its reply is no vote.
-    #[error("master is excluded from the quorum")]
-    Excluded,
-    /// The master's queue is full; the request was not sent.
-    #[error("master is overloaded")]
-    Overloaded,
-}
-
-pub use crate::inbox::ReplyTx;
-
-/// Connection and health settings for a master.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// Time allowed to connect and greet.
-    pub connect_timeout: Duration,
-    /// An unanswered request older than this marks the master down.
-    pub stall_timeout: Duration,
-    /// First reconnect delay.
-    pub reconnect_min: Duration,
-    /// Longest reconnect delay.
-    pub reconnect_max: Duration,
-    /// How often the connection is probed (`TIME`, or `PING` without clock watch).
-    pub probe_every: Duration,
-    /// How long a restarted master sits out (max TTL + drift); `None` switches quarantine off.
-    pub quarantine: Option<Duration>,
-    /// Also quarantine a master that, when first seen, started less than the window ago.
-    pub quarantine_young: bool,
-    /// The operator declares that masters persist every write; checked on each master.
-    pub masters_persist: bool,
-    /// Clock watch rules (their `span` is also how long a jumped clock stays distrusted);
-    /// `None` switches the watch off.
-    pub clock: Option<clock::Rules>,
-    /// Sent as `AUTH [user] password` first on every connect.
-    pub auth: Option<target::Credentials>,
-    /// TLS towards this master.
-    pub tls: Option<crate::tls::TlsTarget>,
-}
-
-/// A request on its way to a master.
-pub struct Pending {
-    bytes: Bytes,
-    replies: usize,
-    /// The reply counts only if the master's clock is steady: `TIME` is read in the same round
-    /// trip (once per write batch, after the batch) and checked before the reply is delivered.
-    time: bool,
-    /// Set by the writer: this request's reply waits for its batch's `TIME`.
-    hold: bool,
-    reply_to: Option<(ReplyTx, usize)>,
-}
-
-impl Pending {
-    fn deliver(&mut self, result: Result<Reply, BackendError>) {
-        if let Some((tx, slot)) = self.reply_to.take() {
-            tx.send(slot, result);
-        }
-    }
-
-    /// The driver's own probe: `TIME` alone (or `PING`), answered to nobody.
-    fn probe(clock: bool) -> Pending {
-        if clock {
-            Pending {
-                bytes: Bytes::new(),
-                replies: 0,
-                time: true,
-                hold: false,
-                reply_to: None,
-            }
-        } else {
-            Pending {
-                bytes: command(&[b"PING"]),
-                replies: 1,
-                time: false,
-                hold: false,
-                reply_to: None,
-            }
-        }
-    }
-}
-
-impl Drop for Pending {
-    // A request dropped without a reply (connection lost, driver gone) still tells its caller,
-    // so no fan-out ever waits out its timeout for a master that is known to be gone.
-    fn drop(&mut self) {
-        self.deliver(Err(BackendError::Closed));
-    }
-}
-
-/// Most requests waiting to be written to one master. Each client has at most `max_pipeline`
-/// commands in flight, so this is reached only when a master falls far behind; requests beyond
-/// it fail at once with [`BackendError::Overloaded`] instead of piling up in memory. (The
-/// writer takes the queue whole, so at most one more such batch waits in its hands.)
-pub const QUEUE_LIMIT: usize = 65_536;
-
-#[cfg(test)]
-impl Settings {
-    /// Quiet settings for unit tests: no quarantine, no clock watch, no probes to speak of, fast
-    /// reconnects. Tests change what they exercise with struct-update syntax.
-    pub(crate) fn for_tests() -> Settings {
-        Settings {
-            connect_timeout: Duration::from_millis(500),
-            stall_timeout: Duration::from_millis(500),
-            reconnect_min: Duration::from_millis(10),
-            reconnect_max: Duration::from_millis(20),
-            probe_every: Duration::from_secs(60),
-            quarantine: None,
-            quarantine_young: false,
-            masters_persist: false,
-            clock: None,
-            auth: None,
-            tls: None,
-        }
-    }
-}
+pub use crate::error::BackendError;
+pub use inbox::ReplyTx;
+use pending::Pending;
+pub use pending::QUEUE_LIMIT;
+pub use settings::Settings;
 
 /// Handle to one master's shared connection.
 #[derive(Clone)]
@@ -345,7 +224,10 @@ async fn drive(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::master::command;
+    use crate::wire::reply::Reply;
     use std::sync::Mutex;
+    use std::time::Duration;
     use std::time::{SystemTime, UNIX_EPOCH};
 
     use bytes::BytesMut;
@@ -378,7 +260,7 @@ mod tests {
     async fn down_master_answers_at_once() {
         // Port 1 on loopback refuses connections.
         let b = Backend::spawn("127.0.0.1:1".into(), settings());
-        let (tx, mut rx) = crate::inbox::inbox(1);
+        let (tx, mut rx) = crate::backend::inbox::inbox(1);
         b.send(command(&[b"PING"]), 1, Some((tx, 3)));
         assert_eq!(rx.recv().await, (3, Err(BackendError::Down)));
     }
@@ -489,7 +371,7 @@ mod tests {
     }
 
     async fn ask_timed(b: &Backend) -> Result<Reply, BackendError> {
-        let (tx, mut rx) = crate::inbox::inbox(1);
+        let (tx, mut rx) = crate::backend::inbox::inbox(1);
         b.send_timed(command(&[b"SET", b"k", b"v"]), 1, Some((tx, 0)));
         rx.recv().await.1
     }

@@ -19,11 +19,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::{Instant, sleep};
 
-use super::Action;
+use super::action::Action;
 use super::keys::{Gather, vote};
-use crate::client::Conn;
+use super::session::Conn;
 use crate::proxy::Proxy;
-use crate::reply::{Reply, command};
+use crate::wire::master::command;
+use crate::wire::reply::Reply;
 
 /// Longest pause between two rounds of pops.
 pub const MAX_POLL: Duration = Duration::from_millis(50);
@@ -85,7 +86,7 @@ pub fn blpop(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
 /// `LPOP key` on every master, in the key's turn: the value a quorum popped alike.
 async fn pop(proxy: &Proxy, key: &Bytes) -> Option<Bytes> {
     let _held = proxy
-        .keylocks
+        .keylocks()
         .enqueue(std::slice::from_ref(key))
         .ready()
         .await;

@@ -8,10 +8,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{Action, not_an_integer, parse_int, syntax_error, unknown_subcommand, wrong_arity};
-use crate::client::Conn;
+use super::action::Action;
+use super::session::Conn;
+use super::spec::parse_int;
+use crate::error::Error;
 use crate::proxy::Proxy;
-use crate::reply::Reply;
+use crate::wire::reply::Reply;
 
 /// The Redis version the proxy presents. Clients use it to pick features (such as `HELLO`).
 pub const REDIS_VERSION: &str = "7.0.0";
@@ -30,7 +32,7 @@ pub fn ping(_: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     match args.len() {
         1 => Reply::simple("PONG").into(),
         2 => Reply::Bulk(args[1].clone()).into(),
-        _ => wrong_arity("ping").into(),
+        _ => Reply::from(Error::WrongArity("ping")).into(),
     }
 }
 
@@ -41,7 +43,7 @@ pub fn ping(_: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
 /// replicated" either way, never as more.)
 pub fn wait(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     if parse_int(&args[1]).is_none() {
-        return not_an_integer().into();
+        return Reply::from(Error::NotAnInteger).into();
     }
     match parse_int(&args[2]) {
         None => Reply::static_error("ERR timeout is not an integer or out of range").into(),
@@ -76,7 +78,7 @@ pub fn hello(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     while i < args.len() {
         let opt = &args[i];
         if opt.eq_ignore_ascii_case(b"AUTH") && i + 2 < args.len() {
-            match proxy.accounts.login(Some(&args[i + 1]), &args[i + 2]) {
+            match proxy.accounts().login(Some(&args[i + 1]), &args[i + 2]) {
                 Ok(keys) => conn.keys = keys,
                 Err(e) => return Reply::static_error(e).into(),
             }
@@ -121,9 +123,9 @@ pub fn auth(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     let (user, password) = match args.len() {
         2 => (None, &args[1]),
         3 => (Some(&args[1][..]), &args[2]),
-        _ => return syntax_error().into(),
+        _ => return Reply::from(Error::Syntax).into(),
     };
-    match proxy.accounts.login(user, password) {
+    match proxy.accounts().login(user, password) {
         Ok(keys) => {
             conn.authed = true;
             conn.keys = keys;
@@ -141,7 +143,7 @@ pub fn select(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
             "ERR DB index is out of range (redlock-proxy serves database 0 only)",
         )
         .into(),
-        None => not_an_integer().into(),
+        None => Reply::from(Error::NotAnInteger).into(),
     }
 }
 
@@ -189,7 +191,7 @@ pub fn client(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
         (b"INFO", 2) => Reply::Bulk(Bytes::from(format!(
             "id={} addr=? laddr={} name={} db=0 resp={}\n",
             conn.id,
-            proxy.listen_addr,
+            proxy.listen_addr(),
             conn.name
                 .as_deref()
                 .map(String::from_utf8_lossy)
@@ -217,7 +219,7 @@ pub fn client(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
                 // No reply of its own: nothing is written for an empty set of replies.
                 Reply::Many(Vec::new()).into()
             }
-            _ => syntax_error().into(),
+            _ => Reply::from(Error::Syntax).into(),
         },
         (
             b"SETNAME" | b"GETNAME" | b"ID" | b"SETINFO" | b"INFO" | b"NO-EVICT" | b"NO-TOUCH"
@@ -228,7 +230,7 @@ pub fn client(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
             String::from_utf8_lossy(&sub).to_ascii_lowercase()
         ))
         .into(),
-        _ => unknown_subcommand("client", &args[1]).into(),
+        _ => Reply::from(Error::unknown_subcommand("client", &args[1])).into(),
     }
 }
 
@@ -241,7 +243,7 @@ pub fn quit(_: &Arc<Proxy>, _: &mut Conn, _: Vec<Bytes>) -> Action {
 pub fn reset(proxy: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
     // The client is still here: its blocking commands keep waiting.
     let gone = std::mem::take(&mut conn.gone);
-    *conn = Conn::new(conn.id, proxy.accounts.required());
+    *conn = Conn::new(conn.id, proxy.accounts().required());
     conn.gone = gone;
     Reply::simple("RESET").into()
 }

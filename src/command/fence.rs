@@ -38,11 +38,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::Action;
-use crate::client::Conn;
+use super::action::Action;
+use super::session::Conn;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask};
-use crate::reply::Reply;
+use crate::wire::reply::Reply;
 
 /// Prepare: `KEYS` = lock key, fence hash; `ARGV` = token, ballot, retention ms. Answers 0 when
 /// the key does not hold the token, `{-1, promised}` when a higher ballot was promised, else
@@ -95,7 +95,7 @@ pub fn fence_key(key: &[u8]) -> Bytes {
 /// How long a key's counter is kept after its last token: twice the quarantine window, so a
 /// counter outlives every lock of its key and the restart quarantine of any master.
 pub fn retention(proxy: &Proxy) -> u64 {
-    2 * proxy.config.quarantine_window().as_millis() as u64
+    2 * proxy.config().quarantine_window().as_millis() as u64
 }
 
 /// This process's wall clock, anchored once and advanced by the monotonic clock, so a step of
@@ -174,8 +174,8 @@ fn promise(r: &Option<Reply>) -> Promise {
 pub fn fence(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     let (key, token) = (args[1].clone(), args[2].clone());
     let turn = vec![key.clone()];
-    super::in_turn(proxy, &turn, move |proxy| async move {
-        if proxy.config.fence_single_master {
+    super::action::in_turn(proxy, &turn, move |proxy| async move {
+        if proxy.config().fence_single_master {
             return single_master(&proxy, &key, &token).await;
         }
         // A few rounds at most: another proxy may be minting the same grant's token.
@@ -200,10 +200,10 @@ enum Minted {
 }
 
 async fn round(proxy: &Proxy, script: &str, keys: [&Bytes; 2], argv: &[&[u8]]) -> Ballots {
-    let req = super::lock::eval(script, &keys, argv);
-    let deadline = Instant::now() + proxy.config.node_timeout();
+    let req = crate::wire::master::eval(script, &keys, argv);
+    let deadline = Instant::now() + proxy.config().node_timeout();
     // Every answer is wanted (the value accepted with the highest ballot may be anywhere).
-    ask(&proxy.masters, Request::Same(req), 1, deadline)
+    ask(proxy.masters(), Request::Same(req), 1, deadline)
         .finish()
         .await
 }
@@ -300,9 +300,9 @@ async fn mint(proxy: &Proxy, key: &Bytes, token: &Bytes, above: u64) -> Minted {
 /// The negative control: master 0's own counter, whatever the others hold.
 async fn single_master(proxy: &Proxy, key: &Bytes, token: &Bytes) -> Reply {
     let fkey = fence_key(key);
-    let req = super::lock::eval(SINGLE, &[key, &fkey], &[token]);
-    let deadline = Instant::now() + proxy.config.node_timeout();
-    let ballots = ask(&proxy.masters, Request::Same(req), 1, deadline)
+    let req = crate::wire::master::eval(SINGLE, &[key, &fkey], &[token]);
+    let deadline = Instant::now() + proxy.config().node_timeout();
+    let ballots = ask(proxy.masters(), Request::Same(req), 1, deadline)
         .finish()
         .await;
     match &ballots.replies[0] {

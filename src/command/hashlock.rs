@@ -36,13 +36,15 @@ use bytes::Bytes;
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::lock::{agreed_error, eval};
-use super::{Action, fence};
+use super::action::Action;
+use super::fence;
+use super::lock::agreed_error;
+use crate::counters::Counters;
+use crate::lockop::HashOp;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask, ask_timed, quorum_th, validity};
-use crate::reply::Reply;
-use crate::scripts::HashOp;
-use crate::stats::Stats;
+use crate::wire::master::eval;
+use crate::wire::reply::Reply;
 
 /// Acquire on one master: `KEYS[1]` the lock (and `KEYS[2]` a fenced lock's token counter);
 /// `ARGV[1]` TTL ms, `ARGV[2]` the caller's field, `ARGV[3]` the counter's retention ms.
@@ -146,7 +148,7 @@ pub struct HashLockOp {
 
 /// Runs a hash-lock operation as a quorum operation.
 pub fn run(proxy: &Arc<Proxy>, op: HashLockOp) -> Action {
-    let max = proxy.config.max_ttl_ms as i64;
+    let max = proxy.config().max_ttl_ms as i64;
     if matches!(
         op.op,
         HashOp::Acquire
@@ -181,7 +183,7 @@ pub fn run(proxy: &Arc<Proxy>, op: HashLockOp) -> Action {
     if let Some((latch, _)) = &op.latch {
         keys.push(latch.clone());
     }
-    super::in_turn_held(proxy, &keys, move |proxy, held| async move {
+    super::action::in_turn_held(proxy, &keys, move |proxy, held| async move {
         match op.op {
             HashOp::Acquire | HashOp::FencedAcquire | HashOp::FencedAcquireToken => {
                 acquire(proxy, op, held).await
@@ -241,14 +243,15 @@ async fn acquire(proxy: Arc<Proxy>, op: HashLockOp, held: crate::keylock::Held) 
         Some(counter) => eval(LOCK, &[&op.key, counter], &[&ttl, &op.field, &retention]),
     };
     let start = Instant::now();
-    let deadline = start + proxy.config.node_timeout();
-    let mut vote = ask_timed(&proxy.masters, Request::Same(req), 1, deadline);
+    let deadline = start + proxy.config().node_timeout();
+    let mut vote = ask_timed(proxy.masters(), Request::Same(req), 1, deadline);
     let ballots = vote.decide_by(granted).await.clone();
     let yes = ballots.count(granted);
     let ttl_left = Duration::from_millis(op.ttl_ms as u64);
-    let min = Duration::from_millis(proxy.config.min_validity_ms);
-    let valid =
-        || validity(ttl_left, start.elapsed(), proxy.config.drift_factor).is_some_and(|v| v > min);
+    let min = Duration::from_millis(proxy.config().min_validity_ms);
+    let valid = || {
+        validity(ttl_left, start.elapsed(), proxy.config().drift_factor).is_some_and(|v| v > min)
+    };
     if yes >= ballots.quorum && valid() {
         let token = match &op.counter {
             None => Some(0),
@@ -256,7 +259,7 @@ async fn acquire(proxy: Arc<Proxy>, op: HashLockOp, held: crate::keylock::Held) 
         };
         // A fenced grant counts only once its token is on a quorum, still within validity.
         if let Some(token) = token.filter(|_| valid()) {
-            Stats::bump(&proxy.stats.grants);
+            Counters::bump(&proxy.counters().grants);
             drop(held);
             return match op.op {
                 HashOp::FencedAcquireToken => {
@@ -267,7 +270,7 @@ async fn acquire(proxy: Arc<Proxy>, op: HashLockOp, held: crate::keylock::Held) 
         }
     }
     debug!(yes, quorum = ballots.quorum, "hash lock refused");
-    Stats::bump(&proxy.stats.denials);
+    Counters::bump(&proxy.counters().denials);
     let hint = wait_hint(&ballots);
     let refused = match (agreed_error(&ballots), op.op) {
         // The key is no hash lock (`WRONGTYPE`): the error, as one Redis answers it.
@@ -317,8 +320,8 @@ async fn mint(
         .iter()
         .map(|r| r.as_ref().filter(|r| granted(r)).map(|_| raise.clone()))
         .collect();
-    let deadline = Instant::now() + proxy.config.node_timeout();
-    let raised = ask(&proxy.masters, Request::Some(each), 1, deadline)
+    let deadline = Instant::now() + proxy.config().node_timeout();
+    let raised = ask(proxy.masters(), Request::Some(each), 1, deadline)
         .finish()
         .await;
     (raised.count(|r| *r == Reply::Integer(1)) >= ballots.quorum).then_some(token)
@@ -350,7 +353,7 @@ fn wait_hint(ballots: &Ballots) -> i64 {
 fn undo(proxy: &Proxy, ballots: &Ballots, op: &HashLockOp) {
     let reentry = ballots.count(|r| took(r) == Took::Reentered) > 0;
     let mut sent = false;
-    for (i, m) in proxy.masters.iter().enumerate() {
+    for (i, m) in proxy.masters().iter().enumerate() {
         let script = match ballots.replies[i].as_ref().map(took) {
             Some(Took::Created) => UNDO_CREATE,
             Some(Took::Reentered) => UNDO_REENTER,
@@ -362,7 +365,7 @@ fn undo(proxy: &Proxy, ballots: &Ballots, op: &HashLockOp) {
         sent = true;
     }
     if sent {
-        Stats::bump(&proxy.stats.rollbacks);
+        Counters::bump(&proxy.counters().rollbacks);
     }
 }
 
@@ -386,10 +389,10 @@ async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
             &latch_ttl,
         ],
     );
-    let deadline = Instant::now() + proxy.config.node_timeout();
+    let deadline = Instant::now() + proxy.config().node_timeout();
     // Decided as soon as a quorum answered alike; a master still due has published or not by
     // itself, and the answer a quorum gave stands either way.
-    let ballots = ask(&proxy.masters, Request::Same(req), 1, deadline)
+    let ballots = ask(proxy.masters(), Request::Same(req), 1, deadline)
         .outcome()
         .await;
     if let Some(e) = agreed_error(&ballots) {
@@ -397,7 +400,7 @@ async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
     }
     let reply = unlocked(&ballots);
     if reply == Reply::Integer(1) {
-        Stats::bump(&proxy.stats.releases);
+        Counters::bump(&proxy.counters().releases);
     }
     reply
 }
@@ -465,8 +468,8 @@ async fn renew(proxy: &Proxy, op: &HashLockOp) -> Reply {
     args.extend(locks.iter().map(|(_, f)| f.as_ref()));
     let req = eval(RENEW, &keys, &args);
     let start = Instant::now();
-    let deadline = start + proxy.config.node_timeout();
-    let mut vote = ask(&proxy.masters, Request::Same(req), 1, deadline);
+    let deadline = start + proxy.config().node_timeout();
+    let mut vote = ask(proxy.masters(), Request::Same(req), 1, deadline);
     let ballots = vote.decide_by(|r| r.clone()).await;
     if let Some(e) = agreed_error(ballots) {
         return e;
@@ -474,9 +477,9 @@ async fn renew(proxy: &Proxy, op: &HashLockOp) -> Reply {
     let left = validity(
         Duration::from_millis(op.ttl_ms as u64),
         start.elapsed(),
-        proxy.config.drift_factor,
+        proxy.config().drift_factor,
     );
-    let min = Duration::from_millis(proxy.config.min_validity_ms);
+    let min = Duration::from_millis(proxy.config().min_validity_ms);
     let valid = left.is_some_and(|v| v > min);
     let renewed: Vec<Reply> = (0..locks.len())
         .map(|i| {
@@ -502,8 +505,8 @@ async fn force(proxy: &Proxy, op: &HashLockOp) -> Reply {
         return Reply::static_error("ERR redlock-proxy: a forced unlock needs a channel");
     };
     let req = eval(FORCE, &[&op.key, &p.channel], &[&p.command, &p.message]);
-    let deadline = Instant::now() + proxy.config.node_timeout();
-    let ballots = ask(&proxy.masters, Request::Same(req), 1, deadline)
+    let deadline = Instant::now() + proxy.config().node_timeout();
+    let ballots = ask(proxy.masters(), Request::Same(req), 1, deadline)
         .outcome()
         .await;
     let answered = ballots.count(|r| matches!(r, Reply::Integer(0 | 1)));

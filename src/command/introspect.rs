@@ -5,11 +5,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{Action, Spec, TABLE, lookup, unknown_subcommand};
-use crate::client::Conn;
+use super::action::Action;
+use super::session::Conn;
+use super::spec::{Spec, TABLE, lookup};
+use crate::counters::Counters;
+use crate::error::Error;
 use crate::proxy::Proxy;
-use crate::reply::Reply;
-use crate::stats::Stats;
+use crate::wire::reply::Reply;
 
 fn bulk(s: &str) -> Reply {
     Reply::Bulk(Bytes::copy_from_slice(s.as_bytes()))
@@ -69,7 +71,7 @@ pub fn command(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
             Reply::Map(TABLE.iter().map(|s| (bulk(s.name), docs(s))).collect())
         }
         b"DOCS" => Reply::Map(named().flatten().map(|s| (bulk(s.name), docs(s))).collect()),
-        _ => unknown_subcommand("command", sub),
+        _ => Reply::from(Error::unknown_subcommand("command", sub)),
     }
     .into()
 }
@@ -93,9 +95,9 @@ pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
             super::connection::REDIS_VERSION,
             env!("CARGO_PKG_VERSION"),
             std::process::id(),
-            proxy.run_id,
-            proxy.listen_addr.port(),
-            proxy.started.elapsed().as_secs(),
+            proxy.run_id(),
+            proxy.listen_addr().port(),
+            proxy.started().elapsed().as_secs(),
         );
     }
     if show("clients") {
@@ -109,38 +111,38 @@ pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         out.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n");
     }
     if show("stats") {
-        let s = &proxy.stats;
+        let s = &proxy.counters();
         let _ = write!(
             out,
             "# Stats\r\ntotal_commands_processed:{}\r\n\r\n",
-            Stats::get(&s.commands)
+            Counters::get(&s.commands)
         );
     }
     if show("redlock") {
-        let s = &proxy.stats;
-        let up = proxy.masters.iter().filter(|m| m.is_up()).count();
-        let trusted = proxy.masters.iter().filter(|m| m.is_trusted()).count();
+        let s = &proxy.counters();
+        let up = proxy.masters().iter().filter(|m| m.is_up()).count();
+        let trusted = proxy.masters().iter().filter(|m| m.is_trusted()).count();
         let _ = write!(
             out,
             "# Redlock\r\nmasters:{}\r\nmasters_up:{}\r\nmasters_trusted:{}\r\nquorum:{}\r\nquorum_available:{}\r\nquorum_available_in_ms:{}\r\nnode_timeout_ms:{}\r\ndrift_factor:{}\r\nmax_ttl_ms:{}\r\nquarantine_window_ms:{}\r\nlocks_granted:{}\r\nlocks_denied:{}\r\nlocks_rolled_back:{}\r\nlocks_released:{}\r\nkeys_in_flight:{}\r\nscripts_cached:{}\r\n",
-            proxy.masters.len(),
+            proxy.masters().len(),
             up,
             trusted,
             proxy.quorum(),
             u8::from(trusted >= proxy.quorum()),
             quorum_available_in_ms(proxy),
-            proxy.config.node_timeout_ms,
-            proxy.config.drift_factor,
-            proxy.config.max_ttl_ms,
-            proxy.config.quarantine_window().as_millis(),
-            Stats::get(&s.grants),
-            Stats::get(&s.denials),
-            Stats::get(&s.rollbacks),
-            Stats::get(&s.releases),
-            proxy.keylocks.busy(),
-            proxy.scripts.len(),
+            proxy.config().node_timeout_ms,
+            proxy.config().drift_factor,
+            proxy.config().max_ttl_ms,
+            proxy.config().quarantine_window().as_millis(),
+            Counters::get(&s.grants),
+            Counters::get(&s.denials),
+            Counters::get(&s.rollbacks),
+            Counters::get(&s.releases),
+            proxy.keylocks().busy(),
+            proxy.scripts().len(),
         );
-        for (i, m) in proxy.masters.iter().enumerate() {
+        for (i, m) in proxy.masters().iter().enumerate() {
             let _ = write!(out, "master{i}:{}\r\n", m.info().describe());
         }
         out.push_str("\r\n");
@@ -152,7 +154,7 @@ pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
 /// when it is now, -1 when it waits on masters that are down (no time can be given).
 fn quorum_available_in_ms(proxy: &Proxy) -> i64 {
     let mut waits: Vec<Option<u128>> = proxy
-        .masters
+        .masters()
         .iter()
         .map(|m| {
             let i = m.info();
@@ -178,7 +180,7 @@ fn quorum_available_in_ms(proxy: &Proxy) -> i64 {
 pub fn config(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     match args[1].to_ascii_uppercase().as_slice() {
         b"GET" if args.len() >= 3 => Reply::Map(Vec::new()),
-        b"GET" => super::wrong_arity("config|get"),
+        b"GET" => Reply::from(Error::WrongArity("config|get")),
         _ => Reply::error(format!(
             "ERR redlock-proxy does not support CONFIG {}",
             String::from_utf8_lossy(&args[1]).to_ascii_uppercase()

@@ -30,14 +30,16 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::lock::{eval, take_back};
-use super::set::SetOptions;
-use super::{Action, not_an_integer, parse_int};
-use crate::client::Conn;
+use super::action::Action;
+use super::lock::take_back;
+use super::session::Conn;
+use super::spec::{Cmd, parse_int, unix_ms};
 use crate::config::LegacyDecision;
+use crate::error::Error;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask};
-use crate::reply::{Reply, command};
+use crate::wire::master::command;
+use crate::wire::reply::Reply;
 
 /// A rule that turns the masters' replies into one answer. It runs while the command's keys
 /// are still held, so clean-ups it queues reach each master before any later command on them.
@@ -67,7 +69,7 @@ pub fn forward_with(
     gather: Gather,
     rule: Rule,
 ) -> Action {
-    super::in_turn(proxy, keys, move |proxy| async move {
+    super::action::in_turn(proxy, keys, move |proxy| async move {
         let ballots = vote(&proxy, request, gather).await;
         decide(&proxy, ballots, rule)
     })
@@ -75,10 +77,10 @@ pub fn forward_with(
 
 /// Sends `request` to every master and gathers the replies.
 pub async fn vote(proxy: &Proxy, request: Bytes, gather: Gather) -> Ballots {
-    let deadline = Instant::now() + proxy.config.node_timeout();
-    let v = ask(&proxy.masters, Request::Same(request), 1, deadline);
+    let deadline = Instant::now() + proxy.config().node_timeout();
+    let v = ask(proxy.masters(), Request::Same(request), 1, deadline);
     // With the first-master rule, master 0's reply is needed even when the others decided.
-    if gather == Gather::All || proxy.config.legacy_decision == LegacyDecision::FirstMaster {
+    if gather == Gather::All || proxy.config().legacy_decision == LegacyDecision::FirstMaster {
         v.finish().await
     } else {
         v.outcome().await
@@ -88,7 +90,7 @@ pub async fn vote(proxy: &Proxy, request: Bytes, gather: Gather) -> Ballots {
 /// Applies `rule`; with the `first-master` negative control, to master 0's reply alone (a
 /// quorum of one), as a plain proxy in front of a single Redis would answer.
 pub fn decide(proxy: &Proxy, mut ballots: Ballots, rule: Rule) -> Reply {
-    if proxy.config.legacy_decision == LegacyDecision::FirstMaster {
+    if proxy.config().legacy_decision == LegacyDecision::FirstMaster {
         for i in 1..ballots.replies.len() {
             ballots.replies[i] = None;
             ballots.failed[i] = Some(crate::backend::BackendError::Down);
@@ -163,8 +165,8 @@ pub fn del(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
 }
 
 /// `PX <ms>` of the deadlock guard as text, or `None` when the guard is off.
-fn guard_px(proxy: &Proxy) -> Option<String> {
-    let guard = proxy.config.legacy_guard_ttl_ms();
+pub(super) fn guard_px(proxy: &Proxy) -> Option<String> {
+    let guard = proxy.config().legacy_guard_ttl_ms();
     (guard > 0).then(|| itoa::Buffer::new().format(guard).to_owned())
 }
 
@@ -214,7 +216,7 @@ fn undo_write(
 /// majority), and that value is deleted again wherever it landed: two takeovers that split the
 /// masters between them would otherwise leave no majority value behind, and the lock blocked
 /// until the deadlock guard ran out.
-fn old_value(proxy: &Proxy, b: &Ballots, key: &Bytes, written: Bytes) -> Reply {
+pub(super) fn old_value(proxy: &Proxy, b: &Ballots, key: &Bytes, written: Bytes) -> Reply {
     if let Some(r) = b.majority() {
         return r.clone();
     }
@@ -239,52 +241,9 @@ pub fn getset(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     )
 }
 
-/// `SET key value [XX] [GET] [EX|PX|EXAT|PXAT|KEEPTTL]` (any `SET` without `NX`).
-pub fn set(proxy: &Arc<Proxy>, args: Vec<Bytes>, opts: SetOptions) -> Action {
-    if let Some(e) = opts.ttl_ms.and_then(|ms| too_long(proxy, ms)) {
-        return e.into();
-    }
-    let mut parts: Vec<&[u8]> = args.iter().map(|a| a.as_ref()).collect();
-    let guard = guard_px(proxy).filter(|_| opts.ttl_ms.is_none());
-    let request = match &guard {
-        // `KEEPTTL` keeps the key's TTL, and a new key has none: it gets the guard's, on each
-        // master in the same step (a script), so no key is ever left without one.
-        Some(ttl) if opts.keep_ttl => {
-            let mut argv: Vec<&[u8]> = vec![&args[2], ttl.as_bytes()];
-            argv.extend(args[3..].iter().map(|a| a.as_ref()));
-            eval(SET_KEEPTTL, &args[1..2], &argv)
-        }
-        Some(ttl) => {
-            parts.extend([b"PX".as_slice(), ttl.as_bytes()]);
-            command(&parts)
-        }
-        None => command(&parts),
-    };
-    let (key, written) = (args[1].clone(), args[2].clone());
-    let rule = move |proxy: &Proxy, b: &Ballots| match b.majority() {
-        Some(r) => r.clone(),
-        None if opts.get => old_value(proxy, b, &key, written),
-        None if opts.xx => Reply::Nil,
-        None => no_quorum(),
-    };
-    let gather = if opts.get {
-        Gather::All
-    } else {
-        Gather::Outcome
-    };
-    forward_with(proxy, request, &args[1..2], gather, Box::new(rule))
-}
-
-/// `SET key value <options with KEEPTTL>` that gives the key `ARGV[2]` ms when it has no TTL
-/// afterwards: `KEYS[1]` the key, `ARGV[1]` the value, `ARGV[2]` the guard, the rest the
-/// client's options. Answers what `SET` answered (`OK`, nil, or the old value with `GET`).
-const SET_KEEPTTL: &str = "local r = redis.call('set', KEYS[1], ARGV[1], unpack(ARGV, 3)) \
-    if redis.call('pttl', KEYS[1]) == -1 then redis.call('pexpire', KEYS[1], ARGV[2]) end \
-    return r";
-
 /// The error for an expiry beyond `max_ttl_ms`, if `ms` is one.
-fn too_long(proxy: &Proxy, ms: i64) -> Option<Reply> {
-    let max = proxy.config.max_ttl_ms;
+pub(super) fn too_long(proxy: &Proxy, ms: i64) -> Option<Reply> {
+    let max = proxy.config().max_ttl_ms;
     (ms > max as i64).then(|| {
         Reply::error(format!(
             "ERR expiry of {ms} ms exceeds the proxy's max_ttl_ms ({max} ms)"
@@ -294,16 +253,15 @@ fn too_long(proxy: &Proxy, ms: i64) -> Option<Reply> {
 
 /// `EXPIRE key seconds`, `PEXPIRE key ms`, `EXPIREAT key unix-s`, `PEXPIREAT key unix-ms` (with
 /// Redis 7's `NX|XX|GT|LT`): on every master; answers 1 when a quorum set the expiry.
-pub fn expire(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+pub fn expire(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>, cmd: Cmd) -> Action {
     let Some(n) = parse_int(&args[2]) else {
-        return not_an_integer().into();
+        return Reply::from(Error::NotAnInteger).into();
     };
-    let name = args[0].to_ascii_lowercase();
-    let ms = match name.as_slice() {
-        b"expire" => n.saturating_mul(1000),
-        b"pexpire" => n,
-        b"expireat" => n.saturating_mul(1000).saturating_sub(super::unix_ms()),
-        _ => n.saturating_sub(super::unix_ms()),
+    let ms = match cmd {
+        Cmd::Expire => n.saturating_mul(1000),
+        Cmd::Pexpire => n,
+        Cmd::Expireat => n.saturating_mul(1000).saturating_sub(unix_ms()),
+        _ => n.saturating_sub(unix_ms()),
     };
     if let Some(e) = too_long(proxy, ms) {
         return e.into();

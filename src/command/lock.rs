@@ -34,16 +34,16 @@ use bytes::Bytes;
 use tokio::time::Instant;
 use tracing::{debug, trace};
 
-use super::Action;
+use super::action::Action;
 use crate::config::Config;
+use crate::counters::Counters;
 use crate::keylock::{Held, Ready};
+use crate::lockop::{Answer, Lit, Op};
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, Vote, ask, ask_timed, quorum_th, validity};
-use crate::reply::{Reply, command};
-use crate::scripts::{
-    ACQUIRE, Answer, DELETE, EXTEND, INSPECT, Lit, Op, RELEASE, RELEASE_ALL, REMAINING,
-};
-use crate::stats::Stats;
+use crate::scripts::{ACQUIRE, DELETE, EXTEND, INSPECT, RELEASE, RELEASE_ALL, REMAINING};
+use crate::wire::master::{command, eval};
+use crate::wire::reply::Reply;
 
 /// A lock operation, ready to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +59,7 @@ pub struct LockOp {
     pub ttl_ms: i64,
     /// The reply shape the caller expects.
     pub answer: Answer,
-    /// The wake-up signal a release or delete leaves for waiters (see [`crate::scripts::Signal`]).
+    /// The wake-up signal a release or delete leaves for waiters (see [`crate::lockop::Signal`]).
     pub wake: Option<Box<Wake>>,
 }
 
@@ -93,7 +93,7 @@ impl Wake {
 /// its value. Only with the unsafe opt-in `set_nx_reentrant` does a key that already holds the
 /// token count as free (and get the new TTL).
 pub fn acquire(proxy: &Arc<Proxy>, key: Bytes, token: Bytes, ttl_ms: i64) -> Action {
-    let op = if proxy.config.set_nx_reentrant {
+    let op = if proxy.config().set_nx_reentrant {
         Op::AcquireOrRefresh
     } else {
         Op::Acquire
@@ -147,7 +147,7 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
         return Reply::static_error("ERR redlock-proxy: a lock operation needs at least one key")
             .into();
     }
-    let max = proxy.config.max_ttl_ms;
+    let max = proxy.config().max_ttl_ms;
     if !matches!(
         op.op,
         Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining
@@ -171,9 +171,9 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
     // The signal list takes its turn too, so a waiter's pop never overtakes the release.
     let ticket = match &op.wake {
         Some(w) => proxy
-            .keylocks
+            .keylocks()
             .enqueue(&[op.keys.as_slice(), std::slice::from_ref(&w.list)].concat()),
-        None => proxy.keylocks.enqueue(&op.keys),
+        None => proxy.keylocks().enqueue(&op.keys),
     };
     let since = Instant::now();
     // One future type per operation, so each is only as large as its own state.
@@ -183,21 +183,21 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
             Action::Later(Box::pin(Acquisition::new(proxy, op, ticket, since)))
         }
         Op::Extend | Op::ExtendAdd => {
-            super::in_turn_of(proxy, ticket, move |proxy, held| async move {
+            super::action::in_turn_of(proxy, ticket, move |proxy, held| async move {
                 let reply = run_extend(&proxy, &op).await;
                 drop(held);
                 reply
             })
         }
         Op::Release | Op::ReleaseAll | Op::Delete => {
-            super::in_turn_of(proxy, ticket, move |proxy, held| async move {
+            super::action::in_turn_of(proxy, ticket, move |proxy, held| async move {
                 let reply = run_release(&proxy, &op).await;
                 drop(held);
                 reply
             })
         }
         Op::Inspect | Op::Remaining => {
-            super::in_turn_of(proxy, ticket, move |proxy, held| async move {
+            super::action::in_turn_of(proxy, ticket, move |proxy, held| async move {
                 let reply = match op.op {
                     Op::Inspect => run_inspect(&proxy, &op).await,
                     _ => run_remaining(&proxy, &op).await,
@@ -207,16 +207,6 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
             })
         }
     }
-}
-
-/// `EVAL script numkeys keys... args...`
-pub(crate) fn eval<K: AsRef<[u8]>>(script: &str, keys: &[K], args: &[&[u8]]) -> Bytes {
-    let n = itoa::Buffer::new().format(keys.len()).to_owned();
-    let mut parts: Vec<&[u8]> = Vec::with_capacity(3 + keys.len() + args.len());
-    parts.extend([b"EVAL".as_slice(), script.as_bytes(), n.as_bytes()]);
-    parts.extend(keys.iter().map(|k| k.as_ref()));
-    parts.extend(args);
-    command(&parts)
 }
 
 /// The error a quorum of masters answered alike to one of the proxy's scripts (such as
@@ -274,7 +264,7 @@ fn answer(shape: Answer, ok: bool, keys: usize) -> Reply {
     }
 }
 
-/// One of a script's constant replies (see [`crate::scripts::Replies`]).
+/// One of a script's constant replies (see [`crate::lockop::Replies`]).
 fn constant(l: Lit) -> Reply {
     match l {
         Lit::Int(n) => Reply::Integer(n),
@@ -287,7 +277,7 @@ fn constant(l: Lit) -> Reply {
 
 /// An acquisition dispatched at `since` (for the `redlock_acquire_seconds` histogram, which
 /// every acquisition feeds: `SET NX` and library scripts alike), run once its keys' turn (taken
-/// at dispatch as [`super::in_turn`] does) has come.
+/// at dispatch as `action::in_turn` does) has come.
 ///
 /// Written out as a future of its own rather than an `async fn`, because it is the one future
 /// every lock request makes: each step's state is written in place and nothing moves on the
@@ -314,7 +304,7 @@ enum Stage {
     },
     /// Not granted by the first answers (a refresh round, the refusal and its roll-back): the
     /// rarer path, boxed, so its state does not enlarge every acquisition.
-    Rest(super::Later),
+    Rest(super::action::Later),
     /// Answered.
     Done,
 }
@@ -346,7 +336,7 @@ impl Future for Acquisition {
                     if op.ttl_ms <= 0 {
                         // An absolute expiry in the past: the lock would be born expired.
                         this.stage = Stage::Done;
-                        Stats::bump(&proxy.stats.denials);
+                        Counters::bump(&proxy.counters().denials);
                         return Poll::Ready(answer(op.answer, false, op.keys.len()));
                     }
                     let req = acquire_request(proxy, op);
@@ -358,8 +348,8 @@ impl Future for Acquisition {
                     } else {
                         this.since
                     };
-                    let deadline = start + proxy.config.node_timeout();
-                    let vote = ask_timed(&proxy.masters, req, 1, deadline);
+                    let deadline = start + proxy.config().node_timeout();
+                    let vote = ask_timed(proxy.masters(), req, 1, deadline);
                     this.stage = Stage::Vote { held, vote, start };
                 }
                 Stage::Vote { vote, start, .. } => {
@@ -407,15 +397,20 @@ fn acquire_request(proxy: &Proxy, op: &LockOp) -> Request {
         )
     };
     if asks_plain(op) {
-        Request::Same(super::set::set_nx(&op.keys[0], &op.token, op.ttl_ms, false))
+        Request::Same(crate::wire::master::set_nx(
+            &op.keys[0],
+            &op.token,
+            op.ttl_ms,
+            false,
+        ))
     } else if k == 1 {
-        let set = super::set::set_nx(&op.keys[0], &op.token, op.ttl_ms, true);
-        if proxy.masters.iter().all(|m| m.info().set_nx_get()) {
+        let set = crate::wire::master::set_nx(&op.keys[0], &op.token, op.ttl_ms, true);
+        if proxy.masters().iter().all(|m| m.info().set_nx_get()) {
             Request::Same(set)
         } else {
             Request::Each(
                 proxy
-                    .masters
+                    .masters()
                     .iter()
                     .map(|m| {
                         if m.info().set_nx_get() {
@@ -445,13 +440,13 @@ fn grant(
     // One clock read for the validity and the histogram.
     let now = Instant::now();
     let elapsed = now.saturating_duration_since(start);
-    let left = granted(ballots, created_by(op), ttl, elapsed, &proxy.config)?;
+    let left = granted(ballots, created_by(op), ttl, elapsed, proxy.config())?;
     trace!(
         validity_ms = left.as_millis(),
         keys = op.keys.len(),
         "lock granted"
     );
-    Stats::bump(&proxy.stats.grants);
+    Counters::bump(&proxy.counters().grants);
     // The validity clock started at dispatch unless the turn had to be waited for, so the
     // one subtraction usually serves the histogram too.
     let took = if start == since {
@@ -459,7 +454,7 @@ fn grant(
     } else {
         now.saturating_duration_since(since)
     };
-    proxy.metrics.observe_acquire(took);
+    proxy.counters().observe_acquire(took);
     Some(answer(op.answer, true, op.keys.len()))
 }
 
@@ -485,7 +480,7 @@ async fn not_granted_at_once(
 ) -> Reply {
     let k = op.keys.len();
     let reentrant = matches!(op.op, Op::AcquireOrRefresh | Op::AcquireOrRefreshAll);
-    let deadline = start + proxy.config.node_timeout();
+    let deadline = start + proxy.config().node_timeout();
     let ttl_arg = itoa::Buffer::new().format(op.ttl_ms).to_owned();
     let flag = acquire_flag(op.op);
     let script = || eval(ACQUIRE, &op.keys, &[&op.token, ttl_arg.as_bytes(), flag]);
@@ -503,7 +498,7 @@ async fn not_granted_at_once(
             .iter()
             .map(|r| r.as_ref().is_some_and(mine).then(script))
             .collect();
-        let refreshed = ask_timed(&proxy.masters, Request::Some(again), 1, deadline)
+        let refreshed = ask_timed(proxy.masters(), Request::Some(again), 1, deadline)
             .outcome()
             .await;
         for (i, r) in refreshed.replies.into_iter().enumerate() {
@@ -524,8 +519,8 @@ async fn not_granted_at_once(
         keys = k,
         "lock refused"
     );
-    Stats::bump(&proxy.stats.denials);
-    proxy.metrics.observe_acquire(since.elapsed());
+    Counters::bump(&proxy.counters().denials);
+    proxy.counters().observe_acquire(since.elapsed());
     let refused = match agreed_error(&ballots) {
         // A script that takes or refreshes a key reads its value first, and on one Redis that
         // raises `WRONGTYPE` for a key of another type: a quorum's error is the answer, as
@@ -596,7 +591,7 @@ fn granted(
 /// (see [`roll_back_plan`]).
 fn roll_back(proxy: &Proxy, ballots: &Ballots, holders: Option<&Ballots>, op: &LockOp) {
     if take_back(proxy, &roll_back_plan(ballots, holders, op), &op.token) {
-        Stats::bump(&proxy.stats.rollbacks);
+        Counters::bump(&proxy.counters().rollbacks);
     }
 }
 
@@ -637,7 +632,7 @@ fn roll_back_plan<'a>(
 /// on the same connection, so it reaches a slow master after the write it undoes.
 pub(crate) fn take_back(proxy: &Proxy, plan: &[Vec<&Bytes>], value: &Bytes) -> bool {
     let mut sent = false;
-    for (m, keys) in proxy.masters.iter().zip(plan) {
+    for (m, keys) in proxy.masters().iter().zip(plan) {
         if !keys.is_empty() {
             m.send(eval(RELEASE, keys, &[value]), 1, None);
             sent = true;
@@ -696,9 +691,9 @@ async fn name_holders(proxy: &Proxy, ballots: &Ballots, op: &LockOp) -> Option<B
     if asks.iter().all(Option::is_none) {
         return None;
     }
-    let deadline = Instant::now() + proxy.config.node_timeout();
+    let deadline = Instant::now() + proxy.config().node_timeout();
     Some(
-        ask(&proxy.masters, Request::Some(asks), 1, deadline)
+        ask(proxy.masters(), Request::Some(asks), 1, deadline)
             .finish()
             .await,
     )
@@ -711,7 +706,7 @@ async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
     }
     let ttl_arg = itoa::Buffer::new().format(op.ttl_ms).to_owned();
     let max = itoa::Buffer::new()
-        .format(proxy.config.max_ttl_ms)
+        .format(proxy.config().max_ttl_ms)
         .to_owned();
     let add: &[u8] = if op.op == Op::ExtendAdd { b"1" } else { b"0" };
     let req = eval(
@@ -720,14 +715,14 @@ async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
         &[&op.token, ttl_arg.as_bytes(), add, max.as_bytes()],
     );
     let start = Instant::now();
-    let deadline = start + proxy.config.node_timeout();
-    let mut vote = ask(&proxy.masters, Request::Same(req), 1, deadline);
+    let deadline = start + proxy.config().node_timeout();
+    let mut vote = ask(proxy.masters(), Request::Same(req), 1, deadline);
     let ballots = vote.decide_by(extended).await;
-    match extension(ballots, start.elapsed(), &proxy.config) {
+    match extension(ballots, start.elapsed(), proxy.config()) {
         Extension::Granted => answer(op.answer, true, k),
         Extension::BeyondMax => Reply::error(format!(
             "ERR lock TTL would exceed the proxy's max_ttl_ms ({} ms)",
-            proxy.config.max_ttl_ms
+            proxy.config().max_ttl_ms
         )),
         // A quorum's error (`WRONGTYPE` for a key of another type) is the client's answer, as
         // Redis gives it for the client's own script.
@@ -801,11 +796,11 @@ async fn run_release(proxy: &Proxy, op: &LockOp) -> Reply {
     // or is marked down (`stall_timeout_ms` without an answer). A quorum that agree still
     // decide at once.
     let patience = proxy
-        .config
+        .config()
         .node_timeout()
-        .max(Duration::from_millis(proxy.config.stall_timeout_ms));
+        .max(Duration::from_millis(proxy.config().stall_timeout_ms));
     let ballots = ask(
-        &proxy.masters,
+        proxy.masters(),
         Request::Same(req),
         1,
         Instant::now() + patience,
@@ -814,7 +809,7 @@ async fn run_release(proxy: &Proxy, op: &LockOp) -> Reply {
     .await;
     let (reply, all) = released(&ballots, k, op.answer);
     if all {
-        Stats::bump(&proxy.stats.releases);
+        Counters::bump(&proxy.counters().releases);
     }
     reply
 }
@@ -871,8 +866,8 @@ fn released(ballots: &Ballots, k: usize, shape: Answer) -> (Reply, bool) {
 
 async fn run_inspect(proxy: &Proxy, op: &LockOp) -> Reply {
     let req = eval(INSPECT, &op.keys[..1], &[]);
-    let deadline = Instant::now() + proxy.config.node_timeout();
-    let ballots = ask(&proxy.masters, Request::Same(req), 1, deadline)
+    let deadline = Instant::now() + proxy.config().node_timeout();
+    let ballots = ask(proxy.masters(), Request::Same(req), 1, deadline)
         .decide_by(|r| match r {
             Reply::Array(pair) => pair.first().cloned(),
             _ => None,
@@ -917,8 +912,8 @@ fn inspected(ballots: &Ballots) -> Reply {
 
 async fn run_remaining(proxy: &Proxy, op: &LockOp) -> Reply {
     let req = eval(REMAINING, &op.keys, &[&op.token]);
-    let deadline = Instant::now() + proxy.config.node_timeout();
-    let ballots = ask(&proxy.masters, Request::Same(req), 1, deadline)
+    let deadline = Instant::now() + proxy.config().node_timeout();
+    let ballots = ask(proxy.masters(), Request::Same(req), 1, deadline)
         .outcome()
         .await;
     remaining(&ballots, op.answer, op.ttl_ms)
@@ -1137,7 +1132,7 @@ mod tests {
 #[cfg(test)]
 mod more_decisions {
     use super::*;
-    use crate::scripts::{Replies, Short};
+    use crate::lockop::{Replies, Short};
     use Reply::Integer as I;
 
     use crate::quorum::scripted::ballots;

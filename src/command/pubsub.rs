@@ -11,12 +11,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::Action;
+use super::action::Action;
 use super::keys::{Gather, vote};
-use crate::client::Conn;
+use super::session::Conn;
+use super::spec::Cmd;
 use crate::proxy::Proxy;
 use crate::pubsub::{ClientSubs, Kind};
-use crate::reply::{Reply, command};
+use crate::wire::master::command;
+use crate::wire::reply::Reply;
 
 /// The longest a subscription waits for the masters to confirm it.
 const CONFIRM_WITHIN: Duration = Duration::from_secs(1);
@@ -43,7 +45,7 @@ fn confirmation(kind: Kind, on: bool, name: Option<Bytes>, count: usize) -> Repl
 fn subscribe(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, kind: Kind) -> Action {
     let subs = conn
         .pubsub
-        .get_or_insert_with(|| ClientSubs::new(&proxy.hub, conn.id))
+        .get_or_insert_with(|| ClientSubs::new(proxy.hub(), conn.id))
         .clone();
     let names: Vec<Bytes> = args[1..].to_vec();
     let replies: Vec<Reply> = names
@@ -113,9 +115,13 @@ pub fn sunsub(_: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
 }
 
 /// `PUBLISH channel message`, `SPUBLISH shardchannel message`
-pub fn publish(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
-    let name = args[0].to_ascii_uppercase();
-    let request = command(&[&name, &args[1], &args[2]]);
+pub fn publish(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>, cmd: Cmd) -> Action {
+    let name: &[u8] = if cmd == Cmd::Spublish {
+        b"SPUBLISH"
+    } else {
+        b"PUBLISH"
+    };
+    let request = command(&[name, &args[1], &args[2]]);
     let proxy = proxy.clone();
     Action::Later(Box::pin(async move {
         let ballots = vote(&proxy, request, Gather::Outcome).await;
@@ -128,20 +134,4 @@ pub fn publish(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
                 .unwrap_or_else(super::keys::no_quorum),
         }
     }))
-}
-
-/// Commands a RESP2 connection may send while subscribed.
-pub fn allowed_while_subscribed(name: &str) -> bool {
-    matches!(
-        name,
-        "subscribe"
-            | "psubscribe"
-            | "ssubscribe"
-            | "unsubscribe"
-            | "punsubscribe"
-            | "sunsubscribe"
-            | "ping"
-            | "quit"
-            | "reset"
-    )
 }

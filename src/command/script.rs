@@ -17,24 +17,26 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use super::action::Action;
 use super::hashlock::{HashLockOp, Publication};
 use super::lock::{LockOp, Wake};
-use super::{Action, not_an_integer, parse_int, unknown_subcommand, wrong_arity};
-use crate::client::Conn;
+use super::session::Conn;
+use super::spec::parse_int;
 use crate::config::UnknownScripts;
+use crate::error::Error;
+use crate::lockop::{HashOp, HashScript, LockScript, Op, PublishCommand, TtlUnit};
 use crate::proxy::Proxy;
 use crate::quorum::{Request, ask};
-use crate::reply::{Reply, command};
-use crate::scripts::{
-    HashOp, HashScript, LockScript, Meaning, Op, PublishCommand, Script, TtlUnit,
-};
+use crate::scripts::{Meaning, Script};
+use crate::wire::master::command;
+use crate::wire::reply::Reply;
 
 /// `EVAL script numkeys [key ...] [arg ...]`
 pub fn eval(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     let script = proxy
-        .scripts
+        .scripts()
         .insert(args[1].clone())
-        .unwrap_or_else(|| Arc::new(proxy.scripts.script(args[1].clone())));
+        .unwrap_or_else(|| Arc::new(proxy.scripts().script(args[1].clone())));
     run(proxy, &script, args)
 }
 
@@ -50,7 +52,7 @@ pub fn evalsha(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         return e.into();
     }
     let sha = String::from_utf8_lossy(&args[1]);
-    match proxy.scripts.get(&sha) {
+    match proxy.scripts().get(&sha) {
         Some(script) => run(proxy, &script, args),
         None => noscript(),
     }
@@ -58,7 +60,7 @@ pub fn evalsha(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
 
 /// Splits `numkeys key... arg...` (from `args[2]` on) into keys and arguments.
 fn split_keys(args: &[Bytes]) -> Result<(&[Bytes], &[Bytes]), Reply> {
-    let n = parse_int(&args[2]).ok_or_else(not_an_integer)?;
+    let n = parse_int(&args[2]).ok_or_else(|| Reply::from(Error::NotAnInteger))?;
     if n < 0 {
         return Err(Reply::static_error("ERR Number of keys can't be negative"));
     }
@@ -122,7 +124,7 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
             let list = keys_all.get(sig.key.checked_sub(1)?)?.clone();
             let ttl = argv.get(sig.ttl_arg.checked_sub(1)?)?;
             let Some(ttl_ms) = parse_int(ttl) else {
-                return Some(Err(not_an_integer()));
+                return Some(Err(Reply::from(Error::NotAnInteger)));
             };
             Some(Box::new(Wake {
                 list,
@@ -153,7 +155,7 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
                     "ERR invalid expire time in lock script: the TTL must be a positive number of milliseconds",
                 )));
             }
-            None => return Some(Err(not_an_integer())),
+            None => return Some(Err(Reply::from(Error::NotAnInteger))),
         }
     };
     Some(Ok(LockOp {
@@ -185,7 +187,7 @@ fn bind_hash(
         0 => 0,
         j => match parse_int(&arg(j)?) {
             Some(ms) => ms,
-            None => return Some(Err(not_an_integer())),
+            None => return Some(Err(Reply::from(Error::NotAnInteger))),
         },
     };
     let publish = match &script.publish {
@@ -219,7 +221,7 @@ fn bind_hash(
             let key = keys.get(l.key.checked_sub(1)?)?.clone();
             match parse_int(&arg(l.ttl_arg)?) {
                 Some(ms) => Some((key, ms)),
-                None => return Some(Err(not_an_integer())),
+                None => return Some(Err(Reply::from(Error::NotAnInteger))),
             }
         }
     };
@@ -247,7 +249,7 @@ fn bind_hash(
 
 /// Runs a script the proxy does not understand on every master, by the configured policy.
 fn unknown(proxy: &Arc<Proxy>, script: &Script, keys: &[Bytes], args: &[Bytes]) -> Action {
-    if proxy.config.unknown_scripts == UnknownScripts::Reject {
+    if proxy.config().unknown_scripts == UnknownScripts::Reject {
         return Reply::error(format!(
             "ERR redlock-proxy does not know what script {} does, and unknown_scripts = \"reject\"",
             script.sha
@@ -259,12 +261,12 @@ fn unknown(proxy: &Arc<Proxy>, script: &Script, keys: &[Bytes], args: &[Bytes]) 
     parts.push(&script.body);
     parts.extend(args[2..].iter().map(|a| a.as_ref()));
     let req = command(&parts);
-    super::in_turn(proxy, keys, move |proxy| async move {
+    super::action::in_turn(proxy, keys, move |proxy| async move {
         let ballots = ask(
-            &proxy.masters,
+            proxy.masters(),
             Request::Same(req),
             1,
-            Instant::now() + proxy.config.node_timeout(),
+            Instant::now() + proxy.config().node_timeout(),
         )
         .outcome()
         .await;
@@ -281,26 +283,26 @@ fn unknown(proxy: &Arc<Proxy>, script: &Script, keys: &[Bytes], args: &[Bytes]) 
 pub fn script(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     let sub = args[1].to_ascii_uppercase();
     match sub.as_slice() {
-        b"LOAD" if args.len() == 3 => match proxy.scripts.insert(args[2].clone()) {
+        b"LOAD" if args.len() == 3 => match proxy.scripts().insert(args[2].clone()) {
             Some(s) => Reply::Bulk(Bytes::from(s.sha.clone())),
             None => Reply::error(format!(
                 "ERR redlock-proxy: a script of {} bytes is larger than script_cache_bytes ({})",
                 args[2].len(),
-                proxy.config.script_cache_bytes
+                proxy.config().script_cache_bytes
             )),
         },
-        b"LOAD" => wrong_arity("script|load"),
+        b"LOAD" => Reply::from(Error::WrongArity("script|load")),
         b"EXISTS" if args.len() >= 3 => Reply::Array(
             args[2..]
                 .iter()
                 .map(|sha| {
                     Reply::Integer(i64::from(
-                        proxy.scripts.get(&String::from_utf8_lossy(sha)).is_some(),
+                        proxy.scripts().get(&String::from_utf8_lossy(sha)).is_some(),
                     ))
                 })
                 .collect(),
         ),
-        b"EXISTS" => wrong_arity("script|exists"),
+        b"EXISTS" => Reply::from(Error::WrongArity("script|exists")),
         b"FLUSH" => {
             // As Redis: no mode, or one of the two; anything else (more words too) is refused.
             let mode_ok = match &args[2..] {
@@ -309,7 +311,7 @@ pub fn script(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
                 _ => false,
             };
             if mode_ok {
-                proxy.scripts.flush();
+                proxy.scripts().flush();
                 Reply::ok()
             } else {
                 Reply::static_error("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
@@ -319,7 +321,7 @@ pub fn script(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         b"KILL" if args.len() == 2 => {
             Reply::static_error("NOTBUSY No scripts in execution right now.")
         }
-        b"KILL" => wrong_arity("script|kill"),
+        b"KILL" => Reply::from(Error::WrongArity("script|kill")),
         b"HELP" if args.len() == 2 => Reply::Array(
             [
                 "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -338,7 +340,7 @@ pub fn script(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
             .map(|l| Reply::Simple(Bytes::from_static(l.as_bytes())))
             .collect(),
         ),
-        _ => unknown_subcommand("script", &args[1]),
+        _ => Reply::from(Error::unknown_subcommand("script", &args[1])),
     }
     .into()
 }
@@ -346,7 +348,7 @@ pub fn script(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scripts::{Answer, Choice};
+    use crate::lockop::{Answer, Choice};
 
     fn b(v: &[&str]) -> Vec<Bytes> {
         v.iter()
@@ -389,7 +391,7 @@ mod tests {
         assert!(bind(&extend, &b(&["k"]), &b(&["tok"])).is_none(), "no TTL");
         assert_eq!(
             bind(&extend, &b(&["k"]), &b(&["tok", "soon"])),
-            Some(Err(not_an_integer()))
+            Some(Err(Reply::from(Error::NotAnInteger)))
         );
         assert!(matches!(
             bind(&extend, &b(&["k"]), &b(&["tok", "0"])),

@@ -7,11 +7,16 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{Action, not_an_integer, parse_int, syntax_error};
-use crate::client::Conn;
+use super::action::Action;
+use super::keys::{Gather, forward_with, guard_px, no_quorum, old_value, too_long};
+use super::session::Conn;
+use super::spec::{Cmd, parse_int};
+use crate::error::Error;
 use crate::proxy::Proxy;
-use crate::reply::{Reply, decimal_len, put_header};
-use crate::request::Args;
+use crate::quorum::Ballots;
+use crate::wire::master::{command, eval};
+use crate::wire::reply::Reply;
+use crate::wire::request::Args;
 
 /// The options of a `SET` command.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -100,7 +105,7 @@ pub fn parse_set(args: &Args<'_>) -> Result<SetOptions, Reply> {
                 expiry = Some((unit, i + 1));
                 i += 1;
             }
-            _ => return Err(syntax_error()),
+            _ => return Err(Reply::from(Error::Syntax)),
         }
         i += 1;
     }
@@ -109,15 +114,15 @@ pub fn parse_set(args: &Args<'_>) -> Result<SetOptions, Reply> {
         Some((Word::KeepTtl, _)) => o.keep_ttl = true,
         Some((unit, at)) => {
             let invalid = || Reply::static_error("ERR invalid expire time in 'set' command");
-            let n = parse_int(&args[at]).ok_or_else(not_an_integer)?;
+            let n = parse_int(&args[at]).ok_or_else(|| Reply::from(Error::NotAnInteger))?;
             if n <= 0 {
                 return Err(invalid());
             }
             let ms = match unit {
                 Word::Ex => n.checked_mul(1000),
                 Word::Px => Some(n),
-                Word::ExAt => n.checked_mul(1000).map(|at| at - super::unix_ms()),
-                _ => Some(n - super::unix_ms()),
+                Word::ExAt => n.checked_mul(1000).map(|at| at - super::spec::unix_ms()),
+                _ => Some(n - super::spec::unix_ms()),
             }
             .ok_or_else(invalid)?;
             o.ttl_ms = Some(ms);
@@ -214,7 +219,7 @@ impl Set {
             }
         };
         if args.len() < 3 {
-            return Err(super::wrong_arity("set"));
+            return Err(Reply::from(Error::WrongArity("set")));
         }
         Ok(Set::Acquire {
             key: args.bytes(1),
@@ -248,89 +253,24 @@ pub fn set(proxy: &Arc<Proxy>, _: &mut Conn, args: Args<'_>) -> Action {
     if let Some(ttl_ms) = Set::lock_ttl(&args) {
         return super::lock::acquire(proxy, args.bytes(1), args.bytes(2), ttl_ms);
     }
-    match Set::parse_general(args, proxy.config.default_ttl_ms) {
+    match Set::parse_general(args, proxy.config().default_ttl_ms) {
         Err(e) => e.into(),
         Ok(Set::Acquire { key, token, ttl_ms }) => super::lock::acquire(proxy, key, token, ttl_ms),
-        Ok(Set::Write { args, opts }) => super::keys::set(proxy, args, opts),
-    }
-}
-
-/// `SET key token NX PX ttl`, as an acquisition of one key asks each master, with `GET` at the
-/// end when `get` (a reentrant acquisition, which must see the holder: see [`super::lock`]):
-/// the same bytes as [`crate::reply::command`] makes of it, in one exactly-sized allocation,
-/// with the constant words written as whole pieces rather than argument by argument, since
-/// every lock request pays for this.
-pub(crate) fn set_nx(key: &[u8], token: &[u8], ttl_ms: i64, get: bool) -> Bytes {
-    const HEAD: &[u8] = b"*7\r\n$3\r\nSET\r\n";
-    // Each piece after an argument starts with that argument's `\r\n`.
-    const OPTIONS: &[u8] = b"\r\n$2\r\nNX\r\n$2\r\nPX\r\n";
-    let tail: &[u8] = if get { b"\r\n$3\r\nGET\r\n" } else { b"\r\n" };
-    let argc = if get { b'7' } else { b'6' };
-    let mut ttl = itoa::Buffer::new();
-    let ttl = ttl.format(ttl_ms).as_bytes();
-    // `$<len>\r\n<arg>`, the `\r\n` after it counted in the piece that follows.
-    let bulk = |len: usize| 3 + decimal_len(len) + len;
-    let size = HEAD.len() + bulk(key.len()) + 2 + bulk(token.len()) + OPTIONS.len();
-    let mut out = Vec::with_capacity(size + bulk(ttl.len()) + tail.len());
-    let (mut one, mut two) = (
-        *b"*7\r\n$3\r\nSET\r\n$0\r\n",
-        *b"*7\r\n$3\r\nSET\r\n$00\r\n",
-    );
-    (one[1], two[1]) = (argc, argc);
-    put_piece(&mut out, one, two, key.len());
-    out.extend_from_slice(key);
-    put_piece(&mut out, *b"\r\n$0\r\n", *b"\r\n$00\r\n", token.len());
-    out.extend_from_slice(token);
-    put_piece(
-        &mut out,
-        *b"\r\n$2\r\nNX\r\n$2\r\nPX\r\n$0\r\n",
-        *b"\r\n$2\r\nNX\r\n$2\r\nPX\r\n$00\r\n",
-        ttl.len(),
-    );
-    out.extend_from_slice(ttl);
-    out.extend_from_slice(tail);
-    debug_assert_eq!(out.len(), out.capacity());
-    Bytes::from(out)
-}
-
-/// A constant piece of [`set_nx`] ending in a bulk header `$<n>\r\n`, given as `one`
-/// (the piece with `$0\r\n`) and `two` (with `$00\r\n`): for `n` below 100, nearly every
-/// length, the fitting one with its digits filled in, as one fixed-size copy.
-#[inline(always)]
-fn put_piece<const ONE: usize, const TWO: usize>(
-    out: &mut Vec<u8>,
-    mut one: [u8; ONE],
-    mut two: [u8; TWO],
-    n: usize,
-) {
-    if n < 10 {
-        one[ONE - 3] = b'0' + n as u8;
-        out.extend_from_slice(&one);
-    } else if n < 100 {
-        two[TWO - 4] = b'0' + (n / 10) as u8;
-        two[TWO - 3] = b'0' + (n % 10) as u8;
-        out.extend_from_slice(&two);
-    } else {
-        out.extend_from_slice(&one[..ONE - 4]);
-        put_header(out, b'$', n);
+        Ok(Set::Write { args, opts }) => write(proxy, args, opts),
     }
 }
 
 /// `SETEX key seconds value`, `PSETEX key milliseconds value`: a plain write with an expiry,
 /// run as `SET key value EX|PX ttl` (Redis's own definition), with Redis's errors.
-pub fn setex(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
-    let name = if args[0].eq_ignore_ascii_case(b"psetex") {
-        "psetex"
-    } else {
-        "setex"
-    };
+pub fn setex(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, cmd: Cmd) -> Action {
+    let name = cmd.spec().name;
     let Some(n) = parse_int(&args[2]) else {
-        return not_an_integer().into();
+        return Reply::from(Error::NotAnInteger).into();
     };
     if n <= 0 {
         return Reply::error(format!("ERR invalid expire time in '{name}' command")).into();
     }
-    let unit: &'static [u8] = if name == "psetex" { b"PX" } else { b"EX" };
+    let unit: &'static [u8] = if cmd == Cmd::Psetex { b"PX" } else { b"EX" };
     let set = vec![
         Bytes::from_static(b"SET"),
         args[1].clone(),
@@ -340,6 +280,49 @@ pub fn setex(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     ];
     self::set(proxy, conn, set.into())
 }
+
+/// `SET key value [XX] [GET] [EX|PX|EXAT|PXAT|KEEPTTL]` (any `SET` without `NX`).
+fn write(proxy: &Arc<Proxy>, args: Vec<Bytes>, opts: SetOptions) -> Action {
+    if let Some(e) = opts.ttl_ms.and_then(|ms| too_long(proxy, ms)) {
+        return e.into();
+    }
+    let mut parts: Vec<&[u8]> = args.iter().map(|a| a.as_ref()).collect();
+    let guard = guard_px(proxy).filter(|_| opts.ttl_ms.is_none());
+    let request = match &guard {
+        // `KEEPTTL` keeps the key's TTL, and a new key has none: it gets the guard's, on each
+        // master in the same step (a script), so no key is ever left without one.
+        Some(ttl) if opts.keep_ttl => {
+            let mut argv: Vec<&[u8]> = vec![&args[2], ttl.as_bytes()];
+            argv.extend(args[3..].iter().map(|a| a.as_ref()));
+            eval(SET_KEEPTTL, &args[1..2], &argv)
+        }
+        Some(ttl) => {
+            parts.extend([b"PX".as_slice(), ttl.as_bytes()]);
+            command(&parts)
+        }
+        None => command(&parts),
+    };
+    let (key, written) = (args[1].clone(), args[2].clone());
+    let rule = move |proxy: &Proxy, b: &Ballots| match b.majority() {
+        Some(r) => r.clone(),
+        None if opts.get => old_value(proxy, b, &key, written),
+        None if opts.xx => Reply::Nil,
+        None => no_quorum(),
+    };
+    let gather = if opts.get {
+        Gather::All
+    } else {
+        Gather::Outcome
+    };
+    forward_with(proxy, request, &args[1..2], gather, Box::new(rule))
+}
+
+/// `SET key value <options with KEEPTTL>` that gives the key `ARGV[2]` ms when it has no TTL
+/// afterwards: `KEYS[1]` the key, `ARGV[1]` the value, `ARGV[2]` the guard, the rest the
+/// client's options. Answers what `SET` answered (`OK`, nil, or the old value with `GET`).
+const SET_KEEPTTL: &str = "local r = redis.call('set', KEYS[1], ARGV[1], unpack(ARGV, 3)) \
+    if redis.call('pttl', KEYS[1]) == -1 then redis.call('pexpire', KEYS[1], ARGV[2]) end \
+    return r";
 
 #[cfg(test)]
 mod tests {
@@ -396,15 +379,30 @@ mod tests {
 
     #[test]
     fn set_option_errors_match_redis() {
-        assert_eq!(parse_set(&args("SET k v NX XX")), Err(syntax_error()));
-        assert_eq!(parse_set(&args("SET k v PX 1 EX 1")), Err(syntax_error()));
-        assert_eq!(parse_set(&args("SET k v PX")), Err(syntax_error()));
-        assert_eq!(parse_set(&args("SET k v PX abc")), Err(not_an_integer()));
+        assert_eq!(
+            parse_set(&args("SET k v NX XX")),
+            Err(Reply::from(Error::Syntax))
+        );
+        assert_eq!(
+            parse_set(&args("SET k v PX 1 EX 1")),
+            Err(Reply::from(Error::Syntax))
+        );
+        assert_eq!(
+            parse_set(&args("SET k v PX")),
+            Err(Reply::from(Error::Syntax))
+        );
+        assert_eq!(
+            parse_set(&args("SET k v PX abc")),
+            Err(Reply::from(Error::NotAnInteger))
+        );
         // Options are all checked before the expiry's number is read.
-        assert_eq!(parse_set(&args("SET k v PX abc EX 1")), Err(syntax_error()));
+        assert_eq!(
+            parse_set(&args("SET k v PX abc EX 1")),
+            Err(Reply::from(Error::Syntax))
+        );
         assert_eq!(
             parse_set(&args("SET k v KEEPTTL PX 1")),
-            Err(syntax_error())
+            Err(Reply::from(Error::Syntax))
         );
         // A repeated option is no error: the last expiry counts, and only its number is read.
         let o = parse_set(&args("SET k v NX NX PX abc PX 7000")).unwrap();
@@ -432,26 +430,6 @@ mod tests {
         let o = parse_set(&args(&format!("SET k v NX PXAT {}", now + 5000))).unwrap();
         let ttl = o.ttl_ms.unwrap();
         assert!((4000..=5000).contains(&ttl), "{ttl}");
-    }
-
-    #[test]
-    fn the_acquisition_command_is_encoded_as_any_command() {
-        for len in [0, 1, 9, 10, 99, 100, 1000, 100_000] {
-            let key = vec![b'k'; len];
-            let token = vec![b't'; len / 2 + 3];
-            for ttl in [1, 9, 10, 30_000, i64::MAX, -1, i64::MIN] {
-                let text = ttl.to_string();
-                let words: [&[u8]; 7] =
-                    [b"SET", &key, &token, b"NX", b"PX", text.as_bytes(), b"GET"];
-                for get in [false, true] {
-                    assert_eq!(
-                        set_nx(&key, &token, ttl, get),
-                        crate::reply::command(&words[..6 + usize::from(get)]),
-                        "{len} {ttl} {get}"
-                    );
-                }
-            }
-        }
     }
 
     /// A parse with its TTL taken out (set to 0, or none), and the TTL.
@@ -518,10 +496,10 @@ mod tests {
                             assert_eq!(Ok(fast), general.as_ref(), "{nx} {unit} {n:?}");
                             compared += 1;
                         }
-                        let before = super::super::unix_ms();
+                        let before = super::super::spec::unix_ms();
                         let parsed = Set::parse(shaped(), default_ttl);
                         let general = Set::parse_general(shaped(), default_ttl);
-                        let moved = super::super::unix_ms() - before;
+                        let moved = super::super::spec::unix_ms() - before;
                         // EXAT/PXAT are read against the clock, for a lock and for a plain
                         // write alike: the two parses may see it a millisecond or so apart,
                         // and nothing else may differ.

@@ -18,17 +18,20 @@
 //! A key "changed" when the value a quorum hold differs: unlike Redis, writing the same value
 //! again or changing only the TTL does not abort `EXEC`.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 
-use super::lock::eval;
-use super::{Action, dispatch, keys, lookup};
-use crate::client::Conn;
+use super::action::{Action, in_turn};
+use super::keys;
+use super::session::{Conn, Watched};
+use super::spec::{Cmd, lookup};
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask};
-use crate::reply::{Reply, command};
+use crate::wire::master::command;
+use crate::wire::master::eval;
+use crate::wire::reply::Reply;
 use tokio::time::Instant;
 
 /// Deletes `KEYS[i]` unconditionally when `ARGV[2i-1]` is `0`, or only while it holds
@@ -41,33 +44,8 @@ const DEL_IF: &str = "local n = 0 \
     end \
     return n";
 
-/// A key under `WATCH`.
-#[derive(Debug, Clone)]
-pub struct Watched {
-    /// The key.
-    pub key: Bytes,
-    /// What a quorum held at `WATCH` (`Some(reply)`, nil included), or `None` when no reply had
-    /// a quorum; unset until the read is done.
-    seen: Arc<OnceLock<Option<Reply>>>,
-}
-
-impl Watched {
-    /// The value seen at `WATCH`, when a quorum held one.
-    fn value(&self) -> Option<Bytes> {
-        match self.seen.get() {
-            Some(Some(Reply::Bulk(v))) => Some(v.clone()),
-            _ => None,
-        }
-    }
-}
-
-/// Commands that act at once inside `MULTI` instead of being queued.
-pub fn runs_at_once(name: &str) -> bool {
-    matches!(
-        name,
-        "exec" | "discard" | "multi" | "watch" | "unwatch" | "quit" | "reset"
-    )
-}
+/// How `EXEC` runs a queued command: the dispatcher, handed down (it sits above this file).
+pub type Run = fn(&Arc<Proxy>, &mut Conn, Vec<Bytes>) -> Action;
 
 /// What keeping `args` costs: their bytes, and each one's handle (so that many empty
 /// arguments count too).
@@ -82,8 +60,8 @@ fn held_size(args: &[Bytes]) -> usize {
 /// not yet had run; counted as each command is queued), the command is refused and `EXEC` will
 /// abort, as after any refused command.
 pub fn queue(proxy: &Proxy, conn: &mut Conn, args: Vec<Bytes>) -> Action {
-    let max = proxy.config.max_multi_commands;
-    let max_bytes = proxy.config.client_query_buffer_limit;
+    let max = proxy.config().max_multi_commands;
+    let max_bytes = proxy.config().client_query_buffer_limit;
     if let Some(q) = conn.multi.as_mut() {
         if q.len() >= max {
             conn.multi_failed = true;
@@ -113,9 +91,9 @@ async fn read(proxy: &Proxy, keys: &[Bytes]) -> Vec<Option<Reply>> {
     for key in keys {
         request.extend_from_slice(&command(&[b"GET", key]));
     }
-    let deadline = Instant::now() + proxy.config.node_timeout();
+    let deadline = Instant::now() + proxy.config().node_timeout();
     let all = ask(
-        &proxy.masters,
+        proxy.masters(),
         Request::Same(Bytes::from(request)),
         keys.len(),
         deadline,
@@ -154,7 +132,7 @@ pub fn watch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     if conn.multi.is_some() {
         return Reply::static_error("ERR WATCH inside MULTI is not allowed").into();
     }
-    let max = proxy.config.max_watch_keys;
+    let max = proxy.config().max_watch_keys;
     if conn.watched.len() + args.len() - 1 > max {
         return Reply::error(format!(
             "ERR redlock-proxy: too many watched keys (max_watch_keys = {max})"
@@ -173,8 +151,8 @@ pub fn watch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
         .watched_bytes
         .get_or_insert_with(Default::default)
         .clone();
-    let limit = proxy.config.client_query_buffer_limit;
-    super::in_turn(proxy, &args[1..], move |proxy| async move {
+    let limit = proxy.config().client_query_buffer_limit;
+    in_turn(proxy, &args[1..], move |proxy| async move {
         let keys: Vec<Bytes> = watched.iter().map(|w| w.key.clone()).collect();
         let seen = read(&proxy, &keys).await;
         // The values are kept (to guard `EXEC`'s deletes), so they count against the same
@@ -237,7 +215,8 @@ pub fn discard(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
 }
 
 /// `EXEC`
-pub fn exec(proxy: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
+/// `run` dispatches each queued command, as it would have run outside `MULTI`.
+pub fn exec(proxy: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>, run: Run) -> Action {
     let Some(queued) = conn.multi.take() else {
         return Reply::static_error("ERR EXEC without MULTI").into();
     };
@@ -249,11 +228,11 @@ pub fn exec(proxy: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
     // Everything is put in line now, in order: the check of the watched keys, then each
     // queued command; the commands only run if the check passes.
     let keys: Vec<Bytes> = watched.iter().map(|w| w.key.clone()).collect();
-    let check = (!keys.is_empty()).then(|| proxy.keylocks.enqueue(&keys));
+    let check = (!keys.is_empty()).then(|| proxy.keylocks().enqueue(&keys));
     let mut scratch = conn.clone();
     let actions: Vec<Action> = queued
         .into_iter()
-        .map(|args| queued_action(proxy, &mut scratch, args, &watched))
+        .map(|args| queued_action(proxy, &mut scratch, args, &watched, run))
         .collect();
     let proxy = proxy.clone();
     Action::Later(Box::pin(async move {
@@ -284,8 +263,9 @@ fn queued_action(
     conn: &mut Conn,
     args: Vec<Bytes>,
     watched: &[Watched],
+    run: Run,
 ) -> Action {
-    if lookup(&args[0]).is_some_and(|s| s.name == "del") {
+    if lookup(&args[0]).is_some_and(|s| s.cmd == Cmd::Del) {
         let by_key: std::collections::HashMap<&Bytes, &Watched> =
             watched.iter().map(|w| (&w.key, w)).collect();
         let expected: Vec<Option<Watched>> = args[1..]
@@ -296,14 +276,14 @@ fn queued_action(
             return del_watched(proxy, args[1..].to_vec(), expected);
         }
     }
-    dispatch(proxy, conn, args)
+    run(proxy, conn, args)
 }
 
 /// `DEL keys` where a watched key (`expected[i]`) is deleted on each master only while it still
 /// holds the value seen at `WATCH` (read when the command runs, after the `WATCH` read); the
 /// other keys unconditionally. Answers how many keys a quorum deleted.
 fn del_watched(proxy: &Arc<Proxy>, keys: Vec<Bytes>, expected: Vec<Option<Watched>>) -> Action {
-    super::in_turn(proxy, &keys.clone(), move |proxy| async move {
+    in_turn(proxy, &keys.clone(), move |proxy| async move {
         let mut argv: Vec<Bytes> = Vec::with_capacity(2 * keys.len());
         for w in &expected {
             match w.as_ref().and_then(Watched::value) {

@@ -17,9 +17,8 @@
 use bytes::Bytes;
 
 use super::analyse::{self, KeyNow, Layout, Run, TtlNow, Val};
-use super::parse;
-use super::{KeyUse, key_use_block};
-use crate::scripts::{HashOp, HashScript, Latch, Publish, PublishCommand};
+use super::parse::{self, KeyUse, key_use_block};
+use crate::lockop::{HashOp, HashScript, Latch, Publish, PublishCommand};
 
 /// The states of the lock key, in this order: missing, held once by the caller, re-entered by
 /// the caller, held by another (index 3).

@@ -15,11 +15,11 @@ pub mod parse;
 
 use bytes::Bytes;
 
-use crate::scripts::{
+use crate::lockop::{
     Answer, Choice, HashScript, Lit, LockScript, Op, Replies, Short, Signal, TtlUnit,
 };
 use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
-use parse::{Block, Expr, Stat};
+use parse::{Block, KeyUse, key_use_block};
 
 /// Largest script analysed, in bytes.
 pub const MAX_SCRIPT: usize = 64 * 1024;
@@ -55,89 +55,6 @@ pub fn recognise_any(body: &[u8]) -> Option<Recognised> {
         return Some(Recognised::Lock(lock));
     }
     hash::recognise_block(body, &block).map(Recognised::Hash)
-}
-
-/// How many keys a script uses: the highest literal `KEYS[i]`, and whether it also uses `KEYS`
-/// as a whole (`ipairs(KEYS)`, `#KEYS`, `KEYS[i]` with a variable).
-#[derive(Default)]
-struct KeyUse {
-    max_literal: usize,
-    dynamic: bool,
-}
-
-fn key_use_block(b: &Block, u: &mut KeyUse) {
-    for s in b {
-        match s {
-            Stat::Local(_, es) | Stat::Return(es) => es.iter().for_each(|e| key_use(e, u)),
-            Stat::Assign(ts, es) => ts.iter().chain(es).for_each(|e| key_use(e, u)),
-            Stat::Call(e) => key_use(e, u),
-            Stat::Do(b) => key_use_block(b, u),
-            Stat::While(e, b) | Stat::Repeat(b, e) => {
-                key_use(e, u);
-                key_use_block(b, u);
-            }
-            Stat::If(arms, otherwise) => {
-                for (e, b) in arms {
-                    key_use(e, u);
-                    key_use_block(b, u);
-                }
-                if let Some(b) = otherwise {
-                    key_use_block(b, u);
-                }
-            }
-            Stat::NumFor(_, a, z, step, b) => {
-                key_use(a, u);
-                key_use(z, u);
-                if let Some(s) = step {
-                    key_use(s, u);
-                }
-                key_use_block(b, u);
-            }
-            Stat::GenFor(_, es, b) => {
-                es.iter().for_each(|e| key_use(e, u));
-                key_use_block(b, u);
-            }
-            Stat::Function(e, f) => {
-                key_use(e, u);
-                key_use_block(&f.body, u);
-            }
-            Stat::Break => {}
-        }
-    }
-}
-
-fn key_use(e: &Expr, u: &mut KeyUse) {
-    match e {
-        Expr::Index(t, k) if matches!(&**t, Expr::Global(g) if g == "KEYS") => match &**k {
-            Expr::Num(n) if n.fract() == 0.0 && *n >= 1.0 && *n <= 64.0 => {
-                u.max_literal = u.max_literal.max(*n as usize);
-            }
-            k => {
-                u.dynamic = true;
-                key_use(k, u);
-            }
-        },
-        Expr::Global(g) if g == "KEYS" => u.dynamic = true,
-        Expr::Index(a, b) | Expr::Bin(_, a, b) => {
-            key_use(a, u);
-            key_use(b, u);
-        }
-        Expr::Un(_, a) => key_use(a, u),
-        Expr::Call(f, args) | Expr::Method(f, _, args) => {
-            key_use(f, u);
-            args.iter().for_each(|a| key_use(a, u));
-        }
-        Expr::Table(items) => {
-            for (k, v) in items {
-                if let Some(k) = k {
-                    key_use(k, u);
-                }
-                key_use(v, u);
-            }
-        }
-        Expr::Function(f) => key_use_block(&f.body, u),
-        _ => {}
-    }
 }
 
 /// The behaviour table of a script: one line per run (starting state and argument case),

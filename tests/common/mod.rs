@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use redlock_proxy::config::Config;
-use redlock_proxy::reply::{Reply, command};
+use redlock_proxy::wire::{master::command, reply::Reply};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

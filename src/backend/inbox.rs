@@ -7,7 +7,7 @@
 //! held for long: a push, or the receiver counting what arrived).
 //!
 //! The deadline reaches the inbox as one more message: [`ReplyTx::expire`], sent by the shared
-//! timer of [`crate::deadline`] (or [`ReplyRx::expire`], when the task polling the fan-out saw
+//! timer of [`crate::quorum::deadline`] (or [`ReplyRx::expire`], when the task polling the fan-out saw
 //! the deadline pass), so a fan-out needs no timer of its own. Replies that arrive after the
 //! deadline, or after the receiver has gone (an early decision), are dropped.
 
@@ -16,8 +16,8 @@ use std::task::{Context, Poll, Waker};
 
 use smallvec::SmallVec;
 
-use crate::backend::BackendError;
-use crate::reply::Reply;
+use crate::error::BackendError;
+use crate::wire::reply::Reply;
 
 /// One master's outcome, with the master's slot.
 pub type Delivery = (usize, Result<Reply, BackendError>);

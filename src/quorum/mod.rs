@@ -15,56 +15,26 @@
 //! excluded masters: with too many of them, nothing is granted.
 //!
 //! A vote stops waiting at its deadline, told by the client task that polls it or else by the
-//! masters' shared timer ([`crate::deadline`]); [`Vote::finish`] after a decision keeps
+//! masters' shared timer ([`crate::quorum::deadline`]); [`Vote::finish`] after a decision keeps
 //! gathering until that same deadline, so a roll-back learns of every write that answered in
 //! time.
+
+pub(crate) mod deadline;
 
 use std::ops::Deref;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
+use crate::backend::inbox::{ReplyRx, inbox};
 use crate::backend::{Backend, BackendError};
-use crate::deadline::{self, Alarm, Deadlines, Due};
-use crate::inbox::{ReplyRx, inbox};
-use crate::reply::Reply;
+use crate::wire::reply::Reply;
+use deadline::{Alarm, Deadlines, Due};
 
-/// `⌊n/2⌋ + 1`.
-pub fn quorum(n: usize) -> usize {
-    n / 2 + 1
-}
-
-/// Clock drift allowance for a TTL: `ttl × drift_factor + 2 ms` (Redis expires keys with 1 ms
-/// precision, plus 1 ms).
-///
-/// Worked out in whole nanoseconds (rounded to the nearest one): `Duration::mul_f64` goes
-/// through an exact float-to-duration conversion that costs more than the rest of a grant.
-pub fn drift(ttl: Duration, drift_factor: f64) -> Duration {
-    // `as` saturates: a negative or NaN factor gives no drift, a huge one the longest duration.
-    let scaled = (ttl.as_secs_f64() * drift_factor * 1e9 + 0.5) as u64;
-    Duration::from_nanos(scaled) + Duration::from_millis(2)
-}
-
-/// Remaining validity of a lock: `ttl − elapsed − drift`, or `None` when nothing is left.
-pub fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> Option<Duration> {
-    ttl.checked_sub(elapsed)?
-        .checked_sub(drift(ttl, drift_factor))
-}
-
-/// The quorum-th largest of `values` by `rank`: the most that at least `quorum` of them reach
-/// (the TTL a quorum of masters still hold, say). `None` with fewer than `quorum` values.
-pub fn quorum_th<T: Copy, K: Ord>(
-    quorum: usize,
-    mut values: Vec<T>,
-    rank: impl Fn(&T) -> K,
-) -> Option<T> {
-    values.sort_unstable_by_key(|v| std::cmp::Reverse(rank(v)));
-    values.get(quorum.checked_sub(1)?).copied()
-}
+pub use crate::lockop::{drift, quorum, quorum_th, validity};
 
 /// The replies gathered from the masters, indexed by master. `None` means no vote: no reply yet,
 /// down, timed out, or connection lost.
@@ -242,7 +212,7 @@ impl TrustedAtSend {
 }
 
 /// The configured masters, as every vote reaches them: one handle per master, and the
-/// deadlines of the votes in progress on them, with their one timer ([`crate::deadline`]).
+/// deadlines of the votes in progress on them, with their one timer ([`crate::quorum::deadline`]).
 /// Dereferences to the handles; cloning shares them.
 #[derive(Clone)]
 pub struct Masters(Arc<MasterSet>);
@@ -282,7 +252,7 @@ pub struct Vote {
     /// When the vote stops waiting.
     deadline: Instant,
     /// The deadline as set with the masters' shared timer: only once the vote is polled by a
-    /// task that does not watch it (see [`crate::deadline::due`]); cancelled on drop.
+    /// task that does not watch it (see [`crate::quorum::deadline::due`]); cancelled on drop.
     alarm: Option<Alarm>,
 }
 
@@ -489,7 +459,7 @@ pub fn tell_all(masters: &[Backend], mut request: Request, replies: usize) {
 #[cfg(test)]
 pub(crate) mod scripted {
     use super::{Ballots, quorum};
-    use crate::reply::Reply;
+    use crate::wire::reply::Reply;
 
     /// Ballots with one reply (or none yet) per master, every master reachable.
     pub(crate) fn ballots(replies: Vec<Option<Reply>>) -> Ballots {
@@ -547,6 +517,7 @@ mod tests {
     }
 
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn quorum_of_configured_n() {
@@ -646,7 +617,7 @@ mod waiting {
 
     use super::*;
     use crate::backend::Settings;
-    use crate::inbox::ReplyTx;
+    use crate::backend::inbox::ReplyTx;
 
     const TIMEOUT: Duration = Duration::from_millis(50);
 
@@ -821,7 +792,7 @@ mod waiting {
             tasks.push(tokio::spawn(async move {
                 let start = Instant::now();
                 let deadline = start + TIMEOUT + Duration::from_millis(i);
-                let set = crate::reply::command(&[b"SET", b"k", b"v"]);
+                let set = crate::wire::master::command(&[b"SET", b"k", b"v"]);
                 let vote = ask(&masters, Request::Same(set), 1, deadline);
                 let ballots = timeout(Duration::from_secs(5), vote.outcome())
                     .await

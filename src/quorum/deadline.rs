@@ -45,7 +45,7 @@ use std::task::{Context, Poll, Waker};
 
 use tokio::time::{Instant, Sleep};
 
-use crate::inbox::ReplyTx;
+use crate::backend::inbox::ReplyTx;
 
 /// Sorted lists before the heap. Two timeouts in use (node timeout, release patience), each
 /// with a little disorder between worker threads, fit.
@@ -431,7 +431,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::inbox::{ReplyRx, inbox};
+    use crate::backend::inbox::{ReplyRx, inbox};
 
     /// True when `rx`'s deadline has been delivered (nothing else is sent in these tests).
     fn expired(rx: &mut ReplyRx) -> bool {

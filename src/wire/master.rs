@@ -1,159 +1,9 @@
-//! Replies: the values the proxy sends to clients and receives from masters.
-//!
-//! A [`Reply`] is protocol-neutral. It is encoded as RESP2 or RESP3 at the moment it is written,
-//! using the protocol the client had selected when it sent the command. Replies from masters are
-//! decoded with the `redis-protocol` crate (masters always speak RESP2 to us) and converted here.
+//! The master side of the wire: commands encoded for a master, and the incremental decoder of
+//! the RESP2 replies masters send back.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use redis_protocol::resp2::types::BytesFrame;
 
-/// One reply value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reply {
-    /// `+text`
-    Simple(Bytes),
-    /// `-text` (the text carries its own prefix such as `ERR`)
-    Error(Bytes),
-    /// `:n`
-    Integer(i64),
-    /// `$len\r\ndata`
-    Bulk(Bytes),
-    /// Null bulk string: `$-1` in RESP2, `_` in RESP3.
-    Nil,
-    /// Null array: `*-1` in RESP2, `_` in RESP3 (an aborted `EXEC`).
-    NilArray,
-    /// `*n` followed by the elements.
-    Array(Vec<Reply>),
-    /// `%n` in RESP3; a flat array of alternating keys and values in RESP2.
-    Map(Vec<(Reply, Reply)>),
-    /// Out-of-band data (pub/sub messages, subscription confirmations): `>n` in RESP3, an
-    /// ordinary array in RESP2.
-    Push(Vec<Reply>),
-    /// Several complete replies to one command, written one after the other (`SUBSCRIBE a b`
-    /// confirms each channel with its own reply).
-    Many(Vec<Reply>),
-}
-
-impl Reply {
-    /// `+OK`
-    pub fn ok() -> Reply {
-        Reply::Simple(Bytes::from_static(b"OK"))
-    }
-
-    /// A simple string from static text.
-    pub fn simple(text: &'static str) -> Reply {
-        Reply::Simple(Bytes::from_static(text.as_bytes()))
-    }
-
-    /// An error reply. `text` must start with the error code, e.g. `ERR syntax error`.
-    pub fn error(text: impl Into<String>) -> Reply {
-        Reply::Error(Bytes::from(text.into()))
-    }
-
-    /// An error reply from static text.
-    pub fn static_error(text: &'static str) -> Reply {
-        Reply::Error(Bytes::from_static(text.as_bytes()))
-    }
-
-    /// A bulk string reply.
-    pub fn bulk(data: impl Into<Bytes>) -> Reply {
-        Reply::Bulk(data.into())
-    }
-
-    /// True for `+OK`.
-    pub fn is_ok(&self) -> bool {
-        matches!(self, Reply::Simple(s) if s.as_ref() == b"OK")
-    }
-
-    /// True for an error reply.
-    pub fn is_error(&self) -> bool {
-        matches!(self, Reply::Error(_))
-    }
-
-    /// A master's error to one of the proxy's own scripts, for the client: Redis ends an error
-    /// raised inside a script with ` script: <sha>, on @user_script:<line>.`, and that SHA
-    /// names the proxy's script, not the client's, so the error goes without it (as the same
-    /// command sent on its own would have it). Any other reply is cloned as it is.
-    pub fn from_our_script(&self) -> Reply {
-        const ORIGIN: &[u8] = b" script: ";
-        match self {
-            Reply::Error(text) => match text.windows(ORIGIN.len()).position(|w| w == ORIGIN) {
-                Some(at) => Reply::Error(text.slice(..at)),
-                None => self.clone(),
-            },
-            other => other.clone(),
-        }
-    }
-
-    /// Converts a frame decoded from a master.
-    pub fn from_resp2(frame: BytesFrame) -> Reply {
-        match frame {
-            BytesFrame::SimpleString(s) => Reply::Simple(s),
-            BytesFrame::Error(e) => Reply::Error(e.into_inner()),
-            BytesFrame::Integer(i) => Reply::Integer(i),
-            BytesFrame::BulkString(b) => Reply::Bulk(b),
-            BytesFrame::Array(items) => {
-                Reply::Array(items.into_iter().map(Reply::from_resp2).collect())
-            }
-            BytesFrame::Null => Reply::Nil,
-        }
-    }
-
-    /// Decodes the next RESP2 reply from a master, consuming it from `buf` (a one-off
-    /// [`ReplyDecoder`]; connections keep one so that a reply arriving in pieces is scanned
-    /// only once). Returns `Ok(None)` when the reply is not complete yet.
-    pub fn decode_resp2(buf: &mut BytesMut) -> Result<Option<Reply>, String> {
-        ReplyDecoder::default().decode(buf)
-    }
-
-    /// Appends the encoding of this reply to `out`, as RESP3 when `resp3` is set.
-    pub fn encode(&self, out: &mut BytesMut, resp3: bool) {
-        match self {
-            // The reply of every granted lock, written as one fixed-size copy.
-            Reply::Simple(s) if s.as_ref() == b"OK" => out.extend_from_slice(b"+OK\r\n"),
-            Reply::Simple(s) => line(out, b'+', s),
-            Reply::Error(e) => line(out, b'-', e),
-            Reply::Integer(i) => header(out, b':', *i),
-            Reply::Bulk(b) => {
-                header(out, b'$', b.len() as i64);
-                out.extend_from_slice(b);
-                out.extend_from_slice(b"\r\n");
-            }
-            Reply::Nil if resp3 => out.extend_from_slice(b"_\r\n"),
-            Reply::Nil => out.extend_from_slice(b"$-1\r\n"),
-            Reply::NilArray if resp3 => out.extend_from_slice(b"_\r\n"),
-            Reply::NilArray => out.extend_from_slice(b"*-1\r\n"),
-            Reply::Array(items) => {
-                header(out, b'*', items.len() as i64);
-                for item in items {
-                    item.encode(out, resp3);
-                }
-            }
-            Reply::Push(items) => {
-                header(out, if resp3 { b'>' } else { b'*' }, items.len() as i64);
-                for item in items {
-                    item.encode(out, resp3);
-                }
-            }
-            Reply::Many(replies) => {
-                for r in replies {
-                    r.encode(out, resp3);
-                }
-            }
-            Reply::Map(pairs) => {
-                if resp3 {
-                    header(out, b'%', pairs.len() as i64);
-                } else {
-                    header(out, b'*', 2 * pairs.len() as i64);
-                }
-                for (k, v) in pairs {
-                    k.encode(out, resp3);
-                    v.encode(out, resp3);
-                }
-            }
-        }
-    }
-}
+use super::reply::{Reply, header};
 
 /// Replies nested deeper than this are not built: the master's reply is replaced by an error
 /// (a script can return a table nested thousands of levels deep; building, encoding and
@@ -275,7 +125,7 @@ fn quick(buf: &mut BytesMut) -> Option<Reply> {
 /// The `\r\n`-terminated line starting at `from`: the index of its `\r` and of the byte after
 /// its `\n`, once complete. A line without its `\r` is malformed (masters always send CRLF).
 fn crlf(buf: &[u8], from: usize) -> Result<Option<(usize, usize)>, ()> {
-    let Some(nl) = crate::resp::find_lf(buf, from) else {
+    let Some(nl) = crate::wire::resp::find_lf(buf, from) else {
         return Ok(None);
     };
     if nl == from || buf[nl - 1] != b'\r' {
@@ -285,7 +135,7 @@ fn crlf(buf: &[u8], from: usize) -> Result<Option<(usize, usize)>, ()> {
 }
 
 fn number(digits: &[u8]) -> Result<i64, ()> {
-    crate::resp::parse_int(digits).ok_or(())
+    crate::wire::resp::parse_int(digits).ok_or(())
 }
 
 /// Builds the reply of a frame already scanned (complete, well formed, at most
@@ -341,31 +191,6 @@ fn build(frame: &Bytes) -> Reply {
             done = Reply::Array(items);
         }
     }
-}
-
-fn line(out: &mut BytesMut, prefix: u8, text: &[u8]) {
-    out.reserve(text.len() + 3);
-    out.put_u8(prefix);
-    // A simple string or error must not contain CR or LF; replace them so a reply can never
-    // break the framing of the stream.
-    if memchr::memchr2(b'\r', b'\n', text).is_some() {
-        out.extend(
-            text.iter()
-                .map(|&c| if c == b'\r' || c == b'\n' { b' ' } else { c }),
-        );
-    } else {
-        out.put_slice(text);
-    }
-    out.put_slice(b"\r\n");
-}
-
-fn header(out: &mut BytesMut, prefix: u8, n: i64) {
-    let mut buf = itoa::Buffer::new();
-    let digits = buf.format(n).as_bytes();
-    out.reserve(digits.len() + 3);
-    out.put_u8(prefix);
-    out.put_slice(digits);
-    out.put_slice(b"\r\n");
 }
 
 /// Encodes a command (an array of bulk strings) for a master.
@@ -424,33 +249,87 @@ pub(crate) fn put_header(out: &mut Vec<u8>, prefix: u8, n: usize) {
     }
 }
 
+/// `SET key token NX PX ttl`, as an acquisition of one key asks each master, with `GET` at the
+/// end when `get` (a reentrant acquisition, which must see the holder: see the lock engine):
+/// the same bytes as [`command`] makes of it, in one exactly-sized allocation,
+/// with the constant words written as whole pieces rather than argument by argument, since
+/// every lock request pays for this.
+pub fn set_nx(key: &[u8], token: &[u8], ttl_ms: i64, get: bool) -> Bytes {
+    const HEAD: &[u8] = b"*7\r\n$3\r\nSET\r\n";
+    // Each piece after an argument starts with that argument's `\r\n`.
+    const OPTIONS: &[u8] = b"\r\n$2\r\nNX\r\n$2\r\nPX\r\n";
+    let tail: &[u8] = if get { b"\r\n$3\r\nGET\r\n" } else { b"\r\n" };
+    let argc = if get { b'7' } else { b'6' };
+    let mut ttl = itoa::Buffer::new();
+    let ttl = ttl.format(ttl_ms).as_bytes();
+    // `$<len>\r\n<arg>`, the `\r\n` after it counted in the piece that follows.
+    let bulk = |len: usize| 3 + decimal_len(len) + len;
+    let size = HEAD.len() + bulk(key.len()) + 2 + bulk(token.len()) + OPTIONS.len();
+    let mut out = Vec::with_capacity(size + bulk(ttl.len()) + tail.len());
+    let (mut one, mut two) = (
+        *b"*7\r\n$3\r\nSET\r\n$0\r\n",
+        *b"*7\r\n$3\r\nSET\r\n$00\r\n",
+    );
+    (one[1], two[1]) = (argc, argc);
+    put_piece(&mut out, one, two, key.len());
+    out.extend_from_slice(key);
+    put_piece(&mut out, *b"\r\n$0\r\n", *b"\r\n$00\r\n", token.len());
+    out.extend_from_slice(token);
+    put_piece(
+        &mut out,
+        *b"\r\n$2\r\nNX\r\n$2\r\nPX\r\n$0\r\n",
+        *b"\r\n$2\r\nNX\r\n$2\r\nPX\r\n$00\r\n",
+        ttl.len(),
+    );
+    out.extend_from_slice(ttl);
+    out.extend_from_slice(tail);
+    debug_assert_eq!(out.len(), out.capacity());
+    Bytes::from(out)
+}
+
+/// A constant piece of [`set_nx`] ending in a bulk header `$<n>\r\n`, given as `one`
+/// (the piece with `$0\r\n`) and `two` (with `$00\r\n`): for `n` below 100, nearly every
+/// length, the fitting one with its digits filled in, as one fixed-size copy.
+#[inline(always)]
+fn put_piece<const ONE: usize, const TWO: usize>(
+    out: &mut Vec<u8>,
+    mut one: [u8; ONE],
+    mut two: [u8; TWO],
+    n: usize,
+) {
+    if n < 10 {
+        one[ONE - 3] = b'0' + n as u8;
+        out.extend_from_slice(&one);
+    } else if n < 100 {
+        two[TWO - 4] = b'0' + (n / 10) as u8;
+        two[TWO - 3] = b'0' + (n % 10) as u8;
+        out.extend_from_slice(&two);
+    } else {
+        out.extend_from_slice(&one[..ONE - 4]);
+        put_header(out, b'$', n);
+    }
+}
+
+/// `EVAL script numkeys keys... args...`
+pub fn eval<K: AsRef<[u8]>>(script: &str, keys: &[K], args: &[&[u8]]) -> Bytes {
+    let n = itoa::Buffer::new().format(keys.len()).to_owned();
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(3 + keys.len() + args.len());
+    parts.extend([b"EVAL".as_slice(), script.as_bytes(), n.as_bytes()]);
+    parts.extend(keys.iter().map(|k| k.as_ref()));
+    parts.extend(args);
+    command(&parts)
+}
+
+/// Decodes the next RESP2 reply from a master, consuming it from `buf` (a one-off
+/// [`ReplyDecoder`]; connections keep one so that a reply arriving in pieces is scanned only
+/// once). Returns `Ok(None)` when the reply is not complete yet.
+pub fn decode_reply(buf: &mut BytesMut) -> Result<Option<Reply>, String> {
+    ReplyDecoder::default().decode(buf)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn enc(r: &Reply, resp3: bool) -> Vec<u8> {
-        let mut out = BytesMut::new();
-        r.encode(&mut out, resp3);
-        out.to_vec()
-    }
-
-    #[test]
-    fn an_error_from_our_script_loses_only_the_scripts_origin() {
-        let raised = Reply::static_error(
-            "WRONGTYPE Operation against a key holding the wrong kind of value script: \
-             e0e1f9fabfc9d4800c877a703b823ac0578ff8db, on @user_script:1.",
-        );
-        assert_eq!(
-            raised.from_our_script(),
-            Reply::static_error(
-                "WRONGTYPE Operation against a key holding the wrong kind of value"
-            )
-        );
-        // An error without the suffix, and any other reply, stay as they are.
-        let plain = Reply::static_error("BUSY Redis is busy running a script.");
-        assert_eq!(plain.from_our_script(), plain);
-        assert_eq!(Reply::Integer(0).from_our_script(), Reply::Integer(0));
-    }
 
     #[test]
     fn common_replies_decode_quickly_as_the_general_decoder_would() {
@@ -494,41 +373,6 @@ mod tests {
     }
 
     #[test]
-    fn nil_differs_by_protocol() {
-        assert_eq!(enc(&Reply::Nil, false), b"$-1\r\n");
-        assert_eq!(enc(&Reply::Nil, true), b"_\r\n");
-        assert_eq!(enc(&Reply::NilArray, false), b"*-1\r\n");
-    }
-
-    #[test]
-    fn map_is_flat_in_resp2() {
-        let m = Reply::Map(vec![(Reply::bulk("a"), Reply::Integer(1))]);
-        assert_eq!(enc(&m, false), b"*2\r\n$1\r\na\r\n:1\r\n");
-        assert_eq!(enc(&m, true), b"%1\r\n$1\r\na\r\n:1\r\n");
-    }
-
-    #[test]
-    fn pushes_are_arrays_in_resp2() {
-        let p = Reply::Push(vec![
-            Reply::bulk("message"),
-            Reply::bulk("c"),
-            Reply::bulk("m"),
-        ]);
-        assert_eq!(
-            enc(&p, false),
-            b"*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n"
-        );
-        assert_eq!(enc(&p, true)[0], b'>');
-        let two = Reply::Many(vec![Reply::Integer(1), Reply::Integer(2)]);
-        assert_eq!(enc(&two, false), b":1\r\n:2\r\n");
-    }
-
-    #[test]
-    fn simple_strings_cannot_break_framing() {
-        assert_eq!(enc(&Reply::error("ERR a\r\nb"), false), b"-ERR a  b\r\n");
-    }
-
-    #[test]
     fn decodes_what_masters_send() {
         let wire = b"+OK\r\n$-1\r\n:12\r\n$3\r\na\r\n\r\n*2\r\n$10\r\n1700000000\r\n$6\r\n123456\r\n-ERR x\r\n*-1\r\n*1\r\n*0\r\n";
         let want = [
@@ -543,27 +387,24 @@ mod tests {
         ];
         let mut buf = BytesMut::from(&wire[..]);
         for w in want {
-            assert_eq!(Reply::decode_resp2(&mut buf), Ok(Some(w)));
+            assert_eq!(decode_reply(&mut buf), Ok(Some(w)));
         }
         assert!(buf.is_empty());
         // Every cut of a frame waits for more.
         for cut in 1..wire.len() {
             let mut buf = BytesMut::from(&wire[..cut]);
-            while let Ok(Some(_)) = Reply::decode_resp2(&mut buf) {}
-            assert!(Reply::decode_resp2(&mut buf).is_ok(), "cut {cut}");
+            while let Ok(Some(_)) = decode_reply(&mut buf) {}
+            assert!(decode_reply(&mut buf).is_ok(), "cut {cut}");
         }
         let mut deep = b"*1\r\n".repeat(12);
         deep.extend_from_slice(b":1\r\n");
         let mut buf = BytesMut::from(&deep[..]);
-        assert!(matches!(
-            Reply::decode_resp2(&mut buf),
-            Ok(Some(Reply::Array(_)))
-        ));
-        assert!(Reply::decode_resp2(&mut BytesMut::from(&b"?\r\n"[..])).is_err());
+        assert!(matches!(decode_reply(&mut buf), Ok(Some(Reply::Array(_)))));
+        assert!(decode_reply(&mut BytesMut::from(&b"?\r\n"[..])).is_err());
         // Found by the fuzzer: a line ending in a bare LF overran the buffer.
-        assert!(Reply::decode_resp2(&mut BytesMut::from(&b"+\r\n-\n"[..])).is_ok());
+        assert!(decode_reply(&mut BytesMut::from(&b"+\r\n-\n"[..])).is_ok());
         let mut bare = BytesMut::from(&b"-\n"[..]);
-        assert!(Reply::decode_resp2(&mut bare).is_err());
+        assert!(decode_reply(&mut bare).is_err());
     }
 
     #[test]
@@ -574,14 +415,14 @@ mod tests {
         wire.extend_from_slice(b":1\r\n+OK\r\n");
         let mut buf = BytesMut::from(&wire[..]);
         assert_eq!(
-            Reply::decode_resp2(&mut buf),
+            decode_reply(&mut buf),
             Ok(Some(Reply::static_error(TOO_DEEP)))
         );
-        assert_eq!(Reply::decode_resp2(&mut buf), Ok(Some(Reply::ok())));
+        assert_eq!(decode_reply(&mut buf), Ok(Some(Reply::ok())));
         // Exactly at the cap it is still a reply.
         let mut wire = b"*1\r\n".repeat(MAX_REPLY_DEPTH);
         wire.extend_from_slice(b":1\r\n");
-        let reply = Reply::decode_resp2(&mut BytesMut::from(&wire[..]))
+        let reply = decode_reply(&mut BytesMut::from(&wire[..]))
             .unwrap()
             .unwrap();
         let mut depth = 0;
@@ -625,5 +466,25 @@ mod tests {
             &command(&[b"GET", b"k"])[..],
             b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"
         );
+    }
+
+    #[test]
+    fn the_acquisition_command_is_encoded_as_any_command() {
+        for len in [0, 1, 9, 10, 99, 100, 1000, 100_000] {
+            let key = vec![b'k'; len];
+            let token = vec![b't'; len / 2 + 3];
+            for ttl in [1, 9, 10, 30_000, i64::MAX, -1, i64::MIN] {
+                let text = ttl.to_string();
+                let words: [&[u8]; 7] =
+                    [b"SET", &key, &token, b"NX", b"PX", text.as_bytes(), b"GET"];
+                for get in [false, true] {
+                    assert_eq!(
+                        set_nx(&key, &token, ttl, get),
+                        command(&words[..6 + usize::from(get)]),
+                        "{len} {ttl} {get}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -460,7 +460,7 @@ impl Decoder {
     /// this line stopped.
     fn line_end(&mut self, buf: &[u8], from: usize) -> Option<usize> {
         let start = self.scan.max(from);
-        let found = crate::resp::find_lf(buf, start);
+        let found = crate::wire::resp::find_lf(buf, start);
         #[cfg(test)]
         {
             self.examined += found.map_or(buf.len().saturating_sub(start), |i| i + 1 - start);
@@ -528,7 +528,7 @@ fn content_end(buf: &[u8], from: usize, nl: usize) -> usize {
 }
 
 fn parse_len(digits: &[u8]) -> Option<i64> {
-    crate::resp::parse_int(digits)
+    crate::wire::resp::parse_int(digits)
 }
 
 /// Splits an inline command line into arguments, with Redis's quoting rules: double quotes
@@ -945,7 +945,7 @@ mod tests {
             line.extend((0..len).map(|k| alphabet[((seed >> (4 + 3 * k)) % 16) as usize]));
             if let Some((n, nl)) = quick_header(&line, 0) {
                 quick += 1;
-                let general = crate::resp::find_lf(&line, 1).unwrap();
+                let general = crate::wire::resp::find_lf(&line, 1).unwrap();
                 assert_eq!(nl, general, "{}", line.escape_ascii());
                 assert_eq!(Some(n), parse_len(&line[1..content_end(&line, 1, nl)]));
             }

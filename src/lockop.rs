@@ -1,0 +1,360 @@
+//! The lock vocabulary: what a lock operation is, in the proxy's terms, and the Redlock
+//! arithmetic (quorum, drift, validity) every layer above shares.
+//!
+//! A recognised script ([`crate::scripts`]) becomes a [`LockScript`] (one of the operations in
+//! [`Op`], where its token and TTL sit in `ARGV`, the reply shape its library expects) or a
+//! [`HashScript`] (a re-entrant hash lock's operation, [`HashOp`]). The configuration declares
+//! script meanings in the same words. Nothing here does I/O or imports another module of the
+//! crate: it is the ground floor.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+/// A lock operation, in the proxy's terms. Every operation works on a list of keys, all or
+/// nothing on each master.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    /// Set every key to the token with the TTL, only where none of them exists.
+    Acquire,
+    /// Like `Acquire`, but a key that already holds the token counts as free, and its TTL is
+    /// reset ("set if absent or already mine").
+    AcquireOrRefresh,
+    /// Where every key holds the token, set its TTL to the given time.
+    Extend,
+    /// Where every key holds the token, add the given time to its TTL.
+    ExtendAdd,
+    /// Delete every key that holds the token.
+    Release,
+    /// Delete every key, whatever it holds (python-redis-lock's `reset`, Redisson's
+    /// `forceUnlock`): `DEL` as a quorum operation.
+    Delete,
+    /// Read `KEYS[1]`: the value a majority of masters agree on and how long a majority still
+    /// hold it, answered as `[value, pttl]` (redlock-rb's `PTTL_SCRIPT`; any `reply` is ignored).
+    Inspect,
+    /// Like `AcquireOrRefresh`, but all or nothing on each master: every key is missing
+    /// (acquired) or every key holds the token (refreshed); a mix is refused
+    /// (bsm/redislock's `obtain`). With one key, the same as `AcquireOrRefresh`.
+    AcquireOrRefreshAll,
+    /// Delete the keys only where every one of them holds the token (bsm/redislock's
+    /// `release`). With one key, the same as `Release`.
+    ReleaseAll,
+    /// A read: how long the caller still holds `KEYS[1]` (pottery's `_acquired_script`,
+    /// bsm/redislock's and aioredlock's TTL scripts). The TTL a quorum of masters holding the
+    /// token still agree on (the quorum-th largest), in the script's unit; else one of two
+    /// constants ([`Answer::Const`]): `ok` when a quorum hold the token without a TTL, `no`
+    /// when they do not hold it.
+    Remaining,
+}
+
+/// The reply shape a library expects from its script.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Answer {
+    /// `1` on success, `0` otherwise.
+    #[default]
+    OneZero,
+    /// The number of keys on success (release: the number of keys released), `0` otherwise.
+    Count,
+    /// `+OK` on success, nil otherwise.
+    OkNil,
+    /// `1` on success, `-1` otherwise.
+    OneMinusOne,
+    /// Release: `1` released, `-1` already gone (expired), `0` held by another token.
+    /// Other operations: `1` or `0`.
+    Tristate,
+    /// `+OK` on success, `0` otherwise (warlock's `parityRelock`).
+    OkZero,
+    /// `0` on success, `1` otherwise (python-redis-lock). Its extend script also answers `2`
+    /// for a key that holds the token without a TTL; the proxy's grants always have one, and
+    /// the proxy extends such a key instead.
+    ZeroOne,
+    /// Constant replies found by the analyser (see [`Replies`]): for shapes no named variant
+    /// covers, such as `"OK"`/`"FAIL"` strings or an error reply on refusal (aioredlock).
+    #[serde(skip)]
+    Const(Replies),
+}
+
+/// The constant replies of a script: on success, on refusal and, for a release, when every
+/// key was already gone. Each is what one Redis would answer (`"OK"` returned from Lua is a
+/// bulk string, `redis.status_reply("OK")` a status, `redis.error_reply(e)` an error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replies {
+    /// Granted, extended, released.
+    pub ok: Lit,
+    /// Refused (held by someone else).
+    pub no: Lit,
+    /// A release of keys that were all gone (expired); other operations answer `no`.
+    pub gone: Lit,
+}
+
+/// One constant reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lit {
+    /// `:n`
+    Int(i64),
+    /// Nil.
+    Nil,
+    /// `+OK`
+    Ok,
+    /// A bulk string.
+    Bulk(Short),
+    /// An error reply, `-text`.
+    Error(Short),
+}
+
+/// A short byte string kept inline, so [`Answer`] stays `Copy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Short {
+    len: u8,
+    bytes: [u8; Short::MAX],
+}
+
+impl Short {
+    /// Longest text kept.
+    pub const MAX: usize = 22;
+
+    /// `None` when `text` is longer than [`Short::MAX`].
+    pub fn new(text: &[u8]) -> Option<Short> {
+        let mut bytes = [0; Short::MAX];
+        bytes.get_mut(..text.len())?.copy_from_slice(text);
+        Some(Short {
+            len: text.len() as u8,
+            bytes,
+        })
+    }
+
+    /// The text.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+/// A wake-up signal a script leaves for waiters besides its lock operation: on each master,
+/// the list `KEYS[key]` is replaced by one element, `value`, that expires after `ARGV[ttl_arg]`
+/// milliseconds (python-redis-lock's unlock and reset; its waiters `BLPOP` the list).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signal {
+    /// 1-based `KEYS` index of the list.
+    pub key: usize,
+    /// 1-based `ARGV` index of its TTL in milliseconds.
+    pub ttl_arg: usize,
+    /// The element pushed.
+    pub value: Bytes,
+    /// True: signalled on every master; false: only where the operation did its work there
+    /// (the token was deleted).
+    pub always: bool,
+}
+
+/// How a script picks its operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Choice {
+    /// Always the same operation.
+    Always(Op),
+    /// `then` when `ARGV[arg]` equals `value`, else `otherwise` (redis-py's extend picks "add"
+    /// or "replace" this way; redlock-rb's lock script picks acquire or extend).
+    IfArg {
+        /// 1-based `ARGV` index.
+        arg: usize,
+        /// The value that selects `then`.
+        value: Bytes,
+        /// Operation when it matches.
+        then: Op,
+        /// Operation otherwise.
+        otherwise: Op,
+    },
+    /// `then` when `ARGV[arg]` is the token's length in bytes (at least 1), else `otherwise`:
+    /// bsm/redislock's `obtain` takes a key back when its value starts with the caller's token
+    /// prefix of `ARGV[arg]` bytes. The whole token is the only prefix the proxy compares
+    /// (`then`, where a key that holds exactly the token is the caller's); with any other
+    /// length it never takes a held key back (`otherwise`, a plain acquisition), which can
+    /// refuse where one Redis would grant, never grant where it would refuse.
+    IfTokenLen {
+        /// 1-based `ARGV` index of the prefix length.
+        arg: usize,
+        /// Operation when it is the token's length.
+        then: Op,
+        /// Operation otherwise.
+        otherwise: Op,
+    },
+}
+
+/// The unit of a script's TTL argument.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TtlUnit {
+    /// Milliseconds (`PX`, `PEXPIRE`).
+    #[default]
+    Millis,
+    /// Seconds (`EX`, `EXPIRE`).
+    Seconds,
+}
+
+/// A script the proxy understands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockScript {
+    /// Which operation it performs.
+    pub choice: Choice,
+    /// 1-based `ARGV` index of the token.
+    pub token_arg: usize,
+    /// 1-based `ARGV` index of the TTL (acquire and extend).
+    pub ttl_arg: usize,
+    /// The TTL argument's unit.
+    pub unit: TtlUnit,
+    /// True when it works on every key in `KEYS`; false when only on `KEYS[1]`.
+    pub all_keys: bool,
+    /// True when it works on `KEYS[1]` and takes its parameters from the other keys: the
+    /// token and TTL indexes then count from `KEYS[2]` (warlock's `parityRelock` is called
+    /// with `KEYS` = key, TTL, token).
+    pub params_in_keys: bool,
+    /// The reply its library expects.
+    pub answer: Answer,
+    /// The wake-up signal it leaves, if any.
+    pub signal: Option<Signal>,
+}
+
+impl LockScript {
+    /// The operation for these arguments.
+    pub fn op(&self, argv: &[Bytes]) -> Op {
+        match &self.choice {
+            Choice::Always(op) => *op,
+            Choice::IfArg {
+                arg,
+                value,
+                then,
+                otherwise,
+            } => {
+                if argv.get(arg.wrapping_sub(1)).is_some_and(|a| a == value) {
+                    *then
+                } else {
+                    *otherwise
+                }
+            }
+            Choice::IfTokenLen {
+                arg,
+                then,
+                otherwise,
+            } => {
+                let token = argv.get(self.token_arg.wrapping_sub(1)).map(|t| t.len());
+                let len = argv
+                    .get(arg.wrapping_sub(1))
+                    .filter(|a| !a.is_empty() && a.iter().all(u8::is_ascii_digit))
+                    .and_then(|a| std::str::from_utf8(a).ok()?.parse::<usize>().ok());
+                if token.is_some_and(|t| t >= 1) && len == token {
+                    *then
+                } else {
+                    *otherwise
+                }
+            }
+        }
+    }
+}
+
+/// An operation on a re-entrant hash lock (Redisson's `RLock`): the lock is a hash whose one
+/// field, the holder's name (`<uuid>:<threadId>`), counts how often it holds the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HashOp {
+    /// Take the lock, or take it once more when the caller already holds it; answers nil on
+    /// success and otherwise the lock's PTTL.
+    Acquire,
+    /// Give up one hold: nil when the caller does not hold it, 0 when it still does (the TTL
+    /// renewed), 1 when this was its last hold (the hash deleted and the release published).
+    Unlock,
+    /// Set the TTL where the caller holds the lock: 1, else 0 (the watchdog's renewal).
+    Renew,
+    /// Delete the lock whoever holds it, publishing the release: 1 when it existed, else 0.
+    ForceUnlock,
+    /// [`HashOp::Acquire`] that also counts a fencing token in `KEYS[2]` on every grant
+    /// (Redisson's `RFencedLock`); answers as `Acquire` (the token is read with `GET KEYS[2]`).
+    FencedAcquire,
+    /// [`HashOp::FencedAcquire`] answering `{-1, token}` on success and `{pttl, -1}` otherwise
+    /// (`RFencedLock.lockAndGetToken`).
+    FencedAcquireToken,
+    /// [`HashOp::Renew`] of every key in `KEYS`, each with its own field (`KEYS[i]`'s is
+    /// `ARGV[field_arg + i - 1]`), answering one 1 or 0 per key (Redisson's multi-lock
+    /// renewal, `LockTask`, the watchdog of 3.44 and later).
+    RenewAll,
+}
+
+/// Where a hash-lock script publishes the release for waiters subscribed to the lock's channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publish {
+    /// 1-based `KEYS` index of the channel.
+    pub channel_key: usize,
+    /// 1-based `ARGV` index of the message.
+    pub message_arg: usize,
+    /// The command: `PUBLISH`/`SPUBLISH` literally, or named by an argument.
+    pub command: PublishCommand,
+}
+
+/// How a hash-lock script names its publish command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublishCommand {
+    /// A literal command, upper case (`PUBLISH` or `SPUBLISH`).
+    Literal(Bytes),
+    /// 1-based `ARGV` index of the command's name; the proxy accepts only `publish` and
+    /// `spublish` there (any case) and refuses the call otherwise.
+    Arg(usize),
+}
+
+/// An unlock latch: the unlock's answer, kept under `KEYS[key]` for `ARGV[ttl_arg]` ms, so
+/// that a retried unlock (same request, same latch key) answers the same again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Latch {
+    /// 1-based `KEYS` index of the latch key.
+    pub key: usize,
+    /// 1-based `ARGV` index of its TTL in milliseconds.
+    pub ttl_arg: usize,
+}
+
+/// A hash-lock script the proxy understands (Redisson's lock, unlock, renewal, forceUnlock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HashScript {
+    /// The operation, always on `KEYS[1]`.
+    pub op: HashOp,
+    /// 1-based `ARGV` index of the caller's field (0 for `ForceUnlock`, which names none; the
+    /// first key's for `RenewAll`).
+    pub field_arg: usize,
+    /// 1-based `ARGV` index of the TTL in milliseconds (0 for `ForceUnlock`).
+    pub ttl_arg: usize,
+    /// Where the release is published (`Unlock`, `ForceUnlock`).
+    pub publish: Option<Publish>,
+    /// The unlock latch, if the unlock keeps one.
+    pub latch: Option<Latch>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redlock arithmetic.
+
+/// `⌊n/2⌋ + 1`.
+pub fn quorum(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// Clock drift allowance for a TTL: `ttl × drift_factor + 2 ms` (Redis expires keys with 1 ms
+/// precision, plus 1 ms).
+///
+/// Worked out in whole nanoseconds (rounded to the nearest one): `Duration::mul_f64` goes
+/// through an exact float-to-duration conversion that costs more than the rest of a grant.
+pub fn drift(ttl: Duration, drift_factor: f64) -> Duration {
+    // `as` saturates: a negative or NaN factor gives no drift, a huge one the longest duration.
+    let scaled = (ttl.as_secs_f64() * drift_factor * 1e9 + 0.5) as u64;
+    Duration::from_nanos(scaled) + Duration::from_millis(2)
+}
+
+/// Remaining validity of a lock: `ttl − elapsed − drift`, or `None` when nothing is left.
+pub fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> Option<Duration> {
+    ttl.checked_sub(elapsed)?
+        .checked_sub(drift(ttl, drift_factor))
+}
+
+/// The quorum-th largest of `values` by `rank`: the most that at least `quorum` of them reach
+/// (the TTL a quorum of masters still hold, say). `None` with fewer than `quorum` values.
+pub fn quorum_th<T: Copy, K: Ord>(
+    quorum: usize,
+    mut values: Vec<T>,
+    rank: impl Fn(&T) -> K,
+) -> Option<T> {
+    values.sort_unstable_by_key(|v| std::cmp::Reverse(rank(v)));
+    values.get(quorum.checked_sub(1)?).copied()
+}
