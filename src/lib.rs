@@ -41,6 +41,8 @@ pub mod dev;
 pub(crate) mod endpoint;
 pub(crate) mod error;
 pub(crate) mod keylock;
+#[cfg(test)]
+mod layering;
 pub mod lockop;
 pub mod logging;
 pub(crate) mod lua;
