@@ -4,28 +4,24 @@
 //! Redlock quorum operations across N independent Redis masters.
 //!
 //! # Layout
-//! Follow one `SET key token NX PX ttl` from top to bottom:
+//! Layers that only look down (`docs/architecture.md` draws them; a unit test checks them).
+//! Follow one `SET key token NX PX ttl` from the top:
 //!
-//! - [`server`]: accept loop and client cap.
-//! - [`proxy`]: [`proxy::Proxy`], the state all clients share.
-//! - [`client`]: one connection: decode, dispatch, answer in request order.
-//! - [`request`]: RESP multibulk and inline request decoding, with size limits.
-//! - [`resp`]: the one line-end finder and the one integer parser every RESP reader uses.
-//! - [`command`]: the command table, arity checks, and one module per command family.
-//! - [`keylock`]: per-key ordering so an operation's clean-up precedes the next one on its key.
-//! - [`quorum`]: quorum and validity arithmetic, and the one fan-out + majority rule.
-//! - [`inbox`]: where one fan-out's replies land. [`deadline`]: one timer for every vote's
-//!   deadline.
-//! - [`backend`]: one pipelined connection per master: a cloneable handle plus a driver task,
-//!   and the master's health (down, restart quarantine, clock watch).
-//! - [`scripts`]: the script cache and what a Lua script means.
-//! - [`lua`]: Lua lexer, depth-capped parser and behavioural analyser that recognise lock scripts.
-//! - [`pubsub`]: publish/subscribe across the masters, each message delivered once.
-//! - [`reply`]: reply values and their RESP2/RESP3 encoding.
-//! - [`acl`]: client users, their passwords and the keys each may touch.
-//! - [`config`]: the TOML file and flags. [`stats`]: counters for `INFO`. [`dev`]: local masters.
-//! - [`tls`]: rustls towards TLS masters, and the TLS listener for clients. [`logging`]: stderr, text or
-//!   JSON. [`metrics`]: Prometheus families served at `/metrics`.
+//! - [`server`]: accept loops, client cap, drain; [`bootstrap`] builds the parts a
+//!   configuration names, once; `metrics` serves `/metrics`; [`dev`] starts local masters;
+//!   [`logging`] sets up logs.
+//! - `client`: one connection: decode, dispatch, answer in request order.
+//! - [`command`]: typed commands ([`command::spec`]), dispatch, session state, and one module
+//!   per command family, down to the Redlock engine ([`command::lock`]).
+//! - `proxy`: the state every connection shares.
+//! - The lock engine: `keylock` (per-key order), [`scripts`] and `lua` (what a script
+//!   means), `acl` (users and their keys), `pubsub` (publish/subscribe across the masters).
+//! - [`quorum`]: the one fan-out and majority rule, with its deadlines.
+//! - `backend`: one pipelined connection per master, its health and clock watch; `tls`.
+//! - [`wire`]: every RESP encoder and decoder, client side and master side.
+//! - Vocabulary: [`lockop`] (lock operations, Redlock arithmetic), `error` (the error
+//!   catalogue), `counters` (the one counter store), [`config`] (configuration as data),
+//!   `endpoint` (a master's address).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -131,7 +131,7 @@ pub const ACQUIRE: &str = "local done = {} \
 /// Extend: `KEYS` = the keys, `ARGV` = token, ms, `"1"` to add to the TTL (else replace it),
 /// max TTL. All or nothing: answers the smallest new TTL (> 0) when every key held the token,
 /// 0 when some key did not, -2 when the new TTL would exceed the max. A key's fencing instance
-/// (see [`crate::command::fence`]) learns its new expiry, so the grant keeps its token.
+/// (see the fencing commands) learns its new expiry, so the grant keeps its token.
 pub const EXTEND: &str = "local ttl = {} local least = nil \
     for i, key in ipairs(KEYS) do \
       if redis.call('get', key) ~= ARGV[1] then return 0 end \

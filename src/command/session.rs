@@ -1,6 +1,6 @@
 //! One client's session: the state its commands read and change (protocol, name, login, the
 //! transaction being queued, watched keys, subscriptions, `CLIENT REPLY`), kept apart from the
-//! socket loop that carries it ([`crate::client`]).
+//! socket loop that carries it.
 
 use std::sync::{Arc, OnceLock};
 

@@ -1,6 +1,6 @@
 //! The two primitives every RESP reader here shares: finding the end of a line and reading a
-//! decimal integer. Requests ([`crate::request`]), master replies ([`crate::reply`]) and `TIME`
-//! readings ([`crate::backend::clock`]) all use these, so they agree on what a number is.
+//! decimal integer. Requests ([`super::request`]), master replies ([`super::master`]), `TIME`
+//! readings and command arguments all use these, so they agree on what a number is.
 
 /// How many bytes are looked at one by one before a line end is searched for with `memchr`:
 /// RESP header lines (`*3`, `$5`, `:1`) are a few bytes long, shorter than `memchr`'s set-up.
@@ -19,7 +19,7 @@ pub fn find_lf(buf: &[u8], from: usize) -> Option<usize> {
 
 /// A decimal integer as Redis reads one (its `string2ll`): an optional `-` and 1 to 19 digits,
 /// nothing else (no `+`, no spaces, no leading zero, no `-0`), within `i64`. `None` otherwise.
-/// Command arguments ([`crate::command::parse_int`]) follow the same rule.
+/// Command arguments follow the same rule.
 pub fn parse_int(text: &[u8]) -> Option<i64> {
     let (negative, digits) = match text.split_first() {
         Some((b'-', rest)) => (true, rest),
