@@ -1,5 +1,6 @@
 //! The fault suite: the proxy never grants a lock twice while masters fail, stall, restart
-//! empty or have their clocks moved, or while the proxy itself is killed.
+//! empty or have their clocks moved, or while the proxy itself is killed; and a master that is
+//! slow, silent or stopped costs a request at most the node timeout.
 //!
 //! Each load scenario runs many lock clients on a few contended resources through the proxy
 //! (see `support::load`), injects its faults, and asks two checkers: overlapping grant
@@ -12,38 +13,36 @@
 //! `-- --nocapture` to see one `FAULTS` line of figures per scenario. Every timing here is a
 //! generous bound: these tests run on a small shared machine.
 
-mod common;
 mod support;
 
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Client, Master, UNLOCK, config_for, field, masters, proxy, values_on};
-use redlock_proxy::config::Config;
-use redlock_proxy::wire::reply::Reply;
 use support::fault::{Fault, FaultProxy};
-use support::load::{Checker, Load, Spec, Targets, Verdict};
-use support::{ClockMaster, master_status, redlock_info, report, wait_status, wait_trusted};
+use support::load::{Checker, Load, Spec, Targets, Verdict, report};
+use support::*;
 use tokio::time::{Instant, sleep};
 
 /// The proxy's `max_ttl_ms`; clients ask for half of it (`Spec::default`).
 const TTL: Duration = Duration::from_millis(2000);
+
 /// Longer than the quarantine window (max TTL 2000 ms + drift 22 ms), with a margin.
 const WINDOW_AND_MARGIN: Duration = Duration::from_millis(2400);
+
 /// A partition longer than the clients' TTL (1000 ms), so the cut-off master has lost every
 /// key it held before (releases could not reach it; the keys expired) when it comes back.
 const PARTITION: Duration = Duration::from_millis(1300);
+
 /// Contended resources in every load scenario.
 const RESOURCES: usize = 4;
+
 const SETTLE: Duration = Duration::from_secs(6);
 
 /// Fault-suite settings: short TTLs so quarantines are short, a per-node timeout well below
 /// the TTL, quick stall detection and reconnects, frequent probes; every protection on.
 fn fault_config(backends: &[String]) -> Config {
-    support::init_logs();
-    let refs: Vec<&str> = backends.iter().map(String::as_str).collect();
-    let mut c = config_for(&refs);
+    init_logs();
+    let mut c = config_for(backends);
     c.max_ttl_ms = TTL.as_millis() as u64;
     c.node_timeout_ms = 100;
     c.stall_timeout_ms = 500;
@@ -63,10 +62,6 @@ async fn front(upstreams: &[String]) -> Vec<FaultProxy> {
     out
 }
 
-fn addrs_of(ms: &[Master]) -> Vec<String> {
-    ms.iter().map(Master::addr).collect()
-}
-
 fn fault_addrs(fx: &[FaultProxy]) -> Vec<String> {
     fx.iter().map(|f| f.addr.clone()).collect()
 }
@@ -75,7 +70,7 @@ fn fault_addrs(fx: &[FaultProxy]) -> Vec<String> {
 /// of those, once it trusts all three. The masters stop when the returned list is dropped.
 async fn three_behind_faults() -> (Vec<Master>, Vec<FaultProxy>, String) {
     let ms = masters(3);
-    let fx = front(&addrs_of(&ms)).await;
+    let fx = front(&addrs(&ms)).await;
     let p = proxy(fault_config(&fault_addrs(&fx))).await.to_string();
     wait_trusted(&p, 3, SETTLE).await;
     (ms, fx, p)
@@ -103,7 +98,7 @@ fn assert_caught(v: &Verdict) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minority_killed_and_restarted_empty() {
     let mut ms = masters(3);
-    let p = proxy(fault_config(&addrs_of(&ms))).await.to_string();
+    let p = proxy(fault_config(&addrs(&ms))).await.to_string();
     wait_trusted(&p, 3, SETTLE).await;
     let checker = Checker::new("minority", RESOURCES);
     let load = Load::start(
@@ -134,7 +129,7 @@ async fn minority_killed_and_restarted_empty() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn majority_paused_grants_nothing_then_grants_resume() {
     let ms = masters(3);
-    let p = proxy(fault_config(&addrs_of(&ms))).await.to_string();
+    let p = proxy(fault_config(&addrs(&ms))).await.to_string();
     wait_trusted(&p, 3, SETTLE).await;
     let checker = Checker::new("majority", RESOURCES);
     let load = Load::start(
@@ -227,6 +222,64 @@ async fn an_acquisition_stops_waiting_at_the_node_timeout() {
         c.cmd(&["SET", "late-a", "tok", "NX", "PX", "1000"]).await,
         Reply::ok()
     );
+}
+
+/// A listener that accepts connections and never answers.
+async fn silent_master() -> (String, tokio::task::JoinHandle<()>) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = l.accept().await {
+            held.push(s);
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test]
+async fn a_silent_master_costs_at_most_the_node_timeout() {
+    let ms = masters(2);
+    let (silent, _task) = silent_master().await;
+    let mut config = config_for(&[&ms[0].addr(), &ms[1].addr(), &silent]);
+    config.node_timeout_ms = 100;
+    let p = proxy(config).await.to_string();
+    let mut c = Client::connect(&p).await;
+    for i in 0..5 {
+        let start = Instant::now();
+        assert_eq!(
+            c.cmd(&["SET", &format!("s:{i}"), "t", "NX", "PX", "10000"])
+                .await,
+            Reply::ok()
+        );
+        assert!(
+            start.elapsed() < Duration::from_millis(600),
+            "took {:?}",
+            start.elapsed()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_master_that_stops_answering_costs_at_most_the_node_timeout() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.node_timeout_ms = 100).await;
+    let mut c = Client::connect(&p).await;
+    ms[2].pause();
+    for i in 0..10 {
+        let start = Instant::now();
+        assert_eq!(
+            c.cmd(&["SET", &format!("p:{i}"), "t", "NX", "PX", "10000"])
+                .await,
+            Reply::ok()
+        );
+        assert!(
+            start.elapsed() < Duration::from_millis(600),
+            "took {:?}",
+            start.elapsed()
+        );
+    }
+    ms[2].resume();
 }
 
 /// A release has no validity clock: two masters slower than the node timeout (but not stalled)
@@ -324,7 +377,7 @@ async fn lost_replies_partitions_and_resets_grant_nothing_twice() {
 /// Done twice.
 async fn restart_scenario(quarantine: bool) -> (Arc<Checker>, usize) {
     let mut ms = masters(3);
-    let fx = front(&addrs_of(&ms)).await;
+    let fx = front(&addrs(&ms)).await;
     let mut config = fault_config(&fault_addrs(&fx));
     config.quarantine = quarantine;
     let p = proxy(config).await.to_string();
@@ -436,7 +489,7 @@ async fn without_clock_watch_the_same_jump_double_grants() {
 /// Done twice, with a new late proxy each time.
 async fn proxies_scenario(young_rule: bool) -> (Arc<Checker>, usize) {
     let mut ms = masters(3);
-    let fx = front(&addrs_of(&ms)).await;
+    let fx = front(&addrs(&ms)).await;
     let config = fault_config(&fault_addrs(&fx));
     let p1 = proxy(config.clone()).await.to_string();
     let p2 = proxy(config.clone()).await.to_string();
@@ -530,61 +583,24 @@ async fn a_late_proxy_without_the_uptime_rule_double_grants() {
     assert_caught(&v);
 }
 
-/// The real binary, killed with SIGKILL when dropped.
-struct ProxyProcess {
-    child: Child,
-    addr: String,
-}
-
-impl ProxyProcess {
-    fn start(backends: &[String]) -> ProxyProcess {
-        let port = redlock_proxy::dev::free_port().expect("free port");
-        let addr = format!("127.0.0.1:{port}");
-        let child = Command::new(env!("CARGO_BIN_EXE_redlock-proxy"))
-            .args(["--listen", &addr, "--backends", &backends.join(",")])
-            .args(["--max-ttl-ms", &TTL.as_millis().to_string()])
-            .args(["--node-timeout-ms", "100"])
-            .args(["--set", "probe_interval_ms=100"])
-            .args([
-                "--set",
-                "reconnect_min_ms=10",
-                "--set",
-                "reconnect_max_ms=100",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start redlock-proxy");
-        ProxyProcess { child, addr }
-    }
-
-    async fn wait_listening(&self) {
-        for _ in 0..200 {
-            if Client::try_connect(&self.addr).await.is_some() {
-                return;
-            }
-            sleep(Duration::from_millis(20)).await;
-        }
-        panic!("redlock-proxy did not start on {}", self.addr);
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for ProxyProcess {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// The real binary with the fault suite's settings (restart quarantine on, as by default).
+fn proxy_process(backends: &[String]) -> ProxyProcess {
+    ProxyProcess::start(
+        backends,
+        &format!(
+            "max_ttl_ms = {}\nnode_timeout_ms = 100\nprobe_interval_ms = 100\n\
+             reconnect_min_ms = 10\nreconnect_max_ms = 100\nquarantine = true",
+            TTL.as_millis()
+        ),
+        &[],
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proxy_killed_mid_acquisition_leaves_keys_that_expire_and_grants_resume() {
     let ms = masters(3);
-    let backends = addrs_of(&ms);
-    let mut first = ProxyProcess::start(&backends);
+    let backends = addrs(&ms);
+    let mut first = proxy_process(&backends);
     first.wait_listening().await;
     wait_trusted(&first.addr, 3, SETTLE).await;
     let checker = Checker::new("killed", RESOURCES);
@@ -610,7 +626,7 @@ async fn a_proxy_killed_mid_acquisition_leaves_keys_that_expire_and_grants_resum
         "the proxy died holding nothing; the test proves nothing"
     );
 
-    let second = ProxyProcess::start(&backends);
+    let second = proxy_process(&backends);
     second.wait_listening().await;
     targets.repoint(0, &second.addr);
     let deadline = killed + TTL + Duration::from_secs(4);
@@ -648,7 +664,7 @@ async fn a_proxy_killed_mid_acquisition_leaves_keys_that_expire_and_grants_resum
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_that_timed_out_but_landed_is_cleaned_up() {
     let ms = masters(3);
-    let fx = front(&addrs_of(&ms)).await;
+    let fx = front(&addrs(&ms)).await;
     let mut config = fault_config(&fault_addrs(&fx));
     config.quarantine = false;
     let p = proxy(config).await.to_string();
@@ -702,7 +718,7 @@ async fn a_refused_set_with_a_held_token_leaves_the_unanswered_master_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_retrying_with_its_token_after_lost_replies_gets_its_lock_once() {
     let ms = masters(3);
-    let fx = front(&addrs_of(&ms)).await;
+    let fx = front(&addrs(&ms)).await;
     let mut config = fault_config(&fault_addrs(&fx));
     config.quarantine = false;
     // The opt-in that makes a same-token retry the same holder (off by default: Redis answers
@@ -750,7 +766,7 @@ async fn a_client_retrying_with_its_token_after_lost_replies_gets_its_lock_once(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_retry_leaves_the_earlier_grant_of_its_token_alone() {
     let ms = masters(3);
-    let fx = front(&addrs_of(&ms)).await;
+    let fx = front(&addrs(&ms)).await;
     let mut config = fault_config(&fault_addrs(&fx));
     config.quarantine = false;
     config.set_nx_reentrant = true;

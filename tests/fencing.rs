@@ -5,29 +5,23 @@
 //! from one master alone goes back after that master restarts empty, and a store that ignores
 //! tokens accepts the stale write.
 
-mod common;
 mod support;
 
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Client, Master, UNLOCK, config_for, masters, proxy};
-use redlock_proxy::config::Config;
-use redlock_proxy::wire::reply::Reply;
-use support::wait_trusted;
+use support::*;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::time::{Instant, sleep};
 
 fn config(ms: &[Master]) -> Config {
-    let addrs: Vec<String> = ms.iter().map(|m| m.addr()).collect();
-    config_at(&addrs)
+    config_at(&addrs(ms))
 }
 
 fn config_at(addrs: &[String]) -> Config {
-    support::init_logs();
-    let refs: Vec<&str> = addrs.iter().map(|s| s.as_str()).collect();
-    let mut c = config_for(&refs);
+    init_logs();
+    let mut c = config_for(addrs);
     c.max_ttl_ms = 1000;
     c.node_timeout_ms = 100;
     c.stall_timeout_ms = 400;
@@ -188,7 +182,7 @@ fn decreases(ledger: &Ledger) -> (usize, usize) {
 /// another, under load.
 async fn fenced_under_faults(single_master: bool) -> (usize, usize, usize) {
     let mut ms = masters(2);
-    let clock = support::ClockMaster::start();
+    let clock = ClockMaster::start();
     let mut cfg = config_at(&[ms[0].addr(), ms[1].addr(), clock.addr()]);
     cfg.fence_single_master = single_master;
     // Restart quarantine on; the masters were started empty just now, so the first-connect

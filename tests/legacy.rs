@@ -1,41 +1,27 @@
 //! Legacy `SETNX` lock code through the proxy: the spec's timestamp algorithm run unmodified by
-//! concurrent workers while masters die, the `GETSET` takeover race, the `WATCH`/`MULTI`/`EXEC`
-//! release, the deadlock guard, each command's majority rule where masters disagree, and
-//! differential runs against a single `redis-server`.
+//! concurrent workers while masters die, the `GETSET` takeover race, the deadlock guard (and
+//! `SET ... KEEPTTL`, which could leave a key without a TTL), each command's majority rule where
+//! masters disagree, and differential runs against a single `redis-server`. (The `WATCH`/`MULTI`/
+//! `EXEC` release is in tests/transactions.rs.)
 //!
 //! The two safety claims that could be taken for granted (the majority rule, the deadlock
 //! guard) also run with the protection switched off (`legacy_decision = "first-master"`,
 //! `legacy_guard_ttl_ms = 0`), and there the checks must fail.
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use common::{Client, Master, config_for, masters, proxy, values_on};
-use redlock_proxy::config::{Config, LegacyDecision};
-use redlock_proxy::wire::reply::Reply;
+use support::*;
 use tokio::sync::Mutex;
 use tokio::time::sleep;
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as u64
-}
-
-fn cfg(ms: &[Master]) -> Config {
-    let addrs: Vec<String> = ms.iter().map(|m| m.addr()).collect();
-    let refs: Vec<&str> = addrs.iter().map(|s| s.as_str()).collect();
-    config_for(&refs)
-}
 
 /// Three masters and a proxy in front of them, with the test defaults.
 async fn three_masters() -> (Vec<Master>, String) {
     let ms = masters(3);
-    let p = proxy(cfg(&ms)).await.to_string();
+    let p = proxy_for(&ms).await.to_string();
     (ms, p)
 }
 
@@ -112,7 +98,7 @@ async fn legacy_run(addr: &str, workers: u64, rounds: u64, crash_every: u64) -> 
 
 async fn legacy_algorithm_with_a_master_killed(n: usize, restart: bool) {
     let mut ms = masters(n);
-    let addr = proxy(cfg(&ms)).await.to_string();
+    let addr = proxy_for(&ms).await.to_string();
     let (workers, rounds) = (5, 12);
     let run = tokio::spawn({
         let addr = addr.clone();
@@ -146,9 +132,7 @@ async fn legacy_algorithm_loses_no_update_n5_master_killed() {
 /// updates. Under the majority rule the empty master alone cannot grant the lock again.
 async fn lost_updates_with_master_0_restarting(decision: LegacyDecision) -> u64 {
     let mut ms = masters(3);
-    let mut config = cfg(&ms);
-    config.legacy_decision = decision;
-    let addr = proxy(config).await.to_string();
+    let addr = proxy_with(&ms, |c| c.legacy_decision = decision).await;
     let counter = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicU64::new(0));
@@ -211,8 +195,8 @@ async fn take_over(c: &mut Client, dead: &str, who: &str) -> (bool, Option<Strin
 async fn takeover_race_has_exactly_one_winner() {
     let ms = masters(3);
     // Two proxies on the same masters, so each master may see the two GETSETs in either order.
-    let a = proxy(cfg(&ms)).await.to_string();
-    let b = proxy(cfg(&ms)).await.to_string();
+    let a = proxy_for(&ms).await.to_string();
+    let b = proxy_for(&ms).await.to_string();
     let (mut ca, mut cb) = (Client::connect(&a).await, Client::connect(&b).await);
     let mut setup = Client::connect(&a).await;
     for round in 0..60 {
@@ -236,78 +220,15 @@ async fn takeover_race_has_exactly_one_winner() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// WATCH/MULTI/EXEC release.
-
-#[tokio::test]
-async fn watch_multi_exec_releases_and_aborts_when_the_lock_changed() {
-    let (ms, p) = three_masters().await;
-    let mut holder = Client::connect(&p).await;
-    let mut other = Client::connect(&p).await;
-
-    // Release: the lock is still ours, so EXEC deletes it on every master.
-    assert_eq!(holder.raw(&["SETNX", "tx:lock", "tokA"]).await, ":1\r\n");
-    assert_eq!(holder.raw(&["WATCH", "tx:lock"]).await, "+OK\r\n");
-    assert_eq!(holder.raw(&["GET", "tx:lock"]).await, "$4\r\ntokA\r\n");
-    assert_eq!(holder.raw(&["MULTI"]).await, "+OK\r\n");
-    assert_eq!(holder.raw(&["DEL", "tx:lock"]).await, "+QUEUED\r\n");
-    assert_eq!(holder.raw(&["EXEC"]).await, "*1\r\n:1\r\n");
-    assert_eq!(values_on(&ms, "tx:lock").await, vec![None, None, None]);
-
-    // Abort: someone took the lock over between WATCH and EXEC; it must survive.
-    assert_eq!(holder.raw(&["SETNX", "tx:lock", "tokA"]).await, ":1\r\n");
-    assert_eq!(holder.raw(&["WATCH", "tx:lock"]).await, "+OK\r\n");
-    assert_eq!(holder.raw(&["GET", "tx:lock"]).await, "$4\r\ntokA\r\n");
-    assert_eq!(
-        other.raw(&["GETSET", "tx:lock", "tokB"]).await,
-        "$4\r\ntokA\r\n"
-    );
-    assert_eq!(holder.raw(&["MULTI"]).await, "+OK\r\n");
-    assert_eq!(holder.raw(&["DEL", "tx:lock"]).await, "+QUEUED\r\n");
-    assert_eq!(holder.raw(&["EXEC"]).await, "*-1\r\n");
-    let tok_b = Some("tokB".to_string());
-    assert_eq!(values_on(&ms, "tx:lock").await, vec![tok_b.clone(); 3]);
-
-    // The whole pattern pipelined in one write behaves the same.
-    holder
-        .send_raw(b"WATCH tx:lock\r\nGET tx:lock\r\nMULTI\r\nDEL tx:lock\r\nEXEC\r\n")
-        .await;
-    let mut replies = String::new();
-    for _ in 0..5 {
-        replies.push_str(&String::from_utf8_lossy(&holder.read_raw().await));
-    }
-    assert_eq!(
-        replies,
-        "+OK\r\n$4\r\ntokB\r\n+OK\r\n+QUEUED\r\n*1\r\n:1\r\n"
-    );
-}
-
-#[tokio::test]
-async fn exec_deletes_a_watched_key_only_where_it_still_holds_the_watched_value() {
-    let (ms, p) = three_masters().await;
-    let mut c = Client::connect(&p).await;
-    assert_eq!(c.raw(&["SETNX", "tx:cas", "mine"]).await, ":1\r\n");
-    assert_eq!(c.raw(&["WATCH", "tx:cas"]).await, "+OK\r\n");
-    // A minority master changes behind the proxy's back: the majority value is unchanged, so
-    // EXEC runs, but the delete spares master 0's different value.
-    ms[0].client().await.cmd(&["SET", "tx:cas", "theirs"]).await;
-    c.raw(&["MULTI"]).await;
-    c.raw(&["DEL", "tx:cas"]).await;
-    assert_eq!(c.raw(&["EXEC"]).await, "*1\r\n:1\r\n");
-    assert_eq!(
-        values_on(&ms, "tx:cas").await,
-        vec![Some("theirs".to_string()), None, None]
-    );
-}
-
-// ---------------------------------------------------------------------------------------------
 // The deadlock guard.
 
 async fn holder_dies_after_setnx(guard_ms: u64) -> Reply {
     let ms = masters(3);
-    let mut config = cfg(&ms);
-    config.max_ttl_ms = 2000;
-    config.legacy_guard_ttl_ms = guard_ms;
-    let p = proxy(config).await.to_string();
+    let p = proxy_with(&ms, |c| {
+        c.max_ttl_ms = 2000;
+        c.legacy_guard_ttl_ms = guard_ms;
+    })
+    .await;
     {
         let mut dying = Client::connect(&p).await;
         assert_eq!(
@@ -331,6 +252,51 @@ async fn deadlock_guard_frees_a_lock_whose_holder_died_before_expire() {
 #[tokio::test]
 async fn negative_control_without_the_guard_the_lock_stays_blocked() {
     assert_eq!(holder_dies_after_setnx(0).await, Reply::Integer(0));
+}
+
+#[tokio::test]
+async fn set_keepttl_never_leaves_a_key_without_a_ttl() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.legacy_guard_ttl_ms = 60_000).await;
+    let reference = Master::start();
+    let mut one = reference.client().await;
+    let mut c = Client::connect(&p).await;
+    // The replies are Redis's, from every starting state.
+    for client in [&mut one, &mut c] {
+        assert_eq!(client.raw(&["SET", "kt", "a", "KEEPTTL"]).await, "+OK\r\n");
+        assert_eq!(
+            client.raw(&["SET", "kt", "b", "KEEPTTL", "GET"]).await,
+            "$1\r\na\r\n"
+        );
+        assert_eq!(
+            client.raw(&["SET", "nokt", "b", "XX", "KEEPTTL"]).await,
+            "$-1\r\n"
+        );
+        assert_eq!(
+            client.raw(&["SET", "held", "x", "PX", "5000"]).await,
+            "+OK\r\n"
+        );
+        assert_eq!(
+            client.raw(&["SET", "held", "y", "KEEPTTL"]).await,
+            "+OK\r\n"
+        );
+        assert_eq!(client.raw(&["GET", "kt"]).await, "$1\r\nb\r\n");
+    }
+    for m in &ms {
+        let mut d = m.client().await;
+        // A new key gets the deadlock guard's TTL; a key that had one keeps it.
+        let t = d.cmd(&["PTTL", "kt"]).await;
+        assert!(
+            matches!(t, Reply::Integer(t) if t > 50_000 && t <= 60_000),
+            "{t:?}"
+        );
+        let t = d.cmd(&["PTTL", "held"]).await;
+        assert!(
+            matches!(t, Reply::Integer(t) if t > 0 && t <= 5_000),
+            "{t:?}"
+        );
+        assert_eq!(d.cmd(&["EXISTS", "nokt"]).await, Reply::Integer(0));
+    }
 }
 
 #[tokio::test]
@@ -453,9 +419,7 @@ async fn a_refused_setnx_never_removes_the_same_value_written_by_the_holder() {
 #[tokio::test]
 async fn negative_control_first_master_grants_a_minority_setnx() {
     let ms = masters(3);
-    let mut config = cfg(&ms);
-    config.legacy_decision = LegacyDecision::FirstMaster;
-    let p = proxy(config).await.to_string();
+    let p = proxy_with(&ms, |c| c.legacy_decision = LegacyDecision::FirstMaster).await;
     plant(&ms, "d:setnx", &[None, Some("a"), Some("a")]).await;
     // A plain proxy in front of master 0 hands out a lock that a majority gives to "a".
     assert_eq!(
@@ -469,42 +433,6 @@ async fn negative_control_first_master_grants_a_minority_setnx() {
 
 // ---------------------------------------------------------------------------------------------
 // Differential: the proxy against one redis-server.
-
-/// Runs `steps` (split on spaces; `{at}` becomes a unix time in ms 100 s ahead, `{at_s}` the
-/// same in seconds) on `addr`, two connections: steps starting with `B:` go through the second
-/// one.
-async fn transcript(addr: &str, steps: &[&str]) -> Vec<String> {
-    let at = (now_ms() + 100_000).to_string();
-    let at_s = (now_ms() / 1000 + 100).to_string();
-    let mut a = Client::connect(addr).await;
-    let mut b = Client::connect(addr).await;
-    let mut out = Vec::new();
-    for step in steps {
-        let (c, step) = match step.strip_prefix("B:") {
-            Some(rest) => (&mut b, rest),
-            None => (&mut a, *step),
-        };
-        let args: Vec<String> = step
-            .split(' ')
-            .map(|s| s.replace("{at}", &at).replace("{at_s}", &at_s))
-            .collect();
-        let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-        out.push(format!("{step} -> {}", c.raw(&args).await.escape_debug()));
-    }
-    out
-}
-
-async fn differential(steps: &[&str]) {
-    let single = Master::start();
-    let expected = transcript(&single.addr(), steps).await;
-    let ms = masters(3);
-    let mut config = cfg(&ms);
-    // Redis keeps a key with no expiry: so does the proxy with the guard off. (With the guard,
-    // see `documented_differences`.)
-    config.legacy_guard_ttl_ms = 0;
-    let p = proxy(config).await.to_string();
-    assert_eq!(transcript(&p, steps).await, expected);
-}
 
 #[tokio::test]
 async fn differential_legacy_commands() {
@@ -558,66 +486,6 @@ async fn differential_legacy_commands() {
         "UNLINK k nokey",
         "GET k",
         "UNLINK",
-    ])
-    .await;
-}
-
-#[tokio::test]
-async fn differential_transactions() {
-    differential(&[
-        "SETNX lock tok",
-        "EXEC",
-        "DISCARD",
-        "UNWATCH",
-        // The release pattern, kept.
-        "WATCH lock",
-        "GET lock",
-        "MULTI",
-        "MULTI",
-        "DEL lock",
-        "EXEC",
-        "GET lock",
-        // The release pattern, aborted by another client's takeover.
-        "SETNX lock tok",
-        "WATCH lock",
-        "B:GETSET lock other",
-        "MULTI",
-        "GET lock",
-        "DEL lock",
-        "EXEC",
-        "GET lock",
-        // A watched key that nobody touched, several commands, several keys.
-        "WATCH lock nokey",
-        "MULTI",
-        "GET lock",
-        "SETNX lock x",
-        "SETNX nokey y",
-        "DEL lock nokey",
-        "EXISTS lock",
-        "EXEC",
-        // Errors while queueing abort the transaction.
-        "MULTI",
-        "NOSUCHCOMMAND a",
-        "GET",
-        "EXEC",
-        // DISCARD drops the queue and the watches.
-        "SETNX lock tok",
-        "WATCH lock",
-        "MULTI",
-        "DEL lock",
-        "DISCARD",
-        "B:GETSET lock other",
-        "MULTI",
-        "DEL lock",
-        "EXEC",
-        // UNWATCH forgets the watch.
-        "SETNX lock tok",
-        "WATCH lock",
-        "B:GETSET lock again",
-        "UNWATCH",
-        "MULTI",
-        "GET lock",
-        "EXEC",
     ])
     .await;
 }

@@ -12,33 +12,18 @@
 //! fail); and none may be lost while a master is SIGKILLed mid-run and restarted empty. The
 //! long kill run drives eight libraries at once while the masters are killed in turn.
 
-mod common;
+mod support;
 
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::*;
-use redlock_proxy::wire::reply::Reply;
+use support::*;
 use tokio::process::Command;
 
 /// The contention runs start many worker processes each; run concurrently on two cores they
 /// would measure the machine's stalls rather than the locks, so they take turns.
 static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn clients_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
-}
-
-fn python() -> PathBuf {
-    let p = clients_dir().join(".venv/bin/python");
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/deps.sh test (it installs redis-py)",
-        p.display()
-    );
-    p
-}
 
 fn node() -> Command {
     let modules = clients_dir().join("node_modules/redlock");
@@ -295,15 +280,6 @@ async fn redsync_behaviour_through_a_raw_client() {
     }
 }
 
-fn redis_cli(port: u16, args: &[&str]) -> String {
-    let out = std::process::Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cli_scripts_and_locks() {
     let ms = masters(3);
@@ -370,9 +346,7 @@ async fn npm_redis_lock_contention_loses_no_update() {
     let (expected, got, line) = tally(&drive(run(p, "nolock")).await);
     eprintln!("redis-lock, lock bypassed: {line}");
     assert!(got < expected, "the control should lose updates: {line}");
-    let addrs: Vec<String> = ms.iter().map(|m| m.addr()).collect();
-    let refs: Vec<&str> = addrs.iter().map(|s| s.as_str()).collect();
-    let mut config = config_for(&refs);
+    let mut config = config_for(&addrs(&ms));
     config.set_nx_reentrant = true;
     let unsafe_proxy = proxy(config).await.port().to_string();
     let (expected, got, line) = tally(&drive(run(unsafe_proxy, "lock")).await);
@@ -880,11 +854,7 @@ async fn redlock_php_contention_loses_no_update() {
     eprintln!("redlock-php, lock bypassed: {ok} critical sections, counter {got}");
     assert!(got < ok, "the control should lose updates ({got} of {ok})");
 
-    let addrs: Vec<String> = ms.iter().map(|m| m.addr()).collect();
-    let refs: Vec<&str> = addrs.iter().map(|s| s.as_str()).collect();
-    let mut config = config_for(&refs);
-    config.set_nx_reentrant = true;
-    let unsafe_p = format!("127.0.0.1:{}", proxy(config).await.port());
+    let unsafe_p = proxy_with(&ms, |c| c.set_nx_reentrant = true).await;
     let (ok, got, _) = run_workers(redlock_php, &unsafe_p, &counter, "php-u", 25, false).await;
     eprintln!("redlock-php with set_nx_reentrant (unsafe): {ok} critical sections, counter {got}");
 }

@@ -1,12 +1,13 @@
 //! Publish/subscribe through the proxy: replies as one Redis gives them, each message delivered
 //! once although every master publishes it (a release runs on every master), and subscribed
-//! mode's rules in RESP2 and RESP3.
+//! mode's rules in RESP2 and RESP3. (A `SUBSCRIBE` of tens of thousands of channels is in
+//! tests/security.rs, with the other bounds.)
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::{Client, Master, masters, proxy_for};
+use support::*;
 
 /// Reads one reply, or `None` when nothing comes within `ms`.
 async fn maybe(c: &mut Client, ms: u64) -> Option<String> {
@@ -162,11 +163,7 @@ async fn subscriptions_reach_masters_that_require_a_password() {
     let ms: Vec<Master> = (0..3)
         .map(|_| Master::start_with(&["--requirepass", "pw"]))
         .collect();
-    let addrs: Vec<String> = ms.iter().map(|m| m.addr()).collect();
-    let refs: Vec<&str> = addrs.iter().map(|s| s.as_str()).collect();
-    let mut config = common::config_for(&refs);
-    config.backend_password = Some("pw".into());
-    let p = common::proxy(config).await.to_string();
+    let p = proxy_with(&ms, |c| c.backend_password = Some("pw".into())).await;
     let mut sub = Client::connect(&p).await;
     sub.send(&["SUBSCRIBE", "ch"]).await;
     assert!(maybe(&mut sub, 3000).await.unwrap().contains("subscribe"));

@@ -1,49 +1,16 @@
-//! Scripts through the proxy: Redis's script-cache semantics and every loading pattern, masters
-//! that forget their scripts, each library script answering exactly what one Redis answers,
-//! multi-key and reentrant acquisitions with exact rollback, extension rules, the TTL cap and
-//! default TTL, unknown and declared scripts, binary tokens and the SET forms lock owners use.
+//! Scripts through the proxy: Redis's script-cache semantics and every loading pattern, a
+//! bounded cache, masters that forget their scripts, each library script answering exactly what
+//! one Redis answers, multi-key and reentrant acquisitions with exact rollback, extension rules,
+//! unknown and declared scripts, and scripts that would break a master or the proxy. (The TTL
+//! cap, binary tokens and the `SET` forms lock owners use are in tests/locks.rs.)
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use bytes::BytesMut;
-use common::*;
-use redlock_proxy::config::{Config, UnknownScripts};
-use redlock_proxy::wire::{master::command, reply::Reply};
+use support::*;
 
 const NOSCRIPT: &str = "-NOSCRIPT No matching script. Please use EVAL.\r\n";
-
-fn sha1(text: &str) -> String {
-    redlock_proxy::scripts::sha1_hex(text.as_bytes())
-}
-
-fn lua(name: &str) -> String {
-    let path = format!(
-        "{}/tests/clients/lua/{name}.lua",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-async fn proxy_with(ms: &[Master], edit: impl FnOnce(&mut Config)) -> String {
-    let addrs: Vec<String> = ms.iter().map(|m| m.addr()).collect();
-    let refs: Vec<&str> = addrs.iter().map(|s| s.as_str()).collect();
-    let mut c = config_for(&refs);
-    edit(&mut c);
-    proxy(c).await.to_string()
-}
-
-/// Sends a command whose arguments may be any bytes and decodes the reply.
-async fn cmd_bytes(c: &mut Client, args: &[&[u8]]) -> Reply {
-    c.send_raw(&command(args)).await;
-    let raw = c.read_raw().await;
-    let mut b = BytesMut::from(&raw[..]);
-    match redis_protocol::resp2::decode::decode_bytes_mut(&mut b) {
-        Ok(Some((f, _, _))) => Reply::from_resp2(f),
-        other => panic!("undecodable {raw:?}: {other:?}"),
-    }
-}
 
 async fn lock(c: &mut Client, key: &str) {
     assert_eq!(
@@ -222,6 +189,48 @@ async fn masters_that_forget_their_scripts_never_cause_noscript() {
         ":1\r\n"
     );
     assert_eq!(c.raw(&["EVALSHA", &shas[2], "0"]).await, "$5\r\nplain\r\n");
+}
+
+#[tokio::test]
+async fn a_full_script_cache_never_breaks_a_client() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.script_cache_bytes = 16 * 1024).await;
+    let mut c = Client::connect(&p).await;
+    // redis-py's loading pattern: SCRIPT LOAD, then EVALSHA (NOSCRIPT → load again).
+    let sha = c.text(&["SCRIPT", "LOAD", UNLOCK]).await;
+    // Another client fills the cache far beyond its budget.
+    let mut flood = Client::connect(&p).await;
+    for i in 0..300 {
+        let body = format!("return {i} --{}", "x".repeat(1000));
+        assert!(!flood.cmd(&["SCRIPT", "LOAD", &body]).await.is_error());
+    }
+    assert_eq!(
+        c.raw(&["SCRIPT", "EXISTS", &sha]).await,
+        "*1\r\n:0\r\n",
+        "forgotten"
+    );
+    assert_eq!(
+        c.cmd(&["SET", "sc", "t", "NX", "PX", "5000"]).await,
+        Reply::ok()
+    );
+    assert_eq!(
+        c.raw(&["EVALSHA", &sha, "1", "sc", "t"]).await,
+        "-NOSCRIPT No matching script. Please use EVAL.\r\n"
+    );
+    assert_eq!(c.text(&["SCRIPT", "LOAD", UNLOCK]).await, sha);
+    assert_eq!(c.raw(&["EVALSHA", &sha, "1", "sc", "t"]).await, ":1\r\n");
+    // EVAL always works, even for a script too big to cache.
+    assert_eq!(
+        c.cmd(&["SET", "sc", "t", "NX", "PX", "5000"]).await,
+        Reply::ok()
+    );
+    let big = format!("{UNLOCK} --{}", "y".repeat(40 * 1024));
+    assert_eq!(c.raw(&["EVAL", &big, "1", "sc", "t"]).await, ":1\r\n");
+    assert!(
+        c.raw(&["SCRIPT", "LOAD", &big])
+            .await
+            .starts_with("-ERR redlock-proxy: a script of")
+    );
 }
 
 /// How a key stands before a script runs.
@@ -560,60 +569,6 @@ async fn extend_needs_a_majority() {
 }
 
 #[tokio::test]
-async fn the_ttl_cap_and_the_default_ttl() {
-    let ms = masters(3);
-    let p = proxy_with(&ms, |c| c.max_ttl_ms = 10_000).await;
-    let mut c = Client::connect(&p).await;
-    let cap = "-ERR lock TTL 20000 ms exceeds the proxy's max_ttl_ms (10000 ms)\r\n";
-    assert_eq!(c.raw(&["SET", "cap", "t", "NX", "PX", "20000"]).await, cap);
-    assert_eq!(c.raw(&["SET", "cap", "t", "NX", "EX", "20"]).await, cap);
-    let acquire = lua("redlock5_ACQUIRE_SCRIPT");
-    assert_eq!(
-        c.raw(&["EVAL", &acquire, "1", "cap", "t", "20000"]).await,
-        cap
-    );
-    assert_eq!(
-        c.raw(&["SET", "cap", "t", "NX", "PX", "8000"]).await,
-        "+OK\r\n"
-    );
-    let extend = lua("redispy_extend");
-    // Replace: over the cap up front. Add: 8 s left + 5 s would exceed it on the masters.
-    assert_eq!(
-        c.raw(&["EVAL", &extend, "1", "cap", "t", "20000", "1"])
-            .await,
-        cap
-    );
-    assert_eq!(
-        c.raw(&["EVAL", &extend, "1", "cap", "t", "5000", "0"])
-            .await,
-        "-ERR lock TTL would exceed the proxy's max_ttl_ms (10000 ms)\r\n"
-    );
-    assert_eq!(
-        c.raw(&["EVAL", &extend, "1", "cap", "t", "1000", "0"])
-            .await,
-        ":1\r\n"
-    );
-    // SET NX without a TTL: refused by default, never a lock that cannot expire.
-    let refused = c.raw(&["SET", "forever", "t", "NX"]).await;
-    assert!(
-        refused.starts_with("-ERR") && refused.contains("expir"),
-        "{refused}"
-    );
-    assert_eq!(values_on(&ms, "forever").await, vec![None, None, None]);
-    // With default_ttl_ms it gets that TTL.
-    let p = proxy_with(&ms, |c| c.default_ttl_ms = 3000).await;
-    let mut c = Client::connect(&p).await;
-    assert_eq!(c.raw(&["SET", "forever", "t", "NX"]).await, "+OK\r\n");
-    for m in &ms {
-        let t = m.client().await.cmd(&["PTTL", "forever"]).await;
-        assert!(
-            matches!(t, Reply::Integer(t) if t > 2000 && t <= 3000),
-            "{t:?}"
-        );
-    }
-}
-
-#[tokio::test]
 async fn unknown_scripts_are_rejected_by_default_and_need_a_majority_when_allowed() {
     let ms = masters(3);
     let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Majority).await;
@@ -658,11 +613,11 @@ async fn declared_scripts_get_their_meaning() {
     let own = "local v = redis.call('get', KEYS[2]) if v == ARGV[2] then redis.call('del', KEYS[2]) return 'gone' end return 'kept'";
     let p = proxy_with(&ms, |c| {
         c.unknown_scripts = UnknownScripts::Reject;
-        c.scripts = vec![redlock_proxy::config::ScriptDecl {
+        c.scripts = vec![ScriptDecl {
             sha: Some(sha1(own)),
             text: None,
-            meaning: redlock_proxy::lockop::Op::Release,
-            reply: redlock_proxy::lockop::Answer::OneZero,
+            meaning: Op::Release,
+            reply: Answer::OneZero,
             token_arg: 2,
             ttl_arg: 1,
             all_keys: false,
@@ -677,82 +632,6 @@ async fn declared_scripts_get_their_meaning() {
     // KEYS[1] is what a one-key declaration uses.
     assert_eq!(c.raw(&["EVAL", own, "1", "own", "x", "t"]).await, ":1\r\n");
     assert_eq!(values_on(&ms, "own").await, vec![None, None, None]);
-}
-
-#[tokio::test]
-async fn tokens_are_binary_safe() {
-    let ms = masters(3);
-    let p = proxy_for(&ms).await.to_string();
-    let mut c = Client::connect(&p).await;
-    // 20 raw bytes, as rslock makes them: not UTF-8, with CR, LF and NUL inside.
-    let token: Vec<u8> = vec![
-        0xff, 0x00, 0x0d, 0x0a, 0x80, 0xfe, 0x41, 0x00, 0x0a, 0xc3, 0x28, 0x01, 0x02, 0x03, 0x7f,
-        0x90, 0xaa, 0xbb, 0x0d, 0xee,
-    ];
-    assert_eq!(
-        cmd_bytes(&mut c, &[b"SET", b"bin", &token, b"NX", b"PX", b"5000"]).await,
-        Reply::ok()
-    );
-    for m in &ms {
-        assert_eq!(
-            cmd_bytes(&mut m.client().await, &[b"GET", b"bin"]).await,
-            Reply::Bulk(token.clone().into())
-        );
-    }
-    let mut almost = token.clone();
-    almost[19] ^= 1;
-    let unlock = lua("rslock_UNLOCK_SCRIPT");
-    let eval = |t: Vec<u8>| {
-        let unlock = unlock.clone();
-        let p = p.clone();
-        async move {
-            let mut c = Client::connect(&p).await;
-            cmd_bytes(&mut c, &[b"EVAL", unlock.as_bytes(), b"1", b"bin", &t]).await
-        }
-    };
-    assert_eq!(eval(almost).await, Reply::Integer(0));
-    assert_eq!(eval(token).await, Reply::Integer(1));
-}
-
-#[tokio::test]
-async fn set_forms_lock_owners_use() {
-    let ms = masters(3);
-    let p = proxy_for(&ms).await.to_string();
-    let mut c = Client::connect(&p).await;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    let exat = (now.as_secs() + 10).to_string();
-    let pxat = (now.as_millis() + 10_000).to_string();
-    for (i, form) in [
-        vec!["NX", "PX", "10000"],
-        vec!["px", "10000", "nx"],
-        vec!["nx", "ex", "10"],
-        vec!["EX", "10", "NX"],
-        vec!["NX", "EXAT", &exat],
-        vec!["pxat", &pxat, "nx"],
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let key = format!("form:{i}");
-        let mut args = vec!["SET", &key, "tok"];
-        args.extend(&form);
-        assert_eq!(c.cmd(&args).await, Reply::ok(), "{form:?}");
-        // As on one Redis, a second SET NX is refused whatever its value (the caller's own
-        // included); another token is refused too.
-        assert_eq!(c.cmd(&args).await, Reply::Nil, "{form:?} again");
-        let mut other = args.clone();
-        other[2] = "other";
-        assert_eq!(c.cmd(&other).await, Reply::Nil, "{form:?} by another token");
-        for m in &ms {
-            let t = m.client().await.cmd(&["PTTL", &key]).await;
-            assert!(
-                matches!(t, Reply::Integer(t) if t > 8000 && t <= 10_000),
-                "{form:?}: {t:?}"
-            );
-        }
-    }
 }
 
 #[tokio::test]
@@ -905,148 +784,6 @@ async fn by_default_no_client_script_can_touch_what_it_did_not_name() {
         vec![Some("t".to_string()); 3]
     );
     assert_eq!(values_on(&ms, "k").await, vec![None, None, None]);
-}
-
-/// A key's value and raw PTTL.
-async fn value_and_pttl(c: &mut Client, key: &str) -> (Option<String>, i64) {
-    let v = match c.cmd(&["GET", key]).await {
-        Reply::Bulk(b) => Some(String::from_utf8_lossy(&b).into_owned()),
-        _ => None,
-    };
-    match c.cmd(&["PTTL", key]).await {
-        Reply::Integer(t) => (v, t),
-        other => panic!("PTTL answered {other:?}"),
-    }
-}
-
-/// Issue 9: every `SET ... NX` form a lock library may send, from every starting state, replies
-/// and leaves the key exactly as on one plain redis-server (the value and whether it has a TTL;
-/// the TTL itself within a second). This includes `SET k v NX` twice with the same value, which
-/// Redis refuses the second time: libraries whose values are timestamps or host names rely on it.
-/// Negative control: the same table with the unsafe `set_nx_reentrant` differs from Redis.
-#[tokio::test]
-async fn set_nx_forms_answer_what_one_redis_answers() {
-    let reference = Master::start();
-    let ms = masters(3);
-    let p = proxy_for(&ms).await.to_string();
-    let mismatches = set_nx_table(&reference, &ms, &p).await;
-    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
-
-    let unsafe_ms = masters(3);
-    let unsafe_p = proxy_with(&unsafe_ms, |c| c.set_nx_reentrant = true).await;
-    let mismatches = set_nx_table(&reference, &unsafe_ms, &unsafe_p).await;
-    assert!(
-        mismatches.iter().any(|m| m.contains("from Mine, call 1"))
-            && mismatches
-                .iter()
-                .any(|m| m.contains("from Missing, call 2")),
-        "the reentrant opt-in should differ from Redis on a key already holding the value: {mismatches:#?}"
-    );
-}
-
-/// Runs every SET NX form from every starting state on `reference` and through `proxy`, and
-/// returns one line per difference.
-async fn set_nx_table(reference: &Master, ms: &[Master], proxy: &str) -> Vec<String> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    let exat = (now.as_secs() + 100).to_string();
-    let pxat = (now.as_millis() + 100_000).to_string();
-    // Lock forms: they must answer exactly as Redis. The refused forms (a lock that could never
-    // expire, KEEPTTL, GET; README "supported commands") must answer an error and touch nothing.
-    let forms: Vec<(Vec<&str>, bool)> = vec![
-        (vec!["NX", "PX", "10000"], true),
-        (vec!["px", "10000", "nx"], true),
-        (vec!["Nx", "eX", "10"], true),
-        (vec!["EX", "10", "NX"], true),
-        (vec!["NX", "EXAT", &exat], true),
-        (vec!["pxat", &pxat, "nx"], true),
-        (vec!["nX", "Px", "10000"], true),
-        (vec!["NX"], false),
-        (vec!["nx"], false),
-        (vec!["NX", "KEEPTTL"], false),
-        (vec!["keepttl", "nx"], false),
-        (vec!["NX", "GET"], false),
-        (vec!["NX", "PX", "10000", "GET"], false),
-        (vec!["get", "ex", "10", "nx"], false),
-        (vec!["NX", "KEEPTTL", "GET"], false),
-        (vec!["NX", "PXAT", &pxat, "GET"], false),
-    ];
-    let starts = ["Missing", "Mine", "Other", "Expired"];
-    let mut r = reference.client().await;
-    let mut c = Client::connect(proxy).await;
-    // Set every starting state up first, then wait once for the expired ones.
-    let mut cases = Vec::new();
-    for (i, (form, supported)) in forms.iter().enumerate() {
-        for start in starts {
-            let key = format!("setnx:{i}:{start}");
-            let (token, px) = match start {
-                "Mine" => ("tok", "10000"),
-                "Other" => ("other", "10000"),
-                "Expired" => ("tok", "20"),
-                _ => ("", ""),
-            };
-            if !token.is_empty() {
-                assert_eq!(r.cmd(&["SET", &key, token, "PX", px]).await, Reply::ok());
-                assert_eq!(
-                    c.cmd(&["SET", &key, token, "NX", "PX", px]).await,
-                    Reply::ok()
-                );
-            }
-            cases.push((key, form.clone(), *supported, start));
-        }
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut mismatches = Vec::new();
-    for (key, form, supported, start) in cases {
-        let mut args = vec!["SET", key.as_str(), "tok"];
-        args.extend(&form);
-        if !supported {
-            let before: Vec<_> = values_on(ms, &key).await;
-            let got = c.raw(&args).await;
-            let after: Vec<_> = values_on(ms, &key).await;
-            if !got.starts_with("-ERR redlock-proxy ") || before != after {
-                mismatches.push(format!(
-                    "{form:?} from {start}: should be refused, untouched; got {got:?}, {before:?} -> {after:?}"
-                ));
-            }
-            continue;
-        }
-        // Twice: the second call is `SET k v NX` with the value the first may have written.
-        for round in 1..=2 {
-            let want = r.raw(&args).await;
-            let got = c.raw(&args).await;
-            if want != got {
-                mismatches.push(format!(
-                    "{form:?} from {start}, call {round}: Redis {want:?}, proxy {got:?}"
-                ));
-            }
-            let (wv, wt) = value_and_pttl(&mut r, &key).await;
-            let mut per_master = Vec::new();
-            for m in ms {
-                per_master.push(value_and_pttl(&mut m.client().await, &key).await);
-            }
-            let majority = per_master
-                .iter()
-                .find(|(v, _)| per_master.iter().filter(|(o, _)| o == v).count() > ms.len() / 2)
-                .cloned();
-            let Some((gv, gt)) = majority else {
-                mismatches.push(format!("{form:?} from {start}: no majority {per_master:?}"));
-                continue;
-            };
-            let ttl_ok = if wt < 0 || gt < 0 {
-                wt == gt
-            } else {
-                (wt - gt).abs() <= 1000
-            };
-            if wv != gv || !ttl_ok {
-                mismatches.push(format!(
-                    "{form:?} from {start}, call {round}: Redis ({wv:?}, {wt}), proxy majority ({gv:?}, {gt})"
-                ));
-            }
-        }
-    }
-    mismatches
 }
 
 /// A signal list's elements and TTL bucket.

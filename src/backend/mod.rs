@@ -290,11 +290,12 @@ mod tests {
                 let (p, c) = (p.clone(), c.clone());
                 tokio::spawn(async move {
                     let mut buf = BytesMut::new();
+                    // A command is an array of bulk strings, which the master reply decoder
+                    // reads as well.
+                    let mut decoder = crate::wire::master::ReplyDecoder::default();
                     loop {
-                        while let Ok(Some((frame, _, _))) =
-                            redis_protocol::resp2::decode::decode_bytes_mut(&mut buf)
-                        {
-                            let Reply::Array(args) = Reply::from_resp2(frame) else {
+                        while let Ok(Some(command)) = decoder.decode(&mut buf) {
+                            let Reply::Array(args) = command else {
                                 return;
                             };
                             let name = match args.first() {

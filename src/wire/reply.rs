@@ -2,12 +2,11 @@
 //!
 //! A [`Reply`] is protocol-neutral. It is encoded as RESP2 or RESP3 at the moment it is written,
 //! using the protocol the client had selected when it sent the command. Replies from masters are
-//! decoded with the `redis-protocol` crate (masters always speak RESP2 to us) and converted here.
+//! decoded by [`super::master::ReplyDecoder`] (masters always speak RESP2 to us).
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::error::Error;
-use redis_protocol::resp2::types::BytesFrame;
 
 /// One reply value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,20 +83,6 @@ impl Reply {
                 None => self.clone(),
             },
             other => other.clone(),
-        }
-    }
-
-    /// Converts a frame decoded from a master.
-    pub fn from_resp2(frame: BytesFrame) -> Reply {
-        match frame {
-            BytesFrame::SimpleString(s) => Reply::Simple(s),
-            BytesFrame::Error(e) => Reply::Error(e.into_inner()),
-            BytesFrame::Integer(i) => Reply::Integer(i),
-            BytesFrame::BulkString(b) => Reply::Bulk(b),
-            BytesFrame::Array(items) => {
-                Reply::Array(items.into_iter().map(Reply::from_resp2).collect())
-            }
-            BytesFrame::Null => Reply::Nil,
         }
     }
 

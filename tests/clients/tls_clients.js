@@ -1,5 +1,5 @@
 // node-redlock v5 with ioredis over TLS, unmodified, against redlock-proxy's TLS listener
-// (driven by tests/production.rs).
+// (driven by tests/operations.rs).
 //
 // Usage: node tls_clients.js TLS_PORT CA_CERT_FILE
 

@@ -13,19 +13,19 @@
 //! - The **counter checker** compares the increments made with the counter's final value: an
 //!   increment lost to an interleaved read–sleep–write is a double grant that did harm. A holder
 //!   whose validity ran out before its write skips the write, as a careful client would.
+//!
+//! [`report`] prints a scenario's figures and keeps them for the README's table.
 
+use std::io::Write;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::BytesMut;
-use redlock_proxy::wire::{master::command, reply::Reply};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 
-use crate::common::UNLOCK;
+use super::{Client, UNLOCK};
 
 /// One grant as its holder saw it.
 #[derive(Debug, Clone, Copy)]
@@ -258,6 +258,10 @@ impl Load {
     }
 }
 
+/// How long a client waits for a reply before it gives up on the connection (proxies die in
+/// these tests).
+const CALL: Duration = Duration::from_secs(3);
+
 /// The Redlock client's drift allowance, as the proxy computes it.
 fn drift(ttl: Duration) -> Duration {
     ttl.mul_f64(0.01) + Duration::from_millis(2)
@@ -277,11 +281,17 @@ async fn client(
 ) {
     let ttl = Duration::from_millis(spec.ttl_ms);
     let ttl_arg = spec.ttl_ms.to_string();
-    let mut conn: Option<Conn> = None;
+    let mut conn: Option<Client> = None;
     let mut seq = 0u64;
     while !stop.load(Ordering::Acquire) {
         let Some(c) = conn.as_mut() else {
-            conn = Conn::open(&targets.get(slot)).await;
+            conn = timeout(
+                Duration::from_secs(1),
+                Client::try_connect(&targets.get(slot)),
+            )
+            .await
+            .ok()
+            .flatten();
             if conn.is_none() {
                 sleep(Duration::from_millis(20)).await;
             }
@@ -292,7 +302,9 @@ async fn client(
         let key = checker.key(r);
         let token = format!("{name}-{seq}");
         let sent = Instant::now();
-        let reply = c.call(&["SET", &key, &token, "NX", "PX", &ttl_arg]).await;
+        let reply = c
+            .try_cmd(&["SET", &key, &token, "NX", "PX", &ttl_arg], CALL)
+            .await;
         match reply {
             Some(rep) if rep.is_ok() => {
                 let start = Instant::now();
@@ -312,7 +324,10 @@ async fn client(
                     },
                     start - sent,
                 );
-                if c.call(&["EVAL", UNLOCK, "1", &key, &token]).await.is_none() {
+                if c.try_cmd(&["EVAL", UNLOCK, "1", &key, &token], CALL)
+                    .await
+                    .is_none()
+                {
                     conn = None;
                 }
             }
@@ -326,42 +341,29 @@ async fn client(
     }
 }
 
-/// A minimal client that reports failures instead of panicking (proxies die in these tests).
-struct Conn {
-    stream: TcpStream,
-    buf: BytesMut,
-}
-
-impl Conn {
-    async fn open(addr: &str) -> Option<Conn> {
-        let stream = timeout(Duration::from_secs(1), TcpStream::connect(addr))
-            .await
-            .ok()?
-            .ok()?;
-        stream.set_nodelay(true).ok()?;
-        Some(Conn {
-            stream,
-            buf: BytesMut::new(),
-        })
+/// Prints one scenario's figures and appends them to `fault-report.tsv` in Cargo's test
+/// scratch folder (the README's table is made from it).
+/// With `RLP_DEBUG` set, also prints the grant timeline.
+pub fn report(scenario: &str, protection: &str, faults: usize, checker: &Checker) -> Verdict {
+    let v = checker.verdict();
+    if std::env::var_os("RLP_DEBUG").is_some() {
+        eprintln!("{scenario} ({protection}):\n{}", checker.timeline());
     }
-
-    /// One command and its reply; `None` on any failure or after 3 s.
-    async fn call(&mut self, args: &[&str]) -> Option<Reply> {
-        let parts: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        timeout(Duration::from_secs(3), async {
-            self.stream.write_all(&command(&parts)).await.ok()?;
-            loop {
-                if let Some((frame, _, _)) =
-                    redis_protocol::resp2::decode::decode_bytes_mut(&mut self.buf).ok()?
-                {
-                    return Some(Reply::from_resp2(frame));
-                }
-                if self.stream.read_buf(&mut self.buf).await.ok()? == 0 {
-                    return None;
-                }
-            }
-        })
-        .await
-        .ok()?
+    let line = format!(
+        "{scenario}\t{protection}\t{}\t{faults}\t{}\t{}",
+        v.grants, v.overlaps, v.lost_updates
+    );
+    println!(
+        "FAULTS scenario={scenario} protection={protection} grants={} faults={faults} overlaps={} lost_updates={}",
+        v.grants, v.overlaps, v.lost_updates
+    );
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fault-report.tsv");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(f, "{line}");
     }
+    v
 }
