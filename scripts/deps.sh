@@ -35,7 +35,7 @@ if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet redis-ser
   as_root systemctl stop redis-server || true
 fi
 if [ "$mode" = "test" ]; then
-  # tests/production.rs lints /metrics with promtool and has a real Prometheus scrape the proxy;
+  # tests/operations.rs lints /metrics with promtool and has a real Prometheus scrape the proxy;
   # Debian's prometheus package has both. The tests run their own server: stop the service.
   apt_need prometheus
   if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: install what the tests need if missing, then run every test.
-# Extra arguments go to `cargo test` (e.g. scripts/test.sh --test foundation).
+# Extra arguments go to `cargo test` (e.g. scripts/test.sh --test locks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh test
