@@ -429,6 +429,12 @@ pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
         .copied()
 }
 
+/// A request named `POST` or `Host:` is an HTTP request: Redis takes it for a cross-protocol
+/// attack and closes the connection without running it (or anything after it).
+pub fn is_http(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"POST") || name.eq_ignore_ascii_case(b"Host:")
+}
+
 /// The keys a command names: from its table row's key positions, and for `EVAL`/`EVALSHA`
 /// from `numkeys`. Publish/subscribe channels are not keys (the shard commands list them as
 /// keys for `COMMAND`, but Redis checks them against channel permissions).
@@ -655,5 +661,15 @@ mod tests {
         assert_eq!(parse_int(b"010"), None);
         assert_eq!(parse_int(b"1.5"), None);
         assert_eq!(parse_int(b""), None);
+    }
+
+    #[test]
+    fn http_is_recognised_in_any_case() {
+        for name in [&b"POST"[..], b"post", b"Host:", b"HOST:", b"host:"] {
+            assert!(is_http(name));
+        }
+        for name in [&b"GET"[..], b"HOST", b"POSTS", b"SET"] {
+            assert!(!is_http(name));
+        }
     }
 }
