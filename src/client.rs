@@ -320,8 +320,8 @@ fn reply_form(conn: &mut Conn) -> Form {
 
 /// Counts an error reply by its kind, for `/metrics`.
 fn count_error(proxy: &Proxy, reply: &Reply) {
-    if let Reply::Error(e) = reply {
-        proxy.counters().count_error(e);
+    if let Some(kind) = reply.error_kind() {
+        proxy.counters().count_error(kind);
     }
 }
 
@@ -437,20 +437,22 @@ where
                     exhausted = true;
                     break;
                 }
-                Err(e) if !e.answered() => {
-                    warn!(
-                        client.addr = %peer,
-                        limit = query_limit,
-                        "closing client that reached max query buffer length"
-                    );
-                    finish_in_background(inflight);
-                    return Ok(());
-                }
-                Err(e) => {
-                    closing = true;
-                    let error = Slot::Done(Reply::error(e.to_string()));
-                    inflight.push_back(error, reply_form(&mut conn));
-                }
+                Err(e) => match e.answer() {
+                    Some(error) => {
+                        closing = true;
+                        let error = Slot::Done(Reply::from(error));
+                        inflight.push_back(error, reply_form(&mut conn));
+                    }
+                    None => {
+                        warn!(
+                            client.addr = %peer,
+                            limit = query_limit,
+                            "closing client that reached max query buffer length"
+                        );
+                        finish_in_background(inflight);
+                        return Ok(());
+                    }
+                },
             }
         }
         if (stopping || sent_all) && exhausted {

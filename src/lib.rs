@@ -23,6 +23,8 @@
 //! - [`pubsub`]: publish/subscribe across the masters, each message delivered once.
 //! - [`reply`]: reply values and their RESP2/RESP3 encoding.
 //! - [`acl`]: client users, their passwords and the keys each may touch.
+//! - [`error`]: the error catalogue: every error the proxy words, and the kinds (an error's
+//!   first word) that replies, logs and `/metrics` labels derive from.
 //! - [`config`]: the TOML file and flags. [`stats`]: counters for `INFO`. [`dev`]: local masters.
 //! - [`tls`]: rustls towards TLS masters, and the TLS listener for clients. [`logging`]: stderr, text or
 //!   JSON. [`metrics`]: Prometheus families served at `/metrics`.
@@ -39,7 +41,7 @@ pub mod config;
 pub(crate) mod counters;
 pub mod dev;
 pub(crate) mod endpoint;
-pub(crate) mod error;
+pub mod error;
 pub(crate) mod keylock;
 pub mod lockop;
 pub mod logging;

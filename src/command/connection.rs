@@ -22,7 +22,7 @@ pub const REDIS_VERSION: &str = "7.0.0";
 /// it through unauthenticated so that its arity is checked first, as Redis checks it.)
 pub fn ping(_: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     if !conn.authed {
-        return Reply::static_error("NOAUTH Authentication required.").into();
+        return Reply::from(Error::NoAuth).into();
     }
     if conn.subscribed() && !conn.resp3 {
         // In subscribed mode (RESP2) Redis answers PING as a message-shaped array.
@@ -46,8 +46,8 @@ pub fn wait(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         return Reply::from(Error::NotAnInteger).into();
     }
     match parse_int(&args[2]) {
-        None => Reply::static_error("ERR timeout is not an integer or out of range").into(),
-        Some(t) if t < 0 => Reply::static_error("ERR timeout is negative").into(),
+        None => Reply::from(Error::TimeoutNotAnInteger).into(),
+        Some(t) if t < 0 => Reply::from(Error::TimeoutNegative).into(),
         Some(_) => Reply::Integer(0).into(),
     }
 }
@@ -64,13 +64,8 @@ pub fn hello(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
         match parse_int(ver) {
             Some(2) => resp3 = false,
             Some(3) => resp3 = true,
-            Some(_) => return Reply::static_error("NOPROTO unsupported protocol version").into(),
-            None => {
-                return Reply::static_error(
-                    "ERR Protocol version is not an integer or out of range",
-                )
-                .into();
-            }
+            Some(_) => return Reply::from(Error::NoProto).into(),
+            None => return Reply::from(Error::ProtocolVersionNotAnInteger).into(),
         }
     }
     let mut name = None;
@@ -80,7 +75,7 @@ pub fn hello(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
         if opt.eq_ignore_ascii_case(b"AUTH") && i + 2 < args.len() {
             match proxy.accounts().login(Some(&args[i + 1]), &args[i + 2]) {
                 Ok(keys) => conn.keys = keys,
-                Err(e) => return Reply::static_error(e).into(),
+                Err(e) => return Reply::from(e).into(),
             }
             conn.authed = true;
             i += 3;
@@ -91,15 +86,12 @@ pub fn hello(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
             name = Some(args[i + 1].clone());
             i += 2;
         } else {
-            return Reply::error(format!(
-                "ERR Syntax error in HELLO option '{}'",
-                String::from_utf8_lossy(opt)
-            ))
-            .into();
+            let opt = String::from_utf8_lossy(opt).into_owned();
+            return Reply::from(Error::HelloOption(opt)).into();
         }
     }
     if !conn.authed {
-        return Reply::static_error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time").into();
+        return Reply::from(Error::HelloNoAuth).into();
     }
     conn.resp3 = resp3;
     if name.is_some() {
@@ -131,7 +123,7 @@ pub fn auth(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
             conn.keys = keys;
             Reply::ok().into()
         }
-        Err(e) => Reply::static_error(e).into(),
+        Err(e) => Reply::from(e).into(),
     }
 }
 
@@ -139,10 +131,7 @@ pub fn auth(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
 pub fn select(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     match parse_int(&args[1]) {
         Some(0) => Reply::ok().into(),
-        Some(_) => Reply::static_error(
-            "ERR DB index is out of range (redlock-proxy serves database 0 only)",
-        )
-        .into(),
+        Some(_) => Reply::from(Error::DbIndexOutOfRange).into(),
         None => Reply::from(Error::NotAnInteger).into(),
     }
 }
@@ -151,9 +140,7 @@ fn valid_name(name: &[u8]) -> Result<(), Reply> {
     if name.iter().all(|c| (b'!'..=b'~').contains(c)) {
         Ok(())
     } else {
-        Err(Reply::static_error(
-            "ERR Client names cannot contain spaces, newlines or special characters.",
-        ))
+        Err(Reply::from(Error::BadClientName))
     }
 }
 
@@ -181,11 +168,8 @@ pub fn client(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
             if attr == b"LIB-NAME" || attr == b"LIB-VER" {
                 Reply::ok().into()
             } else {
-                Reply::error(format!(
-                    "ERR Unrecognized option '{}'",
-                    String::from_utf8_lossy(&args[2])
-                ))
-                .into()
+                let attr = String::from_utf8_lossy(&args[2]).into_owned();
+                Reply::from(Error::UnrecognizedOption(attr)).into()
             }
         }
         (b"INFO", 2) => Reply::Bulk(Bytes::from(format!(
@@ -221,17 +205,26 @@ pub fn client(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
             }
             _ => Reply::from(Error::Syntax).into(),
         },
-        (
-            b"SETNAME" | b"GETNAME" | b"ID" | b"SETINFO" | b"INFO" | b"NO-EVICT" | b"NO-TOUCH"
-            | b"REPLY",
-            _,
-        ) => Reply::error(format!(
-            "ERR wrong number of arguments for 'client|{}' command",
-            String::from_utf8_lossy(&sub).to_ascii_lowercase()
-        ))
-        .into(),
-        _ => Reply::from(Error::unknown_subcommand("client", &args[1])).into(),
+        _ => match client_subcommand(&sub) {
+            Some(name) => Reply::from(Error::WrongArity(name)).into(),
+            None => Reply::from(Error::unknown_subcommand("client", &args[1])).into(),
+        },
     }
+}
+
+/// The name a `CLIENT` subcommand (upper case) has in its arity error, when the proxy knows it.
+fn client_subcommand(sub: &[u8]) -> Option<&'static str> {
+    Some(match sub {
+        b"SETNAME" => "client|setname",
+        b"GETNAME" => "client|getname",
+        b"ID" => "client|id",
+        b"SETINFO" => "client|setinfo",
+        b"INFO" => "client|info",
+        b"NO-EVICT" => "client|no-evict",
+        b"NO-TOUCH" => "client|no-touch",
+        b"REPLY" => "client|reply",
+        _ => return None,
+    })
 }
 
 /// `QUIT`: answer, then close.

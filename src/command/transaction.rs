@@ -27,6 +27,7 @@ use super::action::{Action, in_turn};
 use super::keys;
 use super::session::{Conn, Watched};
 use super::spec::{Cmd, lookup};
+use crate::error::Error;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask};
 use crate::wire::master::command;
@@ -65,18 +66,12 @@ pub fn queue(proxy: &Proxy, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     if let Some(q) = conn.multi.as_mut() {
         if q.len() >= max {
             conn.multi_failed = true;
-            return Reply::error(format!(
-                "ERR redlock-proxy: too many commands in MULTI (max_multi_commands = {max})"
-            ))
-            .into();
+            return Reply::from(Error::TooManyQueued { max }).into();
         }
         let size = held_size(&args);
         if conn.multi_bytes + size > max_bytes {
             conn.multi_failed = true;
-            return Reply::error(format!(
-                "ERR redlock-proxy: MULTI would hold more than client_query_buffer_limit ({max_bytes} bytes) of queued commands"
-            ))
-            .into();
+            return Reply::from(Error::QueuedTooLarge { max: max_bytes }).into();
         }
         conn.multi_bytes += size;
         q.push(args);
@@ -130,14 +125,11 @@ async fn read(proxy: &Proxy, keys: &[Bytes]) -> Vec<Option<Reply>> {
 /// `WATCH key [key ...]`
 pub fn watch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     if conn.multi.is_some() {
-        return Reply::static_error("ERR WATCH inside MULTI is not allowed").into();
+        return Reply::from(Error::WatchInMulti).into();
     }
     let max = proxy.config().max_watch_keys;
     if conn.watched.len() + args.len() - 1 > max {
-        return Reply::error(format!(
-            "ERR redlock-proxy: too many watched keys (max_watch_keys = {max})"
-        ))
-        .into();
+        return Reply::from(Error::TooManyWatched { max }).into();
     }
     let watched: Vec<Watched> = args[1..]
         .iter()
@@ -171,9 +163,7 @@ pub fn watch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
             for w in &watched {
                 let _ = w.seen.set(None);
             }
-            return Reply::error(format!(
-                "ERR redlock-proxy: watched values would pass client_query_buffer_limit ({limit} bytes)"
-            ));
+            return Reply::from(Error::WatchedTooLarge { max: limit });
         }
         for (w, seen) in watched.iter().zip(seen) {
             let _ = w.seen.set(seen);
@@ -197,7 +187,7 @@ pub fn unwatch(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
 /// `MULTI`
 pub fn multi(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
     if conn.multi.is_some() {
-        return Reply::static_error("ERR MULTI calls can not be nested").into();
+        return Reply::from(Error::NestedMulti).into();
     }
     conn.multi = Some(Vec::new());
     conn.multi_bytes = 0;
@@ -207,7 +197,7 @@ pub fn multi(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
 /// `DISCARD`
 pub fn discard(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
     if conn.multi.take().is_none() {
-        return Reply::static_error("ERR DISCARD without MULTI").into();
+        return Reply::from(Error::DiscardWithoutMulti).into();
     }
     conn.multi_failed = false;
     unwatch_all(conn);
@@ -218,12 +208,11 @@ pub fn discard(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
 /// `run` dispatches each queued command, as it would have run outside `MULTI`.
 pub fn exec(proxy: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>, run: Run) -> Action {
     let Some(queued) = conn.multi.take() else {
-        return Reply::static_error("ERR EXEC without MULTI").into();
+        return Reply::from(Error::ExecWithoutMulti).into();
     };
     let watched = unwatch_all(conn);
     if std::mem::take(&mut conn.multi_failed) {
-        return Reply::static_error("EXECABORT Transaction discarded because of previous errors.")
-            .into();
+        return Reply::from(Error::ExecAbort).into();
     }
     // Everything is put in line now, in order: the check of the watched keys, then each
     // queued command; the commands only run if the check passes.
