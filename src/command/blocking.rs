@@ -58,7 +58,7 @@ pub fn blpop(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     };
     let keys: Vec<Bytes> = args[1..args.len() - 1].to_vec();
     let proxy = proxy.clone();
-    let gone = conn.gone.watch();
+    let gone = conn.gone_signal();
     Action::Later(Box::pin(async move {
         let deadline = Instant::now() + timeout;
         let mut pause = Duration::from_millis(2);
