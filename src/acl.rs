@@ -11,9 +11,7 @@ use std::sync::Arc;
 use ring::digest::{SHA256, digest};
 
 use crate::config::{Config, ConfigError};
-
-/// The Redis error for an unknown user or a wrong password.
-pub const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+use crate::error::Error;
 
 /// The keys a logged-in user may touch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,20 +116,19 @@ impl Accounts {
     }
 
     /// Checks `AUTH [user] password` as Redis 7 does; `None` for the user means `default`.
-    /// On success, the keys the user may touch.
+    /// On success, the keys the user may touch; on failure, Redis's error
+    /// ([`Error::WrongPass`] for an unknown user or a wrong password).
     ///
     /// With no users configured, `default` is Redis's `nopass` user: any password logs in, and
     /// the one-argument form is refused with Redis's hint. With users but no `password`, the
     /// `default` user is disabled. Every configured user's digest is compared, whoever asks, so
     /// the time taken tells nothing about names or passwords.
-    pub fn login(&self, user: Option<&[u8]>, given: &[u8]) -> Result<Keys, &'static str> {
+    pub fn login(&self, user: Option<&[u8]>, given: &[u8]) -> Result<Keys, Error> {
         if self.users.is_empty() {
             return match user {
-                None => Err(
-                    "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
-                ),
+                None => Err(Error::AuthWithoutPassword),
                 Some(b"default") => Ok(Keys::All),
-                Some(_) => Err(WRONGPASS),
+                Some(_) => Err(Error::WrongPass),
             };
         }
         let name = user.unwrap_or(b"default");
@@ -143,7 +140,7 @@ impl Accounts {
                 found = Some(a.keys.clone());
             }
         }
-        found.ok_or(WRONGPASS)
+        found.ok_or(Error::WrongPass)
     }
 }
 
@@ -290,12 +287,12 @@ mod tests {
         assert!(a.required());
         assert_eq!(a.login(None, b"root"), Ok(Keys::All));
         assert_eq!(a.login(Some(b"default"), b"root"), Ok(Keys::All));
-        assert_eq!(a.login(Some(b"locker"), b"root"), Err(WRONGPASS));
-        assert_eq!(a.login(Some(b"nobody"), b"pw"), Err(WRONGPASS));
+        assert_eq!(a.login(Some(b"locker"), b"root"), Err(Error::WrongPass));
+        assert_eq!(a.login(Some(b"nobody"), b"pw"), Err(Error::WrongPass));
         let keys = a.login(Some(b"locker"), b"pw").unwrap();
         assert!(keys.allows(b"lock:a"));
         assert!(!keys.allows(b"other:a"));
-        assert_eq!(a.login(Some(b"h"), b"x"), Err(WRONGPASS));
+        assert_eq!(a.login(Some(b"h"), b"x"), Err(Error::WrongPass));
     }
 
     #[test]
@@ -333,7 +330,7 @@ mod tests {
         let a = Accounts::from_config(&c).unwrap();
         assert!(a.login(Some(b"u"), b"pw").is_ok());
         // No `password`: the default user is disabled.
-        assert_eq!(a.login(None, b""), Err(WRONGPASS));
+        assert_eq!(a.login(None, b""), Err(Error::WrongPass));
         assert!(
             Accounts::from_config(&config(
                 "[[users]]\nname = \"u\"\npassword_sha256 = \"zz\"\n"

@@ -44,7 +44,7 @@ use crate::wire::reply::Reply;
 use crate::wire::request::{Decoder, Limits};
 
 /// The next message for a subscribed client; pending for ever when it has no subscriptions.
-fn next_message(subs: &Option<Arc<ClientSubs>>) -> impl Future<Output = Message> + '_ {
+fn next_message(subs: Option<&Arc<ClientSubs>>) -> impl Future<Output = Message> + '_ {
     std::future::poll_fn(move |cx| match subs {
         Some(s) => match s
             .inbox
@@ -311,7 +311,7 @@ fn read_pooled<'a, R: AsyncRead + Unpin>(
 fn reply_form(conn: &mut Conn) -> Form {
     if conn.reply_dropped() {
         Form::Dropped
-    } else if conn.resp3 {
+    } else if conn.resp3() {
         Form::Resp3
     } else {
         Form::Resp2
@@ -320,8 +320,8 @@ fn reply_form(conn: &mut Conn) -> Form {
 
 /// Counts an error reply by its kind, for `/metrics`.
 fn count_error(proxy: &Proxy, reply: &Reply) {
-    if let Reply::Error(e) = reply {
-        proxy.counters().count_error(e);
+    if let Some(kind) = reply.error_kind() {
+        proxy.counters().count_error(kind);
     }
 }
 
@@ -410,7 +410,7 @@ where
     loop {
         let mut exhausted = false;
         while !closing && inflight.len() < max_pipeline {
-            match decoder.decode(&mut input, conn.authed) {
+            match decoder.decode(&mut input, conn.logged_in()) {
                 Ok(Some(args)) => {
                     if command::spec::is_http(&args[0]) {
                         warn!(
@@ -420,7 +420,7 @@ where
                         finish_in_background(inflight);
                         return Ok(());
                     }
-                    conn.skip_this = std::mem::take(&mut conn.skip_next);
+                    conn.next_command();
                     let action = command::dispatch(&proxy, &mut conn, args);
                     let form = reply_form(&mut conn);
                     let slot = match action {
@@ -437,20 +437,22 @@ where
                     exhausted = true;
                     break;
                 }
-                Err(e) if !e.answered() => {
-                    warn!(
-                        client.addr = %peer,
-                        limit = query_limit,
-                        "closing client that reached max query buffer length"
-                    );
-                    finish_in_background(inflight);
-                    return Ok(());
-                }
-                Err(e) => {
-                    closing = true;
-                    let error = Slot::Done(Reply::error(e.to_string()));
-                    inflight.push_back(error, reply_form(&mut conn));
-                }
+                Err(e) => match e.answer() {
+                    Some(error) => {
+                        closing = true;
+                        let error = Slot::Done(Reply::from(error));
+                        inflight.push_back(error, reply_form(&mut conn));
+                    }
+                    None => {
+                        warn!(
+                            client.addr = %peer,
+                            limit = query_limit,
+                            "closing client that reached max query buffer length"
+                        );
+                        finish_in_background(inflight);
+                        return Ok(());
+                    }
+                },
             }
         }
         if (stopping || sent_all) && exhausted {
@@ -529,8 +531,8 @@ where
                 count_error(&proxy, &reply);
                 form.write(&reply, &mut output);
             }
-            m = next_message(&conn.pubsub), if conn.pubsub.is_some() => {
-                if conn.pubsub.as_ref().is_some_and(|s| s.inbox.lock().unwrap_or_else(|p| p.into_inner()).overflowed()) {
+            m = next_message(conn.subs()), if conn.subs().is_some() => {
+                if conn.subs().is_some_and(|s| s.inbox.lock().unwrap_or_else(|p| p.into_inner()).overflowed()) {
                     warn!(client.addr = %peer, "closing subscriber that fell too far behind its messages");
                     finish_in_background(inflight);
                     return Ok(());
@@ -538,13 +540,13 @@ where
                 if output.is_empty() {
                     progress = Instant::now();
                 }
-                m.to_reply().encode(BufferPool::ready(&mut output), conn.resp3);
+                m.to_reply().encode(BufferPool::ready(&mut output), conn.resp3());
             }
             n = read_pooled(&mut rd, &mut input), if !closing && !stopping && !sent_all && inflight.len() < max_pipeline => {
                 match n {
                     Ok(0) => {
                         sent_all = true;
-                        conn.gone.raise();
+                        conn.client_gone();
                     }
                     Ok(_) => {}
                     Err(e) => {

@@ -8,22 +8,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Error kinds counted by name (an error reply's first word, as Redis's `errorstat_*`); any
-/// other first word counts as `other`.
-pub const ERROR_KINDS: [&str; 12] = [
-    "ERR",
-    "WRONGTYPE",
-    "NOAUTH",
-    "WRONGPASS",
-    "NOPERM",
-    "NOSCRIPT",
-    "EXECABORT",
-    "NOPROTO",
-    "BUSY",
-    "LOADING",
-    "READONLY",
-    "MASTERDOWN",
-];
+use crate::error::Kind;
 
 /// Every proxy-wide counter.
 pub struct Counters {
@@ -39,8 +24,8 @@ pub struct Counters {
     pub releases: AtomicU64,
     /// One counter per command of the command table, by the command's index.
     by_command: Box<[AtomicU64]>,
-    /// One counter per [`ERROR_KINDS`] entry, then `other`.
-    errors: [AtomicU64; ERROR_KINDS.len() + 1],
+    /// One counter per error [`Kind`], in the order of [`Kind::ALL`].
+    errors: [AtomicU64; Kind::ALL.len()],
     /// From a `SET ... NX` request being read to its answer.
     acquire: Latency,
 }
@@ -82,22 +67,17 @@ impl Counters {
         self.by_command.iter().map(Counters::get)
     }
 
-    /// Counts an error reply by its kind (its first word).
-    pub fn count_error(&self, text: &[u8]) {
-        let word = text.split(|&c| c == b' ').next().unwrap_or_default();
-        let at = ERROR_KINDS
-            .iter()
-            .position(|k| k.as_bytes() == word)
-            .unwrap_or(ERROR_KINDS.len());
-        Counters::bump(&self.errors[at]);
+    /// Counts an error reply by its kind (its first word, as Redis's `errorstat_*`).
+    pub fn count_error(&self, kind: Kind) {
+        Counters::bump(&self.errors[kind as usize]);
     }
 
-    /// Error replies counted so far: each kind's label with its count, `other` last.
+    /// Error replies counted so far: each kind's label ([`Kind::word`]) with its count, in the
+    /// order of [`Kind::ALL`] (`other` last).
     pub fn errors(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
-        ERROR_KINDS
+        Kind::ALL
             .iter()
-            .copied()
-            .chain(["other"])
+            .map(|k| k.word())
             .zip(self.errors.iter().map(Counters::get))
     }
 
@@ -188,5 +168,21 @@ impl fmt::Debug for Latency {
         f.debug_struct("Latency")
             .field("count", &self.count())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_counted_under_their_kinds_label() {
+        let c = Counters::new(0);
+        c.count_error(Kind::of(b"CLUSTERDOWN redlock-proxy: no quorum"));
+        c.count_error(Kind::of(b"NOTBUSY No scripts in execution right now."));
+        c.count_error(Kind::of(b"ERR x"));
+        let counted: Vec<(&str, u64)> = c.errors().filter(|(_, n)| *n > 0).collect();
+        assert_eq!(counted, [("ERR", 1), ("CLUSTERDOWN", 1), ("other", 1)]);
+        assert_eq!(c.errors().count(), Kind::ALL.len());
     }
 }

@@ -1,10 +1,28 @@
-//! The error catalogue: every kind of error the proxy reports, with Redis's wording in one
-//! place. Replies, logs and metric labels derive from the kind.
+//! The error catalogue: every error the proxy words itself, with Redis's wording in one
+//! place. Replies, logs and metric labels derive from it.
+//!
+//! - [`Kind`]: an error reply's first word (`ERR`, `WRONGTYPE`, `NOAUTH`, ...), which clients
+//!   match on and `/metrics` counts by. Any error reply has one, a master's too: [`Kind::of`].
+//! - [`Error`]: the proxy's own errors, one variant per wording, with what the wording quotes as
+//!   fields. [`Error::text`] spells every one of them, byte for byte as Redis (or, for the
+//!   proxy's own refusals, as the proxy has always) words it; a reply is made with
+//!   `Reply::from(Error::...)`, and nothing else in the crate spells an error.
+//! - [`Malformed`]: the requests Redis answers with a protocol error. The request decoder
+//!   (`wire::request`) keeps its own boundary type, `ProtocolError`, which is either one of
+//!   these (answered with [`Error::Protocol`], then the connection closes) or an overflowing
+//!   request, which Redis closes without a word. The decoder's vocabulary sits here rather than
+//!   the catalogue in the decoder because every layer may look down at this module, and this
+//!   module looks at none.
+//! - [`BackendError`]: why a master's reply does not count (a "no" vote, never a client's
+//!   reply).
+//!
+//! Errors a master sends are no part of the catalogue: they reach the client as the master
+//! worded them, and are only classified (by [`Kind::of`]).
 
-use thiserror::Error;
+use std::borrow::Cow;
 
 /// Why a master's reply does not count.
-#[derive(Debug, Clone, Copy, Error, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, thiserror::Error, PartialEq, Eq)]
 pub enum BackendError {
     /// The master is marked down; the request was not sent.
     #[error("master is down")]
@@ -54,7 +72,8 @@ pub enum Kind {
     MasterDown,
     /// `CLUSTERDOWN`: fewer than a quorum of masters answered.
     ClusterDown,
-    /// Any other first word (a master's error the proxy passes on).
+    /// Any other first word: a master's error the proxy passes on, and the proxy's own
+    /// `NOTBUSY` and `TRYAGAIN`.
     Other,
 }
 
@@ -109,10 +128,39 @@ impl Kind {
     }
 }
 
-/// An error the proxy words itself, as Redis words it: the catalogue. Each variant's text is
-/// written once, in [`Error::text`]; its [`Kind`] is its first word.
+/// A request Redis refuses with a protocol error (`ERR Protocol error: ...`), after which the
+/// connection closes. Decoded without allocating: a plain value, no boxing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Malformed {
+    /// The `*<count>` header is not a number or is too large.
+    MultibulkLength,
+    /// A `$<len>` header is not a number or is too large.
+    BulkLength,
+    /// Before `AUTH`, a multibulk announced more than 10 arguments.
+    UnauthenticatedMultibulkLength,
+    /// Before `AUTH`, a bulk was longer than 16384 bytes.
+    UnauthenticatedBulkLength,
+    /// An array element is not a bulk string: the byte found instead of `$`.
+    ExpectedBulk(char),
+    /// A `*<count>` header line did not end in time.
+    HeaderTooLong,
+    /// A `$<len>` header line did not end in time.
+    BulkHeaderTooLong,
+    /// An inline command line did not end in time.
+    InlineTooLong,
+    /// An inline command has an unterminated quote.
+    UnbalancedQuotes,
+}
+
+/// An error the proxy words itself: the catalogue. Each variant's text is written once, in
+/// [`Error::text`]; its [`Kind`] is its first word.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {
+    // --- Protocol: requests that cannot be decoded. ---
+    /// `ERR Protocol error: ...`; the connection closes after it.
+    Protocol(Malformed),
+
+    // --- Commands: names, arity and syntax. ---
     /// `ERR unknown command 'name', with args beginning with: 'a' 'b' `.
     UnknownCommand {
         /// The name as the client spelled it, at most 128 bytes.
@@ -127,26 +175,192 @@ pub enum Error {
         /// The subcommand as the client spelled it, at most 128 bytes.
         sub: String,
     },
-    /// `ERR wrong number of arguments for 'name' command`.
+    /// `ERR wrong number of arguments for 'name' command` (`name` is lower case, and
+    /// `command|sub` for a subcommand).
     WrongArity(&'static str),
     /// `ERR syntax error`.
     Syntax,
+    /// `ERR Syntax error in HELLO option 'opt'`.
+    HelloOption(String),
+    /// `ERR Unrecognized option 'attr'` (`CLIENT SETINFO`).
+    UnrecognizedOption(String),
+    /// `ERR SCRIPT FLUSH only support SYNC|ASYNC option`.
+    ScriptFlushMode,
+    /// `ERR redlock-proxy does not support CONFIG SUB`.
+    ConfigUnsupported(String),
+
+    // --- Values and ranges: an argument of the right place but the wrong value. ---
     /// `ERR value is not an integer or out of range`.
     NotAnInteger,
-    /// `NOAUTH Authentication required.`
-    NoAuth,
-    /// `NOPERM` for a key the user may not touch.
-    NoPermKeys,
-    /// `WRONGPASS` for a failed login.
-    WrongPass,
+    /// `ERR Protocol version is not an integer or out of range` (`HELLO`).
+    ProtocolVersionNotAnInteger,
+    /// `ERR timeout is not an integer or out of range` (`WAIT`).
+    TimeoutNotAnInteger,
+    /// `ERR timeout is not a float or out of range` (`BLPOP`).
+    TimeoutNotAFloat,
+    /// `ERR timeout is negative`.
+    TimeoutNegative,
+    /// `ERR timeout is out of range`.
+    TimeoutOutOfRange,
+    /// `ERR invalid expire time in 'name' command`.
+    InvalidExpire(&'static str),
+    /// `ERR invalid expire time in lock extension`.
+    InvalidExtension,
+    /// `ERR invalid expire time in lock script` (a hash lock's TTL).
+    InvalidLockScriptTtl,
+    /// `ERR invalid expire time in lock script: the TTL must be a positive number of
+    /// milliseconds` (a lock script's TTL argument).
+    InvalidScriptTtl,
+    /// `ERR DB index is out of range (redlock-proxy serves database 0 only)`.
+    DbIndexOutOfRange,
+    /// `ERR Number of keys can't be negative`.
+    NegativeKeyCount,
+    /// `ERR Number of keys can't be greater than number of args`.
+    KeyCountBeyondArgs,
+    /// `ERR Client names cannot contain spaces, newlines or special characters.`
+    BadClientName,
+    /// `ERR redlock-proxy runs ARGV[j] of this lock script only as PUBLISH or SPUBLISH`.
+    PublishArg(usize),
+
+    // --- Connection and key state. ---
+    /// `NOPROTO unsupported protocol version`.
+    NoProto,
     /// `WRONGTYPE Operation against a key holding the wrong kind of value`.
     WrongType,
-    /// `ERR Command not allowed inside a transaction`.
-    NotInMulti,
     /// `ERR Can't execute 'name': only (P|S)SUBSCRIBE / ... are allowed in this context`.
     OnlySubscribe(&'static str),
+
+    // --- Authentication and permissions. ---
+    /// `NOAUTH Authentication required.`
+    NoAuth,
+    /// `NOAUTH HELLO must be called with the client already authenticated, ...`.
+    HelloNoAuth,
+    /// `WRONGPASS` for a failed login.
+    WrongPass,
+    /// `ERR AUTH <password> called without any password configured for the default user. ...`
+    AuthWithoutPassword,
+    /// `NOPERM` for a key the user may not touch.
+    NoPermKeys,
+
+    // --- Transactions. ---
+    /// `ERR Command not allowed inside a transaction`.
+    NotInMulti,
+    /// `ERR WATCH inside MULTI is not allowed`.
+    WatchInMulti,
+    /// `ERR MULTI calls can not be nested`.
+    NestedMulti,
+    /// `ERR DISCARD without MULTI`.
+    DiscardWithoutMulti,
+    /// `ERR EXEC without MULTI`.
+    ExecWithoutMulti,
+    /// `EXECABORT Transaction discarded because of previous errors.`
+    ExecAbort,
+
+    // --- Scripts. ---
+    /// `NOSCRIPT No matching script. Please use EVAL.`
+    NoScript,
+    /// `NOTBUSY No scripts in execution right now.` (the proxy never leaves one running).
+    NotBusy,
+    /// `ERR redlock-proxy does not know what script SHA does, and unknown_scripts = "reject"`.
+    UnknownScript {
+        /// The script's SHA1, in hex.
+        sha: String,
+    },
+
+    // --- Limits: the proxy's own bounds. ---
+    /// `ERR lock TTL T ms exceeds the proxy's max_ttl_ms (M ms)`.
+    TtlTooLong {
+        /// The TTL asked for, in milliseconds.
+        ttl: i64,
+        /// `max_ttl_ms`.
+        max: u64,
+    },
+    /// `ERR lock TTL would exceed the proxy's max_ttl_ms (M ms)` (an extension that adds).
+    ExtensionTooLong {
+        /// `max_ttl_ms`.
+        max: u64,
+    },
+    /// `ERR expiry of T ms exceeds the proxy's max_ttl_ms (M ms)` (`EXPIRE` and the like).
+    ExpiryTooLong {
+        /// The expiry asked for, in milliseconds from now.
+        ms: i64,
+        /// `max_ttl_ms`.
+        max: u64,
+    },
+    /// `ERR signal TTL T ms must be positive and within the proxy's max_ttl_ms (M ms)`.
+    SignalTtl {
+        /// The wake-up signal's TTL, in milliseconds.
+        ttl: i64,
+        /// `max_ttl_ms`.
+        max: u64,
+    },
+    /// `ERR unlock latch TTL T ms must be positive and within the proxy's max_ttl_ms (M ms)`.
+    LatchTtl {
+        /// The unlock latch's TTL, in milliseconds.
+        ttl: i64,
+        /// `max_ttl_ms`.
+        max: u64,
+    },
+    /// `ERR redlock-proxy supports SET NX only as a lock: ...` (`SET NX` with `GET` or
+    /// `KEEPTTL`).
+    NxOnlyAsLock,
+    /// `ERR redlock-proxy refuses SET NX without an expiry: ...`.
+    NxWithoutExpiry,
+    /// `ERR redlock-proxy: too many commands in MULTI (max_multi_commands = N)`.
+    TooManyQueued {
+        /// `max_multi_commands`.
+        max: usize,
+    },
+    /// `ERR redlock-proxy: MULTI would hold more than client_query_buffer_limit (N bytes) of
+    /// queued commands`.
+    QueuedTooLarge {
+        /// `client_query_buffer_limit`.
+        max: usize,
+    },
+    /// `ERR redlock-proxy: too many watched keys (max_watch_keys = N)`.
+    TooManyWatched {
+        /// `max_watch_keys`.
+        max: usize,
+    },
+    /// `ERR redlock-proxy: watched values would pass client_query_buffer_limit (N bytes)`.
+    WatchedTooLarge {
+        /// `client_query_buffer_limit`.
+        max: usize,
+    },
+    /// `ERR redlock-proxy: a script of N bytes is larger than script_cache_bytes (M)`.
+    ScriptTooLarge {
+        /// The script's length in bytes.
+        len: usize,
+        /// `script_cache_bytes`.
+        max: usize,
+    },
+    /// `ERR max number of clients reached` (`max_clients`), written before closing.
+    MaxClients,
+    /// `ERR redlock-proxy: a master's reply is nested more than 32 levels deep`: stands in for
+    /// a reply deeper than `wire::master::MAX_REPLY_DEPTH`.
+    ReplyTooDeep,
+
+    // --- Lock operations the proxy cannot form (its own scripts' shapes). ---
+    /// `ERR redlock-proxy: a lock operation needs at least one key`.
+    NoLockKeys,
+    /// `ERR redlock-proxy: a TTL read needs constant replies`.
+    TtlReadShape,
+    /// `ERR redlock-proxy: an unlock needs a channel`.
+    UnlockWithoutChannel,
+    /// `ERR redlock-proxy: a forced unlock needs a channel`.
+    ForceWithoutChannel,
+
+    // --- Quorum: the masters gave no majority. ---
     /// `CLUSTERDOWN redlock-proxy: fewer than a quorum of masters answered`.
     NoQuorum,
+    /// `CLUSTERDOWN ... answered the release`.
+    NoQuorumRelease,
+    /// `CLUSTERDOWN ... answered the unlock`.
+    NoQuorumUnlock,
+    /// `ERR redlock-proxy: the masters did not agree on the script's reply (no majority)`.
+    ScriptDisagreement,
+    /// `TRYAGAIN redlock-proxy: another proxy is fencing the same grant; try again`.
+    FenceContended,
 }
 
 /// The longest piece of a client's input an error quotes.
@@ -178,45 +392,218 @@ impl Error {
         }
     }
 
-    /// The words of a constant error, when it has no parts (so a reply needs no allocation).
-    pub fn static_text(&self) -> Option<&'static str> {
-        Some(match self {
+    /// The error's full text, as the client reads it (without the leading `-`): borrowed for
+    /// a constant wording, so such a reply costs no allocation. Every wording is here, and
+    /// only here.
+    pub fn text(&self) -> Cow<'static, str> {
+        let text: &'static str = match self {
+            // Protocol.
+            Error::Protocol(m) => match m {
+                Malformed::MultibulkLength => "ERR Protocol error: invalid multibulk length",
+                Malformed::BulkLength => "ERR Protocol error: invalid bulk length",
+                Malformed::UnauthenticatedMultibulkLength => {
+                    "ERR Protocol error: unauthenticated multibulk length"
+                }
+                Malformed::UnauthenticatedBulkLength => {
+                    "ERR Protocol error: unauthenticated bulk length"
+                }
+                Malformed::ExpectedBulk(got) => {
+                    return format!("ERR Protocol error: expected '$', got '{got}'").into();
+                }
+                Malformed::HeaderTooLong => "ERR Protocol error: too big mbulk count string",
+                Malformed::BulkHeaderTooLong => "ERR Protocol error: too big bulk count string",
+                Malformed::InlineTooLong => "ERR Protocol error: too big inline request",
+                Malformed::UnbalancedQuotes => "ERR Protocol error: unbalanced quotes in request",
+            },
+
+            // Commands: names, arity and syntax.
+            Error::UnknownCommand { name, args } => {
+                return format!("ERR unknown command '{name}', with args beginning with: {args}")
+                    .into();
+            }
+            Error::UnknownSubcommand { command, sub } => {
+                return format!(
+                    "ERR unknown subcommand '{sub}'. Try {} HELP.",
+                    command.to_ascii_uppercase()
+                )
+                .into();
+            }
+            Error::WrongArity(name) => {
+                return format!("ERR wrong number of arguments for '{name}' command").into();
+            }
             Error::Syntax => "ERR syntax error",
+            Error::HelloOption(opt) => {
+                return format!("ERR Syntax error in HELLO option '{opt}'").into();
+            }
+            Error::UnrecognizedOption(opt) => {
+                return format!("ERR Unrecognized option '{opt}'").into();
+            }
+            Error::ScriptFlushMode => "ERR SCRIPT FLUSH only support SYNC|ASYNC option",
+            Error::ConfigUnsupported(sub) => {
+                return format!("ERR redlock-proxy does not support CONFIG {sub}").into();
+            }
+
+            // Values and ranges.
             Error::NotAnInteger => "ERR value is not an integer or out of range",
+            Error::ProtocolVersionNotAnInteger => {
+                "ERR Protocol version is not an integer or out of range"
+            }
+            Error::TimeoutNotAnInteger => "ERR timeout is not an integer or out of range",
+            Error::TimeoutNotAFloat => "ERR timeout is not a float or out of range",
+            Error::TimeoutNegative => "ERR timeout is negative",
+            Error::TimeoutOutOfRange => "ERR timeout is out of range",
+            Error::InvalidExpire(name) => {
+                return format!("ERR invalid expire time in '{name}' command").into();
+            }
+            Error::InvalidExtension => "ERR invalid expire time in lock extension",
+            Error::InvalidLockScriptTtl => "ERR invalid expire time in lock script",
+            Error::InvalidScriptTtl => {
+                "ERR invalid expire time in lock script: the TTL must be a positive number of milliseconds"
+            }
+            Error::DbIndexOutOfRange => {
+                "ERR DB index is out of range (redlock-proxy serves database 0 only)"
+            }
+            Error::NegativeKeyCount => "ERR Number of keys can't be negative",
+            Error::KeyCountBeyondArgs => "ERR Number of keys can't be greater than number of args",
+            Error::BadClientName => {
+                "ERR Client names cannot contain spaces, newlines or special characters."
+            }
+            Error::PublishArg(j) => {
+                return format!(
+                    "ERR redlock-proxy runs ARGV[{j}] of this lock script only as PUBLISH or SPUBLISH"
+                )
+                .into();
+            }
+
+            // Connection and key state.
+            Error::NoProto => "NOPROTO unsupported protocol version",
+            Error::WrongType => "WRONGTYPE Operation against a key holding the wrong kind of value",
+            Error::OnlySubscribe(name) => {
+                return format!(
+                    "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
+                )
+                .into();
+            }
+
+            // Authentication and permissions.
             Error::NoAuth => "NOAUTH Authentication required.",
+            Error::HelloNoAuth => {
+                "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
+            }
+            Error::WrongPass => "WRONGPASS invalid username-password pair or user is disabled.",
+            Error::AuthWithoutPassword => {
+                "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+            }
             Error::NoPermKeys => {
                 "NOPERM this user has no permissions to access one of the keys used as arguments"
             }
-            Error::WrongPass => "WRONGPASS invalid username-password pair or user is disabled.",
-            Error::WrongType => "WRONGTYPE Operation against a key holding the wrong kind of value",
-            Error::NotInMulti => "ERR Command not allowed inside a transaction",
-            Error::NoQuorum => "CLUSTERDOWN redlock-proxy: fewer than a quorum of masters answered",
-            _ => return None,
-        })
-    }
 
-    /// The error's full text, as the client reads it (without the leading `-`).
-    pub fn text(&self) -> std::borrow::Cow<'static, str> {
-        if let Some(text) = self.static_text() {
-            return text.into();
-        }
-        match self {
-            Error::UnknownCommand { name, args } => {
-                format!("ERR unknown command '{name}', with args beginning with: {args}")
+            // Transactions.
+            Error::NotInMulti => "ERR Command not allowed inside a transaction",
+            Error::WatchInMulti => "ERR WATCH inside MULTI is not allowed",
+            Error::NestedMulti => "ERR MULTI calls can not be nested",
+            Error::DiscardWithoutMulti => "ERR DISCARD without MULTI",
+            Error::ExecWithoutMulti => "ERR EXEC without MULTI",
+            Error::ExecAbort => "EXECABORT Transaction discarded because of previous errors.",
+
+            // Scripts.
+            Error::NoScript => "NOSCRIPT No matching script. Please use EVAL.",
+            Error::NotBusy => "NOTBUSY No scripts in execution right now.",
+            Error::UnknownScript { sha } => {
+                return format!(
+                    "ERR redlock-proxy does not know what script {sha} does, and unknown_scripts = \"reject\""
+                )
+                .into();
             }
-            Error::UnknownSubcommand { command, sub } => format!(
-                "ERR unknown subcommand '{sub}'. Try {} HELP.",
-                command.to_ascii_uppercase()
-            ),
-            Error::WrongArity(name) => {
-                format!("ERR wrong number of arguments for '{name}' command")
+
+            // Limits.
+            Error::TtlTooLong { ttl, max } => {
+                return format!("ERR lock TTL {ttl} ms exceeds the proxy's max_ttl_ms ({max} ms)")
+                    .into();
             }
-            Error::OnlySubscribe(name) => format!(
-                "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
-            ),
-            _ => String::new(),
-        }
-        .into()
+            Error::ExtensionTooLong { max } => {
+                return format!("ERR lock TTL would exceed the proxy's max_ttl_ms ({max} ms)")
+                    .into();
+            }
+            Error::ExpiryTooLong { ms, max } => {
+                return format!("ERR expiry of {ms} ms exceeds the proxy's max_ttl_ms ({max} ms)")
+                    .into();
+            }
+            Error::SignalTtl { ttl, max } => {
+                return format!(
+                    "ERR signal TTL {ttl} ms must be positive and within the proxy's max_ttl_ms ({max} ms)"
+                )
+                .into();
+            }
+            Error::LatchTtl { ttl, max } => {
+                return format!(
+                    "ERR unlock latch TTL {ttl} ms must be positive and within the proxy's max_ttl_ms ({max} ms)"
+                )
+                .into();
+            }
+            Error::NxOnlyAsLock => {
+                "ERR redlock-proxy supports SET NX only as a lock: SET key token NX PX milliseconds (or EX seconds)"
+            }
+            Error::NxWithoutExpiry => {
+                "ERR redlock-proxy refuses SET NX without an expiry: the lock could never expire (add PX or EX, or set default_ttl_ms)"
+            }
+            Error::TooManyQueued { max } => {
+                return format!(
+                    "ERR redlock-proxy: too many commands in MULTI (max_multi_commands = {max})"
+                )
+                .into();
+            }
+            Error::QueuedTooLarge { max } => {
+                return format!(
+                    "ERR redlock-proxy: MULTI would hold more than client_query_buffer_limit ({max} bytes) of queued commands"
+                )
+                .into();
+            }
+            Error::TooManyWatched { max } => {
+                return format!(
+                    "ERR redlock-proxy: too many watched keys (max_watch_keys = {max})"
+                )
+                .into();
+            }
+            Error::WatchedTooLarge { max } => {
+                return format!(
+                    "ERR redlock-proxy: watched values would pass client_query_buffer_limit ({max} bytes)"
+                )
+                .into();
+            }
+            Error::ScriptTooLarge { len, max } => {
+                return format!(
+                    "ERR redlock-proxy: a script of {len} bytes is larger than script_cache_bytes ({max})"
+                )
+                .into();
+            }
+            Error::MaxClients => "ERR max number of clients reached",
+            Error::ReplyTooDeep => {
+                "ERR redlock-proxy: a master's reply is nested more than 32 levels deep"
+            }
+
+            // Lock operations the proxy cannot form.
+            Error::NoLockKeys => "ERR redlock-proxy: a lock operation needs at least one key",
+            Error::TtlReadShape => "ERR redlock-proxy: a TTL read needs constant replies",
+            Error::UnlockWithoutChannel => "ERR redlock-proxy: an unlock needs a channel",
+            Error::ForceWithoutChannel => "ERR redlock-proxy: a forced unlock needs a channel",
+
+            // Quorum.
+            Error::NoQuorum => "CLUSTERDOWN redlock-proxy: fewer than a quorum of masters answered",
+            Error::NoQuorumRelease => {
+                "CLUSTERDOWN redlock-proxy: fewer than a quorum of masters answered the release"
+            }
+            Error::NoQuorumUnlock => {
+                "CLUSTERDOWN redlock-proxy: fewer than a quorum of masters answered the unlock"
+            }
+            Error::ScriptDisagreement => {
+                "ERR redlock-proxy: the masters did not agree on the script's reply (no majority)"
+            }
+            Error::FenceContended => {
+                "TRYAGAIN redlock-proxy: another proxy is fencing the same grant; try again"
+            }
+        };
+        Cow::Borrowed(text)
     }
 
     /// The error's kind: its first word.
@@ -228,5 +615,155 @@ impl Error {
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.text())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One of every variant (and every malformed request).
+    fn every() -> Vec<Error> {
+        let m = [
+            Malformed::MultibulkLength,
+            Malformed::BulkLength,
+            Malformed::UnauthenticatedMultibulkLength,
+            Malformed::UnauthenticatedBulkLength,
+            Malformed::ExpectedBulk('*'),
+            Malformed::HeaderTooLong,
+            Malformed::BulkHeaderTooLong,
+            Malformed::InlineTooLong,
+            Malformed::UnbalancedQuotes,
+        ];
+        let mut all: Vec<Error> = m.into_iter().map(Error::Protocol).collect();
+        all.extend([
+            Error::unknown_command(b"foo", [&b"a"[..]].into_iter()),
+            Error::unknown_subcommand("client", b"x"),
+            Error::WrongArity("get"),
+            Error::Syntax,
+            Error::HelloOption("X".into()),
+            Error::UnrecognizedOption("x".into()),
+            Error::ScriptFlushMode,
+            Error::ConfigUnsupported("SET".into()),
+            Error::NotAnInteger,
+            Error::ProtocolVersionNotAnInteger,
+            Error::TimeoutNotAnInteger,
+            Error::TimeoutNotAFloat,
+            Error::TimeoutNegative,
+            Error::TimeoutOutOfRange,
+            Error::InvalidExpire("set"),
+            Error::InvalidExtension,
+            Error::InvalidLockScriptTtl,
+            Error::InvalidScriptTtl,
+            Error::DbIndexOutOfRange,
+            Error::NegativeKeyCount,
+            Error::KeyCountBeyondArgs,
+            Error::BadClientName,
+            Error::PublishArg(3),
+            Error::NoProto,
+            Error::WrongType,
+            Error::OnlySubscribe("get"),
+            Error::NoAuth,
+            Error::HelloNoAuth,
+            Error::WrongPass,
+            Error::AuthWithoutPassword,
+            Error::NoPermKeys,
+            Error::NotInMulti,
+            Error::WatchInMulti,
+            Error::NestedMulti,
+            Error::DiscardWithoutMulti,
+            Error::ExecWithoutMulti,
+            Error::ExecAbort,
+            Error::NoScript,
+            Error::NotBusy,
+            Error::UnknownScript { sha: "ab".into() },
+            Error::TtlTooLong { ttl: 2, max: 1 },
+            Error::ExtensionTooLong { max: 1 },
+            Error::ExpiryTooLong { ms: 2, max: 1 },
+            Error::SignalTtl { ttl: 0, max: 1 },
+            Error::LatchTtl { ttl: 0, max: 1 },
+            Error::NxOnlyAsLock,
+            Error::NxWithoutExpiry,
+            Error::TooManyQueued { max: 1 },
+            Error::QueuedTooLarge { max: 1 },
+            Error::TooManyWatched { max: 1 },
+            Error::WatchedTooLarge { max: 1 },
+            Error::ScriptTooLarge { len: 2, max: 1 },
+            Error::MaxClients,
+            Error::ReplyTooDeep,
+            Error::NoLockKeys,
+            Error::TtlReadShape,
+            Error::UnlockWithoutChannel,
+            Error::ForceWithoutChannel,
+            Error::NoQuorum,
+            Error::NoQuorumRelease,
+            Error::NoQuorumUnlock,
+            Error::ScriptDisagreement,
+            Error::FenceContended,
+        ]);
+        all
+    }
+
+    #[test]
+    fn every_wording_is_distinct_and_starts_with_its_kind() {
+        let mut seen = std::collections::HashSet::new();
+        for e in every() {
+            let text = e.text();
+            assert!(seen.insert(text.clone().into_owned()), "twice: {text}");
+            assert!(!text.contains(['\r', '\n']), "{text}");
+            match e {
+                // Redis's own words with no kind of their own: counted as `other`.
+                Error::NotBusy | Error::FenceContended => assert_eq!(e.kind(), Kind::Other),
+                _ => {
+                    assert_ne!(e.kind(), Kind::Other, "{text}");
+                    assert!(text.starts_with(&format!("{} ", e.kind().word())), "{text}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn parametrised_wordings() {
+        assert_eq!(
+            Error::Protocol(Malformed::ExpectedBulk('*')).text(),
+            "ERR Protocol error: expected '$', got '*'"
+        );
+        assert_eq!(
+            Error::TtlTooLong { ttl: 9, max: 5 }.text(),
+            "ERR lock TTL 9 ms exceeds the proxy's max_ttl_ms (5 ms)"
+        );
+        assert_eq!(
+            Error::UnknownScript { sha: "ab".into() }.text(),
+            "ERR redlock-proxy does not know what script ab does, and unknown_scripts = \"reject\""
+        );
+        assert_eq!(
+            Error::WrongArity("client|setname").text(),
+            "ERR wrong number of arguments for 'client|setname' command"
+        );
+        // Constant wordings are borrowed: their replies cost no allocation.
+        assert!(matches!(Error::NoQuorum.text(), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn kinds_are_indexed_by_their_place_in_all() {
+        // `Counters` keeps one counter per kind at `kind as usize`.
+        for (i, k) in Kind::ALL.iter().enumerate() {
+            assert_eq!(*k as usize, i);
+        }
+        assert_eq!(Kind::ALL.last(), Some(&Kind::Other));
+    }
+
+    #[test]
+    fn kinds_are_read_from_the_first_word() {
+        assert_eq!(Kind::of(b"ERR syntax error"), Kind::Err);
+        assert_eq!(Kind::of(b"CLUSTERDOWN x"), Kind::ClusterDown);
+        assert_eq!(Kind::of(b"BUSY Redis is busy"), Kind::Busy);
+        assert_eq!(
+            Kind::of(b"BUSYKEY Target key name already exists."),
+            Kind::Other
+        );
+        assert_eq!(Kind::of(b"other x"), Kind::Other);
+        assert_eq!(Kind::of(b"ERR"), Kind::Err);
+        assert_eq!(Kind::of(b""), Kind::Other);
     }
 }

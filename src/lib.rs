@@ -35,7 +35,7 @@ pub mod config;
 pub(crate) mod counters;
 pub mod dev;
 pub(crate) mod endpoint;
-pub(crate) mod error;
+pub mod error;
 pub(crate) mod keylock;
 #[cfg(test)]
 mod layering;

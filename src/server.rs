@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -19,7 +20,9 @@ use crate::quorum::Request;
 use crate::bootstrap::Parts;
 use crate::command::TABLE;
 use crate::config::Config;
+use crate::error::Error;
 use crate::proxy::Proxy;
+use crate::wire::reply::Reply;
 
 /// One client's place under `max_clients`, given back when its task ends, however it ends.
 struct Slot(Arc<Proxy>);
@@ -115,9 +118,9 @@ pub async fn serve_until(
         let Some(slot) = Slot::take(&proxy) else {
             if !secure {
                 let mut socket = socket;
-                let _ = socket
-                    .write_all(b"-ERR max number of clients reached\r\n")
-                    .await;
+                let mut refusal = BytesMut::new();
+                Reply::from(Error::MaxClients).encode(&mut refusal, false);
+                let _ = socket.write_all(&refusal).await;
             }
             continue;
         };

@@ -26,6 +26,7 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::health::MasterInfo;
+use crate::error::Kind;
 use crate::wire::reply::Reply;
 
 /// One reading of a master's clock.
@@ -184,6 +185,7 @@ pub(super) fn judge(
         Err(reply) => {
             info.distrust_clock(distrust_for);
             warn!(
+                kind = reply.error_kind().map(Kind::word),
                 reply = ?reply,
                 status = "clock-suspect",
                 "master did not answer TIME, so its clock cannot be watched (set clock_watch = false if TIME is disabled)"

@@ -14,6 +14,7 @@ use tracing::{info, warn};
 use super::clock::{ClockWatch, Sample, judge, parse_time};
 use super::health::MasterInfo;
 use super::settings::Settings;
+use crate::error::Kind;
 use crate::wire::master::{ReplyDecoder, command};
 use crate::wire::reply::Reply;
 
@@ -299,7 +300,7 @@ async fn read_more(
 
 /// True for a master's `-BUSY ...` error (a Lua script or function is running).
 fn is_busy(reply: &Reply) -> bool {
-    matches!(reply, Reply::Error(e) if e.starts_with(b"BUSY"))
+    reply.error_kind() == Some(Kind::Busy)
 }
 
 /// Applies what the greeting told: restart quarantine and the clock baseline.

@@ -768,7 +768,7 @@ mod tests {
             master.write_all(&deep).await.unwrap();
             assert_eq!(
                 next(&mut rx).await,
-                (0, Ok(Reply::static_error(crate::wire::master::TOO_DEEP)))
+                (0, Ok(Reply::from(crate::error::Error::ReplyTooDeep)))
             );
             assert_eq!(next(&mut rx).await, (1, Ok(Reply::simple("PONG"))));
             drop(qtx);

@@ -22,6 +22,7 @@ use tokio::time::{Instant, sleep};
 use super::action::Action;
 use super::keys::{Gather, vote};
 use super::session::Conn;
+use crate::error::Error;
 use crate::proxy::Proxy;
 use crate::wire::master::command;
 use crate::wire::reply::Reply;
@@ -34,17 +35,17 @@ pub const MAX_BLOCK: Duration = Duration::from_secs(300);
 
 /// Parses a blocking command's timeout (seconds, a decimal number) as Redis 7 does.
 pub fn parse_timeout(arg: &[u8]) -> Result<Option<Duration>, Reply> {
-    let not_a_float = || Reply::static_error("ERR timeout is not a float or out of range");
+    let not_a_float = || Reply::from(Error::TimeoutNotAFloat);
     let text = std::str::from_utf8(arg).map_err(|_| not_a_float())?;
     let secs: f64 = text.trim().parse().map_err(|_| not_a_float())?;
     if !secs.is_finite() {
         return Err(not_a_float());
     }
     if secs < 0.0 {
-        return Err(Reply::static_error("ERR timeout is negative"));
+        return Err(Reply::from(Error::TimeoutNegative));
     }
     if secs > 1e12 {
-        return Err(Reply::static_error("ERR timeout is out of range"));
+        return Err(Reply::from(Error::TimeoutOutOfRange));
     }
     Ok((secs > 0.0).then(|| Duration::from_secs_f64(secs)))
 }
@@ -57,7 +58,7 @@ pub fn blpop(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     };
     let keys: Vec<Bytes> = args[1..args.len() - 1].to_vec();
     let proxy = proxy.clone();
-    let gone = conn.gone.watch();
+    let gone = conn.gone_signal();
     Action::Later(Box::pin(async move {
         let deadline = Instant::now() + timeout;
         let mut pause = Duration::from_millis(2);

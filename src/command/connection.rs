@@ -21,10 +21,10 @@ pub const REDIS_VERSION: &str = "7.0.0";
 /// `PING [message]`. Before `AUTH` it answers `NOAUTH`, as Redis 7 does. (The table still lets
 /// it through unauthenticated so that its arity is checked first, as Redis checks it.)
 pub fn ping(_: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
-    if !conn.authed {
-        return Reply::static_error("NOAUTH Authentication required.").into();
+    if !conn.logged_in() {
+        return Reply::from(Error::NoAuth).into();
     }
-    if conn.subscribed() && !conn.resp3 {
+    if conn.subscribed() && !conn.resp3() {
         // In subscribed mode (RESP2) Redis answers PING as a message-shaped array.
         let msg = args.get(1).cloned().unwrap_or_default();
         return Reply::Array(vec![Reply::bulk("pong"), Reply::Bulk(msg)]).into();
@@ -46,8 +46,8 @@ pub fn wait(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         return Reply::from(Error::NotAnInteger).into();
     }
     match parse_int(&args[2]) {
-        None => Reply::static_error("ERR timeout is not an integer or out of range").into(),
-        Some(t) if t < 0 => Reply::static_error("ERR timeout is negative").into(),
+        None => Reply::from(Error::TimeoutNotAnInteger).into(),
+        Some(t) if t < 0 => Reply::from(Error::TimeoutNegative).into(),
         Some(_) => Reply::Integer(0).into(),
     }
 }
@@ -59,18 +59,13 @@ pub fn echo(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
 
 /// `HELLO [protover [AUTH username password] [SETNAME clientname]]`
 pub fn hello(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
-    let mut resp3 = conn.resp3;
+    let mut resp3 = conn.resp3();
     if let Some(ver) = args.get(1) {
         match parse_int(ver) {
             Some(2) => resp3 = false,
             Some(3) => resp3 = true,
-            Some(_) => return Reply::static_error("NOPROTO unsupported protocol version").into(),
-            None => {
-                return Reply::static_error(
-                    "ERR Protocol version is not an integer or out of range",
-                )
-                .into();
-            }
+            Some(_) => return Reply::from(Error::NoProto).into(),
+            None => return Reply::from(Error::ProtocolVersionNotAnInteger).into(),
         }
     }
     let mut name = None;
@@ -79,10 +74,9 @@ pub fn hello(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
         let opt = &args[i];
         if opt.eq_ignore_ascii_case(b"AUTH") && i + 2 < args.len() {
             match proxy.accounts().login(Some(&args[i + 1]), &args[i + 2]) {
-                Ok(keys) => conn.keys = keys,
-                Err(e) => return Reply::static_error(e).into(),
+                Ok(keys) => conn.log_in(keys),
+                Err(e) => return Reply::from(e).into(),
             }
-            conn.authed = true;
             i += 3;
         } else if opt.eq_ignore_ascii_case(b"SETNAME") && i + 1 < args.len() {
             if let Err(e) = valid_name(&args[i + 1]) {
@@ -91,26 +85,23 @@ pub fn hello(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
             name = Some(args[i + 1].clone());
             i += 2;
         } else {
-            return Reply::error(format!(
-                "ERR Syntax error in HELLO option '{}'",
-                String::from_utf8_lossy(opt)
-            ))
-            .into();
+            let opt = String::from_utf8_lossy(opt).into_owned();
+            return Reply::from(Error::HelloOption(opt)).into();
         }
     }
-    if !conn.authed {
-        return Reply::static_error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time").into();
+    if !conn.logged_in() {
+        return Reply::from(Error::HelloNoAuth).into();
     }
-    conn.resp3 = resp3;
+    conn.set_resp3(resp3);
     if name.is_some() {
-        conn.name = name;
+        conn.set_name(name);
     }
     let s = |t: &'static str| Reply::Bulk(Bytes::from_static(t.as_bytes()));
     Reply::Map(vec![
         (s("server"), s("redis")),
         (s("version"), s(REDIS_VERSION)),
         (s("proto"), Reply::Integer(if resp3 { 3 } else { 2 })),
-        (s("id"), Reply::Integer(conn.id as i64)),
+        (s("id"), Reply::Integer(conn.id() as i64)),
         (s("mode"), s("standalone")),
         (s("role"), s("master")),
         (s("modules"), Reply::Array(Vec::new())),
@@ -127,11 +118,10 @@ pub fn auth(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     };
     match proxy.accounts().login(user, password) {
         Ok(keys) => {
-            conn.authed = true;
-            conn.keys = keys;
+            conn.log_in(keys);
             Reply::ok().into()
         }
-        Err(e) => Reply::static_error(e).into(),
+        Err(e) => Reply::from(e).into(),
     }
 }
 
@@ -139,10 +129,7 @@ pub fn auth(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
 pub fn select(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     match parse_int(&args[1]) {
         Some(0) => Reply::ok().into(),
-        Some(_) => Reply::static_error(
-            "ERR DB index is out of range (redlock-proxy serves database 0 only)",
-        )
-        .into(),
+        Some(_) => Reply::from(Error::DbIndexOutOfRange).into(),
         None => Reply::from(Error::NotAnInteger).into(),
     }
 }
@@ -151,9 +138,7 @@ fn valid_name(name: &[u8]) -> Result<(), Reply> {
     if name.iter().all(|c| (b'!'..=b'~').contains(c)) {
         Ok(())
     } else {
-        Err(Reply::static_error(
-            "ERR Client names cannot contain spaces, newlines or special characters.",
-        ))
+        Err(Reply::from(Error::BadClientName))
     }
 }
 
@@ -164,39 +149,35 @@ pub fn client(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     match (sub.as_slice(), argc) {
         (b"SETNAME", 3) => match valid_name(&args[2]) {
             Ok(()) => {
-                conn.name = (!args[2].is_empty()).then(|| args[2].clone());
+                conn.set_name((!args[2].is_empty()).then(|| args[2].clone()));
                 Reply::ok().into()
             }
             Err(e) => e.into(),
         },
         (b"GETNAME", 2) => conn
-            .name
-            .clone()
+            .name()
+            .cloned()
             .map(Reply::Bulk)
             .unwrap_or(Reply::Nil)
             .into(),
-        (b"ID", 2) => Reply::Integer(conn.id as i64).into(),
+        (b"ID", 2) => Reply::Integer(conn.id() as i64).into(),
         (b"SETINFO", 4) => {
             let attr = args[2].to_ascii_uppercase();
             if attr == b"LIB-NAME" || attr == b"LIB-VER" {
                 Reply::ok().into()
             } else {
-                Reply::error(format!(
-                    "ERR Unrecognized option '{}'",
-                    String::from_utf8_lossy(&args[2])
-                ))
-                .into()
+                let attr = String::from_utf8_lossy(&args[2]).into_owned();
+                Reply::from(Error::UnrecognizedOption(attr)).into()
             }
         }
         (b"INFO", 2) => Reply::Bulk(Bytes::from(format!(
             "id={} addr=? laddr={} name={} db=0 resp={}\n",
-            conn.id,
+            conn.id(),
             proxy.listen_addr(),
-            conn.name
-                .as_deref()
-                .map(String::from_utf8_lossy)
+            conn.name()
+                .map(|n| String::from_utf8_lossy(n))
                 .unwrap_or_default(),
-            if conn.resp3 { 3 } else { 2 }
+            if conn.resp3() { 3 } else { 2 }
         )))
         .into(),
         (b"NO-EVICT" | b"NO-TOUCH", 3) => Reply::ok().into(),
@@ -205,33 +186,40 @@ pub fn client(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
         // read each later reply as the answer to the command before it.
         (b"REPLY", 3) => match args[2].to_ascii_uppercase().as_slice() {
             b"ON" => {
-                conn.replies_off = false;
-                conn.skip_next = false;
-                conn.skip_this = false;
+                conn.reply_on();
                 Reply::ok().into()
             }
             b"OFF" => {
-                conn.replies_off = true;
+                conn.reply_off();
                 Reply::ok().into()
             }
             b"SKIP" => {
-                conn.skip_next = !conn.replies_off;
+                conn.reply_skip();
                 // No reply of its own: nothing is written for an empty set of replies.
                 Reply::Many(Vec::new()).into()
             }
             _ => Reply::from(Error::Syntax).into(),
         },
-        (
-            b"SETNAME" | b"GETNAME" | b"ID" | b"SETINFO" | b"INFO" | b"NO-EVICT" | b"NO-TOUCH"
-            | b"REPLY",
-            _,
-        ) => Reply::error(format!(
-            "ERR wrong number of arguments for 'client|{}' command",
-            String::from_utf8_lossy(&sub).to_ascii_lowercase()
-        ))
-        .into(),
-        _ => Reply::from(Error::unknown_subcommand("client", &args[1])).into(),
+        _ => match client_subcommand(&sub) {
+            Some(name) => Reply::from(Error::WrongArity(name)).into(),
+            None => Reply::from(Error::unknown_subcommand("client", &args[1])).into(),
+        },
     }
+}
+
+/// The name a `CLIENT` subcommand (upper case) has in its arity error, when the proxy knows it.
+fn client_subcommand(sub: &[u8]) -> Option<&'static str> {
+    Some(match sub {
+        b"SETNAME" => "client|setname",
+        b"GETNAME" => "client|getname",
+        b"ID" => "client|id",
+        b"SETINFO" => "client|setinfo",
+        b"INFO" => "client|info",
+        b"NO-EVICT" => "client|no-evict",
+        b"NO-TOUCH" => "client|no-touch",
+        b"REPLY" => "client|reply",
+        _ => return None,
+    })
 }
 
 /// `QUIT`: answer, then close.
@@ -242,8 +230,6 @@ pub fn quit(_: &Arc<Proxy>, _: &mut Conn, _: Vec<Bytes>) -> Action {
 /// `RESET`: back to a new connection's state.
 pub fn reset(proxy: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
     // The client is still here: its blocking commands keep waiting.
-    let gone = std::mem::take(&mut conn.gone);
-    *conn = Conn::new(conn.id, proxy.accounts().required());
-    conn.gone = gone;
+    conn.reset(proxy.accounts().required());
     Reply::simple("RESET").into()
 }

@@ -40,6 +40,7 @@ use tokio::time::Instant;
 
 use super::action::Action;
 use super::session::Conn;
+use crate::error::Error;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask};
 use crate::wire::reply::Reply;
@@ -187,9 +188,7 @@ pub fn fence(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
                 Minted::Outbid(p) => above = p,
             }
         }
-        Reply::static_error(
-            "TRYAGAIN redlock-proxy: another proxy is fencing the same grant; try again",
-        )
+        Reply::from(Error::FenceContended)
     })
 }
 

@@ -40,6 +40,7 @@ use super::action::Action;
 use super::fence;
 use super::lock::agreed_error;
 use crate::counters::Counters;
+use crate::error::Error;
 use crate::lockop::HashOp;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask, ask_timed, quorum_th, validity};
@@ -159,22 +160,23 @@ pub fn run(proxy: &Arc<Proxy>, op: HashLockOp) -> Action {
             | HashOp::RenewAll
     ) {
         if op.ttl_ms <= 0 {
-            return Reply::static_error("ERR invalid expire time in lock script").into();
+            return Reply::from(Error::InvalidLockScriptTtl).into();
         }
         if op.ttl_ms > max {
-            return Reply::error(format!(
-                "ERR lock TTL {} ms exceeds the proxy's max_ttl_ms ({max} ms)",
-                op.ttl_ms
-            ))
+            return Reply::from(Error::TtlTooLong {
+                ttl: op.ttl_ms,
+                max: proxy.config().max_ttl_ms,
+            })
             .into();
         }
     }
     if let Some((_, ttl)) = &op.latch
         && (*ttl <= 0 || *ttl > max)
     {
-        return Reply::error(format!(
-            "ERR unlock latch TTL {ttl} ms must be positive and within the proxy's max_ttl_ms ({max} ms)"
-        ))
+        return Reply::from(Error::LatchTtl {
+            ttl: *ttl,
+            max: proxy.config().max_ttl_ms,
+        })
         .into();
     }
     let mut keys = vec![op.key.clone()];
@@ -371,7 +373,7 @@ fn undo(proxy: &Proxy, ballots: &Ballots, op: &HashLockOp) {
 
 async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
     let Some(p) = &op.publish else {
-        return Reply::static_error("ERR redlock-proxy: an unlock needs a channel");
+        return Reply::from(Error::UnlockWithoutChannel);
     };
     let mut keys = vec![&op.key, &p.channel];
     let latch_ttl = op.latch.as_ref().map_or(ms(0), |(latch, ttl)| {
@@ -419,9 +421,7 @@ fn unlocked(ballots: &Ballots) -> Reply {
         })
         .collect();
     if codes.len() < ballots.quorum {
-        return Reply::static_error(
-            "CLUSTERDOWN redlock-proxy: fewer than a quorum of masters answered the unlock",
-        );
+        return Reply::from(Error::NoQuorumUnlock);
     }
     let latched: Vec<&[Reply]> = codes
         .iter()
@@ -502,7 +502,7 @@ async fn renew(proxy: &Proxy, op: &HashLockOp) -> Reply {
 
 async fn force(proxy: &Proxy, op: &HashLockOp) -> Reply {
     let Some(p) = &op.publish else {
-        return Reply::static_error("ERR redlock-proxy: a forced unlock needs a channel");
+        return Reply::from(Error::ForceWithoutChannel);
     };
     let req = eval(FORCE, &[&op.key, &p.channel], &[&p.command, &p.message]);
     let deadline = Instant::now() + proxy.config().node_timeout();
@@ -511,9 +511,7 @@ async fn force(proxy: &Proxy, op: &HashLockOp) -> Reply {
         .await;
     let answered = ballots.count(|r| matches!(r, Reply::Integer(0 | 1)));
     if answered < ballots.quorum {
-        return Reply::static_error(
-            "CLUSTERDOWN redlock-proxy: fewer than a quorum of masters answered the unlock",
-        );
+        return Reply::from(Error::NoQuorumUnlock);
     }
     let deleted = ballots.count(|r| *r == Reply::Integer(1));
     Reply::Integer(i64::from(deleted >= ballots.quorum))

@@ -181,9 +181,8 @@ pub fn config(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     match args[1].to_ascii_uppercase().as_slice() {
         b"GET" if args.len() >= 3 => Reply::Map(Vec::new()),
         b"GET" => Reply::from(Error::WrongArity("config|get")),
-        _ => Reply::error(format!(
-            "ERR redlock-proxy does not support CONFIG {}",
-            String::from_utf8_lossy(&args[1]).to_ascii_uppercase()
+        _ => Reply::from(Error::ConfigUnsupported(
+            String::from_utf8_lossy(&args[1]).to_ascii_uppercase(),
         )),
     }
     .into()

@@ -131,7 +131,7 @@ fn ranked(ballots: &Ballots, rank: fn(i64) -> i64) -> Reply {
 
 /// The error for a command that fewer than a quorum of masters answered alike.
 pub fn no_quorum() -> Reply {
-    Reply::static_error("CLUSTERDOWN redlock-proxy: fewer than a quorum of masters answered")
+    Reply::from(Error::NoQuorum)
 }
 
 /// `GET key`
@@ -244,11 +244,7 @@ pub fn getset(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
 /// The error for an expiry beyond `max_ttl_ms`, if `ms` is one.
 pub(super) fn too_long(proxy: &Proxy, ms: i64) -> Option<Reply> {
     let max = proxy.config().max_ttl_ms;
-    (ms > max as i64).then(|| {
-        Reply::error(format!(
-            "ERR expiry of {ms} ms exceeds the proxy's max_ttl_ms ({max} ms)"
-        ))
-    })
+    (ms > max as i64).then(|| Reply::from(Error::ExpiryTooLong { ms, max }))
 }
 
 /// `EXPIRE key seconds`, `PEXPIRE key ms`, `EXPIREAT key unix-s`, `PEXPIREAT key unix-ms` (with

@@ -37,6 +37,7 @@ use tracing::{debug, trace};
 use super::action::Action;
 use crate::config::Config;
 use crate::counters::Counters;
+use crate::error::Error;
 use crate::keylock::{Held, Ready};
 use crate::lockop::{Answer, Lit, Op};
 use crate::proxy::Proxy;
@@ -144,8 +145,7 @@ pub fn release(proxy: &Arc<Proxy>, key: Bytes, token: Bytes) -> Action {
 /// Runs any lock operation as a quorum operation.
 pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
     if op.keys.is_empty() {
-        return Reply::static_error("ERR redlock-proxy: a lock operation needs at least one key")
-            .into();
+        return Reply::from(Error::NoLockKeys).into();
     }
     let max = proxy.config().max_ttl_ms;
     if !matches!(
@@ -153,20 +153,16 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
         Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining
     ) && op.ttl_ms > max as i64
     {
-        return Reply::error(format!(
-            "ERR lock TTL {} ms exceeds the proxy's max_ttl_ms ({max} ms)",
-            op.ttl_ms
-        ))
+        return Reply::from(Error::TtlTooLong {
+            ttl: op.ttl_ms,
+            max,
+        })
         .into();
     }
     if let Some(w) = &op.wake
         && (w.ttl_ms <= 0 || w.ttl_ms > max as i64)
     {
-        return Reply::error(format!(
-            "ERR signal TTL {} ms must be positive and within the proxy's max_ttl_ms ({max} ms)",
-            w.ttl_ms
-        ))
-        .into();
+        return Reply::from(Error::SignalTtl { ttl: w.ttl_ms, max }).into();
     }
     // The signal list takes its turn too, so a waiter's pop never overtakes the release.
     let ticket = match &op.wake {
@@ -702,7 +698,7 @@ async fn name_holders(proxy: &Proxy, ballots: &Ballots, op: &LockOp) -> Option<B
 async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
     let k = op.keys.len();
     if op.ttl_ms < 0 || (op.ttl_ms == 0 && op.op == Op::Extend) {
-        return Reply::static_error("ERR invalid expire time in lock extension");
+        return Reply::from(Error::InvalidExtension);
     }
     let ttl_arg = itoa::Buffer::new().format(op.ttl_ms).to_owned();
     let max = itoa::Buffer::new()
@@ -720,10 +716,9 @@ async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
     let ballots = vote.decide_by(extended).await;
     match extension(ballots, start.elapsed(), proxy.config()) {
         Extension::Granted => answer(op.answer, true, k),
-        Extension::BeyondMax => Reply::error(format!(
-            "ERR lock TTL would exceed the proxy's max_ttl_ms ({} ms)",
-            proxy.config().max_ttl_ms
-        )),
+        Extension::BeyondMax => Reply::from(Error::ExtensionTooLong {
+            max: proxy.config().max_ttl_ms,
+        }),
         // A quorum's error (`WRONGTYPE` for a key of another type) is the client's answer, as
         // Redis gives it for the client's own script.
         Extension::Refused if let Some(e) = agreed_error(ballots) => e,
@@ -831,11 +826,7 @@ fn released(ballots: &Ballots, k: usize, shape: Answer) -> (Reply, bool) {
         })
         .collect();
     if codes.len() < ballots.quorum {
-        let refused = agreed_error(ballots).unwrap_or_else(|| {
-            Reply::static_error(
-                "CLUSTERDOWN redlock-proxy: fewer than a quorum of masters answered the release",
-            )
-        });
+        let refused = agreed_error(ballots).unwrap_or_else(|| Reply::from(Error::NoQuorumRelease));
         return (refused, false);
     }
     let (mut released, mut gone) = (0, 0);
@@ -925,7 +916,7 @@ async fn run_remaining(proxy: &Proxy, op: &LockOp) -> Reply {
 /// constant for "held without a TTL" when a quorum hold the token, or for "not held".
 fn remaining(ballots: &Ballots, shape: Answer, unit_ms: i64) -> Reply {
     let Answer::Const(c) = shape else {
-        return Reply::static_error("ERR redlock-proxy: a TTL read needs constant replies");
+        return Reply::from(Error::TtlReadShape);
     };
     let said: Vec<i64> = ballots.integers().collect();
     let ttls: Vec<i64> = said.iter().copied().filter(|t| *t > 0).collect();

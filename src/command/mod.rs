@@ -41,7 +41,6 @@ pub use action::{Action, Later};
 use session::Conn;
 pub use spec::{Cmd, Command, Spec, TABLE, lookup};
 
-use crate::acl::Keys;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::proxy::Proxy;
@@ -66,34 +65,34 @@ fn dispatch_args(proxy: &Arc<Proxy>, conn: &mut Conn, args: Args<'_>) -> Action 
             if let Some(spec) = refused.spec {
                 proxy.counters().count_command(spec.cmd as usize);
             }
-            conn.multi_failed |= conn.multi.is_some();
+            conn.fail_multi();
             return Reply::from(refused.error).into();
         }
     };
     let cmd = command.cmd();
     proxy.counters().count_command(cmd as usize);
-    if !conn.authed && !command.spec().before_auth {
+    if !conn.logged_in() && !command.spec().before_auth {
         return Reply::from(Error::NoAuth).into();
     }
-    if conn.keys != Keys::All && command.keys().any(|k| !conn.keys.allows(k)) {
+    if !conn.may_touch(command.keys()) {
         // Checked here, once, for every command (queued ones included, as Redis checks them
         // when queueing and then aborts EXEC).
-        conn.multi_failed |= conn.multi.is_some();
+        conn.fail_multi();
         return Reply::from(Error::NoPermKeys).into();
     }
-    if !conn.resp3 && conn.subscribed() && !cmd.allowed_while_subscribed() {
+    if !conn.resp3() && conn.subscribed() && !cmd.allowed_while_subscribed() {
         return Reply::from(Error::OnlySubscribe(command.spec().name)).into();
     }
     let args = command.into_args();
     let client_reply =
         cmd == Cmd::Client && args.len() > 1 && args[1].eq_ignore_ascii_case(b"reply");
-    if conn.multi.is_some() && (cmd.subscribes() || client_reply) {
+    if conn.in_multi() && (cmd.subscribes() || client_reply) {
         // Several replies to one command cannot sit inside EXEC's array (Redis 7.2 refuses
         // these in a transaction too), nor can a reply switched off halfway through it.
-        conn.multi_failed = true;
+        conn.fail_multi();
         return Reply::from(Error::NotInMulti).into();
     }
-    if conn.multi.is_some() && !cmd.runs_at_once() {
+    if conn.in_multi() && !cmd.runs_at_once() {
         return transaction::queue(proxy, conn, args.into_vec());
     }
     run(proxy, conn, cmd, args)

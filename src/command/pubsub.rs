@@ -16,7 +16,7 @@ use super::keys::{Gather, vote};
 use super::session::Conn;
 use super::spec::Cmd;
 use crate::proxy::Proxy;
-use crate::pubsub::{ClientSubs, Kind};
+use crate::pubsub::Kind;
 use crate::wire::master::command;
 use crate::wire::reply::Reply;
 
@@ -43,10 +43,7 @@ fn confirmation(kind: Kind, on: bool, name: Option<Bytes>, count: usize) -> Repl
 }
 
 fn subscribe(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, kind: Kind) -> Action {
-    let subs = conn
-        .pubsub
-        .get_or_insert_with(|| ClientSubs::new(proxy.hub(), conn.id))
-        .clone();
+    let subs = conn.subscribe_with(proxy.hub());
     let names: Vec<Bytes> = args[1..].to_vec();
     let replies: Vec<Reply> = names
         .iter()
@@ -61,7 +58,7 @@ fn subscribe(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, kind: Kind) 
 }
 
 fn unsubscribe(conn: &mut Conn, args: Vec<Bytes>, kind: Kind) -> Action {
-    let Some(subs) = conn.pubsub.clone() else {
+    let Some(subs) = conn.subs().cloned() else {
         return confirmation(kind, false, None, 0).into();
     };
     let names = if args.len() > 1 {

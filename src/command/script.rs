@@ -42,7 +42,7 @@ pub fn eval(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
 
 /// `EVALSHA sha1 numkeys [key ...] [arg ...]`
 pub fn evalsha(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
-    let noscript = || Reply::static_error("NOSCRIPT No matching script. Please use EVAL.").into();
+    let noscript = || Reply::from(Error::NoScript).into();
     // In Redis's order: a SHA1 of the wrong length cannot match, then `numkeys` is checked,
     // then the script is looked up.
     if args[1].len() != 40 {
@@ -62,13 +62,11 @@ pub fn evalsha(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
 fn split_keys(args: &[Bytes]) -> Result<(&[Bytes], &[Bytes]), Reply> {
     let n = parse_int(&args[2]).ok_or_else(|| Reply::from(Error::NotAnInteger))?;
     if n < 0 {
-        return Err(Reply::static_error("ERR Number of keys can't be negative"));
+        return Err(Reply::from(Error::NegativeKeyCount));
     }
     let rest = &args[3..];
     if n as usize > rest.len() {
-        return Err(Reply::static_error(
-            "ERR Number of keys can't be greater than number of args",
-        ));
+        return Err(Reply::from(Error::KeyCountBeyondArgs));
     }
     Ok(rest.split_at(n as usize))
 }
@@ -151,9 +149,7 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
         match ms {
             Some(ms) if ms > 0 || (ms == 0 && op == Op::ExtendAdd) => ms,
             Some(_) => {
-                return Some(Err(Reply::static_error(
-                    "ERR invalid expire time in lock script: the TTL must be a positive number of milliseconds",
-                )));
+                return Some(Err(Reply::from(Error::InvalidScriptTtl)));
             }
             None => return Some(Err(Reply::from(Error::NotAnInteger))),
         }
@@ -202,9 +198,7 @@ fn bind_hash(
                     } else if c.eq_ignore_ascii_case(b"spublish") {
                         Bytes::from_static(b"SPUBLISH")
                     } else {
-                        return Some(Err(Reply::error(format!(
-                            "ERR redlock-proxy runs ARGV[{j}] of this lock script only as PUBLISH or SPUBLISH"
-                        ))));
+                        return Some(Err(Reply::from(Error::PublishArg(*j))));
                     }
                 }
             };
@@ -250,11 +244,8 @@ fn bind_hash(
 /// Runs a script the proxy does not understand on every master, by the configured policy.
 fn unknown(proxy: &Arc<Proxy>, script: &Script, keys: &[Bytes], args: &[Bytes]) -> Action {
     if proxy.config().unknown_scripts == UnknownScripts::Reject {
-        return Reply::error(format!(
-            "ERR redlock-proxy does not know what script {} does, and unknown_scripts = \"reject\"",
-            script.sha
-        ))
-        .into();
+        let sha = script.sha.clone();
+        return Reply::from(Error::UnknownScript { sha }).into();
     }
     let mut parts: Vec<&[u8]> = Vec::with_capacity(args.len());
     parts.push(b"EVAL");
@@ -272,9 +263,7 @@ fn unknown(proxy: &Arc<Proxy>, script: &Script, keys: &[Bytes], args: &[Bytes]) 
         .await;
         match ballots.majority() {
             Some(r) => r.clone(),
-            None => Reply::static_error(
-                "ERR redlock-proxy: the masters did not agree on the script's reply (no majority)",
-            ),
+            None => Reply::from(Error::ScriptDisagreement),
         }
     })
 }
@@ -285,11 +274,10 @@ pub fn script(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     match sub.as_slice() {
         b"LOAD" if args.len() == 3 => match proxy.scripts().insert(args[2].clone()) {
             Some(s) => Reply::Bulk(Bytes::from(s.sha.clone())),
-            None => Reply::error(format!(
-                "ERR redlock-proxy: a script of {} bytes is larger than script_cache_bytes ({})",
-                args[2].len(),
-                proxy.config().script_cache_bytes
-            )),
+            None => Reply::from(Error::ScriptTooLarge {
+                len: args[2].len(),
+                max: proxy.config().script_cache_bytes,
+            }),
         },
         b"LOAD" => Reply::from(Error::WrongArity("script|load")),
         b"EXISTS" if args.len() >= 3 => Reply::Array(
@@ -314,13 +302,11 @@ pub fn script(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
                 proxy.scripts().flush();
                 Reply::ok()
             } else {
-                Reply::static_error("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
+                Reply::from(Error::ScriptFlushMode)
             }
         }
         // The proxy never leaves a script running on a master that a client could kill.
-        b"KILL" if args.len() == 2 => {
-            Reply::static_error("NOTBUSY No scripts in execution right now.")
-        }
+        b"KILL" if args.len() == 2 => Reply::from(Error::NotBusy),
         b"KILL" => Reply::from(Error::WrongArity("script|kill")),
         b"HELP" if args.len() == 2 => Reply::Array(
             [

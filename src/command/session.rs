@@ -1,50 +1,76 @@
 //! One client's session: the state its commands read and change (protocol, name, login, the
 //! transaction being queued, watched keys, subscriptions, `CLIENT REPLY`), kept apart from the
 //! socket loop that carries it.
+//!
+//! The state is private: commands change it through methods named for what they do (`log_in`,
+//! `begin_multi`, `queue`, `fail_multi`, `take_multi`, `watch`, `take_watched`, `reply_off`,
+//! ...), so each rule that ties two fields together (a refused command fails only an open
+//! transaction; unwatching frees the watched values' byte budget; a `SKIP` applies to the next
+//! command only) is kept in one place.
 
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
+use tokio_util::sync::CancellationToken;
 
 use crate::acl::Keys;
-use crate::pubsub::ClientSubs;
+use crate::error::Error;
+use crate::pubsub::{ClientSubs, Hub};
 use crate::wire::reply::Reply;
 
-/// Per-connection state that commands may read and change.
+/// Per-connection state that commands read and change, through methods named for what they
+/// do with it.
 #[derive(Debug, Clone)]
 pub struct Conn {
     /// Client id, as `CLIENT ID` reports it.
-    pub id: u64,
+    id: u64,
     /// Replies are RESP3 after `HELLO 3`.
-    pub resp3: bool,
+    resp3: bool,
     /// Name set by `CLIENT SETNAME` or `HELLO ... SETNAME`.
-    pub name: Option<Bytes>,
+    name: Option<Bytes>,
     /// False until `AUTH` succeeds, when a password is configured.
-    pub authed: bool,
-    /// The commands queued since `MULTI`; `None` outside a transaction.
-    pub multi: Option<Vec<Vec<Bytes>>>,
-    /// What the commands queued since `MULTI` hold: their bytes, and the bookkeeping of each
-    /// argument (see `transaction::queue`).
-    pub multi_bytes: usize,
-    /// A command queued since `MULTI` was refused, so `EXEC` must abort.
-    pub multi_failed: bool,
+    authed: bool,
+    /// The keys the logged-in user may touch.
+    keys: Keys,
+    /// The transaction being queued since `MULTI`; `None` outside one.
+    multi: Option<Multi>,
     /// The keys under `WATCH`, with what the majority held when each was watched.
-    pub watched: Vec<Watched>,
+    watched: Vec<Watched>,
     /// Bytes of the values kept for `watched` (made by the first `WATCH`, and anew when the
     /// keys are unwatched): capped at `client_query_buffer_limit`.
-    pub watched_bytes: Option<Arc<std::sync::atomic::AtomicUsize>>,
+    watched_bytes: Option<Arc<AtomicUsize>>,
     /// Subscriptions, once the client has subscribed to anything.
-    pub pubsub: Option<Arc<ClientSubs>>,
-    /// The keys the logged-in user may touch.
-    pub keys: Keys,
+    pubsub: Option<Arc<ClientSubs>>,
     /// `CLIENT REPLY OFF`: no reply is written until `CLIENT REPLY ON`.
-    pub replies_off: bool,
+    replies_off: bool,
     /// `CLIENT REPLY SKIP` has just run: the next command's reply is not written.
-    pub skip_next: bool,
+    skip_next: bool,
     /// The command running is the one after `CLIENT REPLY SKIP` (`CLIENT REPLY ON` clears it).
-    pub skip_this: bool,
+    skip_this: bool,
     /// Tells blocking commands (`BLPOP`) that the client has gone.
-    pub gone: Gone,
+    gone: Gone,
+}
+
+/// A transaction being queued, between `MULTI` and `EXEC` or `DISCARD`.
+#[derive(Debug, Clone, Default)]
+struct Multi {
+    /// The commands queued, in order.
+    queued: Vec<Vec<Bytes>>,
+    /// What the queued commands hold: their bytes, and the bookkeeping of each argument
+    /// (counted by the caller of [`Conn::queue`] as each command is queued).
+    bytes: usize,
+    /// A command was refused since `MULTI`, so `EXEC` must abort.
+    failed: bool,
+}
+
+/// What a transaction came to, once `EXEC` or `DISCARD` closes it.
+#[derive(Debug)]
+pub enum Transaction {
+    /// Every command was queued: `EXEC` runs them, in order.
+    Queued(Vec<Vec<Bytes>>),
+    /// A command was refused while queueing: `EXEC` aborts (`EXECABORT`).
+    Failed,
 }
 
 /// Tells a connection's blocking commands that its client has gone: it has sent all it will
@@ -54,16 +80,16 @@ pub struct Conn {
 /// carries none), is raised when the connection's state is dropped, and is not shared by a
 /// clone of that state (the scratch copy a transaction runs with).
 #[derive(Default, Debug)]
-pub struct Gone(Option<tokio_util::sync::CancellationToken>);
+struct Gone(Option<CancellationToken>);
 
 impl Gone {
     /// The signal, for a blocking command to watch.
-    pub fn watch(&mut self) -> tokio_util::sync::CancellationToken {
+    fn watch(&mut self) -> CancellationToken {
         self.0.get_or_insert_with(Default::default).clone()
     }
 
     /// Raises the signal.
-    pub fn raise(&self) {
+    fn raise(&self) {
         if let Some(t) = &self.0 {
             t.cancel();
         }
@@ -91,18 +117,214 @@ impl Conn {
             resp3: false,
             name: None,
             authed: !needs_auth,
+            keys: Keys::All,
             multi: None,
-            multi_bytes: 0,
-            multi_failed: false,
             watched: Vec::new(),
             watched_bytes: None,
             pubsub: None,
-            keys: Keys::All,
             replies_off: false,
             skip_next: false,
             skip_this: false,
             gone: Gone::default(),
         }
+    }
+
+    /// `RESET`: back to a new connection's state, keeping the id and the gone signal (the
+    /// client is still here: its blocking commands keep waiting).
+    pub fn reset(&mut self, needs_auth: bool) {
+        let gone = std::mem::take(&mut self.gone);
+        *self = Conn::new(self.id, needs_auth);
+        self.gone = gone;
+    }
+
+    /// A copy for `EXEC` to run the queued commands with: the same login, protocol, name and
+    /// subscriptions, but a gone signal of its own (dropping the copy tells nobody the client
+    /// has gone).
+    pub fn scratch(&self) -> Conn {
+        self.clone()
+    }
+
+    // --- Who the client is, and how it is answered. ---
+
+    /// Client id, as `CLIENT ID` reports it.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// True when replies are RESP3 (after `HELLO 3`).
+    pub fn resp3(&self) -> bool {
+        self.resp3
+    }
+
+    /// Answers in RESP3 from the next reply on when `resp3` is set, else in RESP2 (`HELLO`).
+    pub fn set_resp3(&mut self, resp3: bool) {
+        self.resp3 = resp3;
+    }
+
+    /// The name set by `CLIENT SETNAME` or `HELLO ... SETNAME`.
+    pub fn name(&self) -> Option<&Bytes> {
+        self.name.as_ref()
+    }
+
+    /// Names the connection (`None` clears the name).
+    pub fn set_name(&mut self, name: Option<Bytes>) {
+        self.name = name;
+    }
+
+    // --- Login. ---
+
+    /// False until the client has logged in, when a password is configured.
+    pub fn logged_in(&self) -> bool {
+        self.authed
+    }
+
+    /// The client has logged in as a user who may touch `keys`.
+    pub fn log_in(&mut self, keys: Keys) {
+        self.authed = true;
+        self.keys = keys;
+    }
+
+    /// True when the logged-in user may touch every one of `keys` (not even looked at for a
+    /// user who may touch any key).
+    pub fn may_touch<'a>(&self, mut keys: impl Iterator<Item = &'a [u8]>) -> bool {
+        match &self.keys {
+            Keys::All => true,
+            only => keys.all(|k| only.allows(k)),
+        }
+    }
+
+    // --- Transactions. ---
+
+    /// True between `MULTI` and `EXEC` or `DISCARD`.
+    pub fn in_multi(&self) -> bool {
+        self.multi.is_some()
+    }
+
+    /// `MULTI`: starts queueing, with nothing queued yet.
+    pub fn begin_multi(&mut self) {
+        self.multi = Some(Multi::default());
+    }
+
+    /// Queues `args` in the open transaction, counting `size` (what keeping them costs)
+    /// against `max_bytes`. Past `max_commands` commands or `max_bytes`, the command is not
+    /// queued and the transaction fails ([`Conn::fail_multi`]). Outside a transaction, nothing
+    /// is queued.
+    pub fn queue(
+        &mut self,
+        args: Vec<Bytes>,
+        size: usize,
+        max_commands: usize,
+        max_bytes: usize,
+    ) -> Result<(), Error> {
+        let Some(m) = self.multi.as_mut() else {
+            return Ok(());
+        };
+        if m.queued.len() >= max_commands {
+            m.failed = true;
+            return Err(Error::TooManyQueued { max: max_commands });
+        }
+        if m.bytes + size > max_bytes {
+            m.failed = true;
+            return Err(Error::QueuedTooLarge { max: max_bytes });
+        }
+        m.bytes += size;
+        m.queued.push(args);
+        Ok(())
+    }
+
+    /// A command was refused inside a transaction: `EXEC` will abort, as Redis's does. Outside
+    /// one, nothing happens.
+    pub fn fail_multi(&mut self) {
+        if let Some(m) = self.multi.as_mut() {
+            m.failed = true;
+        }
+    }
+
+    /// Closes the transaction (`EXEC`, `DISCARD`): what it came to, or `None` when none was
+    /// open.
+    pub fn take_multi(&mut self) -> Option<Transaction> {
+        self.multi.take().map(|m| {
+            if m.failed {
+                Transaction::Failed
+            } else {
+                Transaction::Queued(m.queued)
+            }
+        })
+    }
+
+    /// Puts `keys` under `WATCH`, unless that would make more than `max_keys` watched.
+    /// Returns their watches, for the `WATCH` read to record what it saw, and the count of
+    /// bytes the watched keys' values hold, which that read adds its own to (the same count
+    /// until the keys are unwatched).
+    pub fn watch(
+        &mut self,
+        keys: &[Bytes],
+        max_keys: usize,
+    ) -> Result<(Vec<Watched>, Arc<AtomicUsize>), Error> {
+        if self.watched.len() + keys.len() > max_keys {
+            return Err(Error::TooManyWatched { max: max_keys });
+        }
+        let watches: Vec<Watched> = keys
+            .iter()
+            .map(|key| Watched {
+                key: key.clone(),
+                seen: Arc::default(),
+            })
+            .collect();
+        self.watched.extend_from_slice(&watches);
+        let held = self.watched_bytes.get_or_insert_with(Default::default);
+        Ok((watches, held.clone()))
+    }
+
+    /// Forgets every watched key, and the bytes their values held; returns the keys.
+    pub fn take_watched(&mut self) -> Vec<Watched> {
+        self.watched_bytes = None;
+        std::mem::take(&mut self.watched)
+    }
+
+    // --- Subscriptions. ---
+
+    /// The client's subscriptions, once it has subscribed to anything.
+    pub fn subs(&self) -> Option<&Arc<ClientSubs>> {
+        self.pubsub.as_ref()
+    }
+
+    /// The client's subscriptions, attached to `hub` on its first subscription.
+    pub fn subscribe_with(&mut self, hub: &Arc<Hub>) -> Arc<ClientSubs> {
+        let id = self.id;
+        self.pubsub
+            .get_or_insert_with(|| ClientSubs::new(hub, id))
+            .clone()
+    }
+
+    /// True while subscribed to a channel, pattern or shard channel.
+    pub fn subscribed(&self) -> bool {
+        self.pubsub.as_ref().is_some_and(|s| s.active())
+    }
+
+    // --- `CLIENT REPLY`. ---
+
+    /// `CLIENT REPLY ON`: every reply is written again, from this one on.
+    pub fn reply_on(&mut self) {
+        self.replies_off = false;
+        self.skip_next = false;
+        self.skip_this = false;
+    }
+
+    /// `CLIENT REPLY OFF`: no reply is written (this one included) until `CLIENT REPLY ON`.
+    pub fn reply_off(&mut self) {
+        self.replies_off = true;
+    }
+
+    /// `CLIENT REPLY SKIP`: the next command's reply is not written (nothing changes while
+    /// replies are off).
+    pub fn reply_skip(&mut self) {
+        self.skip_next = !self.replies_off;
+    }
+
+    /// A command is about to run: a `SKIP` just before it applies to it.
+    pub fn next_command(&mut self) {
+        self.skip_this = std::mem::take(&mut self.skip_next);
     }
 
     /// Whether the reply of the command that has just run is dropped (`CLIENT REPLY OFF`, or
@@ -111,9 +333,17 @@ impl Conn {
         self.replies_off || std::mem::take(&mut self.skip_this)
     }
 
-    /// True while subscribed to a channel, pattern or shard channel.
-    pub fn subscribed(&self) -> bool {
-        self.pubsub.as_ref().is_some_and(|s| s.active())
+    // --- The client's going. ---
+
+    /// The signal a blocking command watches to stop once the client has gone (made by the
+    /// first one to ask).
+    pub fn gone_signal(&mut self) -> CancellationToken {
+        self.gone.watch()
+    }
+
+    /// The client has gone (it sent all it will): its blocking commands stop waiting.
+    pub fn client_gone(&self) {
+        self.gone.raise();
     }
 }
 
@@ -134,5 +364,114 @@ impl Watched {
             Some(Some(Reply::Bulk(v))) => Some(v.clone()),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &[&'static str]) -> Vec<Bytes> {
+        words
+            .iter()
+            .map(|w| Bytes::from_static(w.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn a_transaction_queues_within_its_caps_and_a_refusal_fails_it() {
+        let mut conn = Conn::new(1, false);
+        // Outside a transaction nothing is queued and nothing fails.
+        conn.fail_multi();
+        assert_eq!(conn.queue(args(&["GET", "k"]), 10, 1, 100), Ok(()));
+        assert!(conn.take_multi().is_none());
+
+        conn.begin_multi();
+        assert_eq!(conn.queue(args(&["GET", "a"]), 60, 2, 100), Ok(()));
+        // The bytes are counted as commands are queued: 60 + 50 passes 100.
+        assert_eq!(
+            conn.queue(args(&["GET", "b"]), 50, 2, 100),
+            Err(Error::QueuedTooLarge { max: 100 })
+        );
+        assert!(matches!(conn.take_multi(), Some(Transaction::Failed)));
+        assert!(!conn.in_multi());
+
+        conn.begin_multi();
+        assert_eq!(conn.queue(args(&["GET", "a"]), 1, 1, 100), Ok(()));
+        assert_eq!(
+            conn.queue(args(&["GET", "b"]), 1, 1, 100),
+            Err(Error::TooManyQueued { max: 1 })
+        );
+        assert!(matches!(conn.take_multi(), Some(Transaction::Failed)));
+
+        // A new MULTI starts afresh: nothing queued, no bytes counted, not failed.
+        conn.begin_multi();
+        assert_eq!(conn.queue(args(&["GET", "a"]), 100, 1, 100), Ok(()));
+        match conn.take_multi() {
+            Some(Transaction::Queued(q)) => assert_eq!(q, vec![args(&["GET", "a"])]),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn watches_are_capped_and_unwatching_frees_their_budget() {
+        let mut conn = Conn::new(1, false);
+        let (first, held) = conn.watch(&args(&["a", "b"]), 3).unwrap();
+        assert_eq!(first.len(), 2);
+        held.fetch_add(7, std::sync::atomic::Ordering::Relaxed);
+        let (_, same) = conn.watch(&args(&["c"]), 3).unwrap();
+        assert!(Arc::ptr_eq(&held, &same));
+        assert_eq!(
+            conn.watch(&args(&["d"]), 3).map(|_| ()),
+            Err(Error::TooManyWatched { max: 3 })
+        );
+        let keys: Vec<Bytes> = conn.take_watched().into_iter().map(|w| w.key).collect();
+        assert_eq!(keys, args(&["a", "b", "c"]));
+        let (_, fresh) = conn.watch(&args(&["a"]), 3).unwrap();
+        assert!(!Arc::ptr_eq(&held, &fresh));
+    }
+
+    #[test]
+    fn client_reply_skip_drops_the_next_reply_only() {
+        let mut conn = Conn::new(1, false);
+        conn.reply_skip();
+        assert!(
+            !conn.reply_dropped(),
+            "SKIP's own reply is not the one skipped"
+        );
+        conn.next_command();
+        assert!(conn.reply_dropped());
+        conn.next_command();
+        assert!(!conn.reply_dropped());
+        conn.reply_off();
+        conn.reply_skip();
+        conn.next_command();
+        assert!(conn.reply_dropped());
+        conn.reply_on();
+        assert!(!conn.reply_dropped());
+    }
+
+    #[test]
+    fn the_gone_signal_survives_reset_and_is_not_shared_by_a_scratch_copy() {
+        let mut conn = Conn::new(7, true);
+        let signal = conn.gone_signal();
+        conn.log_in(Keys::All);
+        conn.reset(true);
+        assert_eq!(conn.id(), 7);
+        assert!(!conn.logged_in());
+        drop(conn.scratch());
+        assert!(!signal.is_cancelled());
+        conn.client_gone();
+        assert!(signal.is_cancelled());
+    }
+
+    #[test]
+    fn a_user_limited_to_some_keys_may_touch_only_those() {
+        let mut conn = Conn::new(1, true);
+        assert!(conn.may_touch([&b"any"[..]].into_iter()));
+        conn.log_in(Keys::Only(vec![b"lock:*".to_vec()].into()));
+        assert!(conn.may_touch([&b"lock:a"[..]].into_iter()));
+        assert!(!conn.may_touch([&b"lock:a"[..], b"other"].into_iter()));
+        assert!(conn.may_touch(std::iter::empty()));
     }
 }

@@ -113,7 +113,7 @@ pub fn parse_set(args: &Args<'_>) -> Result<SetOptions, Reply> {
         None => {}
         Some((Word::KeepTtl, _)) => o.keep_ttl = true,
         Some((unit, at)) => {
-            let invalid = || Reply::static_error("ERR invalid expire time in 'set' command");
+            let invalid = || Reply::from(Error::InvalidExpire("set"));
             let n = parse_int(&args[at]).ok_or_else(|| Reply::from(Error::NotAnInteger))?;
             if n <= 0 {
                 return Err(invalid());
@@ -205,17 +205,13 @@ impl Set {
             return Ok(Set::Write { args, opts });
         }
         if opts.get || opts.keep_ttl {
-            return Err(Reply::static_error(
-                "ERR redlock-proxy supports SET NX only as a lock: SET key token NX PX milliseconds (or EX seconds)",
-            ));
+            return Err(Reply::from(Error::NxOnlyAsLock));
         }
         let ttl_ms = match opts.ttl_ms {
             Some(ttl) => ttl,
             None if default_ttl_ms > 0 => default_ttl_ms as i64,
             None => {
-                return Err(Reply::static_error(
-                    "ERR redlock-proxy refuses SET NX without an expiry: the lock could never expire (add PX or EX, or set default_ttl_ms)",
-                ));
+                return Err(Reply::from(Error::NxWithoutExpiry));
             }
         };
         if args.len() < 3 {
@@ -268,7 +264,7 @@ pub fn setex(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, cmd: Cmd) ->
         return Reply::from(Error::NotAnInteger).into();
     };
     if n <= 0 {
-        return Reply::error(format!("ERR invalid expire time in '{name}' command")).into();
+        return Reply::from(Error::InvalidExpire(name)).into();
     }
     let unit: &'static [u8] = if cmd == Cmd::Psetex { b"PX" } else { b"EX" };
     let set = vec![

@@ -25,8 +25,9 @@ use bytes::Bytes;
 
 use super::action::{Action, in_turn};
 use super::keys;
-use super::session::{Conn, Watched};
+use super::session::{Conn, Transaction, Watched};
 use super::spec::{Cmd, lookup};
+use crate::error::Error;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask};
 use crate::wire::master::command;
@@ -60,28 +61,17 @@ fn held_size(args: &[Bytes]) -> usize {
 /// not yet had run; counted as each command is queued), the command is refused and `EXEC` will
 /// abort, as after any refused command.
 pub fn queue(proxy: &Proxy, conn: &mut Conn, args: Vec<Bytes>) -> Action {
-    let max = proxy.config().max_multi_commands;
-    let max_bytes = proxy.config().client_query_buffer_limit;
-    if let Some(q) = conn.multi.as_mut() {
-        if q.len() >= max {
-            conn.multi_failed = true;
-            return Reply::error(format!(
-                "ERR redlock-proxy: too many commands in MULTI (max_multi_commands = {max})"
-            ))
-            .into();
-        }
-        let size = held_size(&args);
-        if conn.multi_bytes + size > max_bytes {
-            conn.multi_failed = true;
-            return Reply::error(format!(
-                "ERR redlock-proxy: MULTI would hold more than client_query_buffer_limit ({max_bytes} bytes) of queued commands"
-            ))
-            .into();
-        }
-        conn.multi_bytes += size;
-        q.push(args);
+    let config = proxy.config();
+    let size = held_size(&args);
+    match conn.queue(
+        args,
+        size,
+        config.max_multi_commands,
+        config.client_query_buffer_limit,
+    ) {
+        Ok(()) => Reply::simple("QUEUED").into(),
+        Err(refused) => Reply::from(refused).into(),
     }
-    Reply::simple("QUEUED").into()
 }
 
 /// The majority value of each key: `Some(reply)` when a quorum answered alike. All the `GET`s
@@ -129,28 +119,13 @@ async fn read(proxy: &Proxy, keys: &[Bytes]) -> Vec<Option<Reply>> {
 
 /// `WATCH key [key ...]`
 pub fn watch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
-    if conn.multi.is_some() {
-        return Reply::static_error("ERR WATCH inside MULTI is not allowed").into();
+    if conn.in_multi() {
+        return Reply::from(Error::WatchInMulti).into();
     }
-    let max = proxy.config().max_watch_keys;
-    if conn.watched.len() + args.len() - 1 > max {
-        return Reply::error(format!(
-            "ERR redlock-proxy: too many watched keys (max_watch_keys = {max})"
-        ))
-        .into();
-    }
-    let watched: Vec<Watched> = args[1..]
-        .iter()
-        .map(|key| Watched {
-            key: key.clone(),
-            seen: Arc::default(),
-        })
-        .collect();
-    conn.watched.extend(watched.iter().cloned());
-    let held = conn
-        .watched_bytes
-        .get_or_insert_with(Default::default)
-        .clone();
+    let (watched, held) = match conn.watch(&args[1..], proxy.config().max_watch_keys) {
+        Ok(watching) => watching,
+        Err(refused) => return Reply::from(refused).into(),
+    };
     let limit = proxy.config().client_query_buffer_limit;
     in_turn(proxy, &args[1..], move |proxy| async move {
         let keys: Vec<Bytes> = watched.iter().map(|w| w.key.clone()).collect();
@@ -171,9 +146,7 @@ pub fn watch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
             for w in &watched {
                 let _ = w.seen.set(None);
             }
-            return Reply::error(format!(
-                "ERR redlock-proxy: watched values would pass client_query_buffer_limit ({limit} bytes)"
-            ));
+            return Reply::from(Error::WatchedTooLarge { max: limit });
         }
         for (w, seen) in watched.iter().zip(seen) {
             let _ = w.seen.set(seen);
@@ -182,54 +155,45 @@ pub fn watch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     })
 }
 
-/// Forgets every watched key, and the bytes their values held.
-fn unwatch_all(conn: &mut Conn) -> Vec<Watched> {
-    conn.watched_bytes = None;
-    std::mem::take(&mut conn.watched)
-}
-
 /// `UNWATCH`
 pub fn unwatch(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
-    unwatch_all(conn);
+    conn.take_watched();
     Reply::ok().into()
 }
 
 /// `MULTI`
 pub fn multi(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
-    if conn.multi.is_some() {
-        return Reply::static_error("ERR MULTI calls can not be nested").into();
+    if conn.in_multi() {
+        return Reply::from(Error::NestedMulti).into();
     }
-    conn.multi = Some(Vec::new());
-    conn.multi_bytes = 0;
+    conn.begin_multi();
     Reply::ok().into()
 }
 
 /// `DISCARD`
 pub fn discard(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
-    if conn.multi.take().is_none() {
-        return Reply::static_error("ERR DISCARD without MULTI").into();
+    if conn.take_multi().is_none() {
+        return Reply::from(Error::DiscardWithoutMulti).into();
     }
-    conn.multi_failed = false;
-    unwatch_all(conn);
+    conn.take_watched();
     Reply::ok().into()
 }
 
 /// `EXEC`
 /// `run` dispatches each queued command, as it would have run outside `MULTI`.
 pub fn exec(proxy: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>, run: Run) -> Action {
-    let Some(queued) = conn.multi.take() else {
-        return Reply::static_error("ERR EXEC without MULTI").into();
+    let Some(transaction) = conn.take_multi() else {
+        return Reply::from(Error::ExecWithoutMulti).into();
     };
-    let watched = unwatch_all(conn);
-    if std::mem::take(&mut conn.multi_failed) {
-        return Reply::static_error("EXECABORT Transaction discarded because of previous errors.")
-            .into();
-    }
+    let watched = conn.take_watched();
+    let Transaction::Queued(queued) = transaction else {
+        return Reply::from(Error::ExecAbort).into();
+    };
     // Everything is put in line now, in order: the check of the watched keys, then each
     // queued command; the commands only run if the check passes.
     let keys: Vec<Bytes> = watched.iter().map(|w| w.key.clone()).collect();
     let check = (!keys.is_empty()).then(|| proxy.keylocks().enqueue(&keys));
-    let mut scratch = conn.clone();
+    let mut scratch = conn.scratch();
     let actions: Vec<Action> = queued
         .into_iter()
         .map(|args| queued_action(proxy, &mut scratch, args, &watched, run))

@@ -4,16 +4,15 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::reply::{Reply, header};
+use crate::error::Error;
 
-/// Replies nested deeper than this are not built: the master's reply is replaced by an error
-/// (a script can return a table nested thousands of levels deep; building, encoding and
-/// dropping that recursively would overflow the stack). Every [`Reply`] from a master is
+/// Replies nested deeper than this are not built: the master's reply is replaced by an error,
+/// [`Error::ReplyTooDeep`] (whose wording names this number; a test keeps the two alike). A
+/// script can return a table nested thousands of levels deep, and building, encoding and
+/// dropping that recursively would overflow the stack. Every [`Reply`] from a master is
 /// therefore at most this deep, so the recursive encoder and `Drop` stay far from the stack's
 /// limit.
 pub const MAX_REPLY_DEPTH: usize = 32;
-
-/// The error that stands in for a reply nested deeper than [`MAX_REPLY_DEPTH`].
-pub const TOO_DEEP: &str = "ERR redlock-proxy: a master's reply is nested more than 32 levels deep";
 
 /// An incremental RESP2 decoder for one master connection.
 ///
@@ -48,7 +47,7 @@ impl ReplyDecoder {
         self.pos = 0;
         let frame = buf.split_to(len).freeze();
         if deepest > MAX_REPLY_DEPTH {
-            return Ok(Some(Reply::static_error(TOO_DEEP)));
+            return Ok(Some(Reply::from(Error::ReplyTooDeep)));
         }
         Ok(Some(build(&frame)))
     }
@@ -408,6 +407,15 @@ mod tests {
     }
 
     #[test]
+    fn the_depth_error_names_the_cap() {
+        let text = Error::ReplyTooDeep.text();
+        assert!(
+            text.ends_with(&format!(" more than {MAX_REPLY_DEPTH} levels deep")),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn replies_nested_beyond_the_cap_become_an_error_without_recursion() {
         // What `EVAL "local t={} local c=t for i=1,7000 do ... end return t" 0` makes a master
         // send (it overflowed the stack before), followed by a normal reply.
@@ -416,7 +424,7 @@ mod tests {
         let mut buf = BytesMut::from(&wire[..]);
         assert_eq!(
             decode_reply(&mut buf),
-            Ok(Some(Reply::static_error(TOO_DEEP)))
+            Ok(Some(Reply::from(Error::ReplyTooDeep)))
         );
         assert_eq!(decode_reply(&mut buf), Ok(Some(Reply::ok())));
         // Exactly at the cap it is still a reply.

@@ -4,9 +4,11 @@
 //! using the protocol the client had selected when it sent the command. Replies from masters are
 //! decoded by [`super::master::ReplyDecoder`] (masters always speak RESP2 to us).
 
+use std::borrow::Cow;
+
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::error::Error;
+use crate::error::{Error, Kind};
 
 /// One reply value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +48,8 @@ impl Reply {
         Reply::Simple(Bytes::from_static(text.as_bytes()))
     }
 
-    /// An error reply. `text` must start with the error code, e.g. `ERR syntax error`.
+    /// An error reply. `text` must start with the error code, e.g. `ERR syntax error`. The
+    /// proxy's own errors are made from the catalogue instead (`Reply::from(Error::...)`).
     pub fn error(text: impl Into<String>) -> Reply {
         Reply::Error(Bytes::from(text.into()))
     }
@@ -69,6 +72,14 @@ impl Reply {
     /// True for an error reply.
     pub fn is_error(&self) -> bool {
         matches!(self, Reply::Error(_))
+    }
+
+    /// An error reply's kind (its first word, whoever worded it); `None` for any other reply.
+    pub fn error_kind(&self) -> Option<Kind> {
+        match self {
+            Reply::Error(text) => Some(Kind::of(text)),
+            _ => None,
+        }
     }
 
     /// A master's error to one of the proxy's own scripts, for the client: Redis ends an error
@@ -161,10 +172,11 @@ pub(super) fn header(out: &mut BytesMut, prefix: u8, n: i64) {
 }
 
 impl From<Error> for Reply {
+    /// The catalogue's error as a reply: a constant wording is sent without a copy.
     fn from(e: Error) -> Reply {
-        match e.static_text() {
-            Some(text) => Reply::static_error(text),
-            None => Reply::error(e.text().into_owned()),
+        match e.text() {
+            Cow::Borrowed(text) => Reply::static_error(text),
+            Cow::Owned(text) => Reply::error(text),
         }
     }
 }

@@ -23,6 +23,8 @@ use std::ops::Index;
 use bytes::{Buf, Bytes, BytesMut};
 use thiserror::Error;
 
+use crate::error::{Error, Malformed};
+
 /// Most arguments a multibulk may announce before `AUTH` (Redis 7).
 pub const UNAUTHENTICATED_MAX_ARGS: i64 = 10;
 /// Largest bulk accepted before `AUTH` (Redis 7).
@@ -157,47 +159,34 @@ impl Default for Limits {
     }
 }
 
-/// A malformed request. The text is what Redis says; the connection closes after it.
+/// Why a request cannot be decoded: the decoder's boundary type. What the client is told comes
+/// from the error catalogue ([`Error::Protocol`]); see [`ProtocolError::answer`].
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum ProtocolError {
-    /// The `*<count>` header is not a number or is too large.
-    #[error("ERR Protocol error: invalid multibulk length")]
-    MultibulkLength,
-    /// A `$<len>` header is not a number or is too large.
-    #[error("ERR Protocol error: invalid bulk length")]
-    BulkLength,
-    /// Before `AUTH`, a multibulk announced more than 10 arguments.
-    #[error("ERR Protocol error: unauthenticated multibulk length")]
-    UnauthenticatedMultibulkLength,
-    /// Before `AUTH`, a bulk was longer than 16384 bytes.
-    #[error("ERR Protocol error: unauthenticated bulk length")]
-    UnauthenticatedBulkLength,
-    /// An array element is not a bulk string.
-    #[error("ERR Protocol error: expected '$', got '{0}'")]
-    ExpectedBulk(char),
-    /// A `*<count>` header line did not end in time.
-    #[error("ERR Protocol error: too big mbulk count string")]
-    HeaderTooLong,
-    /// A `$<len>` header line did not end in time.
-    #[error("ERR Protocol error: too big bulk count string")]
-    BulkHeaderTooLong,
-    /// An inline command line did not end in time.
-    #[error("ERR Protocol error: too big inline request")]
-    InlineTooLong,
-    /// An inline command has an unterminated quote.
-    #[error("ERR Protocol error: unbalanced quotes in request")]
-    UnbalancedQuotes,
+    /// A malformed request: Redis answers it with a protocol error, then closes the
+    /// connection.
+    #[error("{}", Error::Protocol(*.0))]
+    Malformed(Malformed),
     /// The request is larger than `client_query_buffer_limit`. Redis closes such a client
     /// without a reply, and so does the proxy; the text is for the log.
     #[error("request larger than client_query_buffer_limit")]
     RequestTooLarge,
 }
 
+impl From<Malformed> for ProtocolError {
+    fn from(m: Malformed) -> ProtocolError {
+        ProtocolError::Malformed(m)
+    }
+}
+
 impl ProtocolError {
-    /// Whether the client is told before the connection closes (Redis answers every protocol
-    /// error except an overflowing query buffer).
-    pub fn answered(&self) -> bool {
-        *self != ProtocolError::RequestTooLarge
+    /// What the client is told before the connection closes; `None` when it is told nothing
+    /// (Redis answers every protocol error except an overflowing query buffer).
+    pub fn answer(&self) -> Option<Error> {
+        match self {
+            ProtocolError::Malformed(m) => Some(Error::Protocol(*m)),
+            ProtocolError::RequestTooLarge => None,
+        }
     }
 }
 
@@ -270,17 +259,17 @@ impl Decoder {
                 }
                 let Some((count, nl)) = self.header(buf, 0) else {
                     return if buf.len() > self.limits.max_inline_len {
-                        Err(ProtocolError::HeaderTooLong)
+                        Err(Malformed::HeaderTooLong.into())
                     } else {
                         Ok(None)
                     };
                 };
-                let count = count.ok_or(ProtocolError::MultibulkLength)?;
+                let count = count.ok_or(Malformed::MultibulkLength)?;
                 if count > self.limits.max_args as i64 {
-                    return Err(ProtocolError::MultibulkLength);
+                    return Err(Malformed::MultibulkLength.into());
                 }
                 if !authed && count > UNAUTHENTICATED_MAX_ARGS {
-                    return Err(ProtocolError::UnauthenticatedMultibulkLength);
+                    return Err(Malformed::UnauthenticatedMultibulkLength.into());
                 }
                 if count <= 0 {
                     buf.advance(nl + 1);
@@ -311,21 +300,21 @@ impl Decoder {
                         return Ok(None);
                     };
                     if first != b'$' {
-                        return Err(ProtocolError::ExpectedBulk(first as char));
+                        return Err(Malformed::ExpectedBulk(first as char).into());
                     }
                     let Some((len, nl)) = self.header(buf, self.pos) else {
                         return if buf.len() - self.pos > self.limits.max_inline_len {
-                            Err(ProtocolError::BulkHeaderTooLong)
+                            Err(Malformed::BulkHeaderTooLong.into())
                         } else {
                             Ok(None)
                         };
                     };
-                    let len = len.ok_or(ProtocolError::BulkLength)?;
+                    let len = len.ok_or(Malformed::BulkLength)?;
                     if len < 0 || len > self.limits.max_bulk_len as i64 {
-                        return Err(ProtocolError::BulkLength);
+                        return Err(Malformed::BulkLength.into());
                     }
                     if !authed && len > UNAUTHENTICATED_MAX_BULK {
-                        return Err(ProtocolError::UnauthenticatedBulkLength);
+                        return Err(Malformed::UnauthenticatedBulkLength.into());
                     }
                     let len = len as usize;
                     if nl + 1 + len + 2 > self.limits.max_request_len {
@@ -418,7 +407,7 @@ impl Decoder {
     fn inline(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, ProtocolError> {
         let Some(nl) = self.line_end(buf, 0) else {
             return if buf.len() > self.limits.max_inline_len {
-                Err(ProtocolError::InlineTooLong)
+                Err(Malformed::InlineTooLong.into())
             } else {
                 Ok(None)
             };
@@ -557,7 +546,7 @@ fn split_args(line: &mut [u8], spans: &mut Vec<Span>) -> Result<(), ProtocolErro
                 i += 1;
                 loop {
                     match line.get(i) {
-                        None => return Err(ProtocolError::UnbalancedQuotes),
+                        None => return Err(Malformed::UnbalancedQuotes.into()),
                         Some(b'\\')
                             if line.get(i + 1) == Some(&b'x')
                                 && hex_pair(line, i + 2).is_some() =>
@@ -594,7 +583,7 @@ fn split_args(line: &mut [u8], spans: &mut Vec<Span>) -> Result<(), ProtocolErro
                 i += 1;
                 loop {
                     match line.get(i) {
-                        None => return Err(ProtocolError::UnbalancedQuotes),
+                        None => return Err(Malformed::UnbalancedQuotes.into()),
                         Some(b'\\') if line.get(i + 1) == Some(&b'\'') => {
                             put(line, b'\'');
                             i += 2;
@@ -626,7 +615,7 @@ fn split_args(line: &mut [u8], spans: &mut Vec<Span>) -> Result<(), ProtocolErro
 /// A closing quote must be followed by whitespace or the end of the line.
 fn ensure_separated(line: &[u8], i: usize) -> Result<(), ProtocolError> {
     match line.get(i) {
-        Some(c) if !c.is_ascii_whitespace() => Err(ProtocolError::UnbalancedQuotes),
+        Some(c) if !c.is_ascii_whitespace() => Err(Malformed::UnbalancedQuotes.into()),
         _ => Ok(()),
     }
 }
@@ -652,6 +641,16 @@ mod tests {
                 .map(|s| Bytes::copy_from_slice(s.as_bytes()))
                 .collect(),
         )
+    }
+
+    #[test]
+    fn protocol_errors_are_worded_by_the_catalogue() {
+        let e = ProtocolError::from(Malformed::ExpectedBulk('*'));
+        assert_eq!(e.to_string(), "ERR Protocol error: expected '$', got '*'");
+        assert_eq!(
+            e.answer(),
+            Some(Error::Protocol(Malformed::ExpectedBulk('*')))
+        );
     }
 
     #[test]
@@ -697,30 +696,30 @@ mod tests {
     fn giant_lengths_are_refused_before_buffering() {
         assert_eq!(
             parse(b"*999999999999\r\n"),
-            Err(ProtocolError::MultibulkLength)
+            Err(Malformed::MultibulkLength.into())
         );
         assert_eq!(
             parse(b"*1\r\n$999999999999\r\n"),
-            Err(ProtocolError::BulkLength)
+            Err(Malformed::BulkLength.into())
         );
-        assert_eq!(parse(b"*1\r\n$-5\r\n"), Err(ProtocolError::BulkLength));
-        assert_eq!(parse(b"*x\r\n"), Err(ProtocolError::MultibulkLength));
+        assert_eq!(parse(b"*1\r\n$-5\r\n"), Err(Malformed::BulkLength.into()));
+        assert_eq!(parse(b"*x\r\n"), Err(Malformed::MultibulkLength.into()));
     }
 
     #[test]
     fn nesting_is_not_a_command() {
         assert_eq!(
             parse(b"*1\r\n*1\r\n$1\r\na\r\n"),
-            Err(ProtocolError::ExpectedBulk('*'))
+            Err(Malformed::ExpectedBulk('*').into())
         );
     }
 
     #[test]
     fn endless_lines_are_refused() {
         let mut long = vec![b'a'; 70 * 1024];
-        assert_eq!(parse(&long), Err(ProtocolError::InlineTooLong));
+        assert_eq!(parse(&long), Err(Malformed::InlineTooLong.into()));
         long[0] = b'*';
-        assert_eq!(parse(&long), Err(ProtocolError::HeaderTooLong));
+        assert_eq!(parse(&long), Err(Malformed::HeaderTooLong.into()));
     }
 
     #[test]
@@ -729,10 +728,13 @@ mod tests {
             parse(b"SET k \"a b\\x41\\n\" 'it\\'s'\r\n"),
             Ok(args(&["SET", "k", "a bA\n", "it's"]))
         );
-        assert_eq!(parse(b"SET \"k\r\n"), Err(ProtocolError::UnbalancedQuotes));
+        assert_eq!(
+            parse(b"SET \"k\r\n"),
+            Err(Malformed::UnbalancedQuotes.into())
+        );
         assert_eq!(
             parse(b"SET \"k\"x\r\n"),
-            Err(ProtocolError::UnbalancedQuotes)
+            Err(Malformed::UnbalancedQuotes.into())
         );
     }
 
@@ -799,7 +801,7 @@ mod tests {
         let mut buf = BytesMut::from(&b"*11\r\n"[..]);
         assert_eq!(
             d.decode(&mut buf, false),
-            Err(ProtocolError::UnauthenticatedMultibulkLength)
+            Err(Malformed::UnauthenticatedMultibulkLength.into())
         );
         let mut d = Decoder::new(Limits::default());
         let mut buf = BytesMut::from(&b"*2\r\n$4\r\nECHO\r\n$16384\r\n"[..]);
@@ -808,12 +810,12 @@ mod tests {
         let mut buf = BytesMut::from(&b"*2\r\n$4\r\nECHO\r\n$16385\r\n"[..]);
         assert_eq!(
             d.decode(&mut buf, false),
-            Err(ProtocolError::UnauthenticatedBulkLength)
+            Err(Malformed::UnauthenticatedBulkLength.into())
         );
         // The general limits come first, as in Redis.
         let mut d = Decoder::new(Limits::default());
         let mut buf = BytesMut::from(&b"*1\r\n$99999999999\r\n"[..]);
-        assert_eq!(d.decode(&mut buf, false), Err(ProtocolError::BulkLength));
+        assert_eq!(d.decode(&mut buf, false), Err(Malformed::BulkLength.into()));
         // Once authenticated, the same headers are fine.
         let mut buf = BytesMut::from(&b"*11\r\n"[..]);
         assert_eq!(
@@ -835,7 +837,7 @@ mod tests {
         buf.extend_from_slice(b"\r\n$600\r\n");
         let err = d.decode(&mut buf, true).unwrap_err();
         assert_eq!(err, ProtocolError::RequestTooLarge);
-        assert!(!err.answered());
+        assert_eq!(err.answer(), None);
     }
 
     #[test]
@@ -885,7 +887,7 @@ mod tests {
                 i += 1;
                 loop {
                     let Some(&c) = line.get(i) else {
-                        return Err(ProtocolError::UnbalancedQuotes);
+                        return Err(Malformed::UnbalancedQuotes.into());
                     };
                     let next = line.get(i + 1).copied();
                     if c == quote {
@@ -919,7 +921,7 @@ mod tests {
                     }
                 }
                 if line.get(i).is_some_and(|c| !c.is_ascii_whitespace()) {
-                    return Err(ProtocolError::UnbalancedQuotes);
+                    return Err(Malformed::UnbalancedQuotes.into());
                 }
             } else {
                 while i < line.len() && !line[i].is_ascii_whitespace() {
