@@ -18,21 +18,34 @@
 //!   `_clock_suspect` (0 or 1), `redlock_master_restarts_total`, `_clock_jumps_total`,
 //!   `_reconnects_total`, `_request_timeouts_total`, and `redlock_master_reply_seconds`.
 //!
-//! The HTTP side is the least that Prometheus needs: `GET /metrics` over HTTP/1.1, one request
-//! per connection.
+//! The HTTP side is hyper's HTTP/1.1 server, one request per connection: `GET` (or `HEAD`)
+//! `/metrics` and nothing else yet. `route` has one arm per path, so that health endpoints
+//! can join it.
 
+use std::convert::Infallible;
 use std::fmt;
+use std::future::{Ready, ready};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use hyper::body::Incoming;
+use hyper::header::{ACCEPT, ALLOW, CONNECTION, CONTENT_TYPE, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::Service;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::time::Timeout;
 use tracing::{debug, warn};
 
 use crate::backend::{MasterInfo, Status};
@@ -298,96 +311,222 @@ pub fn classic(openmetrics: &str) -> String {
     out
 }
 
+/// How many connections are served at once; past it, new ones wait in the listen backlog.
+/// Prometheus needs one per scrape; the room is for clients that connect and say nothing,
+/// each of which holds a slot (a task and at most `MAX_HEAD` bytes) for `HEAD_TIMEOUT`, so
+/// that a handful of them cannot make a scrape wait.
+const MAX_CONNECTIONS: usize = 256;
+
+/// How long a client may take to send its request head; an idle connection is closed then.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long one connection may last in all, so that a scraper that reads its answer slowly
+/// cannot hold a task and a rendered body for ever.
+const CONNECTION_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Largest request head read (hyper's least read buffer); Prometheus sends a few hundred bytes.
+const MAX_HEAD: usize = 8192;
+
 /// Serves `/metrics` on `listener` until the task is dropped.
+///
+/// HTTP/1.1 by hyper, one request per connection (`Connection: close`), as many connections at
+/// once as `MAX_CONNECTIONS`, each for at most `CONNECTION_DEADLINE`.
 pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
     let registry = Arc::new(registry(proxy));
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let http = builder();
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return; // closed, which it never is
+        };
         let (socket, peer) = match listener.accept().await {
             Ok(pair) => pair,
             Err(e) => {
                 warn!(error = %e, "metrics accept failed");
+                // Out of descriptors, say: retrying at once would spin.
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
         };
-        let registry = registry.clone();
+        let conn = connection(&http, socket, registry.clone());
         tokio::spawn(async move {
-            if let Err(e) = answer(socket, &registry).await {
-                debug!(error = %e, peer = %peer, "metrics request failed");
+            match conn.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => debug!(error = %e, peer = %peer, "metrics request failed"),
+                Err(_) => debug!(peer = %peer, "metrics connection timed out"),
             }
+            drop(slot);
         });
+    }
+}
+
+/// hyper's HTTP/1.1 server, bounded: the request head must come within `HEAD_TIMEOUT` (an idle
+/// connection is closed then) and within `MAX_HEAD` bytes, and there is one request per
+/// connection.
+fn builder() -> http1::Builder {
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_buf_size(MAX_HEAD)
+        .keep_alive(false)
+        // A client may shut its side once it has sent the request (`nc -N`, and some
+        // netcats by default); without this, hyper drops it unanswered when the EOF
+        // comes before the answer is written.
+        .half_close(true)
+        .title_case_headers(true);
+    http
+}
+
+/// Serves one connection until hyper closes it, or fails with `Elapsed` at
+/// `CONNECTION_DEADLINE`.
+fn connection<T>(
+    http: &http1::Builder,
+    io: T,
+    registry: Arc<Registry>,
+) -> Timeout<http1::Connection<TokioIo<SaysHttp11<T>>, Routes>>
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    let conn = http.serve_connection(TokioIo::new(SaysHttp11::new(io)), Routes(registry));
+    tokio::time::timeout(CONNECTION_DEADLINE, conn)
+}
+
+/// The paths served, as a hyper service: every answer is ready at once.
+struct Routes(Arc<Registry>);
+
+impl Service<Request<Incoming>> for Routes {
+    type Response = Response<String>;
+    type Error = Infallible;
+    type Future = Ready<Result<Response<String>, Infallible>>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        ready(Ok(route(&req, &self.0)))
+    }
+}
+
+/// The answer to one request: the method first, then one arm per path.
+fn route<B>(req: &Request<B>, registry: &Registry) -> Response<String> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "GET only\n");
+        r.headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    match req.uri().path() {
+        "/metrics" => metrics(req, registry),
+        _ => plain(StatusCode::NOT_FOUND, "metrics are at /metrics\n"),
     }
 }
 
 /// The media type Prometheus puts in `Accept` when it can read OpenMetrics.
 const OPENMETRICS: &str = "application/openmetrics-text";
 
-/// Largest request head read; Prometheus sends a few hundred bytes.
-const MAX_HEAD: usize = 8192;
-
-async fn answer(mut socket: TcpStream, registry: &Registry) -> std::io::Result<()> {
-    let mut head = Vec::with_capacity(1024);
-    let read = async {
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            if head.len() >= MAX_HEAD || socket.read_buf(&mut head).await? == 0 {
-                return Ok::<_, std::io::Error>(false);
-            }
-        }
-        Ok(true)
-    };
-    let complete = tokio::time::timeout(Duration::from_secs(10), read)
-        .await
-        .unwrap_or(Ok(false))?;
-    // Prometheus asks for OpenMetrics; everything else gets the classic text format.
-    let openmetrics = head
-        .windows(OPENMETRICS.len())
-        .any(|w| w.eq_ignore_ascii_case(OPENMETRICS.as_bytes()));
-    let line = head.split(|&c| c == b'\r').next().unwrap_or_default();
-    let mut words = line.split(|&c| c == b' ');
-    let method = words.next().unwrap_or_default();
-    let path = words.next().unwrap_or_default();
-    let path = path.split(|&c| c == b'?').next().unwrap_or_default();
-    let (status, kind, body) = if !complete {
-        ("400 Bad Request", "text/plain", "bad request\n".to_string())
-    } else if method != b"GET" && method != b"HEAD" {
+/// `GET /metrics`: OpenMetrics for a client that asks for it (Prometheus), the classic text
+/// format for everyone else. hyper leaves the body out of an answer to `HEAD`.
+fn metrics<B>(req: &Request<B>, registry: &Registry) -> Response<String> {
+    let openmetrics = req.headers().get_all(ACCEPT).iter().any(|v| {
+        v.as_bytes()
+            .windows(OPENMETRICS.len())
+            .any(|w| w.eq_ignore_ascii_case(OPENMETRICS.as_bytes()))
+    });
+    let (kind, body) = if openmetrics {
         (
-            "405 Method Not Allowed",
-            "text/plain",
-            "GET only\n".to_string(),
-        )
-    } else if path != b"/metrics" {
-        (
-            "404 Not Found",
-            "text/plain",
-            "metrics are at /metrics\n".to_string(),
-        )
-    } else if openmetrics {
-        (
-            "200 OK",
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             render(registry),
         )
     } else {
         (
-            "200 OK",
             "text/plain; version=0.0.4; charset=utf-8",
             classic(&render(registry)),
         )
     };
-    let header = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    socket.write_all(header.as_bytes()).await?;
-    if method != b"HEAD" {
-        socket.write_all(body.as_bytes()).await?;
+    answer(StatusCode::OK, kind, body)
+}
+
+fn plain(status: StatusCode, body: &'static str) -> Response<String> {
+    answer(status, "text/plain", body.to_string())
+}
+
+fn answer(status: StatusCode, kind: &'static str, body: String) -> Response<String> {
+    let mut r = Response::new(body);
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static(kind));
+    // hyper closes the connection anyway (keep-alive is off), but says so only to HTTP/1.1.
+    h.insert(CONNECTION, HeaderValue::from_static("close"));
+    r
+}
+
+/// How hyper's status line to an HTTP/1.0 client starts.
+const HTTP_10: &[u8] = b"HTTP/1.0 ";
+/// How this server's status lines have always started.
+const HTTP_11: &[u8] = b"HTTP/1.1 ";
+
+/// A socket that says `HTTP/1.1` in the status line of its first answer.
+///
+/// hyper answers an HTTP/1.0 request with an `HTTP/1.0` status line, while this server has
+/// always answered `HTTP/1.1` (RFC 9110 section 2.5: a server sends the highest minor version
+/// it speaks), and the integration tests, which send HTTP/1.0, hold it to that. The answer is the same otherwise: its
+/// length is in `Content-Length` and the connection closes after it. Only the first bytes
+/// written are looked at; the rest pass through.
+struct SaysHttp11<T> {
+    io: T,
+    /// `None` until the first write; then how much of [`HTTP_11`] is written in place of
+    /// [`HTTP_10`], or its length when there is nothing (more) to replace.
+    replaced: Option<usize>,
+}
+
+impl<T> SaysHttp11<T> {
+    fn new(io: T) -> Self {
+        Self { io, replaced: None }
     }
-    socket.shutdown().await
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for SaysHttp11<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for SaysHttp11<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let done = *this.replaced.get_or_insert(if buf.starts_with(HTTP_10) {
+            0
+        } else {
+            HTTP_11.len()
+        });
+        // A writer retries with what is left of its buffer, so the rest of the prefix is still
+        // at its front; the replacement has the same length, so counts carry over.
+        if done >= HTTP_11.len() || !buf.starts_with(&HTTP_10[done..]) {
+            return Pin::new(&mut this.io).poll_write(cx, buf);
+        }
+        let n = std::task::ready!(Pin::new(&mut this.io).poll_write(cx, &HTTP_11[done..]))?;
+        this.replaced = Some(done + n);
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]
     fn latency_buckets_are_upper_bounds_and_render_cumulatively() {
@@ -427,5 +566,204 @@ mod tests {
              # HELP redlock_master_reply_seconds Time.\n# TYPE redlock_master_reply_seconds histogram\n\
              redlock_master_reply_seconds_count 0\n"
         );
+    }
+    /// A registry with one histogram, so that `/metrics` has something to say.
+    fn small_registry() -> Arc<Registry> {
+        let mut r = Registry::default();
+        r.register("lat", "Latency.", Latency::default());
+        Arc::new(r)
+    }
+
+    /// Sends `request` to one connection over a duplex pipe of `room` bytes; returns all it
+    /// answered and how the connection ended.
+    async fn exchange(request: &[u8], room: usize) -> (String, Result<(), String>) {
+        let (mut client, server) = tokio::io::duplex(room);
+        let conn = tokio::spawn(connection(&builder(), server, small_registry()));
+        client.write_all(request).await.expect("write");
+        let mut out = Vec::new();
+        client.read_to_end(&mut out).await.expect("read");
+        let ended = match conn.await.expect("join") {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("deadline".to_string()),
+        };
+        (String::from_utf8_lossy(&out).into_owned(), ended)
+    }
+
+    fn head_of(answer: &str) -> &str {
+        answer.split_once("\r\n\r\n").map_or(answer, |(h, _)| h)
+    }
+
+    fn body_of(answer: &str) -> &str {
+        answer.split_once("\r\n\r\n").map_or("", |(_, b)| b)
+    }
+
+    #[tokio::test]
+    async fn get_metrics_answers_the_classic_format_over_http_1_1_to_1_0_and_1_1_clients() {
+        for version in ["1.0", "1.1"] {
+            let request = format!("GET /metrics?x=1 HTTP/{version}\r\nHost: a\r\n\r\n");
+            let (answer, ended) = exchange(request.as_bytes(), 64).await;
+            assert_eq!(ended, Ok(()));
+            let head = head_of(&answer);
+            assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+            assert!(
+                head.contains("\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"),
+                "{answer}"
+            );
+            assert!(head.contains("\r\nConnection: close\r\n"), "{answer}");
+            let body = body_of(&answer);
+            assert!(head.contains(&format!("\r\nContent-Length: {}", body.len())));
+            assert!(body.starts_with("# HELP lat Latency"), "{body}");
+            assert!(body.contains("\nlat_count 0\n"), "{body}");
+            assert!(!body.contains("# EOF"), "{body}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_client_that_shuts_its_side_after_the_request_still_gets_the_answer() {
+        for _ in 0..20 {
+            let (mut client, server) = tokio::io::duplex(1024);
+            let conn = tokio::spawn(connection(&builder(), server, small_registry()));
+            client
+                .write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+                .await
+                .expect("write");
+            client.shutdown().await.expect("shutdown");
+            let mut out = Vec::new();
+            client.read_to_end(&mut out).await.expect("read");
+            let answer = String::from_utf8_lossy(&out);
+            assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+            assert!(matches!(conn.await, Ok(Ok(Ok(())))));
+        }
+    }
+
+    #[tokio::test]
+    async fn prometheus_asking_for_openmetrics_gets_it() {
+        let (answer, _) = exchange(
+            b"GET /metrics HTTP/1.1\r\nAccept: Application/OpenMetrics-Text;version=1.0.0,text/plain;q=0.5\r\n\r\n",
+            1024,
+        )
+        .await;
+        assert!(
+            head_of(&answer).contains(
+                "\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n"
+            ),
+            "{answer}"
+        );
+        assert!(body_of(&answer).ends_with("# EOF\n"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn head_gets_the_length_without_the_body() {
+        let (get, _) = exchange(b"GET /metrics HTTP/1.1\r\n\r\n", 1024).await;
+        let (head, _) = exchange(b"HEAD /metrics HTTP/1.1\r\n\r\n", 1024).await;
+        let length = format!("Content-Length: {}\r\n", body_of(&get).len());
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(head.contains(&length), "{length:?} in {head}");
+        assert_eq!(body_of(&head), "");
+    }
+
+    #[tokio::test]
+    async fn other_methods_paths_and_garbage_are_refused() {
+        for (request, status, body) in [
+            (
+                &b"POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"[..],
+                "HTTP/1.1 405 Method Not Allowed\r\n",
+                "GET only\n",
+            ),
+            (
+                b"POST /other HTTP/1.0\r\n\r\n",
+                "HTTP/1.1 405 Method Not Allowed\r\n",
+                "GET only\n",
+            ),
+            (
+                b"GET /other HTTP/1.1\r\n\r\n",
+                "HTTP/1.1 404 Not Found\r\n",
+                "metrics are at /metrics\n",
+            ),
+            (
+                b"GET /metricsx HTTP/1.0\r\n\r\n",
+                "HTTP/1.1 404 Not Found\r\n",
+                "metrics are at /metrics\n",
+            ),
+            (b"garbage\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n", ""),
+            (
+                b"GET / HTTP/1.1\r\nbad header\r\n\r\n",
+                "HTTP/1.1 400 Bad Request\r\n",
+                "",
+            ),
+        ] {
+            let (answer, _) = exchange(request, 1024).await;
+            assert!(answer.starts_with(status), "{status:?}: {answer}");
+            assert_eq!(body_of(&answer), body, "{answer}");
+            if status.contains("405") {
+                assert!(answer.contains("\r\nAllow: GET, HEAD\r\n"), "{answer}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_head_past_the_limit_is_refused_without_being_kept() {
+        let mut request = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
+        request.resize(4 * MAX_HEAD, b'a');
+        let (answer, ended) = exchange(&request, 64 * MAX_HEAD).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"),
+            "{answer}"
+        );
+        assert!(ended.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_or_slow_client_is_dropped_after_the_head_timeout() {
+        let start = tokio::time::Instant::now();
+        // Nothing at all, then half a head.
+        for request in [&b""[..], b"GET /metrics HTTP/1.1\r\nHost"] {
+            let (answer, ended) = exchange(request, 1024).await;
+            assert_eq!(answer, "");
+            assert!(ended.is_err(), "{ended:?}");
+        }
+        assert!(start.elapsed() >= 2 * HEAD_TIMEOUT);
+        assert!(start.elapsed() < CONNECTION_DEADLINE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_does_not_read_its_answer_is_dropped_at_the_deadline() {
+        let (mut client, server) = tokio::io::duplex(16);
+        let conn = tokio::spawn(connection(&builder(), server, small_registry()));
+        client
+            .write_all(b"GET /metrics HTTP/1.1\r\n\r\n")
+            .await
+            .expect("write");
+        let start = tokio::time::Instant::now();
+        assert!(conn.await.expect("join").is_err(), "the deadline ends it");
+        assert!(start.elapsed() >= CONNECTION_DEADLINE);
+    }
+
+    #[tokio::test]
+    async fn only_a_leading_http_1_0_is_rewritten_even_a_byte_at_a_time() {
+        for (written, read) in [
+            (
+                "HTTP/1.0 200 OK\r\n\r\nHTTP/1.0 ",
+                "HTTP/1.1 200 OK\r\n\r\nHTTP/1.0 ",
+            ),
+            (
+                "HTTP/1.1 404 Not Found\r\n\r\n",
+                "HTTP/1.1 404 Not Found\r\n\r\n",
+            ),
+            ("x HTTP/1.0 ", "x HTTP/1.0 "),
+        ] {
+            let (mut far, near) = tokio::io::duplex(1);
+            let mut io = SaysHttp11::new(near);
+            let reader = tokio::spawn(async move {
+                let mut out = Vec::new();
+                far.read_to_end(&mut out).await.map(|_| out)
+            });
+            io.write_all(written.as_bytes()).await.expect("write");
+            io.shutdown().await.expect("shutdown");
+            drop(io);
+            let out = reader.await.expect("join").expect("read");
+            assert_eq!(String::from_utf8_lossy(&out), read);
+        }
     }
 }
