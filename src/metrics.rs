@@ -1,17 +1,16 @@
 //! Prometheus metrics at `http://metrics_listen/metrics`, in the OpenMetrics text format
 //! written by the `prometheus-client` crate.
 //!
-//! The counters the proxy already keeps for `INFO` (in [`Stats`], in each
-//! master's [`MasterInfo`]) are the source of truth: a collector reads them on every scrape, so
-//! the hot path pays nothing extra and `INFO` and `/metrics` always agree. Only the per-master
-//! reply latency is a histogram observed as replies arrive; the few figures `INFO` does not
-//! keep (commands by name, errors by kind, acquisition latency) live in [`Live`].
+//! The one counter store ([`Counters`], read by `INFO` too) and each master's [`MasterInfo`]
+//! are the source of truth: a collector reads them on every scrape, so the hot path pays
+//! nothing extra and `INFO` and `/metrics` always agree. The per-master reply latency and the
+//! acquisition latency are histograms ([`Latency`]) observed as replies arrive.
 //!
 //! Families (all prefixed `redlock_`; counters end in `_total`, durations in `_seconds`):
 //! - `redlock_locks_total{outcome}`: `granted`, `denied`, `rolled_back`, `released`;
 //! - `redlock_commands_total`, and `redlock_commands_by_name_total{command}`;
-//!   `redlock_errors_total{kind}` (error replies by their first word, as Redis's
-//!   `errorstat_*`); `redlock_acquire_seconds` (from a `SET ... NX` request being read to its
+//!   `redlock_errors_total{kind}` (error replies by their kind, the first word, as
+//!   Redis's `errorstat_*`); `redlock_acquire_seconds` (from a `SET ... NX` request being read to its
 //!   answer); `redlock_client_connections` (open) and
 //!   `redlock_client_connections_accepted_total`;
 //! - per master (`master="host:port"`): `redlock_master_up`, `_trusted`, `_quarantined`,
@@ -25,9 +24,7 @@
 use std::convert::Infallible;
 use std::fmt;
 use std::future::{Ready, ready};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::body::Incoming;
@@ -42,7 +39,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::time::Timeout;
@@ -383,11 +380,11 @@ fn connection<T>(
     http: &http1::Builder,
     io: T,
     registry: Arc<Registry>,
-) -> Timeout<http1::Connection<TokioIo<SaysHttp11<T>>, Routes>>
+) -> Timeout<http1::Connection<TokioIo<T>, Routes>>
 where
     T: AsyncRead + AsyncWrite + Unpin,
 {
-    let conn = http.serve_connection(TokioIo::new(SaysHttp11::new(io)), Routes(registry));
+    let conn = http.serve_connection(TokioIo::new(io), Routes(registry));
     tokio::time::timeout(CONNECTION_DEADLINE, conn)
 }
 
@@ -455,72 +452,6 @@ fn answer(status: StatusCode, kind: &'static str, body: String) -> Response<Stri
     // hyper closes the connection anyway (keep-alive is off), but says so only to HTTP/1.1.
     h.insert(CONNECTION, HeaderValue::from_static("close"));
     r
-}
-
-/// How hyper's status line to an HTTP/1.0 client starts.
-const HTTP_10: &[u8] = b"HTTP/1.0 ";
-/// How this server's status lines have always started.
-const HTTP_11: &[u8] = b"HTTP/1.1 ";
-
-/// A socket that says `HTTP/1.1` in the status line of its first answer.
-///
-/// hyper answers an HTTP/1.0 request with an `HTTP/1.0` status line, while this server has
-/// always answered `HTTP/1.1` (RFC 9110 section 2.5: a server sends the highest minor version
-/// it speaks), and the integration tests, which send HTTP/1.0, hold it to that. The answer is the same otherwise: its
-/// length is in `Content-Length` and the connection closes after it. Only the first bytes
-/// written are looked at; the rest pass through.
-struct SaysHttp11<T> {
-    io: T,
-    /// `None` until the first write; then how much of [`HTTP_11`] is written in place of
-    /// [`HTTP_10`], or its length when there is nothing (more) to replace.
-    replaced: Option<usize>,
-}
-
-impl<T> SaysHttp11<T> {
-    fn new(io: T) -> Self {
-        Self { io, replaced: None }
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for SaysHttp11<T> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for SaysHttp11<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        let done = *this.replaced.get_or_insert(if buf.starts_with(HTTP_10) {
-            0
-        } else {
-            HTTP_11.len()
-        });
-        // A writer retries with what is left of its buffer, so the rest of the prefix is still
-        // at its front; the replacement has the same length, so counts carry over.
-        if done >= HTTP_11.len() || !buf.starts_with(&HTTP_10[done..]) {
-            return Pin::new(&mut this.io).poll_write(cx, buf);
-        }
-        let n = std::task::ready!(Pin::new(&mut this.io).poll_write(cx, &HTTP_11[done..]))?;
-        this.replaced = Some(done + n);
-        Poll::Ready(Ok(n))
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
 }
 
 #[cfg(test)]
@@ -599,13 +530,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn get_metrics_answers_the_classic_format_over_http_1_1_to_1_0_and_1_1_clients() {
+    async fn get_metrics_answers_the_classic_format_to_1_0_and_1_1_clients() {
         for version in ["1.0", "1.1"] {
             let request = format!("GET /metrics?x=1 HTTP/{version}\r\nHost: a\r\n\r\n");
             let (answer, ended) = exchange(request.as_bytes(), 64).await;
             assert_eq!(ended, Ok(()));
             let head = head_of(&answer);
-            assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+            assert!(
+                head.starts_with(&format!("HTTP/{version} 200 OK\r\n")),
+                "{answer}"
+            );
             assert!(
                 head.contains("\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"),
                 "{answer}"
@@ -632,7 +566,7 @@ mod tests {
             let mut out = Vec::new();
             client.read_to_end(&mut out).await.expect("read");
             let answer = String::from_utf8_lossy(&out);
-            assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+            assert!(answer.starts_with("HTTP/1.0 200 OK\r\n"), "{answer}");
             assert!(matches!(conn.await, Ok(Ok(Ok(())))));
         }
     }
@@ -673,7 +607,7 @@ mod tests {
             ),
             (
                 b"POST /other HTTP/1.0\r\n\r\n",
-                "HTTP/1.1 405 Method Not Allowed\r\n",
+                "HTTP/1.0 405 Method Not Allowed\r\n",
                 "GET only\n",
             ),
             (
@@ -683,7 +617,7 @@ mod tests {
             ),
             (
                 b"GET /metricsx HTTP/1.0\r\n\r\n",
-                "HTTP/1.1 404 Not Found\r\n",
+                "HTTP/1.0 404 Not Found\r\n",
                 "metrics are at /metrics\n",
             ),
             (b"garbage\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n", ""),
@@ -738,32 +672,5 @@ mod tests {
         let start = tokio::time::Instant::now();
         assert!(conn.await.expect("join").is_err(), "the deadline ends it");
         assert!(start.elapsed() >= CONNECTION_DEADLINE);
-    }
-
-    #[tokio::test]
-    async fn only_a_leading_http_1_0_is_rewritten_even_a_byte_at_a_time() {
-        for (written, read) in [
-            (
-                "HTTP/1.0 200 OK\r\n\r\nHTTP/1.0 ",
-                "HTTP/1.1 200 OK\r\n\r\nHTTP/1.0 ",
-            ),
-            (
-                "HTTP/1.1 404 Not Found\r\n\r\n",
-                "HTTP/1.1 404 Not Found\r\n\r\n",
-            ),
-            ("x HTTP/1.0 ", "x HTTP/1.0 "),
-        ] {
-            let (mut far, near) = tokio::io::duplex(1);
-            let mut io = SaysHttp11::new(near);
-            let reader = tokio::spawn(async move {
-                let mut out = Vec::new();
-                far.read_to_end(&mut out).await.map(|_| out)
-            });
-            io.write_all(written.as_bytes()).await.expect("write");
-            io.shutdown().await.expect("shutdown");
-            drop(io);
-            let out = reader.await.expect("join").expect("read");
-            assert_eq!(String::from_utf8_lossy(&out), read);
-        }
     }
 }

@@ -643,13 +643,17 @@ async fn tls_clients_with_and_without_mutual_tls() {
 // ---------------------------------------------------------------------------------------------
 // Metrics and logs.
 
-/// `GET path` over HTTP/1.0 with optional extra header lines; returns (status line, body).
+/// `GET path` over HTTP/1.1, one request on the connection, with optional extra header lines;
+/// returns (status line, body).
 async fn http_get(addr: &str, path: &str, headers: &str) -> (String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n{headers}\r\n").as_bytes())
-        .await
-        .expect("write");
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{headers}\r\n")
+            .as_bytes(),
+    )
+    .await
+    .expect("write");
     let mut out = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
         .await
