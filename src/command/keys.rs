@@ -38,7 +38,7 @@ use crate::config::LegacyDecision;
 use crate::error::Error;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask};
-use crate::wire::master::command;
+use crate::wire::master::{command, eval};
 use crate::wire::reply::Reply;
 
 /// A rule that turns the masters' replies into one answer. It runs while the command's keys
@@ -320,6 +320,64 @@ pub fn hgetall(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
             None => Reply::Map(Vec::new()),
         }),
     )
+}
+
+/// `SET key value <options with KEEPTTL>` that gives the key `ARGV[2]` ms when it has no TTL
+/// afterwards: `KEYS[1]` the key, `ARGV[1]` the value, `ARGV[2]` the guard, the rest the
+/// client's options. Answers what `SET` answered (`OK`, nil, or the old value with `GET`).
+const SET_KEEPTTL: &str = "local r = redis.call('set', KEYS[1], ARGV[1], unpack(ARGV, 3)) \
+    if redis.call('pttl', KEYS[1]) == -1 then redis.call('pexpire', KEYS[1], ARGV[2]) end \
+    return r";
+
+/// The options of a `SET` command.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SetOptions {
+    /// `NX`: only if absent.
+    pub nx: bool,
+    /// `XX`: only if present.
+    pub xx: bool,
+    /// `GET`: return the old value.
+    pub get: bool,
+    /// `KEEPTTL`.
+    pub keep_ttl: bool,
+    /// The TTL in milliseconds from now, from `EX`, `PX`, `EXAT` or `PXAT`.
+    pub ttl_ms: Option<i64>,
+}
+
+/// `SET key value [XX] [GET] [EX|PX|EXAT|PXAT|KEEPTTL]` (any `SET` without `NX`).
+pub fn write(proxy: &Arc<Proxy>, args: Vec<Bytes>, opts: SetOptions) -> Action {
+    if let Some(e) = opts.ttl_ms.and_then(|ms| too_long(proxy, ms)) {
+        return e.into();
+    }
+    let mut parts: Vec<&[u8]> = args.iter().map(|a| a.as_ref()).collect();
+    let guard = guard_px(proxy).filter(|_| opts.ttl_ms.is_none());
+    let request = match &guard {
+        // `KEEPTTL` keeps the key's TTL, and a new key has none: it gets the guard's, on each
+        // master in the same step (a script), so no key is ever left without one.
+        Some(ttl) if opts.keep_ttl => {
+            let mut argv: Vec<&[u8]> = vec![&args[2], ttl.as_bytes()];
+            argv.extend(args[3..].iter().map(|a| a.as_ref()));
+            eval(SET_KEEPTTL, &args[1..2], &argv)
+        }
+        Some(ttl) => {
+            parts.extend([b"PX".as_slice(), ttl.as_bytes()]);
+            command(&parts)
+        }
+        None => command(&parts),
+    };
+    let (key, written) = (args[1].clone(), args[2].clone());
+    let rule = move |proxy: &Proxy, b: &Ballots| match b.majority() {
+        Some(r) => r.clone(),
+        None if opts.get => old_value(proxy, b, &key, written),
+        None if opts.xx => Reply::Nil,
+        None => no_quorum(),
+    };
+    let gather = if opts.get {
+        Gather::All
+    } else {
+        Gather::Outcome
+    };
+    forward_with(proxy, request, &args[1..2], gather, Box::new(rule))
 }
 
 #[cfg(test)]

@@ -38,7 +38,7 @@ use super::action::Action;
 use crate::config::Config;
 use crate::counters::Counters;
 use crate::error::Error;
-use crate::keylock::{Held, Ready};
+use crate::keylock::{Held, Ready, Ticket};
 use crate::lockop::{Answer, Lit, Op};
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, Vote, ask, ask_timed, quorum_th, validity};
@@ -99,17 +99,18 @@ pub fn acquire(proxy: &Arc<Proxy>, key: Bytes, token: Bytes, ttl_ms: i64) -> Act
     } else {
         Op::Acquire
     };
-    run(
-        proxy,
-        LockOp {
-            op,
-            keys: vec![key],
-            token,
-            ttl_ms,
-            answer: Answer::OkNil,
-            wake: None,
-        },
-    )
+    let op = LockOp {
+        op,
+        keys: vec![key],
+        token,
+        ttl_ms,
+        answer: Answer::OkNil,
+        wake: None,
+    };
+    match check(proxy, &op) {
+        Ok(()) => acquisition(proxy, op),
+        Err(refused) => refused.into(),
+    }
 }
 
 impl LockOp {
@@ -142,10 +143,11 @@ pub fn release(proxy: &Arc<Proxy>, key: Bytes, token: Bytes) -> Action {
     )
 }
 
-/// Runs any lock operation as a quorum operation.
-pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
+/// The checks every lock operation passes: it names keys, its TTL is within the cap, and so is
+/// its signal's.
+fn check(proxy: &Proxy, op: &LockOp) -> Result<(), Reply> {
     if op.keys.is_empty() {
-        return Reply::from(Error::NoLockKeys).into();
+        return Err(Reply::from(Error::NoLockKeys));
     }
     let max = proxy.config().max_ttl_ms;
     if !matches!(
@@ -153,32 +155,47 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
         Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining
     ) && op.ttl_ms > max as i64
     {
-        return Reply::from(Error::TtlTooLong {
+        return Err(Reply::from(Error::TtlTooLong {
             ttl: op.ttl_ms,
             max,
-        })
-        .into();
+        }));
     }
     if let Some(w) = &op.wake
         && (w.ttl_ms <= 0 || w.ttl_ms > max as i64)
     {
-        return Reply::from(Error::SignalTtl { ttl: w.ttl_ms, max }).into();
+        return Err(Reply::from(Error::SignalTtl { ttl: w.ttl_ms, max }));
     }
-    // The signal list takes its turn too, so a waiter's pop never overtakes the release.
-    let ticket = match &op.wake {
+    Ok(())
+}
+
+/// An operation's turn on its keys, taken now, at dispatch; the signal list takes its turn
+/// too, so a waiter's pop never overtakes the release.
+fn turn(proxy: &Proxy, op: &LockOp) -> Ticket {
+    match &op.wake {
         Some(w) => proxy
             .keylocks()
             .enqueue(&[op.keys.as_slice(), std::slice::from_ref(&w.list)].concat()),
         None => proxy.keylocks().enqueue(&op.keys),
-    };
-    let since = Instant::now();
-    // One future type per operation, so each is only as large as its own state.
+    }
+}
+
+/// An acquisition, once checked: the hottest path awaits its own turn, one future moved once
+/// (into its box).
+fn acquisition(proxy: &Arc<Proxy>, op: LockOp) -> Action {
+    Action::Later(Box::pin(Acquisition::new(proxy, op)))
+}
+
+/// Runs any lock operation as a quorum operation.
+pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
+    if let Err(refused) = check(proxy, &op) {
+        return refused.into();
+    }
+    // One future type per operation, so each is only as large as its own state; each takes its
+    // turn on its keys now, at dispatch.
     match op.op {
-        // The hottest path awaits its own turn: one future, moved once (into its box).
-        Op::Acquire | Op::AcquireOrRefresh | Op::AcquireOrRefreshAll => {
-            Action::Later(Box::pin(Acquisition::new(proxy, op, ticket, since)))
-        }
+        Op::Acquire | Op::AcquireOrRefresh | Op::AcquireOrRefreshAll => acquisition(proxy, op),
         Op::Extend | Op::ExtendAdd => {
+            let ticket = turn(proxy, &op);
             super::action::in_turn_of(proxy, ticket, move |proxy, held| async move {
                 let reply = run_extend(&proxy, &op).await;
                 drop(held);
@@ -186,6 +203,7 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
             })
         }
         Op::Release | Op::ReleaseAll | Op::Delete => {
+            let ticket = turn(proxy, &op);
             super::action::in_turn_of(proxy, ticket, move |proxy, held| async move {
                 let reply = run_release(&proxy, &op).await;
                 drop(held);
@@ -193,6 +211,7 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
             })
         }
         Op::Inspect | Op::Remaining => {
+            let ticket = turn(proxy, &op);
             super::action::in_turn_of(proxy, ticket, move |proxy, held| async move {
                 let reply = match op.op {
                     Op::Inspect => run_inspect(&proxy, &op).await,
@@ -306,12 +325,16 @@ enum Stage {
 }
 
 impl Acquisition {
-    fn new(proxy: &Arc<Proxy>, op: LockOp, ticket: crate::keylock::Ticket, since: Instant) -> Self {
+    /// Takes the operation's turn on its keys, last: from then on it waits for the earlier
+    /// operations on them.
+    fn new(proxy: &Arc<Proxy>, op: LockOp) -> Self {
+        let since = Instant::now();
+        let ready = turn(proxy, &op).ready();
         Acquisition {
             proxy: proxy.clone(),
             since,
             op,
-            stage: Stage::Turn(ticket.ready()),
+            stage: Stage::Turn(ready),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `SET`, parsed once into what it means: a Redlock acquisition (`NX` with an expiry) or a
 //! plain write. The decision is made here, in one place; the acquisition runs in
-//! [`super::lock`], the write under the majority rule in [`super::keys`]. The options are read
+//! [`super::lock`], the write under the majority rule in [`super::keys`], each handed what it
+//! needs and nothing more, so the request reads on downwards from here. The options are read
 //! from the request as decoded; an acquisition keeps only its key and token.
 
 use std::sync::Arc;
@@ -8,30 +9,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::action::Action;
-use super::keys::{Gather, forward_with, guard_px, no_quorum, old_value, too_long};
+use super::keys::SetOptions;
 use super::session::Conn;
-use super::spec::{Cmd, parse_int};
+use super::spec::Cmd;
 use crate::error::Error;
 use crate::proxy::Proxy;
-use crate::quorum::Ballots;
-use crate::wire::master::{command, eval};
 use crate::wire::reply::Reply;
 use crate::wire::request::Args;
-
-/// The options of a `SET` command.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct SetOptions {
-    /// `NX`: only if absent.
-    pub nx: bool,
-    /// `XX`: only if present.
-    pub xx: bool,
-    /// `GET`: return the old value.
-    pub get: bool,
-    /// `KEEPTTL`.
-    pub keep_ttl: bool,
-    /// The TTL in milliseconds from now, from `EX`, `PX`, `EXAT` or `PXAT`.
-    pub ttl_ms: Option<i64>,
-}
+use crate::wire::resp::parse_int;
 
 /// A `SET` option word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,14 +230,10 @@ fn positive(arg: &[u8]) -> Option<i64> {
 
 /// `SET`: a lock acquisition or a write.
 pub fn set(proxy: &Arc<Proxy>, _: &mut Conn, args: Args<'_>) -> Action {
-    // The usual lock request goes straight to its acquisition, without a `Set` in between.
-    if let Some(ttl_ms) = Set::lock_ttl(&args) {
-        return super::lock::acquire(proxy, args.bytes(1), args.bytes(2), ttl_ms);
-    }
-    match Set::parse_general(args, proxy.config().default_ttl_ms) {
+    match Set::parse(args, proxy.config().default_ttl_ms) {
         Err(e) => e.into(),
         Ok(Set::Acquire { key, token, ttl_ms }) => super::lock::acquire(proxy, key, token, ttl_ms),
-        Ok(Set::Write { args, opts }) => write(proxy, args, opts),
+        Ok(Set::Write { args, opts }) => super::keys::write(proxy, args, opts),
     }
 }
 
@@ -276,49 +257,6 @@ pub fn setex(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, cmd: Cmd) ->
     ];
     self::set(proxy, conn, set.into())
 }
-
-/// `SET key value [XX] [GET] [EX|PX|EXAT|PXAT|KEEPTTL]` (any `SET` without `NX`).
-fn write(proxy: &Arc<Proxy>, args: Vec<Bytes>, opts: SetOptions) -> Action {
-    if let Some(e) = opts.ttl_ms.and_then(|ms| too_long(proxy, ms)) {
-        return e.into();
-    }
-    let mut parts: Vec<&[u8]> = args.iter().map(|a| a.as_ref()).collect();
-    let guard = guard_px(proxy).filter(|_| opts.ttl_ms.is_none());
-    let request = match &guard {
-        // `KEEPTTL` keeps the key's TTL, and a new key has none: it gets the guard's, on each
-        // master in the same step (a script), so no key is ever left without one.
-        Some(ttl) if opts.keep_ttl => {
-            let mut argv: Vec<&[u8]> = vec![&args[2], ttl.as_bytes()];
-            argv.extend(args[3..].iter().map(|a| a.as_ref()));
-            eval(SET_KEEPTTL, &args[1..2], &argv)
-        }
-        Some(ttl) => {
-            parts.extend([b"PX".as_slice(), ttl.as_bytes()]);
-            command(&parts)
-        }
-        None => command(&parts),
-    };
-    let (key, written) = (args[1].clone(), args[2].clone());
-    let rule = move |proxy: &Proxy, b: &Ballots| match b.majority() {
-        Some(r) => r.clone(),
-        None if opts.get => old_value(proxy, b, &key, written),
-        None if opts.xx => Reply::Nil,
-        None => no_quorum(),
-    };
-    let gather = if opts.get {
-        Gather::All
-    } else {
-        Gather::Outcome
-    };
-    forward_with(proxy, request, &args[1..2], gather, Box::new(rule))
-}
-
-/// `SET key value <options with KEEPTTL>` that gives the key `ARGV[2]` ms when it has no TTL
-/// afterwards: `KEYS[1]` the key, `ARGV[1]` the value, `ARGV[2]` the guard, the rest the
-/// client's options. Answers what `SET` answered (`OK`, nil, or the old value with `GET`).
-const SET_KEEPTTL: &str = "local r = redis.call('set', KEYS[1], ARGV[1], unpack(ARGV, 3)) \
-    if redis.call('pttl', KEYS[1]) == -1 then redis.call('pexpire', KEYS[1], ARGV[2]) end \
-    return r";
 
 #[cfg(test)]
 mod tests {
