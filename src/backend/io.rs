@@ -31,7 +31,7 @@ use super::health::MasterInfo;
 use super::pending::Pending;
 use super::settings::Settings;
 use crate::error::BackendError;
-use crate::wire::master::ReplyDecoder;
+use crate::wire::master::{ReplyDecoder, TIME_COMMAND};
 use crate::wire::reply::Reply;
 
 /// Why a connection's loops stopped.
@@ -86,9 +86,6 @@ impl Flight {
         })
     }
 }
-
-/// The bytes of `TIME`, appended after a batch of timed requests.
-const TIME: &[u8] = b"*1\r\n$4\r\nTIME\r\n";
 
 /// Requests a handle must see waiting before it writes them itself ([`Outlet::flush_early`]).
 /// Fewer wait for the driver, which writes everything queued in one go. Measured with 50
@@ -185,7 +182,7 @@ impl Writing {
                 pending.hold = true;
                 batch_timed = true;
             } else if pending.time {
-                self.buf.extend_from_slice(TIME);
+                self.buf.extend_from_slice(TIME_COMMAND);
             }
             Flight::push(&mut queue, pending, now);
             next = if self.buf.len() - self.sent < 1 << 20 {

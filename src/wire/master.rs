@@ -319,6 +319,10 @@ pub fn eval<K: AsRef<[u8]>>(script: &str, keys: &[K], args: &[&[u8]]) -> Bytes {
     command(&parts)
 }
 
+/// `TIME` as a master reads it, appended after a batch of timed requests (a constant: it is
+/// written once per batch).
+pub const TIME_COMMAND: &[u8] = b"*1\r\n$4\r\nTIME\r\n";
+
 /// Decodes the next RESP2 reply from a master, consuming it from `buf` (a one-off
 /// [`ReplyDecoder`]; connections keep one so that a reply arriving in pieces is scanned only
 /// once). Returns `Ok(None)` when the reply is not complete yet.
@@ -494,5 +498,10 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_time_command_is_encoded_as_any_command() {
+        assert_eq!(TIME_COMMAND, &command(&[b"TIME"])[..]);
     }
 }
