@@ -74,7 +74,7 @@ fn dispatch_args(proxy: &Arc<Proxy>, conn: &mut Conn, args: Args<'_>) -> Action 
     if !conn.logged_in() && !command.spec().before_auth {
         return Reply::from(Error::NoAuth).into();
     }
-    if !conn.may_touch(command.keys()) {
+    if !conn.may_touch(|| command.keys()) {
         // Checked here, once, for every command (queued ones included, as Redis checks them
         // when queueing and then aborts EXEC).
         conn.fail_multi();
