@@ -114,6 +114,10 @@ pub fn on_grant(
 /// Starts keeping `lock`, granted just now, unless it is kept already.
 fn hold(leases: &Arc<Leases>, proxy: &Arc<Proxy>, lock: Leased) {
     if !leases.keep(lock.id()) {
+        debug!(
+            key = %lock.key().escape_ascii(),
+            "no new lease: the lock has one already, or its connection keeps the most it may"
+        );
         return;
     }
     Counters::bump(&proxy.counters().leases_active);

@@ -392,6 +392,11 @@ impl Watched {
 /// How many lost-lease notices wait for a connection before more are dropped.
 const LOST_QUEUE: usize = 64;
 
+/// The most locks one connection's leases keep at once; a lock granted beyond them gets no
+/// lease (it expires by its TTL, as without leases), so one client cannot make the proxy renew
+/// without bound.
+pub const MAX_LEASES: usize = 10_000;
+
 /// One connection's leases: its patterns, the signal that it closed, and the way back to it
 /// for lost-lease pushes.
 #[derive(Debug)]
@@ -448,9 +453,10 @@ impl Leases {
     }
 
     /// Notes that the lock `id` (its key, and its token or field) is kept from now on; false
-    /// when it is kept already.
+    /// when it is kept already, or when the connection keeps [`MAX_LEASES`] locks already.
     pub fn keep(&self, id: (Bytes, Bytes)) -> bool {
-        self.held().insert(id)
+        let mut held = self.held();
+        held.len() < MAX_LEASES && held.insert(id)
     }
 
     /// Notes that the lock `id` is kept no more.
