@@ -11,7 +11,8 @@
 # (and at N=5 the 1 s stall timeout marks masters down); the proxy therefore runs with
 # node_timeout_ms=10000 (BENCH_NODE_TIMEOUT_MS) and stall_timeout_ms=60000, and the script prints
 # how many requests were granted (INFO locks_granted), so the count is that of the grant path.
-# Env: BENCH_PROXY_BIN (default target/release/redlock-proxy; BENCH_NO_BUILD=1 skips the build).
+# Env: BENCH_PROXY_BIN (default target/release/redlock-proxy; BENCH_NO_BUILD=1 skips the build),
+# BENCH_PROXY_ARGS (extra arguments for the proxy, e.g. "--set lease_keys=[\"other:*\"]").
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -70,7 +71,7 @@ if [ "$which" != twem ]; then
   count proxy "${ports[masters]}" "${BENCH_PROXY_BIN:-target/release/redlock-proxy}" \
     --listen "127.0.0.1:${ports[masters]}" --backends "$backends" --set threads=1 \
     --set quarantine=false --set node_timeout_ms="${BENCH_NODE_TIMEOUT_MS:-10000}" \
-    --set stall_timeout_ms=60000
+    --set stall_timeout_ms=60000 ${BENCH_PROXY_ARGS:-}
 fi
 if [ "$which" != proxy ]; then
   if [ "$masters" != 1 ]; then

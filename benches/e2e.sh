@@ -5,6 +5,9 @@
 #   direct     - one redis-server master, no proxy
 #   proxy-n1   - redlock-proxy in front of 1 master
 #   proxy-n5   - redlock-proxy in front of 5 masters (quorum 3)
+#   proxy-n1-lease - proxy-n1 with leases on for keys the benchmark does not use
+#                (`lease_keys = ["other:*"]`, opt-in through BENCH_TARGETS): what leases cost a
+#                client that does not use them
 #   proxy-n1-t2, proxy-n5-t2 - the same with `--set threads=2` (opt-in through BENCH_TARGETS,
 #                to compare with the default thread count within one interleaved run; the
 #                default is one worker per two cores, so a single-threaded runtime on 2 cores)
@@ -29,7 +32,7 @@
 #   BENCH_PROXY_ARGS     extra arguments for the proxy (e.g. "--set threads=2")
 #   BENCH_TARGETS        space/comma separated subset of
 #                        "direct proxy-n1 proxy-n5 twemproxy" (default: all) plus
-#                        proxy-n1-t2 proxy-n5-t2
+#                        proxy-n1-t2 proxy-n5-t2 proxy-n1-lease
 #   BENCH_NO_BUILD=1     skip `cargo build --release` (use existing binary)
 #   BENCH_STARTUP_TIMEOUT seconds to wait for a target to answer PING (default 20)
 #   BENCH_RUN_TIMEOUT    seconds before one redis-benchmark run is aborted (default 900)
@@ -80,7 +83,7 @@ for v in N_P1 N_P16 ROUNDS CYCLE_SECONDS CLIENTS STARTUP_TIMEOUT RUN_TIMEOUT; do
 done
 for t in "${TARGETS[@]}"; do
     case "$t" in
-        direct | proxy-n1 | proxy-n5 | proxy-n1-t2 | proxy-n5-t2 | twemproxy) ;;
+        direct | proxy-n1 | proxy-n5 | proxy-n1-t2 | proxy-n5-t2 | proxy-n1-lease | twemproxy) ;;
         *)
             echo "e2e: unknown target '$t' (known: ${ALL_TARGETS[*]})" >&2
             exit 1
@@ -357,7 +360,7 @@ run_bench() {
 ensure_tools
 command -v python3 >/dev/null 2>&1 || die "python3 not found"
 
-if want_target proxy-n1 || want_target proxy-n5 || want_target proxy-n1-t2 || want_target proxy-n5-t2; then
+if want_target proxy-n1 || want_target proxy-n5 || want_target proxy-n1-t2 || want_target proxy-n5-t2 || want_target proxy-n1-lease; then
     if [[ "${BENCH_NO_BUILD:-0}" != "1" ]]; then
         command -v cargo >/dev/null 2>&1 || die "cargo not found (install Rust, or set BENCH_NO_BUILD=1 with a prebuilt binary)"
         log "cargo build --release"
@@ -367,9 +370,10 @@ if want_target proxy-n1 || want_target proxy-n5 || want_target proxy-n1-t2 || wa
     "$PROXY_BIN" --help >/dev/null 2>&1 || die "$PROXY_BIN --help failed"
 fi
 
-# 5 masters + proxy-n1 + proxy-n5 + nutcracker + nutcracker stats port + the two -t2 proxies.
-read -r -a PORTS <<<"$(free_ports $((N_MASTERS + 6)))"
-((${#PORTS[@]} == N_MASTERS + 6)) || die "could not allocate free ports"
+# 5 masters + proxy-n1 + proxy-n5 + nutcracker + nutcracker stats port + the two -t2 proxies
+# + the leases proxy.
+read -r -a PORTS <<<"$(free_ports $((N_MASTERS + 7)))"
+((${#PORTS[@]} == N_MASTERS + 7)) || die "could not allocate free ports"
 MASTER_PORTS=("${PORTS[@]:0:N_MASTERS}")
 PORT_PROXY_N1=${PORTS[N_MASTERS]}
 PORT_PROXY_N5=${PORTS[N_MASTERS + 1]}
@@ -377,6 +381,7 @@ PORT_TWEM=${PORTS[N_MASTERS + 2]}
 PORT_TWEM_STATS=${PORTS[N_MASTERS + 3]}
 PORT_PROXY_N1_T2=${PORTS[N_MASTERS + 4]}
 PORT_PROXY_N5_T2=${PORTS[N_MASTERS + 5]}
+PORT_PROXY_N1_LEASE=${PORTS[N_MASTERS + 6]}
 
 MASTER_PIDS=()
 for i in "${!MASTER_PORTS[@]}"; do
@@ -401,12 +406,14 @@ start_target() {
             TARGET_PORT=${MASTER_PORTS[0]}
             TARGET_PID=
             ;;
-        proxy-n1 | proxy-n5 | proxy-n1-t2 | proxy-n5-t2)
+        proxy-n1 | proxy-n5 | proxy-n1-t2 | proxy-n5-t2 | proxy-n1-lease)
             local extra=
             [[ "$t" == *-t2 ]] && extra="--set threads=2"
+            [[ "$t" == *-lease ]] && extra="--set lease_keys=[\"other:*\"]"
             if [[ "$t" == proxy-n1* ]]; then
                 TARGET_PORT=$PORT_PROXY_N1
                 [[ "$t" == *-t2 ]] && TARGET_PORT=$PORT_PROXY_N1_T2
+                [[ "$t" == *-lease ]] && TARGET_PORT=$PORT_PROXY_N1_LEASE
                 backends="127.0.0.1:${MASTER_PORTS[0]}"
             else
                 TARGET_PORT=$PORT_PROXY_N5

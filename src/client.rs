@@ -409,8 +409,8 @@ where
     // A connection that may hold leases carries them; they stop when it ends, however it ends.
     let (_leases, mut lost) = match proxy.leases_on() {
         true => {
-            let (leases, lost) = Leases::new(proxy.lease_patterns(None));
-            conn.set_leases(leases.clone());
+            let (leases, lost) = Leases::new();
+            conn.set_leases(leases.clone(), proxy.lease_patterns(None));
             (Some(Closing(leases)), Some(lost))
         }
         false => (None, None),

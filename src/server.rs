@@ -24,6 +24,23 @@ use crate::error::Error;
 use crate::proxy::Proxy;
 use crate::wire::reply::Reply;
 
+/// How long a client connection may be silent before its peer is probed, how often, and how
+/// many unanswered probes close it: a holder whose host vanished (power, network) loses its
+/// leases within about 30 s instead of holding its locks until `lease_max_ms`.
+const KEEPALIVE: (Duration, Duration, u32) = (Duration::from_secs(15), Duration::from_secs(5), 3);
+
+/// Probes an idle client's peer with TCP keepalives (see [`KEEPALIVE`]).
+fn watch_peer(socket: &TcpStream) {
+    let (idle, every, probes) = KEEPALIVE;
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(idle)
+        .with_interval(every)
+        .with_retries(probes);
+    if let Err(e) = socket2::SockRef::from(socket).set_tcp_keepalive(&keepalive) {
+        debug!(error = %e, "cannot set TCP keepalive on a client connection");
+    }
+}
+
 /// One client's place under `max_clients`, given back when its task ends, however it ends.
 struct Slot(Arc<Proxy>);
 
@@ -115,6 +132,9 @@ pub async fn serve_until(
             },
         };
         let _ = socket.set_nodelay(true);
+        if proxy.leases_on() {
+            watch_peer(&socket);
+        }
         let Some(slot) = Slot::take(&proxy) else {
             if !secure {
                 let mut socket = socket;

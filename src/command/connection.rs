@@ -241,8 +241,8 @@ pub fn reset(proxy: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
 
 /// After a login (or `RESET`, back to `default`), the connection's leases follow the user's
 /// own `lease_keys`, where it has them.
-fn lease_patterns_of(proxy: &Proxy, conn: &Conn, user: Option<&[u8]>) {
-    if let Some(leases) = conn.leases() {
-        leases.set_patterns(proxy.lease_patterns(user));
+fn lease_patterns_of(proxy: &Proxy, conn: &mut Conn, user: Option<&[u8]>) {
+    if conn.may_lease() {
+        conn.set_lease_patterns(proxy.lease_patterns(user));
     }
 }

@@ -54,6 +54,8 @@ pub struct Conn {
     gone: Gone,
     /// The connection's leases, when it may hold any (shared with `EXEC`'s copy).
     leases: Option<Arc<Leases>>,
+    /// The keys whose locks get a lease on this connection: the user's own, or `lease_keys`.
+    lease_patterns: Keys,
 }
 
 /// A transaction being queued, between `MULTI` and `EXEC` or `DISCARD`.
@@ -131,6 +133,7 @@ impl Conn {
             skip_this: false,
             gone: Gone::default(),
             leases: None,
+            lease_patterns: Keys::Only(Arc::from([])),
         }
     }
 
@@ -144,19 +147,32 @@ impl Conn {
         self.leases = leases;
     }
 
-    /// Gives the connection its leases (it may hold some: see `lease_keys`).
-    pub fn set_leases(&mut self, leases: Arc<Leases>) {
+    /// Gives the connection its leases, for locks on keys that match `patterns`.
+    pub fn set_leases(&mut self, leases: Arc<Leases>, patterns: Keys) {
         self.leases = Some(leases);
+        self.lease_patterns = patterns;
     }
 
-    /// The connection's leases, when a lock on every one of `keys` gets one.
-    pub fn leases_for<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) -> Option<&Arc<Leases>> {
-        self.leases.as_ref().filter(|l| l.cover(keys))
+    /// After a login: the keys whose locks get a lease are the user's.
+    pub fn set_lease_patterns(&mut self, patterns: Keys) {
+        self.lease_patterns = patterns;
     }
 
-    /// The connection's leases, to change their patterns at a login.
-    pub fn leases(&self) -> Option<&Arc<Leases>> {
-        self.leases.as_ref()
+    /// True when the connection may hold leases at all.
+    pub fn may_lease(&self) -> bool {
+        self.leases.is_some()
+    }
+
+    /// The connection's leases, when a lock on `keys` gets one: there is at least one key, and
+    /// every one matches the connection's patterns.
+    pub fn leases_for<'a>(&self, mut keys: impl Iterator<Item = &'a [u8]>) -> Option<&Arc<Leases>> {
+        let leases = self.leases.as_ref()?;
+        let mut any = false;
+        let all = keys.all(|k| {
+            any = true;
+            self.lease_patterns.allows(k)
+        });
+        (any && all).then_some(leases)
     }
 
     /// A copy for `EXEC` to run the queued commands with: the same login, protocol, name and
@@ -397,11 +413,10 @@ const LOST_QUEUE: usize = 64;
 /// without bound.
 pub const MAX_LEASES: usize = 10_000;
 
-/// One connection's leases: its patterns, the signal that it closed, and the way back to it
-/// for lost-lease pushes.
+/// One connection's leases: the locks they keep, the signal that the connection closed, and
+/// the way back to it for lost-lease pushes.
 #[derive(Debug)]
 pub struct Leases {
-    patterns: Mutex<Keys>,
     /// The locks kept now, by key and token (or field): a lock acquired again by its holder
     /// (re-entered, refreshed) keeps its one lease.
     held: Mutex<HashSet<(Bytes, Bytes)>>,
@@ -413,32 +428,15 @@ pub struct Leases {
 pub type Pushes = mpsc::Receiver<Bytes>;
 
 impl Leases {
-    /// Leases for a connection whose keys match `patterns`; the receiver is the connection's.
-    pub fn new(patterns: Keys) -> (Arc<Leases>, Pushes) {
+    /// Leases for a connection; the receiver is the connection's.
+    pub fn new() -> (Arc<Leases>, Pushes) {
         let (pushes, rx) = mpsc::channel(LOST_QUEUE);
         let leases = Leases {
-            patterns: Mutex::new(patterns),
             held: Mutex::default(),
             closed: CancellationToken::new(),
             pushes,
         };
         (Arc::new(leases), rx)
-    }
-
-    /// The patterns after a login: the user's own, where it has them.
-    pub fn set_patterns(&self, patterns: Keys) {
-        *self.patterns.lock().unwrap_or_else(|p| p.into_inner()) = patterns;
-    }
-
-    /// True when a lock on `keys` gets a lease: there is at least one, and every one matches.
-    pub fn cover<'a>(&self, mut keys: impl Iterator<Item = &'a [u8]>) -> bool {
-        let patterns = self.patterns.lock().unwrap_or_else(|p| p.into_inner());
-        let mut any = false;
-        let all = keys.all(|k| {
-            any = true;
-            patterns.allows(k)
-        });
-        any && all
     }
 
     /// The connection has closed: every lease of it stops renewing.
@@ -582,5 +580,35 @@ mod tests {
         assert!(conn.may_touch(|| [&b"lock:a"[..]].into_iter()));
         assert!(!conn.may_touch(|| [&b"lock:a"[..], b"other"].into_iter()));
         assert!(conn.may_touch(std::iter::empty));
+    }
+
+    #[test]
+    fn a_lock_is_leased_when_every_one_of_its_keys_matches() {
+        let mut conn = Conn::new(1, false);
+        let keys = |k: &'static [&'static str]| k.iter().map(|k| k.as_bytes());
+        assert!(
+            conn.leases_for(keys(&["lock:a"])).is_none(),
+            "no leases at all"
+        );
+        let (leases, _lost) = Leases::new();
+        let patterns = crate::acl::patterns(&["lock:*".into(), "jobs:?".into()]);
+        conn.set_leases(leases, patterns);
+        assert!(conn.leases_for(keys(&["lock:a"])).is_some());
+        assert!(conn.leases_for(keys(&["lock:a", "jobs:1"])).is_some());
+        assert!(conn.leases_for(keys(&["lock:a", "other"])).is_none());
+        assert!(conn.leases_for(keys(&["jobs:12"])).is_none());
+        assert!(conn.leases_for(keys(&[])).is_none(), "no key, no lease");
+        conn.set_lease_patterns(crate::acl::patterns(&[]));
+        assert!(
+            conn.leases_for(keys(&["lock:a"])).is_none(),
+            "no patterns lease nothing"
+        );
+        conn.set_lease_patterns(crate::acl::patterns(&["*".into()]));
+        assert!(conn.leases_for(keys(&["anything"])).is_some());
+        let scratch = conn.scratch();
+        assert!(
+            scratch.leases_for(keys(&["anything"])).is_some(),
+            "EXEC's copy shares them"
+        );
     }
 }
