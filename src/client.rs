@@ -407,7 +407,7 @@ where
     let mut stop_registered = false;
     let mut conn = Conn::new(id, proxy.accounts().required());
     // A connection that may hold leases carries them; they stop when it ends, however it ends.
-    let (_leases, mut lost) = match proxy.leases_on() {
+    let (leases, mut lost) = match proxy.leases_on() {
         true => {
             let (leases, lost) = Leases::new();
             conn.set_leases(leases.clone(), proxy.lease_patterns(None));
@@ -558,7 +558,10 @@ where
                 count_error(&proxy, &reply);
                 form.write(&reply, &mut output);
             }
-            Some(key) = next_lost(&mut lost), if lost.is_some() => {
+            Some(key) = next_lost(&mut lost), if leases.as_ref().is_some_and(|l| l.0.watching()) => {
+                if let Some(l) = &leases {
+                    l.0.notice_read();
+                }
                 // The holder hears of its lost lease as the channel's message, pushed, unless
                 // it is subscribed to the channel and hears of it that way.
                 let subscribed = conn.subs().is_some_and(|s| {

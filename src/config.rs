@@ -740,7 +740,10 @@ mod tests {
         assert_eq!(c.scripts[0].meaning, Op::Release);
         assert_eq!(c.users.len(), 1);
         assert_eq!(c.users[0].keys, ["lock:*"]);
-        assert_eq!(c.users[0].lease_keys.as_deref(), Some(&["lock:*".to_string()][..]));
+        assert_eq!(
+            c.users[0].lease_keys.as_deref(),
+            Some(&["lock:*".to_string()][..])
+        );
     }
 
     #[test]

@@ -176,7 +176,6 @@ async fn keep(proxy: Arc<Proxy>, leases: Arc<Leases>, lock: Leased, granted: Ins
             Renewal::Failed(why) => break End::Lost(why),
         }
     };
-    leases.kept(&lock.id());
     let counters = proxy.counters();
     counters.leases_active.fetch_sub(1, Ordering::Relaxed);
     let key = lock.key().clone();
@@ -186,10 +185,12 @@ async fn keep(proxy: Arc<Proxy>, leases: Arc<Leases>, lock: Leased, granted: Ins
             debug!(key = %key.escape_ascii(), "lease ended: the lock was released");
         }
         End::Max => {
+            leases.kept(&lock.id(), false);
             Counters::bump(&counters.leases_max);
             debug!(key = %key.escape_ascii(), "lease ended at lease_max_ms");
         }
         End::Disconnected => {
+            leases.kept(&lock.id(), false);
             Counters::bump(&counters.leases_disconnected);
             if proxy.config().lease_release_on_disconnect {
                 release(&proxy, &lock).await;
@@ -198,7 +199,8 @@ async fn keep(proxy: Arc<Proxy>, leases: Arc<Leases>, lock: Leased, granted: Ins
         End::Lost(reason) => {
             Counters::bump(&counters.leases_lost);
             warn!(key = %key.escape_ascii(), reason, "lease lost");
-            tell(&proxy, &leases, key);
+            let told = tell(&proxy, &leases, key);
+            leases.kept(&lock.id(), told);
         }
     }
 }
@@ -221,16 +223,18 @@ async fn release(proxy: &Arc<Proxy>, lock: &Leased) {
 
 /// Tells of a lost lease: to this proxy's subscribers of [`LOST_CHANNEL`] now, to the other
 /// proxies' through the masters that can be reached, and to the holder's connection.
-fn tell(proxy: &Proxy, leases: &Leases, key: Bytes) {
+fn tell(proxy: &Proxy, leases: &Leases, key: Bytes) -> bool {
     let channel = Bytes::from_static(LOST_CHANNEL);
     proxy.hub().deliver_local(channel.clone(), key.clone());
     let publish = command(&[b"PUBLISH", &channel, &key]);
     for master in proxy.masters().iter() {
         master.send(publish.clone(), 1, None);
     }
-    if !leases.tell(key) {
+    let told = leases.tell(key);
+    if !told {
         debug!("a lost-lease push was dropped: the holder's connection is gone or full");
     }
+    told
 }
 
 /// The push a RESP3 holder receives for a lease it lost: the channel's message.

@@ -9,7 +9,7 @@
 //! command only) is kept in one place.
 
 use std::collections::HashSet;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
@@ -420,6 +420,9 @@ pub struct Leases {
     /// The locks kept now, by key and token (or field): a lock acquired again by its holder
     /// (re-entered, refreshed) keeps its one lease.
     held: Mutex<HashSet<(Bytes, Bytes)>>,
+    /// Leases kept plus lost-lease notices not yet read: the connection listens for notices
+    /// only while this is above zero, so a connection that holds none pays nothing for them.
+    watched: AtomicUsize,
     closed: CancellationToken,
     pushes: mpsc::Sender<Bytes>,
 }
@@ -433,6 +436,7 @@ impl Leases {
         let (pushes, rx) = mpsc::channel(LOST_QUEUE);
         let leases = Leases {
             held: Mutex::default(),
+            watched: AtomicUsize::new(0),
             closed: CancellationToken::new(),
             pushes,
         };
@@ -454,12 +458,30 @@ impl Leases {
     /// when it is kept already, or when the connection keeps [`MAX_LEASES`] locks already.
     pub fn keep(&self, id: (Bytes, Bytes)) -> bool {
         let mut held = self.held();
-        held.len() < MAX_LEASES && held.insert(id)
+        let kept = held.len() < MAX_LEASES && held.insert(id);
+        if kept {
+            self.watched.fetch_add(1, Ordering::Relaxed);
+        }
+        kept
     }
 
-    /// Notes that the lock `id` is kept no more.
-    pub fn kept(&self, id: &(Bytes, Bytes)) {
+    /// Notes that the lock `id` is kept no more; `told` when its loss was told to the
+    /// connection (which still has to read the notice).
+    pub fn kept(&self, id: &(Bytes, Bytes), told: bool) {
         self.held().remove(id);
+        if !told {
+            self.watched.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// True while the connection keeps a lease or has a lost-lease notice to read.
+    pub fn watching(&self) -> bool {
+        self.watched.load(Ordering::Relaxed) > 0
+    }
+
+    /// The connection has read a lost-lease notice.
+    pub fn notice_read(&self) {
+        self.watched.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Completes once the connection has closed.
