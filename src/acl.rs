@@ -37,6 +37,20 @@ struct Account {
     name: String,
     sha256: [u8; 32],
     keys: Keys,
+    /// The user's own lease patterns, when it has them.
+    lease_keys: Option<Keys>,
+}
+
+/// Glob patterns as written in the configuration (a leading `~` accepted), as the keys they
+/// allow: exactly those that match one of them. No patterns allow no key.
+pub fn patterns(written: &[String]) -> Keys {
+    Keys::Only(
+        written
+            .iter()
+            .map(|k| k.strip_prefix('~').unwrap_or(k).as_bytes().to_vec())
+            .collect::<Vec<_>>()
+            .into(),
+    )
 }
 
 /// Every user, built once from the configuration.
@@ -55,6 +69,7 @@ impl Accounts {
                 name: "default".into(),
                 sha256: sha256(p.as_bytes()),
                 keys: Keys::All,
+                lease_keys: None,
             });
         }
         for u in &config.users {
@@ -105,9 +120,24 @@ impl Accounts {
                 name: u.name.clone(),
                 sha256,
                 keys,
+                lease_keys: u.lease_keys.as_deref().map(self::patterns),
             });
         }
         Ok(Accounts { users })
+    }
+
+    /// The lease patterns of user `name` (`None`: `default`) when it has its own.
+    pub fn lease_keys(&self, name: Option<&[u8]>) -> Option<Keys> {
+        let name = name.unwrap_or(b"default");
+        self.users
+            .iter()
+            .find(|a| a.name.as_bytes() == name)
+            .and_then(|a| a.lease_keys.clone())
+    }
+
+    /// True when some user has lease patterns of its own.
+    pub fn any_lease_keys(&self) -> bool {
+        self.users.iter().any(|a| a.lease_keys.is_some())
     }
 
     /// True when clients must log in before other commands (some user has a password).

@@ -29,19 +29,37 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 use tracing::{debug, warn};
 
-use crate::command::session::Conn;
+use crate::command::lease::{LOST_CHANNEL, lost_push};
+use crate::command::session::{Conn, Leases, Pushes};
 use crate::command::{self, Action, Later};
 use crate::proxy::Proxy;
 use crate::pubsub::{ClientSubs, Message};
 use crate::quorum::deadline::Watcher;
 use crate::wire::reply::Reply;
 use crate::wire::request::{Decoder, Limits};
+
+/// The key of the next lease the connection lost; pending for ever when it holds none.
+fn next_lost(lost: &mut Option<Pushes>) -> impl Future<Output = Option<Bytes>> + '_ {
+    std::future::poll_fn(move |cx| match lost {
+        Some(rx) => rx.poll_recv(cx),
+        None => Poll::Pending,
+    })
+}
+
+/// Closes a connection's leases when it ends, however it ends.
+struct Closing(Arc<Leases>);
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
 
 /// The next message for a subscribed client; pending for ever when it has no subscriptions.
 fn next_message(subs: Option<&Arc<ClientSubs>>) -> impl Future<Output = Message> + '_ {
@@ -388,6 +406,15 @@ where
     // a wake-up only needs a look at the token (its future would be polled on every loop turn).
     let mut stop_registered = false;
     let mut conn = Conn::new(id, proxy.accounts().required());
+    // A connection that may hold leases carries them; they stop when it ends, however it ends.
+    let (_leases, mut lost) = match proxy.leases_on() {
+        true => {
+            let (leases, lost) = Leases::new(proxy.lease_patterns(None));
+            conn.set_leases(leases.clone());
+            (Some(Closing(leases)), Some(lost))
+        }
+        false => (None, None),
+    };
     let mut decoder = Decoder::new(Limits {
         max_bulk_len: config.max_bulk_len,
         max_request_len: config.client_query_buffer_limit,
@@ -530,6 +557,19 @@ where
                 }
                 count_error(&proxy, &reply);
                 form.write(&reply, &mut output);
+            }
+            Some(key) = next_lost(&mut lost), if lost.is_some() => {
+                // The holder hears of its lost lease as the channel's message, pushed, unless
+                // it is subscribed to the channel and hears of it that way.
+                let subscribed = conn.subs().is_some_and(|s| {
+                    s.list(crate::pubsub::Kind::Channel).iter().any(|c| c.as_ref() == LOST_CHANNEL)
+                });
+                if conn.resp3() && !subscribed {
+                    if output.is_empty() {
+                        progress = Instant::now();
+                    }
+                    lost_push(key).encode(BufferPool::ready(&mut output), true);
+                }
             }
             m = next_message(conn.subs()), if conn.subs().is_some() => {
                 if conn.subs().is_some_and(|s| s.inbox.lock().unwrap_or_else(|p| p.into_inner()).overflowed()) {

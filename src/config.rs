@@ -216,6 +216,16 @@ pub struct Config {
     /// On `SIGTERM`/`SIGINT`, how long (ms) commands in flight may take to finish and their
     /// replies to be written before the proxy exits anyway.
     pub shutdown_timeout_ms: u64,
+    /// Glob patterns (as `[[users]]` `keys` are written) of the keys whose locks get a lease:
+    /// the proxy renews such a lock while the connection that acquired it stays open. Empty
+    /// (the default): no leases.
+    pub lease_keys: Vec<String>,
+    /// The longest a lease keeps its lock, in ms from the grant: no renewal extends the lock
+    /// beyond it.
+    pub lease_max_ms: u64,
+    /// Release a leased lock at once (compare-and-delete with its token) when the connection
+    /// that acquired it closes; otherwise it stops being renewed and expires by its TTL.
+    pub lease_release_on_disconnect: bool,
 }
 
 /// One `[[users]]` entry: a client user, as a Redis ACL user.
@@ -241,6 +251,8 @@ pub struct UserDecl {
     /// release; a leading `~` is accepted. Empty: no key at all. `*`: every key.
     #[serde(default)]
     pub keys: Vec<String>,
+    /// This user's own `lease_keys`, in place of the global list; unset: the global list.
+    pub lease_keys: Option<Vec<String>>,
 }
 
 /// How log lines are written.
@@ -383,6 +395,9 @@ impl Default for Config {
             tls_key_file: None,
             tls_ca_cert_file: None,
             shutdown_timeout_ms: 5000,
+            lease_keys: Vec::new(),
+            lease_max_ms: 3_600_000,
+            lease_release_on_disconnect: false,
         }
     }
 }
@@ -504,6 +519,7 @@ impl Config {
             ("clock_jump_ms", self.clock_jump_ms),
             ("probe_interval_ms", self.probe_interval_ms),
             ("shutdown_timeout_ms", self.shutdown_timeout_ms),
+            ("lease_max_ms", self.lease_max_ms),
         ] {
             if v == 0 {
                 return bad(format!("{name} must be greater than 0"));

@@ -22,6 +22,18 @@ pub struct Counters {
     pub rollbacks: AtomicU64,
     /// Releases that deleted the lock on a majority.
     pub releases: AtomicU64,
+    /// Leases running now.
+    pub leases_active: AtomicU64,
+    /// Lease renewals a quorum granted.
+    pub lease_renewals: AtomicU64,
+    /// Leases lost: a renewal without a quorum within validity.
+    pub leases_lost: AtomicU64,
+    /// Leases ended because the lock was released, through any proxy (or taken over).
+    pub leases_released: AtomicU64,
+    /// Leases ended because the connection that acquired the lock closed.
+    pub leases_disconnected: AtomicU64,
+    /// Leases ended at `lease_max_ms`.
+    pub leases_max: AtomicU64,
     /// One counter per command of the command table, by the command's index.
     by_command: Box<[AtomicU64]>,
     /// One counter per error [`Kind`], in the order of [`Kind::ALL`].
@@ -38,6 +50,12 @@ impl Counters {
             grants: AtomicU64::new(0),
             denials: AtomicU64::new(0),
             releases: AtomicU64::new(0),
+            leases_active: AtomicU64::new(0),
+            lease_renewals: AtomicU64::new(0),
+            leases_lost: AtomicU64::new(0),
+            leases_released: AtomicU64::new(0),
+            leases_disconnected: AtomicU64::new(0),
+            leases_max: AtomicU64::new(0),
             rollbacks: AtomicU64::new(0),
             by_command: (0..commands).map(|_| AtomicU64::new(0)).collect(),
             errors: Default::default(),

@@ -15,7 +15,10 @@
 //!   `redlock_client_connections_accepted_total`;
 //! - per master (`master="host:port"`): `redlock_master_up`, `_trusted`, `_quarantined`,
 //!   `_clock_suspect` (0 or 1), `redlock_master_restarts_total`, `_clock_jumps_total`,
-//!   `_reconnects_total`, `_request_timeouts_total`, and `redlock_master_reply_seconds`.
+//!   `_reconnects_total`, `_request_timeouts_total`, and `redlock_master_reply_seconds`;
+//! - leases: `redlock_leases` (running), `redlock_lease_renewals_total`,
+//!   `redlock_leases_lost_total`, `redlock_leases_ended_total{reason}` (`released`,
+//!   `disconnected`, `max`).
 //!
 //! The HTTP side is hyper's HTTP/1.1 server, one request per connection: `GET` (or `HEAD`)
 //! `/metrics` and nothing else yet. `route` has one arm per path, so that health endpoints
@@ -156,6 +159,40 @@ impl Collector for ProxyCollector {
             Some(&Unit::Seconds),
             MetricType::Histogram,
         )?)?;
+        ConstGauge::new(Counters::get(&s.leases_active) as i64).encode(e.encode_descriptor(
+            "redlock_leases",
+            "Leases running: locks the proxy renews while their holder's connection stays open.",
+            None,
+            MetricType::Gauge,
+        )?)?;
+        counter(
+            &mut e,
+            "redlock_lease_renewals",
+            "Lease renewals a quorum of masters granted.",
+            Counters::get(&s.lease_renewals),
+        )?;
+        counter(
+            &mut e,
+            "redlock_leases_lost",
+            "Leases lost: a renewal that reached no quorum within validity.",
+            Counters::get(&s.leases_lost),
+        )?;
+        {
+            let mut ended = e.encode_descriptor(
+                "redlock_leases_ended",
+                "Leases ended other than by a loss, by reason: released, disconnected, max.",
+                None,
+                MetricType::Counter,
+            )?;
+            for (reason, c) in [
+                ("released", &s.leases_released),
+                ("disconnected", &s.leases_disconnected),
+                ("max", &s.leases_max),
+            ] {
+                let labels = [("reason", reason)];
+                ConstCounter::new(Counters::get(c)).encode(ended.encode_family(&labels)?)?;
+            }
+        }
         ConstGauge::new(p.clients() as i64).encode(e.encode_descriptor(
             "redlock_client_connections",
             "Client connections open.",

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::acl::Accounts;
+use crate::acl::{Accounts, Keys};
 use crate::backend::clock::Rules as ClockRules;
 use crate::backend::target::Link;
 use crate::backend::{Backend, Settings};
@@ -48,6 +48,10 @@ pub struct Proxy {
     accounts: Accounts,
     /// Cancelled on `SIGTERM`/`SIGINT`: clients answer what they have read, then close.
     shutdown: CancellationToken,
+    /// The keys whose locks get a lease (`lease_keys`), for a user without its own.
+    lease_patterns: Keys,
+    /// True when any connection may hold a lease: `lease_keys` or some user's own.
+    leases_on: bool,
 }
 
 impl Proxy {
@@ -96,6 +100,8 @@ impl Proxy {
             .map(|_| char::from_digit(rand::random_range(0..16), 16).unwrap_or('0'))
             .collect();
         let scripts = ScriptCache::new(&config.scripts, config.script_cache_bytes);
+        let lease_patterns = crate::acl::patterns(&config.lease_keys);
+        let leases_on = !config.lease_keys.is_empty() || accounts.any_lease_keys();
         Arc::new(Proxy {
             config,
             masters,
@@ -110,6 +116,8 @@ impl Proxy {
             next_client_id: AtomicU64::new(1),
             accounts,
             shutdown: CancellationToken::new(),
+            lease_patterns,
+            leases_on,
         })
     }
 
@@ -161,6 +169,18 @@ impl Proxy {
     /// Client users and the keys each may touch.
     pub fn accounts(&self) -> &Accounts {
         &self.accounts
+    }
+
+    /// True when any connection may hold a lease.
+    pub fn leases_on(&self) -> bool {
+        self.leases_on
+    }
+
+    /// The lease patterns of user `name` (`None`: `default`): its own, or `lease_keys`.
+    pub fn lease_patterns(&self, name: Option<&[u8]>) -> Keys {
+        self.accounts
+            .lease_keys(name)
+            .unwrap_or_else(|| self.lease_patterns.clone())
     }
 
     /// Cancelled when the proxy shuts down.

@@ -334,6 +334,19 @@ impl Hub {
         });
     }
 
+    /// A message this proxy publishes itself, delivered to its local subscribers of `channel`
+    /// now, whether or not the masters can be reached; the copies the masters then send back
+    /// are not delivered again (it counts as one more source in the de-duplication).
+    pub fn deliver_local(&self, channel: Bytes, payload: Bytes) {
+        let message = Message {
+            kind: Kind::Channel,
+            pattern: None,
+            channel,
+            payload,
+        };
+        self.deliver(self.masters, message);
+    }
+
     /// A copy of a message from master `from`: delivered to the local subscribers unless an
     /// earlier copy from another master already was (see the module docs).
     fn deliver(&self, from: usize, message: Message) {
@@ -356,7 +369,8 @@ impl Hub {
         );
         let masters = self.masters;
         let copies = state.copies.entry(group).or_insert_with(|| Copies {
-            per_master: vec![0; masters],
+            // One count more than masters: this proxy's own copy (see `deliver_local`).
+            per_master: vec![0; masters + 1],
             delivered: 0,
             last: now,
         });

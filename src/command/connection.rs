@@ -74,7 +74,10 @@ pub fn hello(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
         let opt = &args[i];
         if opt.eq_ignore_ascii_case(b"AUTH") && i + 2 < args.len() {
             match proxy.accounts().login(Some(&args[i + 1]), &args[i + 2]) {
-                Ok(keys) => conn.log_in(keys),
+                Ok(keys) => {
+                    conn.log_in(keys);
+                    lease_patterns_of(proxy, conn, Some(&args[i + 1]));
+                }
                 Err(e) => return Reply::from(e).into(),
             }
             i += 3;
@@ -119,6 +122,7 @@ pub fn auth(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     match proxy.accounts().login(user, password) {
         Ok(keys) => {
             conn.log_in(keys);
+            lease_patterns_of(proxy, conn, user);
             Reply::ok().into()
         }
         Err(e) => Reply::from(e).into(),
@@ -231,5 +235,14 @@ pub fn quit(_: &Arc<Proxy>, _: &mut Conn, _: Vec<Bytes>) -> Action {
 pub fn reset(proxy: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
     // The client is still here: its blocking commands keep waiting.
     conn.reset(proxy.accounts().required());
+    lease_patterns_of(proxy, conn, None);
     Reply::simple("RESET").into()
+}
+
+/// After a login (or `RESET`, back to `default`), the connection's leases follow the user's
+/// own `lease_keys`, where it has them.
+fn lease_patterns_of(proxy: &Proxy, conn: &Conn, user: Option<&[u8]>) {
+    if let Some(leases) = conn.leases() {
+        leases.set_patterns(proxy.lease_patterns(user));
+    }
 }

@@ -38,7 +38,7 @@ use tracing::debug;
 
 use super::action::Action;
 use super::fence;
-use super::lock::agreed_error;
+use super::lock::{Renewal, agreed_error};
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::lockop::HashOp;
@@ -107,6 +107,13 @@ const RENEW: &str = "local out = {} \
       else out[i] = 0 end \
     end \
     return out";
+
+/// A lease's release on one master: deletes the lock where the hash holds the holder's field
+/// `ARGV[1]`, however many holds it counts. Answers 1 deleted, 0 not held.
+const RELEASE_HELD: &str = "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then \
+      return redis.call('del', KEYS[1]) \
+    end \
+    return 0";
 
 /// ForceUnlock on one master: `KEYS` = lock, channel; `ARGV` = publish command, message.
 /// Answers 1 deleted (and published), 0 missing.
@@ -515,6 +522,54 @@ async fn force(proxy: &Proxy, op: &HashLockOp) -> Reply {
     }
     let deleted = ballots.count(|r| *r == Reply::Integer(1));
     Reply::Integer(i64::from(deleted >= ballots.quorum))
+}
+
+/// A lease's renewal of the hash lock `key` held by `field`: a quorum `PEXPIRE` to `ttl_ms`
+/// where the hash holds the field (Redisson's watchdog renewal), in the key's turn, under
+/// Redlock's validity rule.
+pub async fn renew_lease(proxy: &Arc<Proxy>, key: &Bytes, field: &Bytes, ttl_ms: i64) -> Renewal {
+    let held = proxy
+        .keylocks()
+        .enqueue(std::slice::from_ref(key))
+        .ready()
+        .await;
+    let ttl = ms(ttl_ms);
+    let req = eval(RENEW, &[key], &[&ttl, field]);
+    let start = Instant::now();
+    let deadline = start + proxy.config().node_timeout();
+    let one = |code: i64| move |r: &Reply| *r == Reply::Array(vec![Reply::Integer(code)]);
+    let mut vote = ask(proxy.masters(), Request::Same(req), 1, deadline);
+    let ballots = vote.decide_by(one(1)).await;
+    let min = Duration::from_millis(proxy.config().min_validity_ms);
+    let valid = validity(
+        Duration::from_millis(ttl_ms as u64),
+        start.elapsed(),
+        proxy.config().drift_factor,
+    )
+    .is_some_and(|v| v > min);
+    let renewal = if valid && ballots.count(one(1)) >= ballots.quorum {
+        Renewal::Renewed
+    } else if ballots.count(one(0)) >= ballots.quorum {
+        Renewal::Gone
+    } else {
+        Renewal::Failed("fewer than a quorum of masters renewed the hash lock in time")
+    };
+    drop(held);
+    renewal
+}
+
+/// Releases the hash lock `key` where it holds `field` (a lease's release when its holder's
+/// connection closed), on every master, in the key's turn; answers how many masters deleted it.
+pub fn release_held(proxy: &Arc<Proxy>, key: Bytes, field: Bytes) -> Action {
+    let keys = [key.clone()];
+    super::action::in_turn(proxy, &keys, move |proxy| async move {
+        let req = eval(RELEASE_HELD, &[&key], &[&field]);
+        let deadline = Instant::now() + proxy.config().node_timeout();
+        let ballots = ask(proxy.masters(), Request::Same(req), 1, deadline)
+            .outcome()
+            .await;
+        Reply::Integer(ballots.count(|r| *r == Reply::Integer(1)) as i64)
+    })
 }
 
 #[cfg(test)]

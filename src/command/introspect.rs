@@ -124,7 +124,7 @@ pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         let trusted = proxy.masters().iter().filter(|m| m.is_trusted()).count();
         let _ = write!(
             out,
-            "# Redlock\r\nmasters:{}\r\nmasters_up:{}\r\nmasters_trusted:{}\r\nquorum:{}\r\nquorum_available:{}\r\nquorum_available_in_ms:{}\r\nnode_timeout_ms:{}\r\ndrift_factor:{}\r\nmax_ttl_ms:{}\r\nquarantine_window_ms:{}\r\nlocks_granted:{}\r\nlocks_denied:{}\r\nlocks_rolled_back:{}\r\nlocks_released:{}\r\nkeys_in_flight:{}\r\nscripts_cached:{}\r\n",
+            "# Redlock\r\nmasters:{}\r\nmasters_up:{}\r\nmasters_trusted:{}\r\nquorum:{}\r\nquorum_available:{}\r\nquorum_available_in_ms:{}\r\nnode_timeout_ms:{}\r\ndrift_factor:{}\r\nmax_ttl_ms:{}\r\nquarantine_window_ms:{}\r\nlocks_granted:{}\r\nlocks_denied:{}\r\nlocks_rolled_back:{}\r\nlocks_released:{}\r\nleases_active:{}\r\nleases_renewed:{}\r\nleases_lost:{}\r\nleases_released:{}\r\nleases_ended:{}\r\nkeys_in_flight:{}\r\nscripts_cached:{}\r\n",
             proxy.masters().len(),
             up,
             trusted,
@@ -139,6 +139,13 @@ pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
             Counters::get(&s.denials),
             Counters::get(&s.rollbacks),
             Counters::get(&s.releases),
+            Counters::get(&s.leases_active),
+            Counters::get(&s.lease_renewals),
+            Counters::get(&s.leases_lost),
+            Counters::get(&s.leases_released),
+            Counters::get(&s.leases_released)
+                + Counters::get(&s.leases_disconnected)
+                + Counters::get(&s.leases_max),
             proxy.keylocks().busy(),
             proxy.scripts().len(),
         );

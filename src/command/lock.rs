@@ -143,6 +143,68 @@ pub fn release(proxy: &Arc<Proxy>, key: Bytes, token: Bytes) -> Action {
     )
 }
 
+/// Runs compare-and-delete of every key in `keys` that holds `token`, on all N masters (a
+/// lease's release when its holder's connection closed).
+pub fn release_all(proxy: &Arc<Proxy>, keys: Vec<Bytes>, token: Bytes) -> Action {
+    run(
+        proxy,
+        LockOp {
+            op: Op::Release,
+            keys,
+            token,
+            ttl_ms: 0,
+            answer: Answer::OneZero,
+            wake: None,
+        },
+    )
+}
+
+/// What a lease's renewal found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// A quorum extended the lock, and it is still valid.
+    Renewed,
+    /// A quorum answered that the lock is not the holder's any more: released, through any
+    /// proxy, or taken over.
+    Gone,
+    /// No quorum extended it within validity: masters down, slow or excluded.
+    Failed(&'static str),
+}
+
+/// A lease's renewal of `keys` for `token`: a quorum compare-and-extend back to `ttl_ms`, in
+/// the keys' turn, decided by Redlock's validity rule as an extension is.
+pub async fn renew(proxy: &Arc<Proxy>, keys: &[Bytes], token: &Bytes, ttl_ms: i64) -> Renewal {
+    let op = LockOp {
+        op: Op::Extend,
+        keys: keys.to_vec(),
+        token: token.clone(),
+        ttl_ms,
+        answer: Answer::OneZero,
+        wake: None,
+    };
+    let held = turn(proxy, &op).ready().await;
+    let ttl_arg = itoa::Buffer::new().format(ttl_ms).to_owned();
+    let max = itoa::Buffer::new()
+        .format(proxy.config().max_ttl_ms)
+        .to_owned();
+    let req = eval(
+        EXTEND,
+        &op.keys,
+        &[&op.token, ttl_arg.as_bytes(), b"0", max.as_bytes()],
+    );
+    let start = Instant::now();
+    let deadline = start + proxy.config().node_timeout();
+    let mut vote = ask(proxy.masters(), Request::Same(req), 1, deadline);
+    let ballots = vote.decide_by(extended).await;
+    let renewal = match extension(ballots, start.elapsed(), proxy.config()) {
+        Extension::Granted => Renewal::Renewed,
+        _ if ballots.count(|r| *r == Reply::Integer(0)) >= ballots.quorum => Renewal::Gone,
+        _ => Renewal::Failed("fewer than a quorum of masters extended the lock in time"),
+    };
+    drop(held);
+    renewal
+}
+
 /// The checks every lock operation passes: it names keys, its TTL is within the cap, and so is
 /// its signal's.
 fn check(proxy: &Proxy, op: &LockOp) -> Result<(), Reply> {
@@ -263,6 +325,19 @@ fn wrote(r: &Reply) -> bool {
 /// A master's "yes" to an extension: the new TTL.
 fn extended(r: &Reply) -> bool {
     matches!(r, Reply::Integer(n) if *n > 0)
+}
+
+/// The reply `op` answers when it is granted.
+pub fn granted_reply(op: &LockOp) -> Reply {
+    answer(op.answer, true, op.keys.len())
+}
+
+/// True for an operation that acquires (and may be leased).
+pub fn acquires(op: &LockOp) -> bool {
+    matches!(
+        op.op,
+        Op::Acquire | Op::AcquireOrRefresh | Op::AcquireOrRefreshAll
+    )
 }
 
 /// The reply for a granted (`ok`) or refused operation over `keys` keys.

@@ -25,6 +25,7 @@ pub mod fence;
 pub mod hashlock;
 pub mod introspect;
 pub mod keys;
+pub mod lease;
 pub mod lock;
 pub mod pubsub;
 pub mod script;

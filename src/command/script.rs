@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use super::action::Action;
 use super::hashlock::{HashLockOp, Publication};
+use super::lease::Leased;
 use super::lock::{LockOp, Wake};
 use super::session::Conn;
 use super::spec::parse_int;
@@ -32,16 +33,16 @@ use crate::wire::master::command;
 use crate::wire::reply::Reply;
 
 /// `EVAL script numkeys [key ...] [arg ...]`
-pub fn eval(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+pub fn eval(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     let script = proxy
         .scripts()
         .insert(args[1].clone())
         .unwrap_or_else(|| Arc::new(proxy.scripts().script(args[1].clone())));
-    run(proxy, &script, args)
+    run(proxy, conn, &script, args)
 }
 
 /// `EVALSHA sha1 numkeys [key ...] [arg ...]`
-pub fn evalsha(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+pub fn evalsha(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     let noscript = || Reply::from(Error::NoScript).into();
     // In Redis's order: a SHA1 of the wrong length cannot match, then `numkeys` is checked,
     // then the script is looked up.
@@ -53,7 +54,7 @@ pub fn evalsha(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     }
     let sha = String::from_utf8_lossy(&args[1]);
     match proxy.scripts().get(&sha) {
-        Some(script) => run(proxy, &script, args),
+        Some(script) => run(proxy, conn, &script, args),
         None => noscript(),
     }
 }
@@ -71,25 +72,73 @@ fn split_keys(args: &[Bytes]) -> Result<(&[Bytes], &[Bytes]), Reply> {
     Ok(rest.split_at(n as usize))
 }
 
-fn run(proxy: &Arc<Proxy>, script: &Script, args: Vec<Bytes>) -> Action {
+fn run(proxy: &Arc<Proxy>, conn: &Conn, script: &Script, args: Vec<Bytes>) -> Action {
     let (keys, argv) = match split_keys(&args) {
         Ok(split) => split,
         Err(e) => return e.into(),
     };
     match &script.meaning {
         Meaning::Lock(lock) => match bind(lock, keys, argv) {
-            Some(Ok(op)) => return super::lock::run(proxy, op),
+            Some(Ok(op)) => return leased_lock(proxy, conn, op),
             Some(Err(e)) => return e.into(),
             None => {}
         },
         Meaning::Hash(hash) => match bind_hash(hash, keys, argv) {
-            Some(Ok(op)) => return super::hashlock::run(proxy, op),
+            Some(Ok(op)) => return leased_hash_lock(proxy, conn, op),
             Some(Err(e)) => return e.into(),
             None => {}
         },
         Meaning::Unknown => {}
     }
     unknown(proxy, script, keys, &args)
+}
+
+/// Runs a lock script's operation, with a lease when it acquires keys the connection leases.
+fn leased_lock(proxy: &Arc<Proxy>, conn: &Conn, op: LockOp) -> Action {
+    let leases = conn.leases_for(op.keys.iter().map(|k| k.as_ref()));
+    match leases.filter(|_| super::lock::acquires(&op)) {
+        None => super::lock::run(proxy, op),
+        Some(leases) => {
+            let lock = Leased::Plain {
+                keys: op.keys.clone(),
+                token: op.token.clone(),
+                ttl_ms: op.ttl_ms,
+            };
+            let granted = super::lock::granted_reply(&op);
+            let acquired = super::lock::run(proxy, op);
+            super::lease::on_grant(leases, proxy, acquired, lock, move |r| *r == granted)
+        }
+    }
+}
+
+/// Runs a hash-lock script's operation, with a lease when it acquires a key the connection
+/// leases (renewed as Redisson's watchdog renews it).
+fn leased_hash_lock(proxy: &Arc<Proxy>, conn: &Conn, op: HashLockOp) -> Action {
+    let acquires = matches!(
+        op.op,
+        HashOp::Acquire | HashOp::FencedAcquire | HashOp::FencedAcquireToken
+    );
+    match conn
+        .leases_for(std::iter::once(op.key.as_ref()))
+        .filter(|_| acquires)
+    {
+        None => super::hashlock::run(proxy, op),
+        Some(leases) => {
+            let lock = Leased::Hash {
+                key: op.key.clone(),
+                field: op.field.clone(),
+                ttl_ms: op.ttl_ms,
+            };
+            let acquired = super::hashlock::run(proxy, op);
+            // A grant answers nil, or `{-1, token}` for a fenced lock's token form.
+            let granted = |r: &Reply| match r {
+                Reply::Nil => true,
+                Reply::Array(v) => v.first() == Some(&Reply::Integer(-1)),
+                _ => false,
+            };
+            super::lease::on_grant(leases, proxy, acquired, lock, granted)
+        }
+    }
 }
 
 /// Binds a lock script to one call's keys and arguments. `None` when the call does not fit the

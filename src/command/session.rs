@@ -8,10 +8,12 @@
 //! transaction; unwatching frees the watched values' byte budget; a `SKIP` applies to the next
 //! command only) is kept in one place.
 
+use std::collections::HashSet;
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::acl::Keys;
@@ -50,6 +52,8 @@ pub struct Conn {
     skip_this: bool,
     /// Tells blocking commands (`BLPOP`) that the client has gone.
     gone: Gone,
+    /// The connection's leases, when it may hold any (shared with `EXEC`'s copy).
+    leases: Option<Arc<Leases>>,
 }
 
 /// A transaction being queued, between `MULTI` and `EXEC` or `DISCARD`.
@@ -126,6 +130,7 @@ impl Conn {
             skip_next: false,
             skip_this: false,
             gone: Gone::default(),
+            leases: None,
         }
     }
 
@@ -133,8 +138,25 @@ impl Conn {
     /// client is still here: its blocking commands keep waiting).
     pub fn reset(&mut self, needs_auth: bool) {
         let gone = std::mem::take(&mut self.gone);
+        let leases = self.leases.take();
         *self = Conn::new(self.id, needs_auth);
         self.gone = gone;
+        self.leases = leases;
+    }
+
+    /// Gives the connection its leases (it may hold some: see `lease_keys`).
+    pub fn set_leases(&mut self, leases: Arc<Leases>) {
+        self.leases = Some(leases);
+    }
+
+    /// The connection's leases, when a lock on every one of `keys` gets one.
+    pub fn leases_for<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) -> Option<&Arc<Leases>> {
+        self.leases.as_ref().filter(|l| l.cover(keys))
+    }
+
+    /// The connection's leases, to change their patterns at a login.
+    pub fn leases(&self) -> Option<&Arc<Leases>> {
+        self.leases.as_ref()
     }
 
     /// A copy for `EXEC` to run the queued commands with: the same login, protocol, name and
@@ -364,6 +386,93 @@ impl Watched {
             Some(Some(Reply::Bulk(v))) => Some(v.clone()),
             _ => None,
         }
+    }
+}
+
+/// How many lost-lease notices wait for a connection before more are dropped.
+const LOST_QUEUE: usize = 64;
+
+/// The most locks one connection's leases keep at once; a lock granted beyond them gets no
+/// lease (it expires by its TTL, as without leases), so one client cannot make the proxy renew
+/// without bound.
+pub const MAX_LEASES: usize = 10_000;
+
+/// One connection's leases: its patterns, the signal that it closed, and the way back to it
+/// for lost-lease pushes.
+#[derive(Debug)]
+pub struct Leases {
+    patterns: Mutex<Keys>,
+    /// The locks kept now, by key and token (or field): a lock acquired again by its holder
+    /// (re-entered, refreshed) keeps its one lease.
+    held: Mutex<HashSet<(Bytes, Bytes)>>,
+    closed: CancellationToken,
+    pushes: mpsc::Sender<Bytes>,
+}
+
+/// The connection's end of its lost-lease pushes: each is the key of a lease it lost.
+pub type Pushes = mpsc::Receiver<Bytes>;
+
+impl Leases {
+    /// Leases for a connection whose keys match `patterns`; the receiver is the connection's.
+    pub fn new(patterns: Keys) -> (Arc<Leases>, Pushes) {
+        let (pushes, rx) = mpsc::channel(LOST_QUEUE);
+        let leases = Leases {
+            patterns: Mutex::new(patterns),
+            held: Mutex::default(),
+            closed: CancellationToken::new(),
+            pushes,
+        };
+        (Arc::new(leases), rx)
+    }
+
+    /// The patterns after a login: the user's own, where it has them.
+    pub fn set_patterns(&self, patterns: Keys) {
+        *self.patterns.lock().unwrap_or_else(|p| p.into_inner()) = patterns;
+    }
+
+    /// True when a lock on `keys` gets a lease: there is at least one, and every one matches.
+    pub fn cover<'a>(&self, mut keys: impl Iterator<Item = &'a [u8]>) -> bool {
+        let patterns = self.patterns.lock().unwrap_or_else(|p| p.into_inner());
+        let mut any = false;
+        let all = keys.all(|k| {
+            any = true;
+            patterns.allows(k)
+        });
+        any && all
+    }
+
+    /// The connection has closed: every lease of it stops renewing.
+    pub fn close(&self) {
+        self.closed.cancel();
+    }
+}
+
+impl Leases {
+    fn held(&self) -> std::sync::MutexGuard<'_, HashSet<(Bytes, Bytes)>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes that the lock `id` (its key, and its token or field) is kept from now on; false
+    /// when it is kept already, or when the connection keeps [`MAX_LEASES`] locks already.
+    pub fn keep(&self, id: (Bytes, Bytes)) -> bool {
+        let mut held = self.held();
+        held.len() < MAX_LEASES && held.insert(id)
+    }
+
+    /// Notes that the lock `id` is kept no more.
+    pub fn kept(&self, id: &(Bytes, Bytes)) {
+        self.held().remove(id);
+    }
+
+    /// Completes once the connection has closed.
+    pub async fn closed(&self) {
+        self.closed.cancelled().await;
+    }
+
+    /// Tells the connection that it lost the lease of `key`; false when it could not be told
+    /// (the connection is gone, or too far behind).
+    pub fn tell(&self, key: Bytes) -> bool {
+        self.pushes.try_send(key).is_ok()
     }
 }
 

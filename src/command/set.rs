@@ -10,6 +10,7 @@ use bytes::Bytes;
 
 use super::action::Action;
 use super::keys::SetOptions;
+use super::lease::Leased;
 use super::session::Conn;
 use super::spec::Cmd;
 use crate::error::Error;
@@ -229,10 +230,23 @@ fn positive(arg: &[u8]) -> Option<i64> {
 }
 
 /// `SET`: a lock acquisition or a write.
-pub fn set(proxy: &Arc<Proxy>, _: &mut Conn, args: Args<'_>) -> Action {
+pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, args: Args<'_>) -> Action {
     match Set::parse(args, proxy.config().default_ttl_ms) {
         Err(e) => e.into(),
-        Ok(Set::Acquire { key, token, ttl_ms }) => super::lock::acquire(proxy, key, token, ttl_ms),
+        Ok(Set::Acquire { key, token, ttl_ms }) => {
+            match conn.leases_for(std::iter::once(key.as_ref())) {
+                None => super::lock::acquire(proxy, key, token, ttl_ms),
+                Some(leases) => {
+                    let lock = Leased::Plain {
+                        keys: vec![key.clone()],
+                        token: token.clone(),
+                        ttl_ms,
+                    };
+                    let acquired = super::lock::acquire(proxy, key, token, ttl_ms);
+                    super::lease::on_grant(leases, proxy, acquired, lock, Reply::is_ok)
+                }
+            }
+        }
         Ok(Set::Write { args, opts }) => super::keys::write(proxy, args, opts),
     }
 }
