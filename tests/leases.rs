@@ -1,12 +1,13 @@
-//! Leases (issue 26, `docs` and /tmp/lease/spec.md): a lock acquired through the proxy on a key
-//! that matches `lease_keys` is renewed by the proxy while the connection that acquired it stays
-//! open, up to `lease_max_ms`; it ends quietly when released (through any proxy), at the maximum,
-//! or when the connection closes (and is then released at once with
-//! `lease_release_on_disconnect`); a renewal that cannot reach a quorum loses it, and the loss is
-//! counted and told on `redlock-proxy:lease-lost` and, to a RESP3 holder, as a push.
+//! Leases (issue 26): a lock acquired through the proxy on keys that match `lease_keys` is
+//! renewed by the proxy while the connection that acquired it stays open, up to `lease_max_ms`;
+//! it ends quietly when released (through any proxy), at the maximum, or when the connection
+//! closes (and is then released at once with `lease_release_on_disconnect`); a renewal that
+//! cannot reach a quorum loses it, and the loss is counted, logged, and told on
+//! `redlock-proxy:lease-lost` and, to a RESP3 holder, as a push.
 //!
 //! Every positive result has its negative control, asserted: the same run with leases off loses
-//! the lock. Real clients (redis-py's `Lock`, node-redlock, the Redisson `RLock` protocol of
+//! the lock; keys outside the patterns, a user's own patterns and `lease_max_ms` show where
+//! renewal stops. Real clients (redis-py's `Lock`, node-redlock, the Redisson `RLock` protocol of
 //! tests/clients/redisson.py) are driven by tests/clients/leases.py and tests/clients/leases.js.
 //! Leases are configured only as TOML text, as an operator writes them.
 //!
@@ -19,6 +20,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use support::fault::{Fault, FaultProxy};
 use support::load::{Checker, Load, Spec, Targets};
 use support::*;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines};
@@ -182,31 +184,30 @@ async fn resp3(addr: &str) -> Client {
     c
 }
 
-/// `SET key token NX PX ttl` until granted (every 20 ms, for at most `within`); when the `OK`
-/// was read, or `None`.
+/// `SET key token NX PX ttl` until granted (every 20 ms, for at most `within`): when the `OK`
+/// was read, and the connection that holds the lock (kept open: closing it would end its own
+/// lease), or `None`.
 async fn grab(
     addr: &str,
     key: &str,
     token: &str,
     ttl_ms: u64,
     within: Duration,
-) -> Option<Instant> {
+) -> Option<(Instant, Client)> {
     let until = Instant::now() + within;
     let mut c = Client::connect(addr).await;
     let ttl = ttl_ms.to_string();
     while Instant::now() < until {
-        if let Some(r) = c
+        match c
             .try_cmd(
                 &["SET", key, token, "NX", "PX", &ttl],
                 Duration::from_secs(2),
             )
             .await
         {
-            if r.is_ok() {
-                return Some(Instant::now());
-            }
-        } else {
-            c = Client::connect(addr).await;
+            Some(r) if r.is_ok() => return Some((Instant::now(), c)),
+            Some(_) => {}
+            None => c = Client::connect(addr).await,
         }
         sleep(Duration::from_millis(20)).await;
     }
@@ -664,6 +665,11 @@ async fn a_majority_stopped_loses_the_lease_within_a_ttl_tells_the_holder_and_su
     }
     got.sort();
     assert_eq!(got, [lost_message(py_key), lost_message(raw_key)]);
+    assert_eq!(
+        sub.try_read(Duration::from_millis(300)).await,
+        None,
+        "one message per lost lease"
+    );
     sleep(Duration::from_millis(200)).await;
     ms[0].resume();
     ms[1].resume();
@@ -701,6 +707,25 @@ async fn a_majority_stopped_loses_the_lease_within_a_ttl_tells_the_holder_and_su
         .expect("contender")
         .expect("the contender gets the lock once the masters are back");
     let renewals = monitor.renewals(raw_key, "rawtok");
+    eprintln!(
+        "renewals of {raw_key} on master 2, ms after the stop began: {:?}",
+        renewals
+            .iter()
+            .map(|t| (t - pause_began_ms).round())
+            .collect::<Vec<_>>()
+    );
+    // One every TTL/3 (400 ms) while the lease held.
+    let before: Vec<f64> = renewals
+        .iter()
+        .copied()
+        .filter(|&t| t < pause_began_ms)
+        .collect();
+    for gap in before.windows(2).map(|w| w[1] - w[0]) {
+        assert!(
+            (TTL as f64 / 6.0..=TTL as f64 * 2.0 / 3.0).contains(&gap),
+            "renewals {gap:.0} ms apart, not about TTL/3: {before:?}"
+        );
+    }
     let last_valid = renewals
         .iter()
         .copied()
@@ -721,6 +746,189 @@ async fn a_majority_stopped_loses_the_lease_within_a_ttl_tells_the_holder_and_su
         .filter(|&t| t > told_ms + 100.0)
         .collect();
     assert!(late.is_empty(), "renewals after the loss: {late:?}");
+}
+
+/// A client on `addr` subscribed to [`LOST_CHANNEL`].
+async fn lost_subscriber(addr: &str) -> Client {
+    let mut sub = Client::connect(addr).await;
+    sub.send(&["SUBSCRIBE", LOST_CHANNEL]).await;
+    assert_eq!(
+        String::from_utf8_lossy(&sub.read_raw().await),
+        format!("*3\r\n$9\r\nsubscribe\r\n$24\r\n{LOST_CHANNEL}\r\n:1\r\n")
+    );
+    sub
+}
+
+/// The next reply or message on `c` within `within`, as text.
+async fn next_text(c: &mut Client, within: Duration) -> Option<String> {
+    c.try_read(within)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_to_slow_masters_is_told_to_another_proxys_subscribers_and_pushed_to_resp3_holders_only()
+ {
+    const TTL: u64 = 900;
+    let ttl = TTL.to_string();
+    let ms = masters(3);
+    let mut fx = Vec::new();
+    for m in &ms {
+        fx.push(FaultProxy::start(m.addr()).await);
+    }
+    let slow: Vec<String> = fx.iter().map(|f| f.addr.clone()).collect();
+    let a = start(&slow, LEASED).await;
+    // b reaches the masters directly, and has no leases of its own.
+    let b = start(&addrs(&ms), "").await;
+    let mut sub = lost_subscriber(&b.addr).await;
+    let mut holder3 = resp3(&a.addr).await;
+    assert_eq!(
+        holder3
+            .raw(&["SET", "lease:slow:3", "t", "NX", "PX", &ttl])
+            .await,
+        "+OK\r\n"
+    );
+    let mut holder2 = Client::connect(&a.addr).await;
+    assert_eq!(
+        holder2
+            .raw(&["SET", "lease:slow:2", "t", "NX", "PX", &ttl])
+            .await,
+        "+OK\r\n"
+    );
+    a.wait_at_least("leases_renewed", 2, Duration::from_millis(2 * TTL))
+        .await;
+    // Two masters' replies now come later than the node timeout: no renewal reaches a quorum,
+    // but every master still runs what it is sent.
+    fx[0].set(Fault::Delay(Duration::from_millis(300)));
+    fx[1].set(Fault::Delay(Duration::from_millis(300)));
+    let slowed = Instant::now();
+    let push = next_text(&mut holder3, Duration::from_millis(3 * TTL)).await;
+    assert_eq!(push.as_deref(), Some(lost_push("lease:slow:3").as_str()));
+    assert!(
+        slowed.elapsed() < Duration::from_millis(TTL),
+        "told after {:?}",
+        slowed.elapsed()
+    );
+    // Through the masters, to the other proxy's subscriber: each key once.
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        got.push(
+            next_text(&mut sub, Duration::from_millis(3 * TTL))
+                .await
+                .expect("a lease-lost message through the other proxy"),
+        );
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        [lost_message("lease:slow:2"), lost_message("lease:slow:3")]
+    );
+    assert_eq!(next_text(&mut sub, Duration::from_millis(500)).await, None);
+    // A RESP2 holder is told nothing on its own connection: its replies stay in order.
+    assert_eq!(
+        next_text(&mut holder2, Duration::from_millis(300)).await,
+        None
+    );
+    assert_eq!(holder2.raw(&["PING"]).await, "+PONG\r\n");
+    assert_eq!(holder3.raw(&["PING"]).await, "+PONG\r\n");
+    assert_eq!(a.count("leases_lost").await, 2);
+    assert_eq!(a.count("leases_active").await, 0);
+}
+
+/// The loss is published on every master, the stopped ones too: their copies wait in the
+/// socket and are run when they resume. Subscribers must not hear of the one loss again then (a
+/// holder that has taken the key again since would read it as the loss of its new lock), however
+/// long the masters were stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_is_told_once_even_when_the_stopped_masters_come_back_late() {
+    const TTL: u64 = 900;
+    let ms = masters(3);
+    let a = start(&addrs(&ms), LEASED).await;
+    let b = start(&addrs(&ms), "").await;
+    let mut sub_a = lost_subscriber(&a.addr).await;
+    let mut sub_b = lost_subscriber(&b.addr).await;
+    let mut holder = resp3(&a.addr).await;
+    assert_eq!(
+        holder
+            .raw(&["SET", "lease:late", "t", "NX", "PX", &TTL.to_string()])
+            .await,
+        "+OK\r\n"
+    );
+    a.wait_at_least("leases_renewed", 1, Duration::from_millis(2 * TTL))
+        .await;
+    ms[0].pause();
+    ms[1].pause();
+    assert_eq!(
+        next_text(&mut holder, Duration::from_millis(3 * TTL))
+            .await
+            .as_deref(),
+        Some(lost_push("lease:late").as_str())
+    );
+    assert_eq!(
+        next_text(&mut sub_a, Duration::from_millis(3 * TTL))
+            .await
+            .as_deref(),
+        Some(lost_message("lease:late").as_str())
+    );
+    // The masters stay stopped for longer than a few seconds, then come back.
+    sleep(Duration::from_millis(3000)).await;
+    ms[0].resume();
+    ms[1].resume();
+    let mut again_a = Vec::new();
+    while let Some(m) = next_text(&mut sub_a, Duration::from_millis(1500)).await {
+        again_a.push(m);
+    }
+    let mut heard_b = Vec::new();
+    while let Some(m) = next_text(&mut sub_b, Duration::from_millis(500)).await {
+        heard_b.push(m);
+    }
+    assert!(
+        again_a.is_empty() && heard_b.len() <= 1,
+        "one lost lease told again to the losing proxy's subscriber once the masters were \
+         back: {again_a:?}; told {} times through the other proxy: {heard_b:?}",
+        heard_b.len()
+    );
+    assert_eq!(a.count("leases_lost").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_with_every_master_stopped_is_still_told_by_the_proxy_and_logged_at_warn() {
+    let ms = masters(3);
+    let proxy = ProxyProcess::start(
+        &addrs(&ms),
+        &format!("{LEASED}\nnode_timeout_ms = 100\nstall_timeout_ms = 400"),
+        &[],
+    );
+    proxy.info_when_up(3).await;
+    let mut sub = lost_subscriber(&proxy.addr).await;
+    let mut holder = resp3(&proxy.addr).await;
+    assert_eq!(
+        holder
+            .raw(&["SET", "lease:log", "t", "NX", "PX", "900"])
+            .await,
+        "+OK\r\n"
+    );
+    sleep(Duration::from_millis(500)).await;
+    for m in &ms {
+        m.pause();
+    }
+    let push = next_text(&mut holder, Duration::from_millis(2700)).await;
+    let message = next_text(&mut sub, Duration::from_millis(2700)).await;
+    for m in &ms {
+        m.resume();
+    }
+    assert_eq!(push.as_deref(), Some(lost_push("lease:log").as_str()));
+    assert_eq!(message.as_deref(), Some(lost_message("lease:log").as_str()));
+    let log = proxy.stderr();
+    let line = log
+        .lines()
+        .find(|l| l.contains("lease lost"))
+        .unwrap_or_else(|| panic!("no `lease lost` line:\n{log}"));
+    assert!(
+        line.contains("WARN") && line.contains("key=lease:log") && line.contains("reason="),
+        "{line}"
+    );
+    assert_eq!(field(&proxy.info().await, "leases_lost"), "1");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -749,7 +957,7 @@ async fn a_killed_holder_with_release_on_disconnect_frees_its_lock_within_a_seco
     )
     .await;
     let killed = holder_killed(&p, "lease:dc", TTL).await;
-    let got = grab(&p.addr, "lease:dc", "next", TTL, Duration::from_secs(5))
+    let (got, _next) = grab(&p.addr, "lease:dc", "next", TTL, Duration::from_secs(5))
         .await
         .expect("the next client gets the lock");
     assert!(
@@ -757,8 +965,10 @@ async fn a_killed_holder_with_release_on_disconnect_frees_its_lock_within_a_seco
         "the next client waited {:?}",
         got - killed
     );
+    // The killed holder's lease ended; the next holder's is the one active now.
     p.wait_count("leases_ended", 1, Duration::from_secs(1))
         .await;
+    assert_eq!(p.count("leases_active").await, 1);
     assert_eq!(
         p.metric(r#"redlock_leases_ended_total{reason="disconnected"}"#)
             .await,
@@ -785,7 +995,7 @@ async fn a_killed_holder_without_release_on_disconnect_keeps_its_lock_until_its_
     }
     pttls.sort();
     let expires_ms = read_ms + pttls[1] as f64;
-    let got = grab(&p.addr, "lease:dc", "next", TTL, Duration::from_secs(6))
+    let (got, _next) = grab(&p.addr, "lease:dc", "next", TTL, Duration::from_secs(6))
         .await
         .expect("the next client gets the lock once its TTL ran out");
     let got_ms = wall_ms();
@@ -803,8 +1013,10 @@ async fn a_killed_holder_without_release_on_disconnect_keeps_its_lock_until_its_
         waited <= Duration::from_millis(TTL + 1000),
         "renewed after the holder died: free only after {waited:?}"
     );
+    // The killed holder's lease ended; the next holder's is the one active now.
     p.wait_count("leases_ended", 1, Duration::from_secs(1))
         .await;
+    assert_eq!(p.count("leases_active").await, 1);
     assert_eq!(
         p.metric(r#"redlock_leases_ended_total{reason="disconnected"}"#)
             .await,
@@ -924,6 +1136,93 @@ async fn lease_max_ms_ends_renewal_and_the_lock_expires_at_grant_plus_lease_max(
     );
     assert_eq!(holder.try_read(Duration::from_millis(200)).await, None);
     assert_eq!(holder.raw(&["PING"]).await, "+PONG\r\n");
+}
+
+#[test]
+fn the_lease_settings_are_read_and_checked_like_the_others() {
+    let base = "backends = [\"127.0.0.1:1\"]\n";
+    let good = format!(
+        "{base}lease_keys = [\"lock:*\", \"jobs:[0-9]\"]\nlease_max_ms = 5000\n\
+         lease_release_on_disconnect = true\n\
+         [[users]]\nname = \"u\"\npassword = \"p\"\nkeys = [\"*\"]\nlease_keys = [\"u:*\"]\n"
+    );
+    let config = Config::from_toml(&good).expect("lease settings parse");
+    config.validate().expect("and are valid");
+    let mut set = Config::from_toml(base).expect("base");
+    set.set(r#"lease_keys=["lock:*"]"#)
+        .expect("--set lease_keys");
+    set.set("lease_max_ms=1000").expect("--set lease_max_ms");
+    set.set("lease_release_on_disconnect=true")
+        .expect("--set lease_release_on_disconnect");
+    set.validate().expect("valid");
+    let zero = Config::from_toml(&format!("{base}lease_max_ms = 0\n")).expect("parses");
+    let err = zero
+        .validate()
+        .expect_err("lease_max_ms = 0 is refused")
+        .to_string();
+    assert!(err.contains("lease_max_ms"), "{err}");
+    assert!(
+        Config::from_toml(&format!("{base}lease_keys = \"lock:*\"\n")).is_err(),
+        "lease_keys is a list"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_acquisition_form_on_leased_keys_is_renewed_back_to_its_own_ttl() {
+    let ms = masters(3);
+    let p = start(&addrs(&ms), &format!("{LEASED}\ndefault_ttl_ms = 900")).await;
+    let mut c = Client::connect(&p.addr).await;
+    // (key, TTL it asked for)
+    let forms = [
+        ("lease:f:px", 900),
+        ("lease:f:ex", 1000),
+        ("lease:f:default", 900),
+        ("lease:f:m1", 900),
+        ("lease:f:m2", 900),
+    ];
+    assert_eq!(
+        c.cmd(&["SET", "lease:f:px", "t", "NX", "PX", "900"]).await,
+        Reply::ok()
+    );
+    // As go-redis sends it (redsync).
+    assert_eq!(
+        c.cmd(&["set", "lease:f:ex", "t", "nx", "ex", "1"]).await,
+        Reply::ok()
+    );
+    // No TTL: default_ttl_ms gives it one (redis-py's Lock with timeout=None).
+    assert_eq!(
+        c.cmd(&["SET", "lease:f:default", "t", "NX"]).await,
+        Reply::ok()
+    );
+    // node-redlock's acquisition script, two keys at once: one lock, one lease.
+    assert_eq!(
+        c.cmd(&[
+            "EVAL",
+            &lua("redlock5_ACQUIRE_SCRIPT"),
+            "2",
+            "lease:f:m1",
+            "lease:f:m2",
+            "t",
+            "900"
+        ])
+        .await,
+        Reply::Integer(2)
+    );
+    assert_eq!(p.count("leases_active").await, 4);
+    sleep(Duration::from_millis(2500)).await;
+    for (key, ttl) in forms {
+        let mut held = 0;
+        for m in &ms {
+            match m.client().await.cmd(&["PTTL", key]).await {
+                Reply::Integer(t) if t > 0 && t <= ttl => held += 1,
+                Reply::Integer(t) if t > ttl => panic!("{key} renewed past its TTL: {t} ms"),
+                _ => {}
+            }
+        }
+        assert!(held >= 2, "{key} not renewed: held on {held} masters");
+    }
+    assert_eq!(p.count("leases_active").await, 4);
+    assert_eq!(p.count("leases_lost").await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
