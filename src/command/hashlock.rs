@@ -552,7 +552,10 @@ pub async fn renew_lease(proxy: &Arc<Proxy>, key: &Bytes, field: &Bytes, ttl_ms:
     } else if ballots.count(one(0)) >= ballots.quorum {
         Renewal::Gone
     } else {
-        Renewal::Failed("fewer than a quorum of masters renewed the hash lock in time")
+        Renewal::Failed(
+            "fewer than a quorum of masters renewed the hash lock in time",
+            ballots.answered().collect(),
+        )
     };
     drop(held);
     renewal

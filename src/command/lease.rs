@@ -125,12 +125,13 @@ fn hold(leases: &Arc<Leases>, proxy: &Arc<Proxy>, lock: Leased) {
 }
 
 /// Why a lease ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum End {
     Released,
     Disconnected,
     Max,
-    Lost(&'static str),
+    /// Why, and the masters that answered the last renewal.
+    Lost(&'static str, Vec<usize>),
 }
 
 /// Renews `lock` until its lease ends, then does what the end asks.
@@ -155,7 +156,7 @@ async fn keep(proxy: Arc<Proxy>, leases: Arc<Leases>, lock: Leased, granted: Ins
         // A renewal that comes too late (this proxy stalled) finds the lock expired: lost, not
         // released, whatever the masters now say.
         if now >= last + ttl.saturating_sub(drift) {
-            break End::Lost("the lock expired before its renewal could run");
+            break End::Lost("the lock expired before its renewal could run", Vec::new());
         }
         // Never past the lease's end: the last renewal sets only what is left of it.
         let left = until.saturating_duration_since(now).min(ttl);
@@ -173,7 +174,7 @@ async fn keep(proxy: Arc<Proxy>, leases: Arc<Leases>, lock: Leased, granted: Ins
                 last = now;
             }
             Renewal::Gone => break End::Released,
-            Renewal::Failed(why) => break End::Lost(why),
+            Renewal::Failed(why, answered) => break End::Lost(why, answered),
         }
     };
     let counters = proxy.counters();
@@ -196,10 +197,10 @@ async fn keep(proxy: Arc<Proxy>, leases: Arc<Leases>, lock: Leased, granted: Ins
                 release(&proxy, &lock).await;
             }
         }
-        End::Lost(reason) => {
+        End::Lost(reason, answered) => {
             Counters::bump(&counters.leases_lost);
             warn!(key = %key.escape_ascii(), reason, "lease lost");
-            let told = tell(&proxy, &leases, key);
+            let told = tell(&proxy, &leases, key, &answered);
             leases.kept(&lock.id(), told);
         }
     }
@@ -222,13 +223,21 @@ async fn release(proxy: &Arc<Proxy>, lock: &Leased) {
 }
 
 /// Tells of a lost lease: to this proxy's subscribers of [`LOST_CHANNEL`] now, to the other
-/// proxies' through the masters that can be reached, and to the holder's connection.
-fn tell(proxy: &Proxy, leases: &Leases, key: Bytes) -> bool {
+/// proxies' through the masters that `answered` the failed renewal, and to the holder's
+/// connection.
+///
+/// Only the masters that just answered publish it: a `PUBLISH` queued on a master that is
+/// stopped or stalled would run when it comes back, after every subscriber's de-duplication
+/// window, and announce the loss a second time, perhaps to a holder that has taken the lock
+/// again since.
+fn tell(proxy: &Proxy, leases: &Leases, key: Bytes, answered: &[usize]) -> bool {
     let channel = Bytes::from_static(LOST_CHANNEL);
     proxy.hub().deliver_local(channel.clone(), key.clone());
     let publish = command(&[b"PUBLISH", &channel, &key]);
-    for master in proxy.masters().iter() {
-        master.send(publish.clone(), 1, None);
+    for &i in answered {
+        if let Some(master) = proxy.masters().get(i) {
+            master.send(publish.clone(), 1, None);
+        }
     }
     let told = leases.tell(key);
     if !told {

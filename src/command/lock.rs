@@ -160,15 +160,16 @@ pub fn release_all(proxy: &Arc<Proxy>, keys: Vec<Bytes>, token: Bytes) -> Action
 }
 
 /// What a lease's renewal found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Renewal {
     /// A quorum extended the lock, and it is still valid.
     Renewed,
     /// A quorum answered that the lock is not the holder's any more: released, through any
     /// proxy, or taken over.
     Gone,
-    /// No quorum extended it within validity: masters down, slow or excluded.
-    Failed(&'static str),
+    /// No quorum extended it within validity: masters down, slow or excluded. With why, and
+    /// the masters that did answer (the ones a loss can be published through at once).
+    Failed(&'static str, Vec<usize>),
 }
 
 /// A lease's renewal of `keys` for `token`: a quorum compare-and-extend back to `ttl_ms`, in
@@ -199,7 +200,10 @@ pub async fn renew(proxy: &Arc<Proxy>, keys: &[Bytes], token: &Bytes, ttl_ms: i6
     let renewal = match extension(ballots, start.elapsed(), proxy.config()) {
         Extension::Granted => Renewal::Renewed,
         _ if ballots.count(|r| *r == Reply::Integer(0)) >= ballots.quorum => Renewal::Gone,
-        _ => Renewal::Failed("fewer than a quorum of masters extended the lock in time"),
+        _ => Renewal::Failed(
+            "fewer than a quorum of masters extended the lock in time",
+            ballots.answered().collect(),
+        ),
     };
     drop(held);
     renewal

@@ -152,6 +152,15 @@ impl Ballots {
         )
     }
 
+    /// Which masters answered at all.
+    pub fn answered(&self) -> impl Iterator<Item = usize> + '_ {
+        self.replies
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.is_some())
+            .map(|(i, _)| i)
+    }
+
     /// Which masters answered with `reply`.
     pub fn who_said(&self, reply: &Reply) -> impl Iterator<Item = usize> + '_ {
         let reply = reply.clone();
