@@ -184,20 +184,9 @@ pub async fn renew(proxy: &Arc<Proxy>, keys: &[Bytes], token: &Bytes, ttl_ms: i6
         wake: None,
     };
     let held = turn(proxy, &op).ready().await;
-    let ttl_arg = itoa::Buffer::new().format(ttl_ms).to_owned();
-    let max = itoa::Buffer::new()
-        .format(proxy.config().max_ttl_ms)
-        .to_owned();
-    let req = eval(
-        EXTEND,
-        &op.keys,
-        &[&op.token, ttl_arg.as_bytes(), b"0", max.as_bytes()],
-    );
-    let start = Instant::now();
-    let deadline = start + proxy.config().node_timeout();
-    let mut vote = ask(proxy.masters(), Request::Same(req), 1, deadline);
-    let ballots = vote.decide_by(extended).await;
-    let renewal = match extension(ballots, start.elapsed(), proxy.config()) {
+    let (decided, vote) = extend_on_masters(proxy, &op).await;
+    let ballots = vote.ballots();
+    let renewal = match decided {
         Extension::Granted => Renewal::Renewed,
         _ if ballots.count(|r| *r == Reply::Integer(0)) >= ballots.quorum => Renewal::Gone,
         _ => Renewal::Failed(
@@ -802,21 +791,9 @@ async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
     if op.ttl_ms < 0 || (op.ttl_ms == 0 && op.op == Op::Extend) {
         return Reply::from(Error::InvalidExtension);
     }
-    let ttl_arg = itoa::Buffer::new().format(op.ttl_ms).to_owned();
-    let max = itoa::Buffer::new()
-        .format(proxy.config().max_ttl_ms)
-        .to_owned();
-    let add: &[u8] = if op.op == Op::ExtendAdd { b"1" } else { b"0" };
-    let req = eval(
-        EXTEND,
-        &op.keys,
-        &[&op.token, ttl_arg.as_bytes(), add, max.as_bytes()],
-    );
-    let start = Instant::now();
-    let deadline = start + proxy.config().node_timeout();
-    let mut vote = ask(proxy.masters(), Request::Same(req), 1, deadline);
-    let ballots = vote.decide_by(extended).await;
-    match extension(ballots, start.elapsed(), proxy.config()) {
+    let (decided, vote) = extend_on_masters(proxy, op).await;
+    let ballots = vote.ballots();
+    match decided {
         Extension::Granted => answer(op.answer, true, k),
         Extension::BeyondMax => Reply::from(Error::ExtensionTooLong {
             max: proxy.config().max_ttl_ms,
@@ -833,6 +810,30 @@ async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
             answer(op.answer, false, k)
         }
     }
+}
+
+/// Runs an extension of `op` on every master and decides it as soon as it can (see
+/// [`extension`]); the vote, for its ballots.
+async fn extend_on_masters(proxy: &Proxy, op: &LockOp) -> (Extension, crate::quorum::Vote) {
+    let ttl_arg = itoa::Buffer::new().format(op.ttl_ms).to_owned();
+    let max = itoa::Buffer::new()
+        .format(proxy.config().max_ttl_ms)
+        .to_owned();
+    let add: &[u8] = if op.op == Op::ExtendAdd { b"1" } else { b"0" };
+    let req = eval(
+        EXTEND,
+        &op.keys,
+        &[&op.token, ttl_arg.as_bytes(), add, max.as_bytes()],
+    );
+    let start = Instant::now();
+    let deadline = start + proxy.config().node_timeout();
+    let mut vote = ask(proxy.masters(), Request::Same(req), 1, deadline);
+    let decided = extension(
+        vote.decide_by(extended).await,
+        start.elapsed(),
+        proxy.config(),
+    );
+    (decided, vote)
 }
 
 /// An extension's outcome.
