@@ -21,8 +21,9 @@
 //!   `disconnected`, `max`).
 //!
 //! The HTTP side is hyper's HTTP/1.1 server, one request per connection: `GET` (or `HEAD`)
-//! `/metrics` and nothing else yet. `route` has one arm per path, so that health endpoints
-//! can join it.
+//! `/metrics`, and the health probes `/healthz` (the process serves: always 200) and
+//! `/readyz` (200 when a quorum of masters can vote, so a lock can be granted; 503 with the
+//! reason otherwise, and while shutting down). `route` has one arm per path.
 
 use std::convert::Infallible;
 use std::fmt;
@@ -366,7 +367,7 @@ const MAX_HEAD: usize = 8192;
 /// HTTP/1.1 by hyper, one request per connection (`Connection: close`), as many connections at
 /// once as `MAX_CONNECTIONS`, each for at most `CONNECTION_DEADLINE`.
 pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
-    let registry = Arc::new(registry(proxy));
+    let site = Arc::new(Site::of(proxy));
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let http = builder();
     loop {
@@ -382,7 +383,7 @@ pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
                 continue;
             }
         };
-        let conn = connection(&http, socket, registry.clone());
+        let conn = connection(&http, socket, site.clone());
         tokio::spawn(async move {
             match conn.await {
                 Ok(Ok(())) => {}
@@ -416,17 +417,53 @@ fn builder() -> http1::Builder {
 fn connection<T>(
     http: &http1::Builder,
     io: T,
-    registry: Arc<Registry>,
+    site: Arc<Site>,
 ) -> Timeout<http1::Connection<TokioIo<T>, Routes>>
 where
     T: AsyncRead + AsyncWrite + Unpin,
 {
-    let conn = http.serve_connection(TokioIo::new(io), Routes(registry));
+    let conn = http.serve_connection(TokioIo::new(io), Routes(site));
     tokio::time::timeout(CONNECTION_DEADLINE, conn)
 }
 
+/// Whether the proxy can grant locks now: `Err` says why not.
+type Readiness = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// What the endpoint serves: the metrics, and the readiness the health probes read.
+pub struct Site {
+    registry: Registry,
+    ready: Readiness,
+}
+
+impl Site {
+    /// The endpoint of `proxy`.
+    pub fn of(proxy: Arc<Proxy>) -> Site {
+        let registry = registry(proxy.clone());
+        let ready = Box::new(move || readiness(&proxy));
+        Site { registry, ready }
+    }
+}
+
+/// Ready when a quorum of masters can vote (connected, out of quarantine, clock trusted), so a
+/// lock can be granted; not while the proxy shuts down.
+fn readiness(proxy: &Proxy) -> Result<(), String> {
+    if proxy.shutdown().is_cancelled() {
+        return Err("shutting down".into());
+    }
+    let voting = proxy.masters().iter().filter(|m| m.is_trusted()).count();
+    let quorum = proxy.quorum();
+    if voting >= quorum {
+        Ok(())
+    } else {
+        Err(format!(
+            "{voting} of {} masters can vote, {quorum} needed",
+            proxy.masters().len()
+        ))
+    }
+}
+
 /// The paths served, as a hyper service: every answer is ready at once.
-struct Routes(Arc<Registry>);
+struct Routes(Arc<Site>);
 
 impl Service<Request<Incoming>> for Routes {
     type Response = Response<String>;
@@ -439,7 +476,7 @@ impl Service<Request<Incoming>> for Routes {
 }
 
 /// The answer to one request: the method first, then one arm per path.
-fn route<B>(req: &Request<B>, registry: &Registry) -> Response<String> {
+fn route<B>(req: &Request<B>, site: &Site) -> Response<String> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "GET only\n");
         r.headers_mut()
@@ -447,8 +484,22 @@ fn route<B>(req: &Request<B>, registry: &Registry) -> Response<String> {
         return r;
     }
     match req.uri().path() {
-        "/metrics" => metrics(req, registry),
-        _ => plain(StatusCode::NOT_FOUND, "metrics are at /metrics\n"),
+        "/metrics" => metrics(req, &site.registry),
+        // Liveness: the process serves.
+        "/healthz" => plain(StatusCode::OK, "ok\n"),
+        // Readiness: it can grant locks.
+        "/readyz" => match (site.ready)() {
+            Ok(()) => plain(StatusCode::OK, "ready\n"),
+            Err(why) => answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain; charset=utf-8",
+                format!("not ready: {why}\n"),
+            ),
+        },
+        _ => plain(
+            StatusCode::NOT_FOUND,
+            "metrics are at /metrics, health at /healthz and /readyz\n",
+        ),
     }
 }
 
@@ -536,10 +587,13 @@ mod tests {
         );
     }
     /// A registry with one histogram, so that `/metrics` has something to say.
-    fn small_registry() -> Arc<Registry> {
+    fn small_registry() -> Arc<Site> {
         let mut r = Registry::default();
         r.register("lat", "Latency.", Latency::default());
-        Arc::new(r)
+        Arc::new(Site {
+            registry: r,
+            ready: Box::new(|| Ok(())),
+        })
     }
 
     /// Sends `request` to one connection over a duplex pipe of `room` bytes; returns all it
@@ -650,12 +704,12 @@ mod tests {
             (
                 b"GET /other HTTP/1.1\r\n\r\n",
                 "HTTP/1.1 404 Not Found\r\n",
-                "metrics are at /metrics\n",
+                "metrics are at /metrics, health at /healthz and /readyz\n",
             ),
             (
                 b"GET /metricsx HTTP/1.0\r\n\r\n",
                 "HTTP/1.0 404 Not Found\r\n",
-                "metrics are at /metrics\n",
+                "metrics are at /metrics, health at /healthz and /readyz\n",
             ),
             (b"garbage\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n", ""),
             (
@@ -709,5 +763,37 @@ mod tests {
         let start = tokio::time::Instant::now();
         assert!(conn.await.expect("join").is_err(), "the deadline ends it");
         assert!(start.elapsed() >= CONNECTION_DEADLINE);
+    }
+
+    #[tokio::test]
+    async fn health_probes_answer_whether_the_proxy_serves_and_can_grant() {
+        let (answer, _) = exchange(b"GET /healthz HTTP/1.1\r\n\r\n", 1024).await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert_eq!(body_of(&answer), "ok\n");
+        let (answer, _) = exchange(b"GET /readyz HTTP/1.1\r\n\r\n", 1024).await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert_eq!(body_of(&answer), "ready\n");
+        let unready = Arc::new(Site {
+            registry: Registry::default(),
+            ready: Box::new(|| Err("1 of 3 masters can vote, 2 needed".into())),
+        });
+        let (mut client, server) = tokio::io::duplex(1024);
+        let conn = tokio::spawn(connection(&builder(), server, unready));
+        client
+            .write_all(b"GET /readyz HTTP/1.1\r\n\r\n")
+            .await
+            .expect("write");
+        let mut out = Vec::new();
+        client.read_to_end(&mut out).await.expect("read");
+        let answer = String::from_utf8_lossy(&out);
+        assert!(
+            answer.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+            "{answer}"
+        );
+        assert_eq!(
+            body_of(&answer),
+            "not ready: 1 of 3 masters can vote, 2 needed\n"
+        );
+        assert!(matches!(conn.await, Ok(Ok(Ok(())))));
     }
 }

@@ -792,6 +792,54 @@ async fn metrics_move_with_a_grant_a_denial_and_a_release_and_promtool_accepts_t
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_turns_unready_when_fewer_than_a_quorum_can_vote_and_ready_again_after() {
+    let ms = masters(3);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let proxy = ProxyProcess::start(&addrs(&ms), &format!("metrics_listen = {metrics:?}"), &[]);
+    proxy.info_when_up(3).await;
+    // Polls /readyz until its status line is `want`, within 10 s.
+    let until = |want: &'static str| {
+        let metrics = metrics.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let (status, body) = http_get(&metrics, "/readyz", "").await;
+                if status == want {
+                    return body;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "/readyz stayed {status} ({body}), waiting for {want}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert_eq!(until("HTTP/1.1 200 OK").await, "ready\n");
+    assert_eq!(
+        http_get(&metrics, "/healthz", "").await,
+        ("HTTP/1.1 200 OK".to_string(), "ok\n".to_string())
+    );
+    // One master stopped: a quorum (2 of 3) still votes.
+    ms[0].pause();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(until("HTTP/1.1 200 OK").await, "ready\n");
+    // Two stopped: marked down after the stall timeout; no lock can be granted.
+    ms[1].pause();
+    let body = until("HTTP/1.1 503 Service Unavailable").await;
+    assert!(body.starts_with("not ready: "), "{body}");
+    assert!(body.contains("2 needed"), "{body}");
+    // The process still serves.
+    assert_eq!(
+        http_get(&metrics, "/healthz", "").await.0,
+        "HTTP/1.1 200 OK"
+    );
+    ms[0].resume();
+    ms[1].resume();
+    assert_eq!(until("HTTP/1.1 200 OK").await, "ready\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prometheus_server_scrapes_the_proxy() {
     let ms = masters(3);
     let metrics = format!("127.0.0.1:{}", free_port());
