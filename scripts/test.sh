@@ -5,7 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh test
 cargo test --all-targets "$@"
-# Coverage-guided fuzzing, bounded (FUZZ_SECONDS per target, default 20); only for a full run.
+# Only for a full run: the Kubernetes manifests (deploy/kubernetes/, about a second once its venv
+# is installed), then coverage-guided fuzzing, bounded (FUZZ_SECONDS per target, default 20).
 if [ $# -eq 0 ]; then
+  REDLOCK_PROXY="${CARGO_TARGET_DIR:-target}/debug/redlock-proxy" scripts/check-manifests.sh
   scripts/fuzz.sh
 fi
