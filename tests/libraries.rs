@@ -26,15 +26,7 @@ use tokio::process::Command;
 static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn node() -> Command {
-    let modules = clients_dir().join("node_modules/redlock");
-    assert!(
-        modules.exists(),
-        "{} is missing: run scripts/deps.sh test (it runs npm ci)",
-        modules.display()
-    );
-    let mut c = Command::new("node");
-    c.arg(clients_dir().join("node_redlock.js"));
-    c
+    node_script("node_redlock.js")
 }
 
 /// Runs a driver to completion (at most 60 s) and returns its stdout; fails the test with its

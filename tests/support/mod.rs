@@ -92,6 +92,19 @@ pub fn python() -> PathBuf {
     p
 }
 
+/// `node tests/clients/<script>`, once the npm packages are there (`tests/clients/node_modules`).
+pub fn node_script(script: &str) -> tokio::process::Command {
+    let modules = clients_dir().join("node_modules/redlock");
+    assert!(
+        modules.exists(),
+        "{} is missing: run scripts/deps.sh test (it runs npm ci)",
+        modules.display()
+    );
+    let mut c = tokio::process::Command::new("node");
+    c.arg(clients_dir().join(script));
+    c
+}
+
 /// Shows the in-process proxies' logs when `RLP_LOG` holds a tracing filter (e.g.
 /// `RLP_LOG=info`).
 pub fn init_logs() {
