@@ -1228,6 +1228,40 @@ async fn every_acquisition_form_on_leased_keys_is_renewed_back_to_its_own_ttl() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_released_and_taken_again_on_the_same_connection_gets_a_lease_again() {
+    const TTL: u64 = 900;
+    let ttl = TTL.to_string();
+    let ms = masters(3);
+    let p = start(&addrs(&ms), LEASED).await;
+    let mut c = Client::connect(&p.addr).await;
+    let set = ["SET", "lease:again", "tok", "NX", "PX", ttl.as_str()];
+    assert_eq!(c.cmd(&set).await, Reply::ok());
+    assert_eq!(
+        c.cmd(&["EVAL", UNLOCK, "1", "lease:again", "tok"]).await,
+        Reply::Integer(1)
+    );
+    // The lease finds the lock released at its next renewal and ends.
+    let deadline = Instant::now() + Duration::from_millis(4 * TTL);
+    while p.count("leases_released").await < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the released lock's lease never ended"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(p.count("leases_active").await, 0);
+    // Taken again, with the same token, on the same connection: a new lease keeps it.
+    assert_eq!(c.cmd(&set).await, Reply::ok());
+    sleep(Duration::from_millis(3 * TTL)).await;
+    assert_eq!(
+        c.cmd(&["GET", "lease:again"]).await,
+        Reply::bulk(&b"tok"[..]),
+        "the lock taken again was not renewed"
+    );
+    assert_eq!(p.count("leases_active").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_outside_the_patterns_are_never_renewed() {
     const TTL: u64 = 900;
     let ttl = TTL.to_string();

@@ -182,6 +182,7 @@ async fn keep(proxy: Arc<Proxy>, leases: Arc<Leases>, lock: Leased, granted: Ins
     let key = lock.key().clone();
     match end {
         End::Released => {
+            leases.kept(&lock.id(), false);
             Counters::bump(&counters.leases_released);
             debug!(key = %key.escape_ascii(), "lease ended: the lock was released");
         }
