@@ -111,8 +111,20 @@ pub fn on_grant(
     }
 }
 
+/// The most leases the proxy keeps at once, over every connection: a lock granted beyond gets
+/// no lease (it expires by its TTL, as without leases), so many clients together cannot make
+/// the proxy renew without bound either.
+pub const MAX_LEASES_TOTAL: u64 = 100_000;
+
 /// Starts keeping `lock`, granted just now, unless it is kept already.
 fn hold(leases: &Arc<Leases>, proxy: &Arc<Proxy>, lock: Leased) {
+    if Counters::get(&proxy.counters().leases_active) >= MAX_LEASES_TOTAL {
+        debug!(
+            key = %lock.key().escape_ascii(),
+            "no new lease: the proxy keeps the most leases it may"
+        );
+        return;
+    }
     if !leases.keep(lock.id()) {
         debug!(
             key = %lock.key().escape_ascii(),

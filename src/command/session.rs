@@ -633,4 +633,22 @@ mod tests {
             "EXEC's copy shares them"
         );
     }
+
+    #[test]
+    fn a_connection_keeps_at_most_max_leases_and_each_lock_once() {
+        let (leases, _lost) = Leases::new();
+        let id = |n: usize| (Bytes::from(format!("k{n}")), Bytes::from_static(b"t"));
+        assert!(leases.keep(id(0)));
+        assert!(
+            !leases.keep(id(0)),
+            "a lock kept already keeps its one lease"
+        );
+        for n in 1..MAX_LEASES {
+            assert!(leases.keep(id(n)));
+        }
+        assert!(!leases.keep(id(MAX_LEASES)), "one past the most");
+        leases.kept(&id(0), false);
+        assert!(leases.keep(id(MAX_LEASES)), "a lease that ended makes room");
+        assert!(leases.watching());
+    }
 }
