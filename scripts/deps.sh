@@ -60,8 +60,11 @@ if [ "$mode" = "test" ]; then
     (cd "$clients" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
     cp "$clients/package-lock.json" "$clients/node_modules/.installed"
   fi
-  # redlock-php reproduced on Debian's php-redis (tests/clients/redlock_php.php; the library
-  # itself is on Packagist only).
+  # redlock-php and Laravel's Cache::lock reproduced on Debian's php-redis
+  # (tests/clients/redlock_php.php, laravel_lock.php; both are on Packagist only, not reached).
+  # Spring Integration's RedisLockRegistry, ShedLock and StackExchange.Redis (Java and .NET, no
+  # Maven or NuGet reached) are reproduced on the redis-py above (spring_lock.py, shedlock.py,
+  # stackexchange.py).
   apt_need php-cli php-redis
   # Libraries not in any registry reached here, reproduced by drivers on Debian's clients:
   # Redis::DistLock (tests/clients/distlock.pl), redlock-rb (redlock_rb.rb) and redsync

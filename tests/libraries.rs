@@ -64,6 +64,19 @@ fn ports(ms: &[Master]) -> Vec<String> {
     ms.iter().map(|m| m.port.to_string()).collect()
 }
 
+/// `DRIVER api PROXY_PORT MASTER_PORT...` (a driver's own checks of the library through the
+/// proxy, with each master read behind it) at N = 3 and 5: the driver prints `ok`. `mode` is
+/// `api` or another of the driver's check modes.
+async fn api_at_3_and_5(driver: Worker, mode: &str) {
+    for n in [3, 5] {
+        let ms = masters(n);
+        let proxy = proxy_for(&ms).await;
+        let mut cmd = driver();
+        cmd.arg(mode).arg(proxy.port().to_string()).args(ports(&ms));
+        assert_eq!(drive(cmd).await.trim(), "ok", "{mode}, N = {n}");
+    }
+}
+
 /// `{"expected": E, "got": G, "errors": [...]}` from a contention driver, as (E, G, line).
 fn tally(out: &str) -> (u64, u64, String) {
     let line = out.lines().last().unwrap_or_default().replace(' ', "");
@@ -131,15 +144,7 @@ async fn redis_py_contention_loses_no_update() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_redlock_works_unmodified() {
-    for n in [3, 5] {
-        let ms = masters(n);
-        let proxy = proxy_for(&ms).await;
-        let mut cmd = node();
-        cmd.arg("api")
-            .arg(proxy.port().to_string())
-            .args(ports(&ms));
-        assert_eq!(drive(cmd).await.trim(), "ok", "N = {n}");
-    }
+    api_at_3_and_5(node, "api").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1053,9 +1058,7 @@ fn explain_names_the_cause_of_a_lost_update() {
 }
 
 fn python_redis_lock() -> Command {
-    let mut c = Command::new(python());
-    c.arg(clients_dir().join("python_redis_lock.py"));
-    c
+    python_driver("python_redis_lock.py")
 }
 
 /// python-redis-lock 4.0 (PyPI, unmodified): non-blocking and blocking acquire, a waiter in
@@ -1064,15 +1067,7 @@ fn python_redis_lock() -> Command {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_redis_lock_works_unmodified() {
     let _one_at_a_time = HEAVY.lock().await;
-    for n in [3, 5] {
-        let ms = masters(n);
-        let proxy = proxy_for(&ms).await;
-        let mut cmd = python_redis_lock();
-        cmd.arg("api")
-            .arg(proxy.port().to_string())
-            .args(ports(&ms));
-        assert_eq!(drive(cmd).await.trim(), "ok", "N = {n}");
-    }
+    api_at_3_and_5(python_redis_lock, "api").await;
 }
 
 /// python-redis-lock workers (`with Lock`, waiting in `BLPOP`) under contention lose no update
@@ -1109,9 +1104,7 @@ async fn python_redis_lock_contention_loses_no_update() {
 }
 
 fn redisson() -> Command {
-    let mut c = Command::new(python());
-    c.arg(clients_dir().join("redisson.py"));
-    c
+    python_driver("redisson.py")
 }
 
 /// Redisson's `RLock` protocol (its exact scripts, EVALSHA then EVAL, `<uuid>:<threadId>`
@@ -1123,15 +1116,7 @@ fn redisson() -> Command {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redisson_rlock_works_through_the_proxy() {
     let _one_at_a_time = HEAVY.lock().await;
-    for n in [3, 5] {
-        let ms = masters(n);
-        let proxy = proxy_for(&ms).await;
-        let mut cmd = redisson();
-        cmd.arg("api")
-            .arg(proxy.port().to_string())
-            .args(ports(&ms));
-        assert_eq!(drive(cmd).await.trim(), "ok", "N = {n}");
-    }
+    api_at_3_and_5(redisson, "api").await;
 }
 
 /// Redisson `RLock` workers (two threads per process, waiting on the release channel, the
@@ -1220,4 +1205,139 @@ async fn redisson_fenced_tokens_grow_across_a_master_kill() {
             pair[1].0
         );
     }
+}
+
+/// A Python driver in tests/clients that reproduces a library's wire behaviour.
+fn python_driver(file: &str) -> Command {
+    let mut c = Command::new(python());
+    c.arg(clients_dir().join(file));
+    c
+}
+
+fn spring() -> Command {
+    python_driver("spring_lock.py")
+}
+
+fn spring_pubsub() -> Command {
+    let mut c = spring();
+    c.arg("--pubsub");
+    c
+}
+
+/// Spring Integration's `RedisLockRegistry` (its wire behaviour, by our driver; Spring is Java):
+/// the spin lock's obtain (acquire-or-refresh) and unlock scripts, re-entrancy, a waiter in the
+/// spin loop, the ConcurrentModificationException of a lock that expired while held, renewal
+/// keeping a lock past its expiry, `renewLock`, and `expireUnusedOlderThan` evicting only
+/// unused locks; at N = 3 and 5 with each master checked behind the proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spring_lock_registry_works_through_the_proxy() {
+    let _one_at_a_time = HEAVY.lock().await;
+    api_at_3_and_5(spring, "api").await;
+}
+
+/// `RedisLockRegistry` spin-lock workers (two threads per registry) under contention: no update
+/// lost through the proxy nor on one Redis, every unlock answered true; with the lock bypassed
+/// updates are lost; none lost across a master's SIGKILL and empty restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spring_spin_lock_contention_and_master_kill() {
+    library_contention("spring-spin", spring, 20).await;
+}
+
+/// The pub/sub lock: a waiter (PSUBSCRIBE `<registry>-channel:*`) woken by the unlock's message,
+/// one message per release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs recognition of Spring's pub/sub unlock script (release + PUBLISH), see recog branch"]
+async fn spring_pubsub_lock_wakes_waiters() {
+    let _one_at_a_time = HEAVY.lock().await;
+    api_at_3_and_5(spring, "pubsub").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs recognition of Spring's pub/sub unlock script (release + PUBLISH), see recog branch"]
+async fn spring_pubsub_lock_contention_and_master_kill() {
+    library_contention("spring-pubsub", spring_pubsub, 20).await;
+}
+
+fn shedlock() -> Command {
+    python_driver("shedlock.py")
+}
+
+fn shedlock_safe_update() -> Command {
+    let mut c = shedlock();
+    c.arg("--safe-update");
+    c
+}
+
+/// ShedLock's Redis provider (its wire behaviour, by our driver; ShedLock is Java), plain and
+/// with `safeUpdate`: a held lock skips other runs, unlock by `DEL`, unlock within
+/// lock-at-least-for by `SET … XX PX` keeping the lock (same value) until then, extend by
+/// `SET … XX PX`, an expired lock not recreated by extend, and (safeUpdate) a late unlock that
+/// leaves the next holder's lock alone; at N = 3 and 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shedlock_works_through_the_proxy() {
+    let _one_at_a_time = HEAVY.lock().await;
+    api_at_3_and_5(shedlock, "api").await;
+}
+
+/// ShedLock workers (every other run kept for lock-at-least-for, so released by `SET XX PX`;
+/// every third extended first) under contention and a master's kill; the control loses updates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shedlock_contention_and_master_kill() {
+    library_contention("shedlock", shedlock, 20).await;
+}
+
+/// The same with `safeUpdate` (its compare-and-delete and compare-and-pexpire scripts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shedlock_safe_update_contention_and_master_kill() {
+    library_contention("shedlock-safe", shedlock_safe_update, 20).await;
+}
+
+fn laravel() -> Command {
+    let mut c = Command::new("php");
+    c.arg(clients_dir().join("laravel_lock.php"));
+    c
+}
+
+/// Laravel's `Cache::lock` on phpredis (its wire behaviour, by our driver on Debian's php-redis):
+/// `get()` with a callback, release only by the owner (and by a lock restored with the owner),
+/// `block()` waiting out a dead holder's lock and timing out on a live one, `forceRelease()`, and
+/// a lock without seconds (`SETNX`, no expiry) given the deadlock guard's TTL; N = 3 and 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn laravel_cache_lock_works_through_the_proxy() {
+    api_at_3_and_5(laravel, "api").await;
+}
+
+/// `Lock::refresh()` (Laravel 12/13), its refresh script extending in seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs recognition of Laravel's refreshLock script (extend in seconds, PERSIST for 0), see recog branch"]
+async fn laravel_lock_refresh_extends_the_lock() {
+    api_at_3_and_5(laravel, "refresh").await;
+}
+
+/// Laravel workers (`block(10, callback)`, owner checked inside) under contention and a
+/// master's kill; the control loses updates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn laravel_contention_and_master_kill() {
+    library_contention("laravel", laravel, 20).await;
+}
+
+fn stackexchange() -> Command {
+    python_driver("stackexchange.py")
+}
+
+/// StackExchange.Redis's `LockTake` (`SET NX` with `PX` or `EX`), `LockQuery` (`GET`),
+/// `LockExtend` and `LockRelease` (its `WATCH`, `GET`, `MULTI`, `PEXPIRE`/`EXPIRE`/`DEL`, `EXEC`
+/// transactions; `UNWATCH` when the value differs), an `EXEC` aborted when the lock changed hands
+/// after `WATCH`, and Redis 8.4's `SET … IFEQ` / `DELEX` refused as Redis 7 refuses them (the
+/// proxy reports 7.0.0, so the library keeps to its transactions); N = 3 and 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stackexchange_lock_api_works_through_the_proxy() {
+    api_at_3_and_5(stackexchange, "api").await;
+}
+
+/// StackExchange.Redis workers (take, query, extend and release by transaction) under
+/// contention and a master's kill; the control loses updates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stackexchange_contention_and_master_kill() {
+    library_contention("stackexchange", stackexchange, 20).await;
 }
