@@ -3,7 +3,9 @@
 //! `Lock`, node-redlock v5 with ioredis, npm `redis-lock` and `node-redis-warlock`. Reproduced
 //! by our own drivers where the library is in no registry reached here (each driver's header
 //! says what it sends and in which order): redlock-php on Debian's php-redis, Redis::DistLock on
-//! libredis-perl, redlock-rb on ruby-redis, redsync on Go + redigo (and with a raw client). Plus
+//! libredis-perl, redlock-rb on ruby-redis, redsync on Go + redigo (and with a raw client);
+//! Redisson, Spring Integration's `RedisLockRegistry`, ShedLock's Redis provider and
+//! StackExchange.Redis's lock API on redis-py; Laravel's `Cache::lock` on php-redis. Plus
 //! redis-cli.
 //!
 //! Every library also runs as contending worker processes (one CLI contract, see [`Worker`]):
