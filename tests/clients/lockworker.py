@@ -9,10 +9,35 @@ Loops {lock; GET count:NAME on the counter; sleep MS; SET it + 1; unlock}, print
 """
 import argparse
 import hashlib
+import os
 import sys
 import time
 
 import redis
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def lua(library):
+    """The loader of `library`'s scripts: `name` -> tests/clients/lua/<library>_<name>.lua, the
+    exact bytes."""
+
+    def load(name):
+        with open(os.path.join(HERE, "lua", f"{library}_{name}.lua"), "rb") as f:
+            return f.read()
+
+    return load
+
+
+def run(worker, modes, configure=None):
+    """A driver's entry point: `DRIVER MODE PROXY_PORT MASTER_PORT...` runs `modes[MODE]` with the
+    ports; anything else is a contention worker, `worker(options)` (`configure` adds the
+    driver's own options)."""
+    if len(sys.argv) > 1 and sys.argv[1] in modes:
+        modes[sys.argv[1]](int(sys.argv[2]), [int(p) for p in sys.argv[3:]])
+    else:
+        worker(worker_args(configure))
 
 
 def check(cond, what):

@@ -8,7 +8,7 @@
         A contention worker (the CLI contract of tests/libraries.rs `run_workers`): loops
         {with Lock: GET counter; sleep; SET counter+1} and prints `done <successes>` last.
 """
-import argparse
+import os
 import sys
 import threading
 import time
@@ -16,11 +16,8 @@ import time
 import redis
 import redis_lock
 
-
-def check(cond, what):
-    if not cond:
-        print(f"FAILED: {what}", file=sys.stderr)
-        sys.exit(1)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lockworker import check, run  # noqa: E402
 
 
 def api(proxy_port, master_ports):
@@ -118,18 +115,7 @@ def worker(args):
 
 
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] == "api":
-        api(int(sys.argv[2]), [int(p) for p in sys.argv[3:]])
-        return
-    p = argparse.ArgumentParser()
-    hostport = lambda s: s.rsplit(":", 1)  # noqa: E731
-    p.add_argument("--redis", type=hostport, required=True)
-    p.add_argument("--counter", type=hostport, required=True)
-    p.add_argument("--resource", required=True)
-    p.add_argument("--iterations", type=int, required=True)
-    p.add_argument("--hold-ms", type=int, default=2)
-    p.add_argument("--no-lock", action="store_true")
-    worker(p.parse_args())
+    run(worker, {"api": api})
 
 
 if __name__ == "__main__":

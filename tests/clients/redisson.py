@@ -13,8 +13,6 @@ with its lock names (`<uuid>:<threadId>`), its waiters subscribed to
         A contention worker (the CLI contract of tests/libraries.rs `run_n`): two threads, each
         looping {lock(); GET counter; sleep; SET counter+1; unlock()}; prints `done N` last.
 """
-import argparse
-import hashlib
 import os
 import sys
 import threading
@@ -23,14 +21,10 @@ import uuid
 
 import redis
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lockworker import check, evalsha, lua, run  # noqa: E402
 
-
-def script(name):
-    with open(os.path.join(HERE, "lua", f"redisson_{name}.lua"), "rb") as f:
-        return f.read()
-
-
+script = lua("redisson")
 LOCK = script("lock")
 UNLOCK = script("unlock")
 RENEW = script("renew")
@@ -38,21 +32,6 @@ FORCE = script("forceUnlock")
 CHUNK = script("LockTask_chunk")
 FENCED = script("fenced_lockAndGetToken")
 UNLOCK_MESSAGE = 0
-
-
-def check(cond, what):
-    if not cond:
-        print(f"FAILED: {what}", file=sys.stderr)
-        sys.exit(1)
-
-
-def evalsha(r, body, keys, args):
-    """Redisson's way: EVALSHA, and EVAL when the server answers NOSCRIPT."""
-    sha = hashlib.sha1(body).hexdigest()
-    try:
-        return r.execute_command("EVALSHA", sha, len(keys), *keys, *args)
-    except redis.exceptions.NoScriptError:
-        return r.execute_command("EVAL", body, len(keys), *keys, *args)
 
 
 class RLock:
@@ -369,19 +348,10 @@ def worker(args):
 
 
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] == "api":
-        api(int(sys.argv[2]), [int(p) for p in sys.argv[3:]])
-        return
-    p = argparse.ArgumentParser()
-    hostport = lambda s: s.rsplit(":", 1)  # noqa: E731
-    p.add_argument("--redis", type=hostport, required=True)
-    p.add_argument("--counter", type=hostport, required=True)
-    p.add_argument("--resource", required=True)
-    p.add_argument("--iterations", type=int, required=True)
-    p.add_argument("--hold-ms", type=int, default=2)
-    p.add_argument("--no-lock", action="store_true")
-    p.add_argument("--fenced", action="store_true", help="RFencedLock: print `fence READ TOKEN`")
-    worker(p.parse_args())
+    def options(p):
+        p.add_argument("--fenced", action="store_true", help="RFencedLock: print `fence READ TOKEN`")
+
+    run(worker, {"api": api}, options)
 
 
 if __name__ == "__main__":

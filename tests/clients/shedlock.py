@@ -27,15 +27,9 @@ import uuid
 import redis
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lockworker import Checks, check, connect, critical_section, evalsha, on_majority, worker_args  # noqa: E402
+from lockworker import Checks, check, connect, critical_section, evalsha, lua, on_majority, run  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def script(name):
-    with open(os.path.join(HERE, "lua", f"shedlock_{name}.lua"), "rb") as f:
-        return f.read()
-
+script = lua("shedlock")
 
 DEL_SCRIPT = script("delLuaScript")
 UPD_SCRIPT = script("updLuaScript")
@@ -195,15 +189,11 @@ def worker(args):
 
 
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] == "api":
-        api(int(sys.argv[2]), [int(p) for p in sys.argv[3:]])
-        return
-
     def options(p):
         p.add_argument("--safe-update", action="store_true")
         p.add_argument("--at-least-ms", type=int, default=15)
 
-    worker(worker_args(options))
+    run(worker, {"api": api}, options)
 
 
 if __name__ == "__main__":

@@ -31,15 +31,9 @@ import uuid
 import redis
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lockworker import Checks, check, connect, critical_section, evalsha, on_majority, worker_args  # noqa: E402
+from lockworker import Checks, check, connect, critical_section, evalsha, lua, on_majority, run  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def script(name):
-    with open(os.path.join(HERE, "lua", f"spring_{name}.lua"), "rb") as f:
-        return f.read()
-
+script = lua("spring")
 
 OBTAIN = script("OBTAIN_LOCK_SCRIPT")
 RENEW = script("RENEW_SCRIPT")
@@ -412,11 +406,7 @@ def worker(args):
 
 
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] in ("api", "pubsub"):
-        run = api if sys.argv[1] == "api" else pubsub
-        run(int(sys.argv[2]), [int(p) for p in sys.argv[3:]])
-        return
-    worker(worker_args(lambda p: p.add_argument("--pubsub", action="store_true")))
+    run(worker, {"api": api, "pubsub": pubsub}, lambda p: p.add_argument("--pubsub", action="store_true"))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import uuid
 import redis
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lockworker import Checks, check, critical_section, on_majority, worker_args  # noqa: E402
+from lockworker import Checks, check, critical_section, on_majority, run  # noqa: E402
 
 
 def expiry(ms):
@@ -176,10 +176,7 @@ def worker(args):
 
 
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] == "api":
-        api(int(sys.argv[2]), [int(p) for p in sys.argv[3:]])
-        return
-    worker(worker_args())
+    run(worker, {"api": api})
 
 
 if __name__ == "__main__":
