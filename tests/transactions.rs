@@ -70,6 +70,53 @@ async fn exec_deletes_a_watched_key_only_where_it_still_holds_the_watched_value(
     );
 }
 
+/// StackExchange.Redis's `LockExtend` (`WATCH`, `GET`, `MULTI`, `PEXPIRE`, `EXEC`): the queued
+/// expiry of a watched key is set only where the key still holds the watched value, so it never
+/// lengthens another holder's lock on a master where the value differs (without the guard,
+/// master 0's TTL would be 60 s too).
+#[tokio::test]
+async fn exec_extends_a_watched_key_only_where_it_still_holds_the_watched_value() {
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut c = Client::connect(&p).await;
+    assert_eq!(
+        c.raw(&["SET", "tx:ext", "mine", "PX", "5000", "NX"]).await,
+        "+OK\r\n"
+    );
+    let mut direct = ms[0].client().await;
+    let theirs = direct.cmd(&["SET", "tx:ext", "theirs", "PX", "5000"]).await;
+    assert_eq!(theirs, Reply::ok());
+    for (cmd, amount) in [("PEXPIRE", "60000"), ("EXPIRE", "60")] {
+        assert_eq!(c.raw(&["WATCH", "tx:ext"]).await, "+OK\r\n");
+        c.raw(&["MULTI"]).await;
+        assert_eq!(c.raw(&[cmd, "tx:ext", amount]).await, "+QUEUED\r\n");
+        assert_eq!(c.raw(&["EXEC"]).await, "*1\r\n:1\r\n", "{cmd}");
+        let mut ttls = Vec::new();
+        for m in &ms {
+            ttls.push(match m.client().await.cmd(&["PTTL", "tx:ext"]).await {
+                Reply::Integer(t) => t,
+                other => panic!("{other:?}"),
+            });
+        }
+        assert!(
+            ttls[0] <= 5000,
+            "{cmd}: the other value untouched: {ttls:?}"
+        );
+        assert!(
+            ttls[1] > 55000 && ttls[2] > 55000,
+            "{cmd}: extended: {ttls:?}"
+        );
+    }
+    assert_eq!(
+        values_on(&ms, "tx:ext").await,
+        vec![
+            Some("theirs".to_string()),
+            Some("mine".into()),
+            Some("mine".into())
+        ]
+    );
+}
+
 #[tokio::test]
 async fn differential_transactions() {
     differential(&[

@@ -250,6 +250,23 @@ pub(super) fn too_long(proxy: &Proxy, ms: i64) -> Option<Reply> {
 /// `EXPIRE key seconds`, `PEXPIRE key ms`, `EXPIREAT key unix-s`, `PEXPIREAT key unix-ms` (with
 /// Redis 7's `NX|XX|GT|LT`): on every master; answers 1 when a quorum set the expiry.
 pub fn expire(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>, cmd: Cmd) -> Action {
+    expire_where(proxy, args, cmd, None)
+}
+
+/// Runs the client's expiry command (`ARGV[2]`, its arguments from `ARGV[3]`) on `KEYS[1]` only
+/// while the key holds `ARGV[1]`; answers 0 elsewhere, as for a missing key.
+const EXPIRE_IF: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
+    return redis.call(ARGV[2], KEYS[1], unpack(ARGV, 3)) end return 0";
+
+/// [`expire`], and with `holds` (`EXEC`'s watched value of the key) set on each master only
+/// while the key still holds that value, so a queued extension never reaches another holder's
+/// lock, even one written by another proxy after `EXEC`'s check.
+pub(super) fn expire_where(
+    proxy: &Arc<Proxy>,
+    args: Vec<Bytes>,
+    cmd: Cmd,
+    holds: Option<Bytes>,
+) -> Action {
     let Some(n) = parse_int(&args[2]) else {
         return Reply::from(Error::NotAnInteger).into();
     };
@@ -262,9 +279,17 @@ pub fn expire(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>, cmd: Cmd) -> A
     if let Some(e) = too_long(proxy, ms) {
         return e.into();
     }
+    let request = match &holds {
+        None => verbatim(&args),
+        Some(value) => {
+            let mut argv: Vec<&[u8]> = vec![value, &args[0]];
+            argv.extend(args[2..].iter().map(|a| a.as_ref()));
+            eval(EXPIRE_IF, &args[1..2], &argv)
+        }
+    };
     forward(
         proxy,
-        verbatim(&args),
+        request,
         &args[1..2],
         Box::new(|_, b| quorum_floor(b)),
     )

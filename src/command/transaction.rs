@@ -13,7 +13,9 @@
 //!   nil reply. Otherwise the queued commands run in order, each under its own majority rule,
 //!   and nothing from other clients of this proxy comes between the check and them. A queued
 //!   `DEL` of a watched key deletes it on each master only while it still holds the watched
-//!   value, so the release stays atomic on every master even against other proxies.
+//!   value, so the release stays atomic on every master even against other proxies; a queued
+//!   `EXPIRE`/`PEXPIRE`/`EXPIREAT`/`PEXPIREAT` of a watched key likewise sets the expiry only
+//!   where the key still holds the watched value.
 //!
 //! A key "changed" when the value a quorum hold differs: unlike Redis, writing the same value
 //! again or changing only the TTL does not abort `EXEC`.
@@ -221,7 +223,9 @@ pub fn exec(proxy: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>, run: Run) -> Act
 }
 
 /// A queued command, made ready to run: a `DEL` that names watched keys deletes those only
-/// while they hold the watched value; anything else runs as it would outside `MULTI`.
+/// while they hold the watched value, and an expiry (`PEXPIRE`, StackExchange.Redis's
+/// `LockExtend`) of a watched key is set only where it holds the watched value; anything else
+/// runs as it would outside `MULTI`.
 fn queued_action(
     proxy: &Arc<Proxy>,
     conn: &mut Conn,
@@ -229,7 +233,17 @@ fn queued_action(
     watched: &[Watched],
     run: Run,
 ) -> Action {
-    if lookup(&args[0]).is_some_and(|s| s.cmd == Cmd::Del) {
+    let cmd = lookup(&args[0]).map(|s| s.cmd);
+    if let Some(cmd @ (Cmd::Expire | Cmd::Pexpire | Cmd::Expireat | Cmd::Pexpireat)) = cmd {
+        let holds = watched
+            .iter()
+            .find(|w| w.key == args[1])
+            .and_then(Watched::value);
+        if holds.is_some() {
+            return keys::expire_where(proxy, args, cmd, holds);
+        }
+    }
+    if cmd == Some(Cmd::Del) {
         let by_key: std::collections::HashMap<&Bytes, &Watched> =
             watched.iter().map(|w| (&w.key, w)).collect();
         let expected: Vec<Option<Watched>> = args[1..]
