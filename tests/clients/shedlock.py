@@ -128,7 +128,7 @@ def api(proxy_port, master_ports):
         while (b := other.lock(name, 10000)) is None:
             time.sleep(0.05)
         held = time.monotonic() - began
-        check(1.2 < held < 3, f"free after lock-at-least-for: {held:.2f} s")
+        check(1.2 < held < 10, f"free after lock-at-least-for: {held:.2f} s")
         b.unlock()
 
         # extend: SET XX PX with the new lock-at-most-for; the extended lock unlocks as usual.
