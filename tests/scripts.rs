@@ -1293,6 +1293,12 @@ async fn more_library_scripts_answer_what_one_redis_answers() {
         (lua("pottery_release"), &["tok"], single),
         (lua("aioredlock_SET_LOCK_SCRIPT"), &["tok", "20000"], single),
         (lua("aioredlock_UNSET_LOCK_SCRIPT"), &["tok"], single),
+        (lua("spring_OBTAIN_LOCK_SCRIPT"), &["tok", "20000"], single),
+        (lua("spring_RENEW_SCRIPT"), &["tok", "20000"], single),
+        (lua("spring_spin_UNLINK_UNLOCK_SCRIPT"), &["tok"], single),
+        (lua("shedlock_updLuaScript"), &["tok", "20000"], single),
+        (lua("shedlock_delLuaScript"), &["tok"], single),
+        (lua("laravel_releaseLock"), &["tok"], single),
         (setnx.to_string(), &["tok", "20"], single),
         (ok_fail.to_string(), &["tok", "20000"], single),
     ];
