@@ -11,6 +11,7 @@ code sending exactly what the provider sends (InternalRedisLockProvider):
 - with `safeUpdate` (Jedis / Lettuce providers): the unlock's `DEL` and the `SET … XX` become
   its delLuaScript / updLuaScript (tests/clients/lua/shedlock_*.lua, byte for byte, by EVALSHA
   then EVAL), which act only while the key still holds the lock's value.
+Connections open as redis-py's do (`HELLO 3`, `CLIENT SETINFO`), much as Lettuce's (`HELLO 3`).
 A lock that is not free is skipped (ShedLock runs a scheduled task at most once at a time); the
 worker below tries again, as the next scheduled run would.
 

@@ -17,6 +17,7 @@ our own code sending exactly what the registry sends through Spring Data Redis:
 - locks are re-entrant per thread (a local ReentrantLock; only the last unlock reaches Redis) and
   cached per path; `expireUnusedOlderThan(age)` evicts cached locks not held in this process and
   locked at least `age` ms ago, and an evicted lock refuses to lock again.
+Connections open as redis-py's do (`HELLO 3`, `CLIENT SETINFO`), much as Lettuce's (`HELLO 3`).
 
     python spring_lock.py api PROXY_PORT MASTER_PORT...        spin lock, renewal, expiry
     python spring_lock.py pubsub PROXY_PORT MASTER_PORT...     the pub/sub lock's wake-up

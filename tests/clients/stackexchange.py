@@ -3,7 +3,10 @@ behaviour reproduced on redis-py.
 
 StackExchange.Redis is a .NET library, and no NuGet feed is reached here, so this driver is our
 own code sending exactly what the library sends (RedisDatabase.cs, RedisTransaction.cs,
-Condition.cs) to a server that reports a version below 8.4 (the proxy reports 7.0.0):
+Condition.cs) to a server that reports a version below 8.4 (the proxy reports 7.0.0), after its
+connection handshake (ServerEndPoint.cs: HELLO 2, CLIENT SETNAME/SETINFO/ID, CONFIG GET,
+SENTINEL MASTERS, INFO, CLUSTER NODES, the tie-breaker GET, the ECHO tracer; SUBSCRIBE to
+`__Booksleeve_MasterChanged` on the subscription connection):
 - LockTake: `SET key value EX seconds NX` for a whole number of seconds, else `PX ms NX`;
 - LockQuery: `GET key`;
 - LockExtend / LockRelease: a transaction with the condition "key equals value":
@@ -38,8 +41,44 @@ class Database:
     pipelines them)."""
 
     def __init__(self, host, port):
-        self.conn = redis.Connection(host=host, port=port, socket_timeout=30)
+        # RESP2 and nothing sent on connect: the library's own handshake follows.
+        self.conn = redis.Connection(
+            host=host, port=port, socket_timeout=30, protocol=2, driver_info=None
+        )
         self.guard = threading.Lock()
+        self.handshake()
+
+    def handshake(self):
+        """The interactive connection's handshake (ServerEndPoint.HandshakeAsync and
+        AutoConfigureAsync, RESP2, default options), pipelined; the errors of the discovery
+        commands (no SENTINEL, no CLUSTER on a standalone server) are expected and ignored, and the
+        connection is usable once the tracer (`ECHO <multiplexer id>`) answers."""
+        tracer = str(uuid.uuid4())
+        commands = [
+            ("HELLO", "2"),
+            ("CLIENT", "SETNAME", "redlock-tests"),
+            ("CLIENT", "SETINFO", "lib-name", "SE.Redis"),
+            ("CLIENT", "SETINFO", "lib-ver", "2.9.32"),
+            ("CLIENT", "ID"),
+            ("CONFIG", "GET", "replica-read-only"),
+            ("CONFIG", "GET", "databases"),
+            ("SENTINEL", "MASTERS"),
+            ("INFO", "replication"),
+            ("INFO", "server"),
+            ("CLUSTER", "NODES"),
+            ("GET", "__Booksleeve_TieBreak"),
+            ("ECHO", tracer),
+        ]
+        self.conn.send_packed_command(self.conn.pack_commands(commands))
+        replies = []
+        for _ in commands:
+            try:
+                replies.append(self.conn.read_response())
+            except redis.exceptions.ResponseError as e:
+                replies.append(e)
+        check(replies[-1] == tracer.encode(), f"the handshake's tracer: {replies}")
+        info = replies[9].decode() if isinstance(replies[9], bytes) else ""
+        self.version = next((v.split(":")[1] for v in info.split() if v.startswith("redis_version:")), "")
 
     def _pipeline(self, *commands):
         """Sends the commands in one write and reads every reply (errors as exceptions, after
@@ -87,9 +126,14 @@ def api(proxy_port, master_ports):
     other = Database("127.0.0.1", proxy_port)
     masters = [redis.Redis(port=p) for p in master_ports]
     me, them = str(uuid.uuid4()), str(uuid.uuid4())
-    info = redis.Redis(port=proxy_port).info("server")
-    check(not str(info["redis_version"]).startswith(("8.4", "8.5", "8.6", "9")),
-          f"a version that keeps the library on its transaction form: {info['redis_version']}")
+    major, minor = (int(x) for x in db.version.split(".")[:2])
+    check((major, minor) < (8, 4), f"a version that keeps the library on transactions: {db.version}")
+    # The subscription connection's handshake ends in SUBSCRIBE __Booksleeve_MasterChanged.
+    sub = redis.Connection(port=proxy_port, protocol=2, driver_info=None)
+    sub.send_packed_command(sub.pack_commands(
+        [("CLIENT", "ID"), ("ECHO", "t"), ("SUBSCRIBE", "__Booksleeve_MasterChanged")]))
+    got = [sub.read_response() for _ in range(3)]
+    check(got[1] == b"t" and got[2][0] == b"subscribe", f"subscription handshake: {got}")
 
     # LockTake (PX and EX forms), LockQuery.
     check(db.lock_take("se:a", me, 10500), "take")
