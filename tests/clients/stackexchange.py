@@ -69,20 +69,14 @@ class Database:
             ("GET", "__Booksleeve_TieBreak"),
             ("ECHO", tracer),
         ]
-        self.conn.send_packed_command(self.conn.pack_commands(commands))
-        replies = []
-        for _ in commands:
-            try:
-                replies.append(self.conn.read_response())
-            except redis.exceptions.ResponseError as e:
-                replies.append(e)
+        replies = self._pipeline(*commands, errors_raise=False)
         check(replies[-1] == tracer.encode(), f"the handshake's tracer: {replies}")
         info = replies[9].decode() if isinstance(replies[9], bytes) else ""
         self.version = next((v.split(":")[1] for v in info.split() if v.startswith("redis_version:")), "")
 
-    def _pipeline(self, *commands):
-        """Sends the commands in one write and reads every reply (errors as exceptions, after
-        every reply is read)."""
+    def _pipeline(self, *commands, errors_raise=True):
+        """Sends the commands in one write and reads every reply (an error reply raised once
+        every reply is read, or returned as an exception with `errors_raise=False`)."""
         self.conn.send_packed_command(self.conn.pack_commands(commands))
         replies = []
         for _ in commands:
@@ -91,7 +85,7 @@ class Database:
             except redis.exceptions.ResponseError as e:
                 replies.append(e)
         for r in replies:
-            if isinstance(r, Exception):
+            if isinstance(r, Exception) and errors_raise:
                 raise r
         return replies
 
