@@ -1248,14 +1248,14 @@ async fn spring_spin_lock_contention_and_master_kill() {
 /// The pub/sub lock: a waiter (PSUBSCRIBE `<registry>-channel:*`) woken by the unlock's message,
 /// one message per release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs recognition of Spring's pub/sub unlock script (release + PUBLISH), see recog branch"]
+#[ignore = "needs recognition of Spring's pub/sub unlock script (release + PUBLISH), see recog branch (passes with recog at 140bc2d merged)"]
 async fn spring_pubsub_lock_wakes_waiters() {
     let _one_at_a_time = HEAVY.lock().await;
     api_at_3_and_5(spring, "pubsub").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs recognition of Spring's pub/sub unlock script (release + PUBLISH), see recog branch"]
+#[ignore = "needs recognition of Spring's pub/sub unlock script (release + PUBLISH), see recog branch (passes with recog at 140bc2d merged)"]
 async fn spring_pubsub_lock_contention_and_master_kill() {
     library_contention("spring-pubsub", spring_pubsub, 20).await;
 }
@@ -1311,7 +1311,7 @@ async fn laravel_cache_lock_works_through_the_proxy() {
 
 /// `Lock::refresh()` (Laravel 12/13), its refresh script extending in seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs recognition of Laravel's refreshLock script (extend in seconds, PERSIST for 0), see recog branch"]
+#[ignore = "needs recognition of Laravel's refreshLock script (extend in seconds, PERSIST for 0), see recog branch (passes with recog at 140bc2d merged)"]
 async fn laravel_lock_refresh_extends_the_lock() {
     api_at_3_and_5(laravel, "refresh").await;
 }

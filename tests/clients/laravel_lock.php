@@ -215,6 +215,9 @@ function refresh(int $proxy, array $masterPorts): void
     check($a->refresh(30), 'refresh: ' . $r->getLastError());
     on_majority($masters, fn ($m) => $m->ttl('lv:r') > 25, 'refreshed TTL');
     check(!(new PhpRedisLock($r, 'lv:r', 5))->refresh(60), "another owner's refresh");
+    // refresh(0) would PERSIST the lock on one Redis (a lock that never expires): never here.
+    $a->refresh(0);
+    on_majority($masters, fn ($m) => $m->ttl('lv:r') > 0, 'still expires after refresh(0)');
     check($a->release(), 'release');
     check(!$a->refresh(30), 'refresh of a released lock');
     echo "ok\n";
