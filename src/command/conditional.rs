@@ -66,10 +66,16 @@ pub const COND_SET: &str = "local v = redis.call('get', KEYS[1]) \
     return {1, v, t, redis.call('pttl', KEYS[1])}";
 
 /// Gives a master back what a refused conditional `SET` replaced, while the key still holds
-/// the value written: `ARGV` = the value written, `1` if the key held a value (`0`: it was
-/// missing, so it is deleted), the old value, its PTTL then (-1: none). Answers 1 when restored.
-pub const RESTORE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
-    if ARGV[2] == '0' then redis.call('del', KEYS[1]) return 1 end \
+/// the value written or nothing (a short TTL may have run out already): `ARGV` = the value
+/// written, `1` if the key held a value (`0`: it was missing, so it is deleted), the old value,
+/// its PTTL then (-1: none). A key that now holds a third value is left alone. Answers 1 when
+/// restored. Restoring on a key that became missing can only keep the old holder's key longer
+/// than a release through another proxy meant, never shorter, so it is the safe side.
+pub const RESTORE: &str = "local cur = redis.call('get', KEYS[1]) \
+    if cur ~= false and cur ~= ARGV[1] then return 0 end \
+    if ARGV[2] == '0' then \
+      if cur ~= false then redis.call('del', KEYS[1]) end \
+      return 1 end \
     local t = tonumber(ARGV[4]) \
     if t > 0 then redis.call('set', KEYS[1], ARGV[3], 'px', t) \
     else redis.call('set', KEYS[1], ARGV[3]) end \
@@ -414,7 +420,11 @@ fn delex_cond(word: &[u8], arg: &Bytes) -> Result<Cond, Error> {
 /// `DELEX key [IFEQ v | IFNE v | IFDEQ d | IFDNE d]` (see the module docs).
 pub fn delex(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     match args.len() {
-        2 => return super::keys::del(proxy, conn, args),
+        2 => {
+            // `DEL` on the masters: they need not know `DELEX`.
+            let del = vec![Bytes::from_static(b"DEL"), args[1].clone()];
+            return super::keys::del(proxy, conn, del);
+        }
         4 => {}
         _ => return Reply::from(Error::Syntax).into(),
     }
