@@ -447,6 +447,44 @@ async fn a_refused_takeover_gives_the_old_holder_its_lock_back() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ifeq_extension_keeps_the_fencing_token() {
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut a = Client::connect(&p).await;
+    assert!(
+        a.cmd(&["SET", "lock", "t1", "NX", "PX", "10000"])
+            .await
+            .is_ok()
+    );
+    let token = a.cmd(&["REDLOCK.FENCE", "lock", "t1"]).await;
+    assert!(matches!(token, Reply::Integer(_)), "{token:?}");
+    let r = a
+        .cmd(&["SET", "lock", "t1", "IFEQ", "t1", "PX", "20000"])
+        .await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(a.cmd(&["REDLOCK.FENCE", "lock", "t1"]).await, token);
+    // A takeover is a new grant: a larger token.
+    assert!(
+        a.cmd(&["SET", "lock", "t2", "IFEQ", "t1", "PX", "20000"])
+            .await
+            .is_ok()
+    );
+    let second = a.cmd(&["REDLOCK.FENCE", "lock", "t2"]).await;
+    match (&second, &token) {
+        (Reply::Integer(next), Reply::Integer(first)) => assert!(next > first),
+        other => panic!("{other:?}"),
+    }
+    // Negative control: a plain `SET … XX PX` of the same value moves the expiry without
+    // telling the fencing record, and the grant is then taken for a new one (a new token).
+    assert!(
+        a.cmd(&["SET", "lock", "t2", "XX", "PX", "30000"])
+            .await
+            .is_ok()
+    );
+    assert_ne!(a.cmd(&["REDLOCK.FENCE", "lock", "t2"]).await, second);
+}
+
 /// A contended load released with `release`: lock TTL 300 ms, some holders keep it longer (so
 /// their release comes after another client's grant).
 async fn contended(release: Release, name: &str) -> support::load::Verdict {
