@@ -485,6 +485,30 @@ async fn an_ifeq_extension_keeps_the_fencing_token() {
     assert_ne!(a.cmd(&["REDLOCK.FENCE", "lock", "t2"]).await, second);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conditional_grant_gets_a_lease_on_a_leased_key() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.lease_keys = vec!["lease:*".to_string()]).await;
+    let mut a = Client::connect(&p).await;
+    // A missing key written with IFNE (an acquisition), and one taken over with IFEQ.
+    assert!(
+        a.cmd(&["SET", "lease:a", "t", "IFNE", "x", "PX", "400"])
+            .await
+            .is_ok()
+    );
+    assert!(a.cmd(&["SET", "other", "o", "PX", "400"]).await.is_ok());
+    assert!(
+        a.cmd(&["SET", "other", "t", "IFEQ", "o", "PX", "400"])
+            .await
+            .is_ok()
+    );
+    sleep(Duration::from_millis(1200)).await;
+    // The leased key is renewed while the connection lives; the other one (the control) ran
+    // out with its TTL.
+    assert_eq!(a.text(&["GET", "lease:a"]).await, "t");
+    assert_eq!(a.cmd(&["GET", "other"]).await, Reply::Nil);
+}
+
 /// A contended load released with `release`: lock TTL 300 ms, some holders keep it longer (so
 /// their release comes after another client's grant).
 async fn contended(release: Release, name: &str) -> support::load::Verdict {
