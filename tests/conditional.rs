@@ -76,7 +76,7 @@ async fn differential_against(reference: PathBuf, steps: &[&str]) {
 /// `SET … IFEQ` in every combination Valkey 8.1 defines: the condition met and not, a missing
 /// key, `GET`, every expiry (and `KEEPTTL`, and none), repeated expiries, the refused
 /// combinations (`NX`, `XX`, a second condition, a missing argument, two expiries, bad
-/// numbers), any case, and a key of another type.
+/// numbers), any case, inside `MULTI`, and a key of another type.
 const SET_IFEQ: &[&str] = &[
     "SET k v",
     "SET k v2 IFEQ v",
@@ -125,6 +125,12 @@ const SET_IFEQ: &[&str] = &[
     "TTL k",
     "set k v13 IfEq v12",
     "GET k",
+    "MULTI",
+    "SET k v14 IFEQ v13 PX 100000",
+    "SET k v15 IFEQ nope GET",
+    "SET k v NX IFEQ v14",
+    "GET k",
+    "EXEC",
     "D:RPUSH l a",
     "SET l x IFEQ a",
     "SET l x IFEQ a GET",

@@ -343,6 +343,10 @@ mod tests {
             ("KeepTTL", Word::KeepTtl),
             ("exat", Word::ExAt),
             ("PXAT", Word::PxAt),
+            ("ifeq", Word::IfEq),
+            ("IfNe", Word::IfNe),
+            ("IFDEQ", Word::IfDeq),
+            ("ifdne", Word::IfDne),
         ] {
             assert_eq!(Word::of(text.as_bytes()), Some(word), "{text}");
         }
