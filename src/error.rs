@@ -180,6 +180,9 @@ pub enum Error {
     WrongArity(&'static str),
     /// `ERR syntax error`.
     Syntax,
+    /// `ERR must be exactly 16 hexadecimal characters` (an `IFDEQ`/`IFDNE` digest of `SET` or
+    /// `DELEX`, worded as Redis 8.4 words it).
+    BadDigest,
     /// `ERR Syntax error in HELLO option 'opt'`.
     HelloOption(String),
     /// `ERR Unrecognized option 'attr'` (`CLIENT SETINFO`).
@@ -432,6 +435,7 @@ impl Error {
                 return format!("ERR wrong number of arguments for '{name}' command").into();
             }
             Error::Syntax => "ERR syntax error",
+            Error::BadDigest => "ERR must be exactly 16 hexadecimal characters",
             Error::HelloOption(opt) => {
                 return format!("ERR Syntax error in HELLO option '{opt}'").into();
             }
@@ -641,6 +645,7 @@ mod tests {
             Error::unknown_subcommand("client", b"x"),
             Error::WrongArity("get"),
             Error::Syntax,
+            Error::BadDigest,
             Error::HelloOption("X".into()),
             Error::UnrecognizedOption("x".into()),
             Error::ScriptFlushMode,

@@ -367,6 +367,31 @@ pub struct SetOptions {
     pub keep_ttl: bool,
     /// The TTL in milliseconds from now, from `EX`, `PX`, `EXAT` or `PXAT`.
     pub ttl_ms: Option<i64>,
+    /// `IFEQ`, `IFNE`, `IFDEQ` or `IFDNE` (Redis 8.4, Valkey 8.1): a conditional write, run by
+    /// `command::conditional`.
+    pub cond: Option<Cond>,
+}
+
+/// A digest argument of `IFDEQ`/`IFDNE`: exactly 16 hexadecimal digits, in either case (Redis
+/// 8.4 compares them without case); `None` for anything else.
+pub fn digest_arg(arg: &[u8]) -> Option<u64> {
+    if arg.len() != 16 || !arg.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    u64::from_str_radix(std::str::from_utf8(arg).ok()?, 16).ok()
+}
+
+/// The condition of a conditional `SET` or `DELEX`, with its argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cond {
+    /// `IFEQ value`: only where the key holds exactly `value` (a missing key does not).
+    Eq(Bytes),
+    /// `IFNE value`: only where the key does not hold `value` (a missing key counts).
+    Ne(Bytes),
+    /// `IFDEQ digest`: only where the value's XXH3 digest is this one.
+    DigestEq(u64),
+    /// `IFDNE digest`: only where the key is missing or its value's digest is another.
+    DigestNe(u64),
 }
 
 /// `SET key value [XX] [GET] [EX|PX|EXAT|PXAT|KEEPTTL]` (any `SET` without `NX`).

@@ -12,7 +12,8 @@
 //! - [`spec`]: [`Cmd`], the table, [`Command`]. [`session`]: a client's state ([`Conn`]).
 //!   [`action`]: [`Action`] and the per-key turn.
 //! - [`lock`]: the Redlock engine (acquire, extend, release, roll back).
-//! - [`keys`]: plain key commands decided by majority; [`set`] (`SET` and its forms);
+//! - [`keys`]: plain key commands decided by majority; [`conditional`] (`SET … IFEQ`,
+//!   `DELEX`, `DELIFEQ`, `DIGEST`); [`set`] (`SET` and its forms);
 //!   [`hashlock`] (re-entrant hash locks); [`fence`] (fencing tokens); [`script`] (`EVAL`,
 //!   `EVALSHA`, `SCRIPT`); [`blocking`], [`pubsub`], [`connection`], [`introspect`],
 //!   [`transaction`].
@@ -20,6 +21,7 @@
 
 pub mod action;
 pub mod blocking;
+pub mod conditional;
 pub mod connection;
 pub mod fence;
 pub mod hashlock;
@@ -151,5 +153,8 @@ fn run(proxy: &Arc<Proxy>, conn: &mut Conn, cmd: Cmd, args: Args<'_>) -> Action 
         Cmd::Sunsubscribe => pubsub::sunsub(proxy, conn, args.into_vec()),
         Cmd::Publish => pubsub::publish(proxy, conn, args.into_vec(), cmd),
         Cmd::Spublish => pubsub::publish(proxy, conn, args.into_vec(), cmd),
+        Cmd::Delex => conditional::delex(proxy, conn, args.into_vec()),
+        Cmd::Delifeq => conditional::delifeq(proxy, conn, args.into_vec()),
+        Cmd::Digest => conditional::digest(proxy, conn, args.into_vec()),
     }
 }

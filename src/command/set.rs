@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::action::Action;
-use super::keys::SetOptions;
+use super::keys::{Cond, SetOptions, digest_arg};
 use super::lease::Leased;
 use super::session::Conn;
 use super::spec::Cmd;
@@ -30,6 +30,10 @@ enum Word {
     Px,
     ExAt,
     PxAt,
+    IfEq,
+    IfNe,
+    IfDeq,
+    IfDne,
 }
 
 impl Word {
@@ -59,6 +63,10 @@ impl Word {
             (b"PXAT", Word::PxAt),
             (b"EXAT", Word::ExAt),
             (b"KEEPTTL", Word::KeepTtl),
+            (b"IFEQ", Word::IfEq),
+            (b"IFNE", Word::IfNe),
+            (b"IFDEQ", Word::IfDeq),
+            (b"IFDNE", Word::IfDne),
         ]
         .into_iter()
         .find(|(word, _)| arg.eq_ignore_ascii_case(word))
@@ -66,21 +74,31 @@ impl Word {
     }
 }
 
-/// Parses `SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]` in any order and case,
-/// as Redis does: an option may repeat (`PX 1 PX 2`: the last one counts), two different
-/// expiries are a syntax error, and only the expiry that counts is read as a number, after every
-/// option has been checked.
+/// Parses `SET key value [NX|XX|IFEQ v|IFNE v|IFDEQ d|IFDNE d] [GET] [EX s|PX ms|EXAT s|PXAT
+/// ms|KEEPTTL]` in any order and case, as Redis does: an option may repeat (`PX 1 PX 2`: the last
+/// one counts), two different expiries are a syntax error, and only the expiry that counts is
+/// read as a number, after every option has been checked. The conditions of Redis 8.4 and
+/// Valkey 8.1 exclude each other and `NX`/`XX`, a second one included (Valkey answers
+/// `SET k v IFEQ a IFEQ b` with a syntax error); a digest must be 16 hexadecimal digits.
 pub fn parse_set(args: &Args<'_>) -> Result<SetOptions, Reply> {
     let mut o = SetOptions::default();
     // The expiry that counts: its word, and where its number is (KEEPTTL has none).
     let mut expiry: Option<(Word, usize)> = None;
+    // The condition: its word, and where its argument is.
+    let mut cond: Option<(Word, usize)> = None;
     let mut i = 3;
     while i < args.len() {
         let word = Word::of(&args[i]);
         let other_expiry = |w: Word| expiry.is_some_and(|(seen, _)| seen != w);
         match word {
-            Some(Word::Nx) if !o.xx => o.nx = true,
-            Some(Word::Xx) if !o.nx => o.xx = true,
+            Some(Word::Nx) if !o.xx && cond.is_none() => o.nx = true,
+            Some(Word::Xx) if !o.nx && cond.is_none() => o.xx = true,
+            Some(w @ (Word::IfEq | Word::IfNe | Word::IfDeq | Word::IfDne))
+                if !o.nx && !o.xx && cond.is_none() && i + 1 < args.len() =>
+            {
+                cond = Some((w, i + 1));
+                i += 1;
+            }
             Some(Word::Get) => o.get = true,
             Some(Word::KeepTtl) if !other_expiry(Word::KeepTtl) => {
                 expiry = Some((Word::KeepTtl, i));
@@ -94,6 +112,15 @@ pub fn parse_set(args: &Args<'_>) -> Result<SetOptions, Reply> {
             _ => return Err(Reply::from(Error::Syntax)),
         }
         i += 1;
+    }
+    if let Some((word, at)) = cond {
+        let digest = || digest_arg(&args[at]).ok_or_else(|| Reply::from(Error::BadDigest));
+        o.cond = Some(match word {
+            Word::IfEq => Cond::Eq(args.bytes(at)),
+            Word::IfNe => Cond::Ne(args.bytes(at)),
+            Word::IfDeq => Cond::DigestEq(digest()?),
+            _ => Cond::DigestNe(digest()?),
+        });
     }
     match expiry {
         None => {}
@@ -129,6 +156,14 @@ pub enum Set {
         token: Bytes,
         /// The TTL in milliseconds (from now).
         ttl_ms: i64,
+    },
+    /// `SET key value IFEQ|IFNE|IFDEQ|IFDNE ...`: a conditional write, a quorum operation of
+    /// its own (see [`super::conditional`]).
+    Conditional {
+        /// The command as the client sent it (its key and value are `args[1]`, `args[2]`).
+        args: Vec<Bytes>,
+        /// Its parsed options, the condition among them.
+        opts: SetOptions,
     },
     /// Any `SET` without `NX`: a write under the majority rule.
     Write {
@@ -186,6 +221,10 @@ impl Set {
     /// [`Set::parse`] for any shape: the options in any order, and Redis's errors.
     fn parse_general(args: Args<'_>, default_ttl_ms: u64) -> Result<Set, Reply> {
         let opts = parse_set(&args)?;
+        if opts.cond.is_some() {
+            let args = args.into_vec();
+            return Ok(Set::Conditional { args, opts });
+        }
         if !opts.nx {
             let args = args.into_vec();
             return Ok(Set::Write { args, opts });
@@ -248,6 +287,7 @@ pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, args: Args<'_>) -> Action {
             }
         }
         Ok(Set::Write { args, opts }) => super::keys::write(proxy, args, opts),
+        Ok(Set::Conditional { args, opts }) => super::conditional::set(proxy, conn, args, opts),
     }
 }
 
@@ -303,6 +343,10 @@ mod tests {
             ("KeepTTL", Word::KeepTtl),
             ("exat", Word::ExAt),
             ("PXAT", Word::PxAt),
+            ("ifeq", Word::IfEq),
+            ("IfNe", Word::IfNe),
+            ("IFDEQ", Word::IfDeq),
+            ("ifdne", Word::IfDne),
         ] {
             assert_eq!(Word::of(text.as_bytes()), Some(word), "{text}");
         }
@@ -367,6 +411,43 @@ mod tests {
                 "ERR invalid expire time in 'set' command"
             ))
         );
+    }
+
+    #[test]
+    fn conditions_parse_as_valkey_and_redis_8_4_do() {
+        let cond = |t: &str| parse_set(&args(t)).map(|o| o.cond);
+        let b = |s: &'static str| Bytes::from_static(s.as_bytes());
+        assert_eq!(cond("SET k v ifeq a"), Ok(Some(Cond::Eq(b("a")))));
+        assert_eq!(cond("SET k v IfNe a GET"), Ok(Some(Cond::Ne(b("a")))));
+        assert_eq!(
+            cond("SET k v IFDEQ B6ACB9D84A38FF74 PX 5"),
+            Ok(Some(Cond::DigestEq(0xb6acb9d84a38ff74)))
+        );
+        assert_eq!(
+            cond("SET k v px 5 ifdne 00006c38adf31777"),
+            Ok(Some(Cond::DigestNe(0x6c38adf31777)))
+        );
+        // As Valkey 8.1 answers: with NX or XX, a second condition, or no argument, a syntax
+        // error; an expiry may still repeat.
+        for text in [
+            "SET k v NX IFEQ a",
+            "SET k v IFEQ a XX",
+            "SET k v IFEQ a IFEQ b",
+            "SET k v IFEQ a IFNE b",
+            "SET k v IFEQ",
+            "SET k v IFDEQ",
+        ] {
+            assert_eq!(cond(text), Err(Reply::from(Error::Syntax)), "{text}");
+        }
+        assert!(cond("SET k v IFEQ a PX 1 PX 2").is_ok());
+        // Redis 8.4: a digest is exactly 16 hexadecimal digits.
+        for text in ["SET k v IFDEQ abc", "SET k v IFDNE zz6acb9d84a38ff74"] {
+            assert_eq!(cond(text), Err(Reply::from(Error::BadDigest)), "{text}");
+        }
+        assert!(matches!(
+            Set::parse(args("SET k v IFEQ a PX 100"), 0),
+            Ok(Set::Conditional { .. })
+        ));
     }
 
     #[test]

@@ -111,6 +111,12 @@ pub enum Cmd {
     Publish,
     /// `SPUBLISH`
     Spublish,
+    /// `DELEX` (Redis 8.4)
+    Delex,
+    /// `DELIFEQ` (Valkey 9.0)
+    Delifeq,
+    /// `DIGEST` (Redis 8.4)
+    Digest,
 }
 
 impl Cmd {
@@ -325,6 +331,9 @@ pub static TABLE: &[Spec] = &[
         &["pubsub", "loading", "stale", "fast"],
         FIRST,
     ),
+    row(Cmd::Delex, "delex", -2, &["write", "fast"], FIRST),
+    row(Cmd::Delifeq, "delifeq", 3, &["write", "fast"], FIRST),
+    row(Cmd::Digest, "digest", 2, &["readonly", "fast"], FIRST),
 ];
 
 /// A request parsed once: its command's row and its arguments, the command's name first.

