@@ -121,9 +121,7 @@ impl Proxy {
     pub fn change_members(&self, links: Vec<Link>) -> Result<Changed, String> {
         let c = &self.config;
         let rules = Rules {
-            transition: c
-                .membership_transition
-                .then(|| c.membership_transition()),
+            transition: c.membership_transition.then(|| c.membership_transition()),
             quarantine: c.quarantine.then(|| c.quarantine_window()),
         };
         self.members

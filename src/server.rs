@@ -86,10 +86,7 @@ pub async fn serve_until(
     let source = parts.source;
     let proxy = Proxy::new(config, parts.links, parts.accounts, TABLE.len(), addr);
     let snapshot = proxy.masters();
-    let masters: Vec<&str> = snapshot
-        .iter()
-        .map(|m| m.info().addr.as_str())
-        .collect();
+    let masters: Vec<&str> = snapshot.iter().map(|m| m.info().addr.as_str()).collect();
     match &listener {
         Some(l) => {
             info!(listen = %l.local_addr()?, masters = ?masters, quorum = proxy.quorum(), "redlock-proxy listening")

@@ -208,9 +208,7 @@ async fn round(
     let req = crate::wire::master::eval(script, &keys, argv);
     let deadline = Instant::now() + proxy.config().node_timeout();
     // Every answer is wanted (the value accepted with the highest ballot may be anywhere).
-    ask(masters, Request::Same(req), 1, deadline)
-        .finish()
-        .await
+    ask(masters, Request::Same(req), 1, deadline).finish().await
 }
 
 async fn mint(proxy: &Proxy, key: &Bytes, token: &Bytes, above: u64) -> Minted {

@@ -155,11 +155,7 @@ pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         );
         for (i, m) in masters.iter().enumerate() {
             let member = masters.rule().side(i).unwrap_or("current");
-            let _ = write!(
-                out,
-                "master{i}:{},member={member}\r\n",
-                m.info().describe()
-            );
+            let _ = write!(out, "master{i}:{},member={member}\r\n", m.info().describe());
         }
         out.push_str("\r\n");
     }

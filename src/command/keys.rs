@@ -197,12 +197,7 @@ pub fn setnx(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
 
 /// Deletes `value` from `key` (only while the key still holds it) on every master that
 /// `wrote` it, or that may have written it without a counted answer.
-fn undo_write(
-    b: &Ballots,
-    key: &Bytes,
-    value: &Bytes,
-    wrote: impl Fn(&Reply) -> bool,
-) {
+fn undo_write(b: &Ballots, key: &Bytes, value: &Bytes, wrote: impl Fn(&Reply) -> bool) {
     let plan: Vec<Vec<&Bytes>> = (0..b.replies.len())
         .map(|i| match &b.replies[i] {
             Some(r) if wrote(r) => vec![key],

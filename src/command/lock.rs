@@ -35,13 +35,13 @@ use tokio::time::Instant;
 use tracing::{debug, trace};
 
 use super::action::Action;
+use crate::backend::Backend;
 use crate::config::Config;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::keylock::{Held, Ready, Ticket};
 use crate::lockop::{Answer, Lit, Op};
 use crate::proxy::Proxy;
-use crate::backend::Backend;
 use crate::quorum::{Ballots, Masters, Request, Vote, ask, ask_timed, ask_timed_on, validity};
 use crate::scripts::{ACQUIRE, DELETE, EXTEND, INSPECT, RELEASE, RELEASE_ALL, REMAINING};
 use crate::wire::master::{command, eval};
@@ -182,7 +182,12 @@ impl Answered {
     /// The masters of `vote` that answered it.
     pub fn of(vote: &Vote) -> Answered {
         let masters = vote.masters();
-        Answered(vote.ballots().answered().map(|i| masters[i].clone()).collect())
+        Answered(
+            vote.ballots()
+                .answered()
+                .map(|i| masters[i].clone())
+                .collect(),
+        )
     }
 }
 
@@ -197,7 +202,11 @@ impl std::fmt::Debug for Answered {
 impl PartialEq for Answered {
     fn eq(&self, other: &Answered) -> bool {
         self.0.len() == other.0.len()
-            && self.0.iter().zip(&other.0).all(|(a, b)| std::ptr::eq(a.info(), b.info()))
+            && self
+                .0
+                .iter()
+                .zip(&other.0)
+                .all(|(a, b)| std::ptr::eq(a.info(), b.info()))
     }
 }
 
@@ -704,8 +713,7 @@ fn granted(
     cfg: &Config,
 ) -> Option<Duration> {
     let min = Duration::from_millis(cfg.min_validity_ms);
-    validity(ttl, elapsed, cfg.drift_factor)
-        .filter(|left| ballots.agree(yes) && *left > min)
+    validity(ttl, elapsed, cfg.drift_factor).filter(|left| ballots.agree(yes) && *left > min)
 }
 
 /// Deletes (where they still hold the token) the keys a refused acquisition may have created
@@ -1033,7 +1041,12 @@ fn inspected(ballots: &Ballots) -> Reply {
             let bulk = Reply::Bulk(v.clone());
             let ttl = ballots
                 .quorum_th(
-                    |i, _| pairs[i].as_ref().filter(|(o, _)| *o == bulk).map(|(_, t)| *t),
+                    |i, _| {
+                        pairs[i]
+                            .as_ref()
+                            .filter(|(o, _)| *o == bulk)
+                            .map(|(_, t)| *t)
+                    },
                     |t| *t,
                 )
                 .unwrap_or(-2);

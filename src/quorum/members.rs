@@ -250,7 +250,12 @@ mod tests {
         Membership::new(
             addrs
                 .iter()
-                .map(|a| (link(a), Backend::spawn(a.to_string(), Settings::for_tests())))
+                .map(|a| {
+                    (
+                        link(a),
+                        Backend::spawn(a.to_string(), Settings::for_tests()),
+                    )
+                })
                 .collect(),
         )
     }
@@ -272,7 +277,11 @@ mod tests {
     async fn a_replacement_votes_on_the_union_until_the_transition_ends() {
         let m = set(&["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]);
         let before = m.snapshot();
-        let links = vec![link("127.0.0.1:1"), link("127.0.0.1:2"), link("127.0.0.1:4")];
+        let links = vec![
+            link("127.0.0.1:1"),
+            link("127.0.0.1:2"),
+            link("127.0.0.1:4"),
+        ];
         let changed = m.change(links, RULES, spawn).unwrap();
         assert_eq!(changed.added, ["127.0.0.1:4"]);
         assert_eq!(changed.removed, ["127.0.0.1:3"]);
@@ -289,9 +298,21 @@ mod tests {
         // An operation that took the old snapshot keeps it.
         assert_eq!(before.len(), 3);
         // A second change during the transition is refused, the same list is not a change.
-        let again = vec![link("127.0.0.1:1"), link("127.0.0.1:5"), link("127.0.0.1:4")];
-        assert!(m.change(again, RULES, spawn).unwrap_err().contains("in progress"));
-        let same = vec![link("127.0.0.1:1"), link("127.0.0.1:2"), link("127.0.0.1:4")];
+        let again = vec![
+            link("127.0.0.1:1"),
+            link("127.0.0.1:5"),
+            link("127.0.0.1:4"),
+        ];
+        assert!(
+            m.change(again, RULES, spawn)
+                .unwrap_err()
+                .contains("in progress")
+        );
+        let same = vec![
+            link("127.0.0.1:1"),
+            link("127.0.0.1:2"),
+            link("127.0.0.1:4"),
+        ];
         assert!(m.change(same, RULES, spawn).unwrap().is_none());
         assert!(m.transition_left().is_some());
         tokio::time::sleep(Duration::from_secs(11)).await;
@@ -304,7 +325,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn without_the_transition_rule_the_new_set_decides_at_once() {
         let m = set(&["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]);
-        let links = vec![link("127.0.0.1:1"), link("127.0.0.1:2"), link("127.0.0.1:4")];
+        let links = vec![
+            link("127.0.0.1:1"),
+            link("127.0.0.1:2"),
+            link("127.0.0.1:4"),
+        ];
         let rules = Rules {
             transition: None,
             quarantine: None,

@@ -159,8 +159,7 @@ impl Ballots {
             let k = keys[i].as_ref()?;
             (0..=i).find(|&j| keys[j].as_ref() == Some(k))
         };
-        self.quorum
-            .decided(n, group, |i| self.waiting(pending, i))
+        self.quorum.decided(n, group, |i| self.waiting(pending, i))
     }
 
     /// True when the outcome can no longer change: some reply has a quorum, or the largest
@@ -353,7 +352,10 @@ impl Masters {
 impl std::fmt::Debug for Masters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Masters")
-            .field("addrs", &self.iter().map(|b| &b.info().addr).collect::<Vec<_>>())
+            .field(
+                "addrs",
+                &self.iter().map(|b| &b.info().addr).collect::<Vec<_>>(),
+            )
             .field("rule", &self.0.rule)
             .finish()
     }

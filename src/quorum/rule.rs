@@ -11,16 +11,19 @@ use smallvec::SmallVec;
 /// At most this many members in the union of a transition (one bit each).
 pub const MAX_JOINT: usize = 64;
 
-/// The rule a vote's replies must satisfy. `Copy`, and as small as a few words: every vote
-/// carries one.
+/// The rule a vote's replies must satisfy. `Copy`, and three words: every vote carries one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Quorum {
-    /// Positions voting, and the quorum among them, outside a transition (`sides` is `None`).
-    need: usize,
-    sides: Option<Sides>,
+    /// The quorum outside a transition, and of the new set during one.
+    need: u32,
+    /// During a transition, the old set's quorum (0 outside one).
+    need_old: u32,
+    /// During a transition, the positions of the old set and of the new, a bit each.
+    old: u64,
+    new: u64,
 }
 
-/// The two sides of a transition: a bit per position of the union.
+/// The two sides of a transition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Sides {
     old: u64,
@@ -33,18 +36,17 @@ impl Quorum {
     /// `⌊n/2⌋ + 1` of `n` members.
     pub fn of(n: usize) -> Quorum {
         Quorum {
-            need: crate::lockop::quorum(n),
-            sides: None,
+            need: crate::lockop::quorum(n).min(u32::MAX as usize) as u32,
+            need_old: 0,
+            old: 0,
+            new: 0,
         }
     }
 
     /// A quorum of a single position's worth: any one reply decides (the `first-master`
     /// negative control, which keeps master 0's reply only).
     pub fn one() -> Quorum {
-        Quorum {
-            need: 1,
-            sides: None,
-        }
+        Quorum::of(1)
     }
 
     /// A quorum of the members at positions `old` and a quorum of those at positions `new`
@@ -52,24 +54,31 @@ impl Quorum {
     pub fn joint(old: &[usize], new: &[usize]) -> Quorum {
         let bits = |v: &[usize]| v.iter().fold(0u64, |b, &i| b | 1 << i);
         Quorum {
-            need: crate::lockop::quorum(new.len()),
-            sides: Some(Sides {
-                old: bits(old),
-                new: bits(new),
-                need_old: crate::lockop::quorum(old.len()),
-                need_new: crate::lockop::quorum(new.len()),
-            }),
+            need: crate::lockop::quorum(new.len()) as u32,
+            need_old: crate::lockop::quorum(old.len()) as u32,
+            old: bits(old),
+            new: bits(new),
         }
+    }
+
+    /// The two sides, during a transition.
+    fn sides(&self) -> Option<Sides> {
+        (self.need_old > 0).then_some(Sides {
+            old: self.old,
+            new: self.new,
+            need_old: self.need_old as usize,
+            need_new: self.need as usize,
+        })
     }
 
     /// True during a transition.
     pub fn is_joint(&self) -> bool {
-        self.sides.is_some()
+        self.need_old > 0
     }
 
     /// During a transition, which sides position `i` is on: `old`, `new` or `both`.
     pub fn side(&self, i: usize) -> Option<&'static str> {
-        let s = self.sides?;
+        let s = self.sides()?;
         let on = |bits: u64| i < 64 && bits & (1 << i) != 0;
         Some(match (on(s.old), on(s.new)) {
             (true, true) => "both",
@@ -80,13 +89,13 @@ impl Quorum {
 
     /// The quorum of the (new) member set, as `INFO` reports it.
     pub fn size(&self) -> usize {
-        self.need
+        self.need as usize
     }
 
     /// True when the positions among `0..n` for which `who` holds form a quorum.
     pub fn met(&self, n: usize, who: impl Fn(usize) -> bool) -> bool {
-        match self.sides {
-            None => (0..n).filter(|&i| who(i)).count() >= self.need,
+        match self.sides() {
+            None => (0..n).filter(|&i| who(i)).count() >= self.size(),
             Some(s) => {
                 let bits = (0..n.min(64)).fold(0u64, |b, i| b | u64::from(who(i)) << i);
                 s.met(bits)
@@ -98,7 +107,7 @@ impl Quorum {
     /// still on one side alone: a quorum of either side (outside a transition, a quorum). For
     /// clean-ups that must not touch a grant they cannot see.
     pub fn could_hold(&self, n: usize, who: impl Fn(usize) -> bool) -> bool {
-        match self.sides {
+        match self.sides() {
             None => self.met(n, who),
             Some(s) => {
                 let bits = (0..n.min(64)).fold(0u64, |b, i| b | u64::from(who(i)) << i);
@@ -117,7 +126,7 @@ impl Quorum {
         group: impl Fn(usize) -> Option<usize>,
         pending: impl Fn(usize) -> bool,
     ) -> bool {
-        let Some(s) = self.sides else {
+        let Some(s) = self.sides() else {
             // Counted by the callers' faster paths; kept exact here for completeness.
             let mut best = 0;
             let mut waiting = 0;
@@ -129,7 +138,7 @@ impl Quorum {
                     best = best.max((0..n).filter(|&j| group(j) == Some(i)).count());
                 }
             }
-            return best >= self.need || best + waiting < self.need;
+            return best >= self.size() || best + waiting < self.size();
         };
         let n = n.min(64);
         let waiting = (0..n).fold(0u64, |b, i| b | u64::from(pending(i)) << i);
@@ -166,10 +175,13 @@ impl Quorum {
             v.get(need.checked_sub(1)?).copied()
         };
         let bit = |bits: u64| move |i: usize| i < 64 && bits & (1 << i) != 0;
-        match self.sides {
-            None => side(&|_| true, self.need),
+        match self.sides() {
+            None => side(&|_| true, self.size()),
             Some(s) => {
-                let (a, b) = (side(&bit(s.old), s.need_old)?, side(&bit(s.new), s.need_new)?);
+                let (a, b) = (
+                    side(&bit(s.old), s.need_old)?,
+                    side(&bit(s.new), s.need_new)?,
+                );
                 Some(if rank(&a) <= rank(&b) { a } else { b })
             }
         }
@@ -212,7 +224,10 @@ mod tests {
         // {A,B,C,D,E} → {A,B,C}: C, D and E are a quorum of the old set; A and B of the new.
         let q = Quorum::joint(&[0, 1, 2, 3, 4], &[0, 1, 2]);
         assert!(!q.met(5, |i| i < 2));
-        assert!(!q.met(5, |i| i >= 2), "C, D and E: the old quorum, one new member");
+        assert!(
+            !q.met(5, |i| i >= 2),
+            "C, D and E: the old quorum, one new member"
+        );
         assert!(q.met(5, |i| i <= 2));
     }
 
@@ -241,6 +256,10 @@ mod tests {
         assert_eq!(q.th(ttls, |t| *t), Some(50));
         assert_eq!(Quorum::of(4).th(ttls, |t| *t), Some(50));
         assert_eq!(Quorum::of(3).th([(0, 7), (2, 9)], |t| *t), Some(7));
-        assert_eq!(q.th([(0, 1), (2, 1)], |t| *t), None, "nothing from the new side");
+        assert_eq!(
+            q.th([(0, 1), (2, 1)], |t| *t),
+            None,
+            "nothing from the new side"
+        );
     }
 }
