@@ -1158,6 +1158,57 @@ mod tests {
     }
 
     #[test]
+    fn during_a_change_of_members_every_decision_needs_both_sides() {
+        use crate::quorum::scripted::joint;
+        let cfg = Config::default();
+        // {A,B,C} → {A,B,D}, union A0 B1 C2 D3.
+        let (old, new) = ([0, 1, 2], [0, 1, 3]);
+        let yes = created_by(&op(&["k"]));
+        let (created, taken) = (Some(Reply::ok()), Some(Reply::Nil));
+        // B and D created the key, A and C hold another grant's (a proxy still on the old
+        // set): a quorum of the new set, refused.
+        let b = joint(
+            vec![
+                taken.clone(),
+                created.clone(),
+                taken.clone(),
+                created.clone(),
+            ],
+            &old,
+            &new,
+        );
+        assert!(granted(&b, yes, TTL, FAST, &cfg).is_none());
+        // Rolled back where it wrote (B, D), by position in the union.
+        let o = op(&["k"]);
+        let k = &o.keys[0];
+        assert_eq!(
+            roll_back_plan(&b, None, &o),
+            vec![vec![], vec![k], vec![], vec![k]]
+        );
+        // A and B: a quorum of each side.
+        let b = joint(vec![created.clone(), created, taken, None], &old, &new);
+        assert!(granted(&b, yes, TTL, FAST, &cfg).is_some());
+        // A release counts by side too: deleted on A and C is no release of the new set.
+        let b = joint(
+            vec![
+                codes_of(&[1]),
+                codes_of(&[-1]),
+                codes_of(&[1]),
+                codes_of(&[-1]),
+            ],
+            &old,
+            &new,
+        );
+        assert!(!released(&b, 1, Answer::ZeroOne).1);
+        let b = joint(
+            vec![codes_of(&[1]), codes_of(&[1]), None, codes_of(&[-1])],
+            &old,
+            &new,
+        );
+        assert!(released(&b, 1, Answer::ZeroOne).1);
+    }
+
+    #[test]
     fn a_refused_acquisition_is_rolled_back_only_where_it_may_have_written() {
         let o = op(&["k"]);
         let k = &o.keys[0];

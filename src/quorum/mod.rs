@@ -629,6 +629,14 @@ pub(crate) mod scripted {
         }
     }
 
+    /// Ballots of a vote during a change of members: positions `old` and `new` of the union.
+    pub(crate) fn joint(replies: Vec<Option<Reply>>, old: &[usize], new: &[usize]) -> Ballots {
+        Ballots {
+            quorum: Quorum::joint(old, new),
+            ..ballots(replies)
+        }
+    }
+
     /// A master's per-key codes, as the proxy's multi-key scripts answer.
     pub(crate) fn codes(c: &[i64]) -> Option<Reply> {
         Some(Reply::Array(c.iter().map(|&n| Reply::Integer(n)).collect()))
@@ -749,6 +757,48 @@ mod tests {
         assert_eq!(b.tally_by(|r| r), None);
         assert!(b.decided_by(1, &int));
         assert!(!ballots(vec![Some(Reply::Nil), None, None]).decided_by(2, &int));
+    }
+
+    #[test]
+    fn during_a_change_a_decision_needs_both_sides() {
+        // {A,B,C} → {A,B,D}, union A0 B1 C2 D3.
+        let (old, new) = ([0, 1, 2], [0, 1, 3]);
+        let ok = || Some(Reply::ok());
+        let nil = || Some(Reply::Nil);
+        let yes = |r: &Reply| *r == Reply::ok();
+        // A and C: a quorum of the old set only.
+        let b = scripted::joint(vec![ok(), nil(), ok(), nil()], &old, &new);
+        assert_eq!(b.majority(), None);
+        assert!(!b.agree(yes));
+        assert!(b.decided_yes(0, &yes), "nothing is pending: refused");
+        assert!(b.decided(0));
+        // A and D answered yes, B and C pending: still open (B would make both sides).
+        let b = scripted::joint(vec![ok(), None, None, ok()], &old, &new);
+        assert!(!b.decided_yes(2, &yes));
+        assert!(!b.decided(2));
+        // A and B: both sides.
+        let b = scripted::joint(vec![ok(), ok(), None, None], &old, &new);
+        assert!(b.agree(yes));
+        assert!(b.decided_yes(2, &yes));
+        assert_eq!(b.majority(), Some(&Reply::ok()));
+        assert_eq!(b.tally_by(|r| r), Some((&Reply::ok(), 2)));
+        // A clean-up must assume a grant of either side alone could live on C and D.
+        let unknown = scripted::joint(vec![ok(), nil(), None, None], &old, &new);
+        assert!(!unknown.is_quorum(|i| unknown.replies[i].is_none()));
+        assert!(!unknown.could_hold(|i| unknown.replies[i].is_none()));
+        let unknown = scripted::joint(vec![ok(), None, None, None], &old, &new);
+        assert!(unknown.could_hold(|i| unknown.replies[i].is_none()));
+        // The TTL a quorum of both sides still hold.
+        let ttls = scripted::joint(
+            [100, 50, 90, 10].map(|t| Some(Reply::Integer(t))).to_vec(),
+            &old,
+            &new,
+        );
+        let int = |_, r: &Reply| match r {
+            Reply::Integer(n) => Some(*n),
+            _ => None,
+        };
+        assert_eq!(ttls.quorum_th(int, |t| *t), Some(50));
     }
 
     #[test]
