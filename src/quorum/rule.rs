@@ -52,7 +52,11 @@ impl Quorum {
     /// A quorum of the members at positions `old` and a quorum of those at positions `new`
     /// (each a list of positions in the union, at most [`MAX_JOINT`] of them).
     pub fn joint(old: &[usize], new: &[usize]) -> Quorum {
-        let bits = |v: &[usize]| v.iter().fold(0u64, |b, &i| b | 1 << i);
+        // Positions past the 64th cannot be given (the caller refuses such a change).
+        let bits = |v: &[usize]| {
+            v.iter()
+                .fold(0u64, |b, &i| b | 1u64.checked_shl(i as u32).unwrap_or(0))
+        };
         Quorum {
             need: crate::lockop::quorum(new.len()) as u32,
             need_old: crate::lockop::quorum(old.len()) as u32,
