@@ -36,6 +36,20 @@ async fn ready(p: &ProxyProcess) {
     }
 }
 
+/// Waits until the proxy trusts all its `n` masters (each out of its start-up quarantine), so
+/// that cutting some off leaves a known set; panics after 15 s.
+async fn all_trusted(p: &ProxyProcess, n: usize) {
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        let info = p.info().await;
+        if field(&info, "masters_trusted") == n.to_string() {
+            return;
+        }
+        assert!(Instant::now() < until, "not all trusted:\n{info}");
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Waits until `p` has logged `text`; panics after 5 s.
 async fn logged(p: &ProxyProcess, text: &str) -> String {
     let until = Instant::now() + Duration::from_secs(5);
@@ -67,8 +81,8 @@ async fn replacement(settings: &str, name: &str) -> Verdict {
     let settings = format!("{MAX_TTL}\n{settings}");
     let p1 = ProxyProcess::start(&[a.clone(), b.clone(), c.clone()], &settings, &[]);
     let p2 = ProxyProcess::start(&[a.clone(), fb.addr.clone(), c.clone()], &settings, &[]);
-    ready(&p1).await;
-    ready(&p2).await;
+    all_trusted(&p1, 3).await;
+    all_trusted(&p2, 3).await;
     // Proxy 2 loses B from the start (it still has a quorum, A and C), so no key of its grants
     // is left behind on B when proxy 1 changes.
     fb.set(Fault::Reset);
@@ -190,24 +204,36 @@ async fn two_holders(old: usize, cut: &[usize], new: &[usize], settings: &str) -
         faults.push(f);
     }
     let p2 = ProxyProcess::start(&via, &settings, &[]);
-    ready(&p1).await;
-    ready(&p2).await;
+    all_trusted(&p1, old).await;
+    all_trusted(&p2, old).await;
     for f in &faults {
         f.set(Fault::Reset);
     }
+    // On a loaded machine a master may miss the node timeout: the first grant is the set-up,
+    // so it is asked again until it is granted.
     let mut c2 = p2.client().await;
-    let first = c2
-        .raw(&["SET", "lock:one", "holder-2", "NX", "PX", "1500"])
-        .await;
+    let first = attempts(&mut c2, "holder-2", 10).await;
     let list: Vec<String> = new.iter().map(|&i| addrs[i].clone()).collect();
     p1.rewrite(&list);
     p1.signal("HUP");
     logged(&p1, "member list changed").await;
+    // Asked a few times too (within proxy 2's TTL): one grant among them is a second holder.
     let mut c1 = p1.client().await;
-    let second = c1
-        .raw(&["SET", "lock:one", "holder-1", "NX", "PX", "1500"])
-        .await;
+    let second = attempts(&mut c1, "holder-1", 4).await;
     (first, second)
+}
+
+/// `SET lock:one token NX PX 1500` up to `n` times, 50 ms apart, until granted; the last reply.
+async fn attempts(c: &mut Client, token: &str, n: usize) -> String {
+    let mut reply = String::new();
+    for _ in 0..n {
+        reply = c.raw(&["SET", "lock:one", token, "NX", "PX", "1500"]).await;
+        if reply == OK {
+            break;
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+    reply
 }
 
 const OK: &str = "+OK\r\n";
