@@ -96,7 +96,8 @@ fn hot(c: &mut Criterion) {
             Some(Reply::ok()),
         ],
         failed: vec![None; 5].into(),
-        quorum: 3,
+        quorum: redlock_proxy::quorum::Quorum::of(5),
+        masters: None,
     };
     c.bench_function("majority of 5", |b| {
         b.iter(|| black_box(black_box(&ballots).majority().cloned()))

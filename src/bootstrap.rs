@@ -18,6 +18,10 @@ pub struct Parts {
     pub accounts: Accounts,
     /// The client listener's TLS, when `tls_listen` is set.
     pub acceptor: Option<TlsAcceptor>,
+    /// The configuration file whose member list `SIGHUP` reloads (`None`: no reload, as when
+    /// the masters were given as flags or started by `--dev`). The caller that read the file
+    /// sets it.
+    pub source: Option<std::path::PathBuf>,
 }
 
 /// Validates `config` and builds its parts, reading every file it names once.
@@ -33,6 +37,7 @@ pub fn build(config: &Config) -> Result<Parts, ConfigError> {
         links,
         accounts,
         acceptor,
+        source: None,
     })
 }
 

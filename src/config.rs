@@ -121,6 +121,14 @@ pub struct Config {
     /// rest of it: another proxy, or this one before a restart, may have granted locks it lost.
     /// Switch off only for masters known to start empty with no lock ever granted on them.
     pub quarantine: bool,
+    /// After `SIGHUP` changes the member list, a grant needs a quorum of the old members and a
+    /// quorum of the new for `membership_transition_ms`. `false` lets the new set decide at
+    /// once: unsafe, a negative control for tests (two clients can then hold one lock).
+    pub membership_transition: bool,
+    /// How long a change of members lasts, in ms: at least the quarantine window (`max_ttl_ms`
+    /// plus drift). 0 (the default) means twice the quarantine window, which leaves one window
+    /// to reload every other proxy.
+    pub membership_transition_ms: u64,
     /// Declares that every master persists every write (`appendonly yes` + `appendfsync
     /// always`), so a restart loses nothing and needs no quarantine. The proxy checks each
     /// master on connect and quarantines any that does not.
@@ -374,6 +382,8 @@ impl Default for Config {
             legacy_decision: LegacyDecision::Majority,
             scripts: Vec::new(),
             quarantine: true,
+            membership_transition: true,
+            membership_transition_ms: 0,
             masters_persist: false,
             clock_watch: true,
             clock_jump_ms: 5,
@@ -531,6 +541,15 @@ impl Config {
                 self.drift_factor
             ));
         }
+        let window = self.quarantine_window().as_millis();
+        if self.membership_transition_ms != 0 && u128::from(self.membership_transition_ms) < window
+        {
+            return bad(format!(
+                "membership_transition_ms ({}) must be at least the quarantine window, max_ttl_ms \
+                 plus drift ({window} ms)",
+                self.membership_transition_ms
+            ));
+        }
         if self.reconnect_min_ms > self.reconnect_max_ms {
             return bad("reconnect_min_ms must not exceed reconnect_max_ms".into());
         }
@@ -578,6 +597,15 @@ impl Config {
     pub fn quarantine_window(&self) -> Duration {
         let max_ttl = Duration::from_millis(self.max_ttl_ms);
         max_ttl + crate::lockop::drift(max_ttl, self.drift_factor)
+    }
+
+    /// How long a change of members lasts: `membership_transition_ms`, or twice the quarantine
+    /// window when it is 0.
+    pub fn membership_transition(&self) -> Duration {
+        match self.membership_transition_ms {
+            0 => self.quarantine_window() * 2,
+            ms => Duration::from_millis(ms),
+        }
     }
 }
 

@@ -26,7 +26,7 @@ const LAYERS: &[&[&str]] = &[
     // One client connection.
     &["client"],
     // Start-up, the accept loop, telemetry, local masters, logs.
-    &["bootstrap", "server", "metrics", "dev", "logging"],
+    &["bootstrap", "server", "reload", "metrics", "dev", "logging"],
 ];
 
 /// A file's module path, from `src/`: `src/command/set.rs` is `["command", "set"]`.

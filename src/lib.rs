@@ -8,7 +8,7 @@
 //! Follow one `SET key token NX PX ttl` from the top:
 //!
 //! - [`server`]: accept loops, client cap, drain; [`bootstrap`] builds the parts a
-//!   configuration names, once; `metrics` serves `/metrics`; [`dev`] starts local masters;
+//!   configuration names, once; `reload` changes the member set on `SIGHUP`; `metrics` serves `/metrics`; [`dev`] starts local masters;
 //!   [`logging`] sets up logs.
 //! - `client`: one connection: decode, dispatch, answer in request order.
 //! - [`command`]: typed commands ([`command::spec`]), dispatch, session state, and one module
@@ -46,6 +46,7 @@ pub(crate) mod metrics;
 pub(crate) mod proxy;
 pub(crate) mod pubsub;
 pub mod quorum;
+pub(crate) mod reload;
 pub mod scripts;
 pub mod server;
 pub(crate) mod tls;

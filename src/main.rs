@@ -151,13 +151,17 @@ async fn run(cli: Cli, config: Result<Config, ConfigError>) -> i32 {
         _ => None,
     };
     // The files the configuration names are read here, once.
-    let parts = match redlock_proxy::bootstrap::build(&config) {
+    let mut parts = match redlock_proxy::bootstrap::build(&config) {
         Ok(parts) => parts,
         Err(e) => {
             eprintln!("redlock-proxy: {e}");
             return 2;
         }
     };
+    // SIGHUP re-reads the member list from the file, unless the masters came from elsewhere.
+    if cli.backends.is_none() && !dev {
+        parts.source = cli.config.clone();
+    }
     // On SIGTERM/SIGINT the server stops accepting, finishes what is in flight (within
     // shutdown_timeout_ms) and returns here, so destructors run before the process exits.
     if let Err(e) =

@@ -206,7 +206,8 @@ impl Collector for ProxyCollector {
             "Client connections accepted.",
             p.clients_total(),
         )?;
-        let masters: Vec<&MasterInfo> = p.masters().iter().map(|b| b.info()).collect();
+        let snapshot = p.masters();
+        let masters: Vec<&MasterInfo> = snapshot.iter().map(|b| b.info()).collect();
         let gauge = MetricType::Gauge;
         let flag = |b: bool| ConstGauge::new(i64::from(b));
         per_master(
@@ -230,12 +231,48 @@ impl Collector for ProxyCollector {
         per_master(
             &mut e,
             "redlock_master_quarantined",
-            "1 while the master sits out a restart quarantine.",
+            "1 while the master sits out a quarantine (after a restart, or as a new member).",
             None,
             gauge,
             &masters,
             |m| flag(m.status() == Status::Quarantined),
         )?;
+        {
+            let mut family = e.encode_descriptor(
+                "redlock_master_quarantine_reason",
+                "1 for each quarantined master, labelled with why: restart (it restarted or \
+                 started recently and may have lost locks) or new-member (just added to the set).",
+                None,
+                gauge,
+            )?;
+            for m in &masters {
+                if let Some(reason) = m.quarantine_reason() {
+                    let labels = [("master", m.addr.as_str()), ("reason", reason)];
+                    flag(true).encode(family.encode_family(&labels)?)?;
+                }
+            }
+        }
+        {
+            let mut family = e.encode_descriptor(
+                "redlock_master_member",
+                "1 for each master, labelled with the set it belongs to: current, or during a \
+                 change of members old, new or both.",
+                None,
+                gauge,
+            )?;
+            for (i, m) in masters.iter().enumerate() {
+                let side = snapshot.rule().side(i).unwrap_or("current");
+                let labels = [("master", m.addr.as_str()), ("member", side)];
+                flag(true).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        ConstGauge::new(i64::from(snapshot.rule().is_joint())).encode(e.encode_descriptor(
+            "redlock_membership_transition",
+            "1 while a change of members is in its transition (a grant needs a quorum of the \
+             old members and one of the new).",
+            None,
+            MetricType::Gauge,
+        )?)?;
         per_master(
             &mut e,
             "redlock_master_clock_suspect",
@@ -450,14 +487,21 @@ fn readiness(proxy: &Proxy) -> Result<(), String> {
     if proxy.shutdown().is_cancelled() {
         return Err("shutting down".into());
     }
-    let voting = proxy.masters().iter().filter(|m| m.is_trusted()).count();
-    let quorum = proxy.quorum();
-    if voting >= quorum {
+    let masters = proxy.masters();
+    let voting = masters.iter().filter(|m| m.is_trusted()).count();
+    if masters.quorum_trusted() {
         Ok(())
+    } else if masters.rule().is_joint() {
+        Err(format!(
+            "{voting} of {} masters can vote: a quorum of the old members and one of the new \
+             are needed while the member set changes",
+            masters.len()
+        ))
     } else {
         Err(format!(
-            "{voting} of {} masters can vote, {quorum} needed",
-            proxy.masters().len()
+            "{voting} of {} masters can vote, {} needed",
+            masters.len(),
+            masters.rule().size()
         ))
     }
 }

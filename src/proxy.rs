@@ -18,14 +18,18 @@ use crate::counters::Counters;
 use crate::keylock::KeyLocks;
 use crate::pubsub::Hub;
 use crate::quorum::Masters;
+use crate::quorum::members::{Changed, Membership, Rules};
 use crate::scripts::ScriptCache;
 
 /// State shared by every client connection.
 pub struct Proxy {
     /// The validated configuration.
     config: Config,
-    /// One handle per configured master; the quorum is computed from `masters.len()`.
-    masters: Masters,
+    /// The member set: one handle per master, swapped on `SIGHUP` (see
+    /// [`crate::quorum::members`]).
+    members: Arc<Membership>,
+    /// How a master's connection is set up (each member's credentials and TLS added).
+    settings: Settings,
     /// Scripts loaded through the proxy.
     scripts: ScriptCache,
     /// Per-key ordering of operations.
@@ -65,35 +69,13 @@ impl Proxy {
         commands: usize,
         listen_addr: SocketAddr,
     ) -> Arc<Proxy> {
-        let ms = std::time::Duration::from_millis;
-        let window = config.quarantine_window();
-        let settings = Settings {
-            connect_timeout: ms(config.connect_timeout_ms),
-            stall_timeout: ms(config.stall_timeout_ms),
-            reconnect_min: ms(config.reconnect_min_ms),
-            reconnect_max: ms(config.reconnect_max_ms),
-            probe_every: ms(config.probe_interval_ms),
-            quarantine: config.quarantine.then_some(window),
-            quarantine_young: !config.masters_started_here,
-            masters_persist: config.masters_persist,
-            clock: config.clock_watch.then_some(ClockRules {
-                rate: config.drift_factor.max(0.001),
-                tolerance: ms(config.clock_jump_ms),
-                span: window,
-            }),
-            auth: None,
-            tls: None,
-        };
+        let settings = settings(&config);
         let hub = Hub::new(&links);
-        let masters = links
+        let members = links
             .into_iter()
             .map(|link| {
-                let settings = Settings {
-                    auth: link.auth,
-                    tls: link.tls,
-                    ..settings.clone()
-                };
-                Backend::spawn(link.addr, settings)
+                let backend = spawn_member(&link, &settings);
+                (link, backend)
             })
             .collect();
         let run_id = (0..40)
@@ -104,7 +86,8 @@ impl Proxy {
         let leases_on = !config.lease_keys.is_empty() || accounts.any_lease_keys();
         Arc::new(Proxy {
             config,
-            masters,
+            members: Membership::new(members),
+            settings,
             scripts,
             keylocks: Arc::new(KeyLocks::default()),
             counters: Counters::new(commands),
@@ -126,9 +109,28 @@ impl Proxy {
         &self.config
     }
 
-    /// The masters, one handle each, in configuration order.
-    pub fn masters(&self) -> &Masters {
-        &self.masters
+    /// The masters, one handle each, in configuration order: the snapshot one operation takes
+    /// when it starts and uses to its end (during a change of members, the union of the old
+    /// set and the new, with the rule that needs a quorum of each).
+    pub fn masters(&self) -> Masters {
+        self.members.snapshot()
+    }
+
+    /// Makes `links` (built from a re-read configuration) the member set (see
+    /// [`crate::quorum::members`]); refused with why while a transition runs.
+    pub fn change_members(&self, links: Vec<Link>) -> Result<Changed, String> {
+        let c = &self.config;
+        let rules = Rules {
+            transition: c.membership_transition.then(|| c.membership_transition()),
+            quarantine: c.quarantine.then(|| c.quarantine_window()),
+        };
+        self.members
+            .change(links, rules, |link| spawn_member(link, &self.settings))
+    }
+
+    /// Time left in the change of members in progress, if any.
+    pub fn transition_left(&self) -> Option<std::time::Duration> {
+        self.members.transition_left()
     }
 
     /// Scripts loaded through the proxy.
@@ -217,8 +219,42 @@ impl Proxy {
         self.next_client_id.load(Ordering::Relaxed) - 1
     }
 
-    /// The quorum: `⌊N/2⌋ + 1` of the configured masters.
+    /// The quorum: `⌊N/2⌋ + 1` of the configured masters (of the new set, during a change).
     pub fn quorum(&self) -> usize {
-        crate::lockop::quorum(self.masters.len())
+        self.masters().rule().size()
     }
+}
+
+/// How every master's connection is set up, from the configuration.
+fn settings(config: &Config) -> Settings {
+    let ms = std::time::Duration::from_millis;
+    let window = config.quarantine_window();
+    Settings {
+        connect_timeout: ms(config.connect_timeout_ms),
+        stall_timeout: ms(config.stall_timeout_ms),
+        reconnect_min: ms(config.reconnect_min_ms),
+        reconnect_max: ms(config.reconnect_max_ms),
+        probe_every: ms(config.probe_interval_ms),
+        quarantine: config.quarantine.then_some(window),
+        quarantine_young: !config.masters_started_here,
+        masters_persist: config.masters_persist,
+        clock: config.clock_watch.then_some(ClockRules {
+            rate: config.drift_factor.max(0.001),
+            tolerance: ms(config.clock_jump_ms),
+            span: window,
+        }),
+        auth: None,
+        tls: None,
+    }
+}
+
+/// Starts one member's connection (in the background): `settings` with its link's credentials
+/// and TLS.
+fn spawn_member(link: &Link, settings: &Settings) -> Backend {
+    let settings = Settings {
+        auth: link.auth.clone(),
+        tls: link.tls.clone(),
+        ..settings.clone()
+    };
+    Backend::spawn(link.addr.clone(), settings)
 }

@@ -1,5 +1,6 @@
-//! The accept loops (plaintext and TLS), the client cap, certificate reloads on `SIGHUP`, and
-//! graceful shutdown; the shared state is [`crate::proxy::Proxy`].
+//! The accept loops (plaintext and TLS), the client cap, certificate and member reloads on
+//! `SIGHUP` (members: [`crate::reload`]), and graceful shutdown; the shared state is
+//! [`crate::proxy::Proxy`].
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -82,12 +83,10 @@ pub async fn serve_until(
         (None, Some((t, _))) => t.local_addr()?,
         (None, None) => anyhow::bail!("no listener: set listen or tls_listen"),
     };
+    let source = parts.source;
     let proxy = Proxy::new(config, parts.links, parts.accounts, TABLE.len(), addr);
-    let masters: Vec<&str> = proxy
-        .masters()
-        .iter()
-        .map(|m| m.info().addr.as_str())
-        .collect();
+    let snapshot = proxy.masters();
+    let masters: Vec<&str> = snapshot.iter().map(|m| m.info().addr.as_str()).collect();
     match &listener {
         Some(l) => {
             info!(listen = %l.local_addr()?, masters = ?masters, quorum = proxy.quorum(), "redlock-proxy listening")
@@ -113,6 +112,9 @@ pub async fn serve_until(
             Some(()) = next_hangup(&mut hangup) => {
                 if let Some((_, acceptor)) = &tls {
                     reload(proxy.config(), acceptor);
+                }
+                if let Some(path) = &source {
+                    crate::reload::members(&proxy, path);
                 }
                 continue;
             }
@@ -220,7 +222,7 @@ async fn drain(proxy: &Arc<Proxy>, tasks: &TaskTracker) {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let ping = Request::Same(crate::wire::master::command(&[b"PING"]));
-        crate::quorum::ask(proxy.masters(), ping, 1, deadline)
+        crate::quorum::ask(&proxy.masters(), ping, 1, deadline)
             .finish()
             .await;
     };
@@ -260,7 +262,7 @@ fn hangups() -> Option<Signal> {
     match signal(SignalKind::hangup()) {
         Ok(s) => Some(s),
         Err(e) => {
-            warn!(error = %e, "cannot listen for SIGHUP; certificates will not be reloaded");
+            warn!(error = %e, "cannot listen for SIGHUP; certificates and members will not be reloaded");
             None
         }
     }

@@ -52,6 +52,10 @@ pub struct MasterInfo {
     quarantine_until: AtomicU64,
     /// Milliseconds since `epoch` until which the master's clock is not trusted.
     clock_until: AtomicU64,
+    /// Milliseconds since `epoch` until which the master sits out as a member just added to
+    /// the set (it holds none of the locks granted before); `quarantine_until` reaches at least
+    /// as far, this only names the reason.
+    member_until: AtomicU64,
     /// Set while an exclusion is in force, so its end is logged once.
     excluded: AtomicBool,
     run_id: Mutex<Option<String>>,
@@ -79,6 +83,7 @@ impl MasterInfo {
             connected: AtomicBool::new(false),
             quarantine_until: AtomicU64::new(0),
             clock_until: AtomicU64::new(0),
+            member_until: AtomicU64::new(0),
             excluded: AtomicBool::new(false),
             run_id: Mutex::new(None),
             restarts: AtomicU64::new(0),
@@ -184,6 +189,26 @@ impl MasterInfo {
         self.extend(&self.quarantine_until, for_);
     }
 
+    /// Keeps a member just added to the set out of every quorum for at least `for_`: it holds
+    /// none of the locks granted before it joined (reason `new-member`).
+    pub fn quarantine_new_member(&self, for_: Duration) {
+        let until = self.now_ms() + for_.as_millis() as u64;
+        self.member_until.fetch_max(until, Ordering::AcqRel);
+        self.extend(&self.quarantine_until, for_);
+    }
+
+    /// Why the master is quarantined now: `new-member` (just added to the set) or `restart`
+    /// (it restarted, or started recently, and may have lost locks); `None` when it is not.
+    pub fn quarantine_reason(&self) -> Option<&'static str> {
+        if self.quarantine_left().is_zero() {
+            None
+        } else if !self.left(&self.member_until).is_zero() {
+            Some("new-member")
+        } else {
+            Some("restart")
+        }
+    }
+
     /// Distrusts the master's clock for at least `for_`.
     pub(super) fn distrust_clock(&self, for_: Duration) {
         self.clock_jumps.fetch_add(1, Ordering::Relaxed);
@@ -276,12 +301,13 @@ impl MasterInfo {
         let mut out = String::new();
         let _ = write!(
             out,
-            "addr={},status={},last_error={},run_id={},quarantine_ms={},clock_suspect_ms={},restarts={},clock_jumps={}",
+            "addr={},status={},last_error={},run_id={},quarantine_ms={},quarantine_reason={},clock_suspect_ms={},restarts={},clock_jumps={}",
             self.addr,
             self.status().name(),
             self.last_error(),
             self.run_id().unwrap_or_default(),
             self.quarantine_left().as_millis(),
+            self.quarantine_reason().unwrap_or("none"),
             self.clock_suspect_left().as_millis(),
             self.restarts.load(Ordering::Relaxed),
             self.clock_jumps.load(Ordering::Relaxed),

@@ -42,7 +42,7 @@ use super::action::Action;
 use super::session::Conn;
 use crate::error::Error;
 use crate::proxy::Proxy;
-use crate::quorum::{Ballots, Request, ask};
+use crate::quorum::{Ballots, Masters, Request, ask};
 use crate::wire::reply::Reply;
 
 /// Prepare: `KEYS` = lock key, fence hash; `ARGV` = token, ballot, retention ms. Answers 0 when
@@ -198,13 +198,17 @@ enum Minted {
     Outbid(u64),
 }
 
-async fn round(proxy: &Proxy, script: &str, keys: [&Bytes; 2], argv: &[&[u8]]) -> Ballots {
+async fn round(
+    proxy: &Proxy,
+    masters: &Masters,
+    script: &str,
+    keys: [&Bytes; 2],
+    argv: &[&[u8]],
+) -> Ballots {
     let req = crate::wire::master::eval(script, &keys, argv);
     let deadline = Instant::now() + proxy.config().node_timeout();
     // Every answer is wanted (the value accepted with the highest ballot may be anywhere).
-    ask(proxy.masters(), Request::Same(req), 1, deadline)
-        .finish()
-        .await
+    ask(masters, Request::Same(req), 1, deadline).finish().await
 }
 
 async fn mint(proxy: &Proxy, key: &Bytes, token: &Bytes, above: u64) -> Minted {
@@ -212,15 +216,18 @@ async fn mint(proxy: &Proxy, key: &Bytes, token: &Bytes, above: u64) -> Minted {
     let keep = retention(proxy).to_string();
     let b = ballot(above);
     let b_arg = b.to_string();
+    // Both rounds go to one member set.
+    let masters = proxy.masters();
     let prepared = round(
         proxy,
+        &masters,
         PREPARE,
         [key, &fkey],
         &[token, b_arg.as_bytes(), keep.as_bytes()],
     )
     .await;
-    let quorum = prepared.quorum;
     let promises: Vec<Promise> = prepared.replies.iter().map(promise).collect();
+    let is_given = |i: usize| matches!(promises[i], Promise::Given { .. });
     let refused = promises
         .iter()
         .filter_map(|p| match p {
@@ -235,14 +242,11 @@ async fn mint(proxy: &Proxy, key: &Bytes, token: &Bytes, above: u64) -> Minted {
             _ => None,
         })
         .collect();
-    if given.len() < quorum {
-        let refusals = promises
-            .iter()
-            .filter(|p| matches!(p, Promise::Refused(_)))
-            .count();
+    if !prepared.is_quorum(is_given) {
+        let answered = |i: usize| is_given(i) || matches!(promises[i], Promise::Refused(_));
         return match refused {
             // Held on a quorum, but some promised a higher ballot: go again above it.
-            Some(p) if given.len() + refusals >= quorum => Minted::Outbid(p),
+            Some(p) if prepared.is_quorum(answered) => Minted::Outbid(p),
             _ => Minted::NotHeld,
         };
     }
@@ -253,11 +257,11 @@ async fn mint(proxy: &Proxy, key: &Bytes, token: &Bytes, above: u64) -> Minted {
         .filter_map(|(_, ballot, v)| v.as_ref().map(|v| (*ballot, v)))
         .max_by_key(|(ballot, _)| *ballot);
     if let Some((top, v)) = accepted {
-        let same = given
-            .iter()
-            .filter(|(_, ballot, value)| *ballot == top && value.as_ref() == Some(v))
-            .count();
-        if same >= quorum
+        let same = |i: usize| {
+            matches!(&promises[i], Promise::Given { ballot, value, .. }
+                if *ballot == top && value.as_ref() == Some(v))
+        };
+        if prepared.is_quorum(same)
             && let Some(t) = int(&Reply::Bulk(v.clone()))
         {
             return Minted::Token(t);
@@ -273,13 +277,13 @@ async fn mint(proxy: &Proxy, key: &Bytes, token: &Bytes, above: u64) -> Minted {
     let v_arg = value.to_string();
     let accepted = round(
         proxy,
+        &masters,
         ACCEPT,
         [key, &fkey],
         &[token, b_arg.as_bytes(), v_arg.as_bytes(), keep.as_bytes()],
     )
     .await;
-    let yes = accepted.count(|r| *r == Reply::Integer(1));
-    if yes >= quorum {
+    if accepted.agree(|r| *r == Reply::Integer(1)) {
         return Minted::Token(value);
     }
     let outbid = accepted
@@ -301,7 +305,7 @@ async fn single_master(proxy: &Proxy, key: &Bytes, token: &Bytes) -> Reply {
     let fkey = fence_key(key);
     let req = crate::wire::master::eval(SINGLE, &[key, &fkey], &[token]);
     let deadline = Instant::now() + proxy.config().node_timeout();
-    let ballots = ask(proxy.masters(), Request::Same(req), 1, deadline)
+    let ballots = ask(&proxy.masters(), Request::Same(req), 1, deadline)
         .finish()
         .await;
     match &ballots.replies[0] {

@@ -43,7 +43,7 @@ use crate::counters::Counters;
 use crate::error::Error;
 use crate::lockop::HashOp;
 use crate::proxy::Proxy;
-use crate::quorum::{Ballots, Request, ask, ask_timed, quorum_th, validity};
+use crate::quorum::{Ballots, Masters, Request, ask, ask_timed, validity};
 use crate::wire::master::eval;
 use crate::wire::reply::Reply;
 
@@ -253,7 +253,9 @@ async fn acquire(proxy: Arc<Proxy>, op: HashLockOp, held: crate::keylock::Held) 
     };
     let start = Instant::now();
     let deadline = start + proxy.config().node_timeout();
-    let mut vote = ask_timed(proxy.masters(), Request::Same(req), 1, deadline);
+    let mut vote = ask_timed(&proxy.masters(), Request::Same(req), 1, deadline);
+    // The member set of this operation, for its token and its undo too.
+    let masters = vote.masters().clone();
     let ballots = vote.decide_by(granted).await.clone();
     let yes = ballots.count(granted);
     let ttl_left = Duration::from_millis(op.ttl_ms as u64);
@@ -261,10 +263,10 @@ async fn acquire(proxy: Arc<Proxy>, op: HashLockOp, held: crate::keylock::Held) 
     let valid = || {
         validity(ttl_left, start.elapsed(), proxy.config().drift_factor).is_some_and(|v| v > min)
     };
-    if yes >= ballots.quorum && valid() {
+    if ballots.agree(granted) && valid() {
         let token = match &op.counter {
             None => Some(0),
-            Some(counter) => mint(&proxy, &ballots, counter, &retention).await,
+            Some(counter) => mint(&proxy, &masters, &ballots, counter, &retention).await,
         };
         // A fenced grant counts only once its token is on a quorum, still within validity.
         if let Some(token) = token.filter(|_| valid()) {
@@ -278,7 +280,7 @@ async fn acquire(proxy: Arc<Proxy>, op: HashLockOp, held: crate::keylock::Held) 
             };
         }
     }
-    debug!(yes, quorum = ballots.quorum, "hash lock refused");
+    debug!(yes, quorum = ?ballots.quorum, "hash lock refused");
     Counters::bump(&proxy.counters().denials);
     let hint = wait_hint(&ballots);
     let refused = match (agreed_error(&ballots), op.op) {
@@ -294,7 +296,7 @@ async fn acquire(proxy: Arc<Proxy>, op: HashLockOp, held: crate::keylock::Held) 
     // turn until it is queued. Counter increments stay: tokens only need to grow.
     tokio::spawn(async move {
         let ballots = vote.finish().await;
-        undo(&proxy, &ballots, &op);
+        undo(&proxy, &masters, &ballots, &op);
         drop(held);
     });
     refused
@@ -310,6 +312,7 @@ async fn acquire(proxy: Arc<Proxy>, op: HashLockOp, held: crate::keylock::Held) 
 /// raise (the lock was this grant's until then), so its token is larger.
 async fn mint(
     proxy: &Arc<Proxy>,
+    masters: &Masters,
     ballots: &Ballots,
     counter: &Bytes,
     retention: &Bytes,
@@ -330,26 +333,21 @@ async fn mint(
         .map(|r| r.as_ref().filter(|r| granted(r)).map(|_| raise.clone()))
         .collect();
     let deadline = Instant::now() + proxy.config().node_timeout();
-    let raised = ask(proxy.masters(), Request::Some(each), 1, deadline)
+    let raised = ask(masters, Request::Some(each), 1, deadline)
         .finish()
         .await;
-    (raised.count(|r| *r == Reply::Integer(1)) >= ballots.quorum).then_some(token)
+    raised.agree(|r| *r == Reply::Integer(1)).then_some(token)
 }
 
 /// The refusal's PTTL: how long a majority still hold the lock (the quorum-th largest PTTL
 /// among masters that found it taken). When no majority found it taken (a split, masters down,
 /// or a grant too late to be valid), a short random wait, so that competing callers spread out.
 fn wait_hint(ballots: &Ballots) -> i64 {
-    let ttls: Vec<i64> = ballots
-        .replies
-        .iter()
-        .flatten()
-        .filter_map(|r| match took(r) {
-            Took::Taken(t) => Some(t),
-            _ => None,
-        })
-        .collect();
-    match quorum_th(ballots.quorum, ttls, |t| *t) {
+    let taken = |_, r: &Reply| match took(r) {
+        Took::Taken(t) => Some(t),
+        _ => None,
+    };
+    match ballots.quorum_th(taken, |t| *t) {
         Some(t) if t > 0 => t,
         _ => rand::random_range(5..=50),
     }
@@ -359,10 +357,10 @@ fn wait_hint(ballots: &Ballots) -> i64 {
 /// A master whose outcome is unknown is treated as a creation, unless some master reported a
 /// re-entry (the caller held the lock already, and deleting its hold there could take away a
 /// grant it still relies on; what the attempt may have added there expires with its TTL).
-fn undo(proxy: &Proxy, ballots: &Ballots, op: &HashLockOp) {
+fn undo(proxy: &Proxy, masters: &Masters, ballots: &Ballots, op: &HashLockOp) {
     let reentry = ballots.count(|r| took(r) == Took::Reentered) > 0;
     let mut sent = false;
-    for (i, m) in proxy.masters().iter().enumerate() {
+    for (i, m) in masters.iter().enumerate() {
         let script = match ballots.replies[i].as_ref().map(took) {
             Some(Took::Created) => UNDO_CREATE,
             Some(Took::Reentered) => UNDO_REENTER,
@@ -401,7 +399,7 @@ async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
     let deadline = Instant::now() + proxy.config().node_timeout();
     // Decided as soon as a quorum answered alike; a master still due has published or not by
     // itself, and the answer a quorum gave stands either way.
-    let ballots = ask(proxy.masters(), Request::Same(req), 1, deadline)
+    let ballots = ask(&proxy.masters(), Request::Same(req), 1, deadline)
         .outcome()
         .await;
     if let Some(e) = agreed_error(&ballots) {
@@ -418,26 +416,18 @@ async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
 /// latch (a retried unlock); else 0 while a quorum still hold the lock, 1 when it is gone from a
 /// majority after this unlock held it somewhere, nil when the caller held it nowhere.
 fn unlocked(ballots: &Ballots) -> Reply {
-    let codes: Vec<&[Reply]> = ballots
-        .replies
-        .iter()
-        .flatten()
-        .filter_map(|r| match r {
-            Reply::Array(c) if !c.is_empty() => Some(c.as_slice()),
-            _ => None,
-        })
-        .collect();
-    if codes.len() < ballots.quorum {
+    let codes = |i: usize| match &ballots.replies[i] {
+        Some(Reply::Array(c)) if !c.is_empty() => Some(c.as_slice()),
+        _ => None,
+    };
+    if !ballots.is_quorum(|i| codes(i).is_some()) {
         return Reply::from(Error::NoQuorumUnlock);
     }
-    let latched: Vec<&[Reply]> = codes
-        .iter()
-        .copied()
-        .filter(|c| c.first() == Some(&Reply::Integer(3)))
-        .collect();
-    if let Some(kept) = latched.iter().find_map(|c| {
-        let same = latched.iter().filter(|o| o.get(1) == c.get(1)).count();
-        (same >= ballots.quorum).then(|| c.get(1))?
+    let n = ballots.replies.len();
+    let latched = |i: usize| codes(i).filter(|c| c.first() == Some(&Reply::Integer(3)));
+    if let Some(kept) = (0..n).filter_map(latched).find_map(|c| {
+        let same = |m: usize| latched(m).is_some_and(|o| o.get(1) == c.get(1));
+        ballots.is_quorum(same).then(|| c.get(1))?
     }) {
         return match kept {
             Reply::Bulk(v) => std::str::from_utf8(v)
@@ -447,17 +437,11 @@ fn unlocked(ballots: &Ballots) -> Reply {
             _ => Reply::Nil,
         };
     }
-    let said = |code: i64| {
-        codes
-            .iter()
-            .filter(|c| c[0] == Reply::Integer(code))
-            .count()
-    };
-    let (less, deleted) = (said(1), said(2));
-    if less >= ballots.quorum {
+    let said = |code: i64| move |i: usize| codes(i).is_some_and(|c| c[0] == Reply::Integer(code));
+    if ballots.is_quorum(said(1)) {
         // Still held by a majority, one hold less.
         Reply::Integer(0)
-    } else if less + deleted > 0 {
+    } else if (0..n).any(|i| said(1)(i) || said(2)(i)) {
         // Gone from a majority: the caller no longer holds it.
         Reply::Integer(1)
     } else {
@@ -476,7 +460,7 @@ async fn renew(proxy: &Proxy, op: &HashLockOp) -> Reply {
     let req = eval(RENEW, &keys, &args);
     let start = Instant::now();
     let deadline = start + proxy.config().node_timeout();
-    let mut vote = ask(proxy.masters(), Request::Same(req), 1, deadline);
+    let mut vote = ask(&proxy.masters(), Request::Same(req), 1, deadline);
     let ballots = vote.decide_by(|r| r.clone()).await;
     if let Some(e) = agreed_error(ballots) {
         return e;
@@ -490,11 +474,12 @@ async fn renew(proxy: &Proxy, op: &HashLockOp) -> Reply {
     let valid = left.is_some_and(|v| v > min);
     let renewed: Vec<Reply> = (0..locks.len())
         .map(|i| {
-            let yes = ballots.count(|r| match r {
+            let renewed = |r: &Reply| match r {
                 Reply::Array(codes) if codes.len() == locks.len() => codes[i] == Reply::Integer(1),
                 _ => false,
-            });
-            let ok = valid && yes >= ballots.quorum;
+            };
+            let yes = ballots.count(renewed);
+            let ok = valid && ballots.agree(renewed);
             if !ok {
                 debug!(renewed = yes, "hash lock renewal refused");
             }
@@ -513,15 +498,13 @@ async fn force(proxy: &Proxy, op: &HashLockOp) -> Reply {
     };
     let req = eval(FORCE, &[&op.key, &p.channel], &[&p.command, &p.message]);
     let deadline = Instant::now() + proxy.config().node_timeout();
-    let ballots = ask(proxy.masters(), Request::Same(req), 1, deadline)
+    let ballots = ask(&proxy.masters(), Request::Same(req), 1, deadline)
         .outcome()
         .await;
-    let answered = ballots.count(|r| matches!(r, Reply::Integer(0 | 1)));
-    if answered < ballots.quorum {
+    if !ballots.agree(|r| matches!(r, Reply::Integer(0 | 1))) {
         return Reply::from(Error::NoQuorumUnlock);
     }
-    let deleted = ballots.count(|r| *r == Reply::Integer(1));
-    Reply::Integer(i64::from(deleted >= ballots.quorum))
+    Reply::Integer(i64::from(ballots.agree(|r| *r == Reply::Integer(1))))
 }
 
 /// A lease's renewal of the hash lock `key` held by `field`: a quorum `PEXPIRE` to `ttl_ms`
@@ -538,7 +521,7 @@ pub async fn renew_lease(proxy: &Arc<Proxy>, key: &Bytes, field: &Bytes, ttl_ms:
     let start = Instant::now();
     let deadline = start + proxy.config().node_timeout();
     let one = |code: i64| move |r: &Reply| *r == Reply::Array(vec![Reply::Integer(code)]);
-    let mut vote = ask(proxy.masters(), Request::Same(req), 1, deadline);
+    let mut vote = ask(&proxy.masters(), Request::Same(req), 1, deadline);
     let ballots = vote.decide_by(one(1)).await;
     let min = Duration::from_millis(proxy.config().min_validity_ms);
     let valid = validity(
@@ -547,14 +530,14 @@ pub async fn renew_lease(proxy: &Arc<Proxy>, key: &Bytes, field: &Bytes, ttl_ms:
         proxy.config().drift_factor,
     )
     .is_some_and(|v| v > min);
-    let renewal = if valid && ballots.count(one(1)) >= ballots.quorum {
+    let renewal = if valid && ballots.agree(one(1)) {
         Renewal::Renewed
-    } else if ballots.count(one(0)) >= ballots.quorum {
+    } else if ballots.agree(one(0)) {
         Renewal::Gone
     } else {
         Renewal::Failed(
             "fewer than a quorum of masters renewed the hash lock in time",
-            ballots.answered().collect(),
+            super::lock::Answered::of(&vote),
         )
     };
     drop(held);
@@ -568,7 +551,7 @@ pub fn release_held(proxy: &Arc<Proxy>, key: Bytes, field: Bytes) -> Action {
     super::action::in_turn(proxy, &keys, move |proxy| async move {
         let req = eval(RELEASE_HELD, &[&key], &[&field]);
         let deadline = Instant::now() + proxy.config().node_timeout();
-        let ballots = ask(proxy.masters(), Request::Same(req), 1, deadline)
+        let ballots = ask(&proxy.masters(), Request::Same(req), 1, deadline)
             .outcome()
             .await;
         Reply::Integer(ballots.count(|r| *r == Reply::Integer(1)) as i64)

@@ -11,6 +11,7 @@ use super::spec::{Spec, TABLE, lookup};
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::proxy::Proxy;
+use crate::quorum::Masters;
 use crate::wire::reply::Reply;
 
 fn bulk(s: &str) -> Reply {
@@ -120,21 +121,24 @@ pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     }
     if show("redlock") {
         let s = &proxy.counters();
-        let up = proxy.masters().iter().filter(|m| m.is_up()).count();
-        let trusted = proxy.masters().iter().filter(|m| m.is_trusted()).count();
+        let masters = proxy.masters();
+        let up = masters.iter().filter(|m| m.is_up()).count();
+        let trusted = masters.iter().filter(|m| m.is_trusted()).count();
         let _ = write!(
             out,
-            "# Redlock\r\nmasters:{}\r\nmasters_up:{}\r\nmasters_trusted:{}\r\nquorum:{}\r\nquorum_available:{}\r\nquorum_available_in_ms:{}\r\nnode_timeout_ms:{}\r\ndrift_factor:{}\r\nmax_ttl_ms:{}\r\nquarantine_window_ms:{}\r\nlocks_granted:{}\r\nlocks_denied:{}\r\nlocks_rolled_back:{}\r\nlocks_released:{}\r\nleases_active:{}\r\nleases_renewed:{}\r\nleases_lost:{}\r\nleases_released:{}\r\nleases_ended:{}\r\nkeys_in_flight:{}\r\nscripts_cached:{}\r\n",
-            proxy.masters().len(),
+            "# Redlock\r\nmasters:{}\r\nmasters_up:{}\r\nmasters_trusted:{}\r\nquorum:{}\r\nquorum_available:{}\r\nquorum_available_in_ms:{}\r\nnode_timeout_ms:{}\r\ndrift_factor:{}\r\nmax_ttl_ms:{}\r\nquarantine_window_ms:{}\r\nmembership_transition:{}\r\nmembership_transition_left_ms:{}\r\nlocks_granted:{}\r\nlocks_denied:{}\r\nlocks_rolled_back:{}\r\nlocks_released:{}\r\nleases_active:{}\r\nleases_renewed:{}\r\nleases_lost:{}\r\nleases_released:{}\r\nleases_ended:{}\r\nkeys_in_flight:{}\r\nscripts_cached:{}\r\n",
+            masters.len(),
             up,
             trusted,
-            proxy.quorum(),
-            u8::from(trusted >= proxy.quorum()),
-            quorum_available_in_ms(proxy),
+            masters.rule().size(),
+            u8::from(masters.quorum_trusted()),
+            quorum_available_in_ms(&masters),
             proxy.config().node_timeout_ms,
             proxy.config().drift_factor,
             proxy.config().max_ttl_ms,
             proxy.config().quarantine_window().as_millis(),
+            u8::from(masters.rule().is_joint()),
+            proxy.transition_left().map_or(0, |t| t.as_millis()),
             Counters::get(&s.grants),
             Counters::get(&s.denials),
             Counters::get(&s.rollbacks),
@@ -149,8 +153,9 @@ pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
             proxy.keylocks().busy(),
             proxy.scripts().len(),
         );
-        for (i, m) in proxy.masters().iter().enumerate() {
-            let _ = write!(out, "master{i}:{}\r\n", m.info().describe());
+        for (i, m) in masters.iter().enumerate() {
+            let member = masters.rule().side(i).unwrap_or("current");
+            let _ = write!(out, "master{i}:{},member={member}\r\n", m.info().describe());
         }
         out.push_str("\r\n");
     }
@@ -159,24 +164,22 @@ pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
 
 /// Milliseconds until a quorum of masters is trusted again, as far as the proxy can tell: 0
 /// when it is now, -1 when it waits on masters that are down (no time can be given).
-fn quorum_available_in_ms(proxy: &Proxy) -> i64 {
-    let mut waits: Vec<Option<u128>> = proxy
-        .masters()
-        .iter()
-        .map(|m| {
-            let i = m.info();
-            i.is_connected().then(|| {
-                if i.is_trusted() {
-                    0
-                } else {
-                    i.quarantine_left().max(i.clock_suspect_left()).as_millis()
-                }
-            })
-        })
-        .collect();
-    // `None` (down) sorts first; put it last.
-    waits.sort_by_key(|w| w.unwrap_or(u128::MAX));
-    match waits.get(proxy.quorum() - 1).copied().flatten() {
+fn quorum_available_in_ms(masters: &Masters) -> i64 {
+    let waits = masters.iter().enumerate().map(|(n, m)| {
+        let i = m.info();
+        let wait = i.is_connected().then(|| {
+            if i.is_trusted() {
+                0
+            } else {
+                i.quarantine_left().max(i.clock_suspect_left()).as_millis()
+            }
+        });
+        (n, wait)
+    });
+    // The shortest wait after which a quorum (of both sides, during a change of members) is
+    // trusted; a master that is down never counts (`None` ranks last).
+    let rank = |w: &Option<u128>| std::cmp::Reverse(w.unwrap_or(u128::MAX));
+    match masters.rule().th(waits, rank).flatten() {
         Some(ms) => ms.min(i64::MAX as u128) as i64,
         None => -1,
     }

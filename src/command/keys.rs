@@ -78,7 +78,7 @@ pub fn forward_with(
 /// Sends `request` to every master and gathers the replies.
 pub async fn vote(proxy: &Proxy, request: Bytes, gather: Gather) -> Ballots {
     let deadline = Instant::now() + proxy.config().node_timeout();
-    let v = ask(proxy.masters(), Request::Same(request), 1, deadline);
+    let v = ask(&proxy.masters(), Request::Same(request), 1, deadline);
     // With the first-master rule, master 0's reply is needed even when the others decided.
     if gather == Gather::All || proxy.config().legacy_decision == LegacyDecision::FirstMaster {
         v.finish().await
@@ -95,7 +95,7 @@ pub fn decide(proxy: &Proxy, mut ballots: Ballots, rule: Rule) -> Reply {
             ballots.replies[i] = None;
             ballots.failed[i] = Some(crate::backend::BackendError::Down);
         }
-        ballots.quorum = 1;
+        ballots.quorum = crate::quorum::Quorum::one();
     }
     rule(proxy, &ballots)
 }
@@ -122,8 +122,11 @@ pub fn ttl_floor(ballots: &Ballots) -> Reply {
 
 /// The quorum-th largest integer reply, ordered by `rank`.
 fn ranked(ballots: &Ballots, rank: fn(i64) -> i64) -> Reply {
-    let values: Vec<i64> = ballots.integers().collect();
-    match crate::quorum::quorum_th(ballots.quorum, values, |v| rank(*v)) {
+    let integer = |_, r: &Reply| match r {
+        Reply::Integer(n) => Some(*n),
+        _ => None,
+    };
+    match ballots.quorum_th(integer, |v| rank(*v)) {
         Some(v) => Reply::Integer(v),
         None => ballots.majority_error().cloned().unwrap_or_else(no_quorum),
     }
@@ -181,12 +184,12 @@ pub fn setnx(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         Some(ttl) => command(&[b"SET", &key, &value, b"NX", b"PX", ttl.as_bytes()]),
         None => command(&[b"SETNX", &key, &value]),
     };
-    let rule = move |proxy: &Proxy, b: &Ballots| {
+    let rule = move |_: &Proxy, b: &Ballots| {
         let created = |r: &Reply| r.is_ok() || *r == Reply::Integer(1);
-        if b.count(created) >= b.quorum {
+        if b.agree(created) {
             return Reply::Integer(1);
         }
-        undo_write(proxy, b, &key, &value, created);
+        undo_write(b, &key, &value, created);
         b.majority_error().cloned().unwrap_or(Reply::Integer(0))
     };
     forward_with(proxy, request, &args[1..2], Gather::All, Box::new(rule))
@@ -194,13 +197,7 @@ pub fn setnx(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
 
 /// Deletes `value` from `key` (only while the key still holds it) on every master that
 /// `wrote` it, or that may have written it without a counted answer.
-fn undo_write(
-    proxy: &Proxy,
-    b: &Ballots,
-    key: &Bytes,
-    value: &Bytes,
-    wrote: impl Fn(&Reply) -> bool,
-) {
+fn undo_write(b: &Ballots, key: &Bytes, value: &Bytes, wrote: impl Fn(&Reply) -> bool) {
     let plan: Vec<Vec<&Bytes>> = (0..b.replies.len())
         .map(|i| match &b.replies[i] {
             Some(r) if wrote(r) => vec![key],
@@ -208,7 +205,10 @@ fn undo_write(
             _ => Vec::new(),
         })
         .collect();
-    take_back(proxy, &plan, value);
+    // The masters the write went to (the plan's positions are theirs).
+    if let Some(masters) = &b.masters {
+        take_back(masters, &plan, value);
+    }
 }
 
 /// The old-value rule of `GETSET` and `SET ... GET`: the old value a quorum agree on. Without
@@ -216,11 +216,11 @@ fn undo_write(
 /// majority), and that value is deleted again wherever it landed: two takeovers that split the
 /// masters between them would otherwise leave no majority value behind, and the lock blocked
 /// until the deadlock guard ran out.
-pub(super) fn old_value(proxy: &Proxy, b: &Ballots, key: &Bytes, written: Bytes) -> Reply {
+pub(super) fn old_value(b: &Ballots, key: &Bytes, written: Bytes) -> Reply {
     if let Some(r) = b.majority() {
         return r.clone();
     }
-    undo_write(proxy, b, key, &written, |r| !r.is_error());
+    undo_write(b, key, &written, |r| !r.is_error());
     Reply::Bulk(written)
 }
 
@@ -237,7 +237,7 @@ pub fn getset(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         request,
         &args[1..2],
         Gather::All,
-        Box::new(move |proxy, b| old_value(proxy, b, &key, written)),
+        Box::new(move |_, b| old_value(b, &key, written)),
     )
 }
 
@@ -416,9 +416,9 @@ pub fn write(proxy: &Arc<Proxy>, args: Vec<Bytes>, opts: SetOptions) -> Action {
         None => command(&parts),
     };
     let (key, written) = (args[1].clone(), args[2].clone());
-    let rule = move |proxy: &Proxy, b: &Ballots| match b.majority() {
+    let rule = move |_: &Proxy, b: &Ballots| match b.majority() {
         Some(r) => r.clone(),
-        None if opts.get => old_value(proxy, b, &key, written),
+        None if opts.get => old_value(b, &key, written),
         None if opts.xx => Reply::Nil,
         None => no_quorum(),
     };

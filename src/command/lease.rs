@@ -143,7 +143,7 @@ enum End {
     Disconnected,
     Max,
     /// Why, and the masters that answered the last renewal.
-    Lost(&'static str, Vec<usize>),
+    Lost(&'static str, super::lock::Answered),
 }
 
 /// Renews `lock` until its lease ends, then does what the end asks.
@@ -168,7 +168,10 @@ async fn keep(proxy: Arc<Proxy>, leases: Arc<Leases>, lock: Leased, granted: Ins
         // A renewal that comes too late (this proxy stalled) finds the lock expired: lost, not
         // released, whatever the masters now say.
         if now >= last + ttl.saturating_sub(drift) {
-            break End::Lost("the lock expired before its renewal could run", Vec::new());
+            break End::Lost(
+                "the lock expired before its renewal could run",
+                super::lock::Answered::default(),
+            );
         }
         // Never past the lease's end: the last renewal sets only what is left of it.
         let left = until.saturating_duration_since(now).min(ttl);
@@ -243,14 +246,12 @@ async fn release(proxy: &Arc<Proxy>, lock: &Leased) {
 /// stopped or stalled would run when it comes back, after every subscriber's de-duplication
 /// window, and announce the loss a second time, perhaps to a holder that has taken the lock
 /// again since.
-fn tell(proxy: &Proxy, leases: &Leases, key: Bytes, answered: &[usize]) -> bool {
+fn tell(proxy: &Proxy, leases: &Leases, key: Bytes, answered: &super::lock::Answered) -> bool {
     let channel = Bytes::from_static(LOST_CHANNEL);
     proxy.hub().deliver_local(channel.clone(), key.clone());
     let publish = command(&[b"PUBLISH", &channel, &key]);
-    for &i in answered {
-        if let Some(master) = proxy.masters().get(i) {
-            master.send(publish.clone(), 1, None);
-        }
+    for master in &answered.0 {
+        master.send(publish.clone(), 1, None);
     }
     let told = leases.tell(key);
     if !told {

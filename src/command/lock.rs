@@ -35,13 +35,14 @@ use tokio::time::Instant;
 use tracing::{debug, trace};
 
 use super::action::Action;
+use crate::backend::Backend;
 use crate::config::Config;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::keylock::{Held, Ready, Ticket};
 use crate::lockop::{Answer, Lit, Op};
 use crate::proxy::Proxy;
-use crate::quorum::{Ballots, Request, Vote, ask, ask_timed, quorum_th, validity};
+use crate::quorum::{Ballots, Masters, Request, Vote, ask, ask_timed, ask_timed_on, validity};
 use crate::scripts::{ACQUIRE, DELETE, EXTEND, INSPECT, RELEASE, RELEASE_ALL, REMAINING};
 use crate::wire::master::{command, eval};
 use crate::wire::reply::Reply;
@@ -169,8 +170,47 @@ pub enum Renewal {
     Gone,
     /// No quorum extended it within validity: masters down, slow or excluded. With why, and
     /// the masters that did answer (the ones a loss can be published through at once).
-    Failed(&'static str, Vec<usize>),
+    Failed(&'static str, Answered),
 }
+
+/// The masters that answered a vote, as handles: a later step reaches the very masters that
+/// answered, even if the member set has changed since.
+#[derive(Clone, Default)]
+pub struct Answered(pub Vec<Backend>);
+
+impl Answered {
+    /// The masters of `vote` that answered it.
+    pub fn of(vote: &Vote) -> Answered {
+        let masters = vote.masters();
+        Answered(
+            vote.ballots()
+                .answered()
+                .map(|i| masters[i].clone())
+                .collect(),
+        )
+    }
+}
+
+impl std::fmt::Debug for Answered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|b| &b.info().addr))
+            .finish()
+    }
+}
+
+impl PartialEq for Answered {
+    fn eq(&self, other: &Answered) -> bool {
+        self.0.len() == other.0.len()
+            && self
+                .0
+                .iter()
+                .zip(&other.0)
+                .all(|(a, b)| std::ptr::eq(a.info(), b.info()))
+    }
+}
+
+impl Eq for Answered {}
 
 /// A lease's renewal of `keys` for `token`: a quorum compare-and-extend back to `ttl_ms`, in
 /// the keys' turn, decided by Redlock's validity rule as an extension is.
@@ -188,10 +228,10 @@ pub async fn renew(proxy: &Arc<Proxy>, keys: &[Bytes], token: &Bytes, ttl_ms: i6
     let ballots = vote.ballots();
     let renewal = match decided {
         Extension::Granted => Renewal::Renewed,
-        _ if ballots.count(|r| *r == Reply::Integer(0)) >= ballots.quorum => Renewal::Gone,
+        _ if ballots.agree(|r| *r == Reply::Integer(0)) => Renewal::Gone,
         _ => Renewal::Failed(
             "fewer than a quorum of masters extended the lock in time",
-            ballots.answered().collect(),
+            Answered::of(&vote),
         ),
     };
     drop(held);
@@ -426,7 +466,9 @@ impl Future for Acquisition {
                         Counters::bump(&proxy.counters().denials);
                         return Poll::Ready(answer(op.answer, false, op.keys.len()));
                     }
-                    let req = acquire_request(proxy, op);
+                    // The member set this operation uses to its end, roll-back included.
+                    let masters = proxy.masters();
+                    let req = acquire_request(&masters, op);
                     // The validity clock starts no later than the requests leave: the dispatch
                     // time when the turn was ours at once (earlier, so the validity is if
                     // anything underestimated), else now.
@@ -436,7 +478,7 @@ impl Future for Acquisition {
                         this.since
                     };
                     let deadline = start + proxy.config().node_timeout();
-                    let vote = ask_timed(proxy.masters(), req, 1, deadline);
+                    let vote = ask_timed_on(masters, req, 1, deadline);
                     this.stage = Stage::Vote { held, vote, start };
                 }
                 Stage::Vote { vote, start, .. } => {
@@ -472,7 +514,7 @@ impl Future for Acquisition {
 /// can run. A reentrant one adds `GET`, which names the holder in the same command (Redis 7.0
 /// and later; older masters get the [`ACQUIRE`] script, as several keys do). Built outside the
 /// acquisition's future, so none of this is stored across its waits.
-fn acquire_request(proxy: &Proxy, op: &LockOp) -> Request {
+fn acquire_request(masters: &Masters, op: &LockOp) -> Request {
     let k = op.keys.len();
     let flag = acquire_flag(op.op);
     let script = || {
@@ -492,12 +534,11 @@ fn acquire_request(proxy: &Proxy, op: &LockOp) -> Request {
         ))
     } else if k == 1 {
         let set = crate::wire::master::set_nx(&op.keys[0], &op.token, op.ttl_ms, true);
-        if proxy.masters().iter().all(|m| m.info().set_nx_get()) {
+        if masters.iter().all(|m| m.info().set_nx_get()) {
             Request::Same(set)
         } else {
             Request::Each(
-                proxy
-                    .masters()
+                masters
                     .iter()
                     .map(|m| {
                         if m.info().set_nx_get() {
@@ -566,6 +607,8 @@ async fn not_granted_at_once(
     start: Instant,
 ) -> Reply {
     let k = op.keys.len();
+    // The snapshot the first round went to: every later step addresses the same masters.
+    let masters = vote.masters().clone();
     let reentrant = matches!(op.op, Op::AcquireOrRefresh | Op::AcquireOrRefreshAll);
     let deadline = start + proxy.config().node_timeout();
     let ttl_arg = itoa::Buffer::new().format(op.ttl_ms).to_owned();
@@ -585,7 +628,7 @@ async fn not_granted_at_once(
             .iter()
             .map(|r| r.as_ref().is_some_and(mine).then(script))
             .collect();
-        let refreshed = ask_timed(proxy.masters(), Request::Some(again), 1, deadline)
+        let refreshed = ask_timed(&masters, Request::Some(again), 1, deadline)
             .outcome()
             .await;
         for (i, r) in refreshed.replies.into_iter().enumerate() {
@@ -602,7 +645,7 @@ async fn not_granted_at_once(
     };
     debug!(
         yes = ballots.count(yes),
-        quorum = ballots.quorum,
+        quorum = ?ballots.quorum,
         keys = k,
         "lock refused"
     );
@@ -636,14 +679,14 @@ async fn not_granted_at_once(
             // Who holds the key where a plain "taken" did not say (those masters have answered,
             // so this is quick). The late answers are waited for only while they can still
             // change the plan, so a slow master does not hold the key's turn.
-            let holders = name_holders(&proxy, vote.ballots(), &op).await;
+            let holders = name_holders(&proxy, &masters, vote.ballots(), &op).await;
             let ballots =
                 if reentrant || earlier_grant_possible(vote.ballots(), holders.as_ref(), &op) {
                     vote.finish().await
                 } else {
                     vote.ballots().clone()
                 };
-            roll_back(&proxy, &ballots, holders.as_ref(), &op);
+            roll_back(&proxy, &masters, &ballots, holders.as_ref(), &op);
             drop(held);
         });
         return refused;
@@ -654,7 +697,7 @@ async fn not_granted_at_once(
     // nothing waits for a slow master (see `roll_back`).
     // (A plain "taken" with masters unanswered was sent down the spawned path above, so nothing
     // here needs the holders named.)
-    roll_back(&proxy, &ballots, None, &op);
+    roll_back(&proxy, &masters, &ballots, None, &op);
     drop(held);
     refused
 }
@@ -670,14 +713,19 @@ fn granted(
     cfg: &Config,
 ) -> Option<Duration> {
     let min = Duration::from_millis(cfg.min_validity_ms);
-    validity(ttl, elapsed, cfg.drift_factor)
-        .filter(|left| ballots.count(yes) >= ballots.quorum && *left > min)
+    validity(ttl, elapsed, cfg.drift_factor).filter(|left| ballots.agree(yes) && *left > min)
 }
 
 /// Deletes (where they still hold the token) the keys a refused acquisition may have created
 /// (see [`roll_back_plan`]).
-fn roll_back(proxy: &Proxy, ballots: &Ballots, holders: Option<&Ballots>, op: &LockOp) {
-    if take_back(proxy, &roll_back_plan(ballots, holders, op), &op.token) {
+fn roll_back(
+    proxy: &Proxy,
+    masters: &Masters,
+    ballots: &Ballots,
+    holders: Option<&Ballots>,
+    op: &LockOp,
+) {
+    if take_back(masters, &roll_back_plan(ballots, holders, op), &op.token) {
         Counters::bump(&proxy.counters().rollbacks);
     }
 }
@@ -716,10 +764,11 @@ fn roll_back_plan<'a>(
 /// Takes a write back where it may have landed: on each master, compare-and-delete of `value`
 /// from the keys `plan` names for it (the one clean-up that refused acquisitions and legacy
 /// writes share). Answers whether anything was sent. The clean-up is queued behind the write
-/// on the same connection, so it reaches a slow master after the write it undoes.
-pub(crate) fn take_back(proxy: &Proxy, plan: &[Vec<&Bytes>], value: &Bytes) -> bool {
+/// on the same connection, so it reaches a slow master after the write it undoes. `masters`
+/// is the snapshot the write went to (the plan's positions are its positions).
+pub(crate) fn take_back(masters: &[Backend], plan: &[Vec<&Bytes>], value: &Bytes) -> bool {
     let mut sent = false;
-    for (m, keys) in proxy.masters().iter().zip(plan) {
+    for (m, keys) in masters.iter().zip(plan) {
         if !keys.is_empty() {
             m.send(eval(RELEASE, keys, &[value]), 1, None);
             sent = true;
@@ -753,8 +802,10 @@ fn earlier_grant_possible(ballots: &Ballots, holders: Option<&Ballots>, op: &Loc
         Some(Reply::Integer(n)) => *n == -1,
         _ => false,
     });
-    let unknown = ballots.replies.iter().filter(|r| r.is_none()).count();
-    op.keys.len() > 1 || same_value || unknown >= ballots.quorum
+    // During a change of members a grant may rest on either side alone (made by a proxy not
+    // yet, or no longer, deciding with both), so either side's quorum counts here.
+    let unknown = ballots.could_hold(|i| ballots.replies[i].is_none());
+    op.keys.len() > 1 || same_value || unknown
 }
 
 /// Who holds the key now on each master that answered a plain acquisition's `SET NX` with
@@ -762,11 +813,16 @@ fn earlier_grant_possible(ballots: &Ballots, holders: Option<&Ballots>, op: &Loc
 /// [`earlier_grant_possible`] needs to clean up the masters whose outcome is unknown. `None`
 /// when it cannot change the plan: not a plain acquisition, no unknown master that may have
 /// run it, no "taken", or too many unknown masters to conclude anything.
-async fn name_holders(proxy: &Proxy, ballots: &Ballots, op: &LockOp) -> Option<Ballots> {
+async fn name_holders(
+    proxy: &Proxy,
+    masters: &Masters,
+    ballots: &Ballots,
+    op: &LockOp,
+) -> Option<Ballots> {
     let n = ballots.replies.len();
-    let unknown = ballots.replies.iter().filter(|r| r.is_none()).count();
+    let unknown = ballots.could_hold(|i| ballots.replies[i].is_none());
     let cleanable = (0..n).any(|i| ballots.replies[i].is_none() && ballots.may_have_run(i));
-    if !asks_plain(op) || !cleanable || unknown >= ballots.quorum {
+    if !asks_plain(op) || !cleanable || unknown {
         return None;
     }
     let get = command(&[b"GET", &op.keys[0]]);
@@ -780,7 +836,7 @@ async fn name_holders(proxy: &Proxy, ballots: &Ballots, op: &LockOp) -> Option<B
     }
     let deadline = Instant::now() + proxy.config().node_timeout();
     Some(
-        ask(proxy.masters(), Request::Some(asks), 1, deadline)
+        ask(masters, Request::Some(asks), 1, deadline)
             .finish()
             .await,
     )
@@ -827,7 +883,7 @@ async fn extend_on_masters(proxy: &Proxy, op: &LockOp) -> (Extension, crate::quo
     );
     let start = Instant::now();
     let deadline = start + proxy.config().node_timeout();
-    let mut vote = ask(proxy.masters(), Request::Same(req), 1, deadline);
+    let mut vote = ask(&proxy.masters(), Request::Same(req), 1, deadline);
     let decided = extension(
         vote.decide_by(extended).await,
         start.elapsed(),
@@ -850,9 +906,8 @@ enum Extension {
 /// Decides an extension from the masters' new TTLs: granted when the TTL a quorum now hold at
 /// least, minus the elapsed time and drift, is above `min_validity_ms`.
 fn extension(ballots: &Ballots, elapsed: Duration, cfg: &Config) -> Extension {
-    let ttls: Vec<i64> = ballots.integers().filter(|n| *n > 0).collect();
     let min = Duration::from_millis(cfg.min_validity_ms);
-    let valid = quorum_th(ballots.quorum, ttls, |t| *t).is_some_and(|t| {
+    let valid = ballots.quorum_th(positive, |t| *t).is_some_and(|t| {
         validity(Duration::from_millis(t as u64), elapsed, cfg.drift_factor)
             .is_some_and(|v| v > min)
     });
@@ -898,7 +953,7 @@ async fn run_release(proxy: &Proxy, op: &LockOp) -> Reply {
         .node_timeout()
         .max(Duration::from_millis(proxy.config().stall_timeout_ms));
     let ballots = ask(
-        proxy.masters(),
+        &proxy.masters(),
         Request::Same(req),
         1,
         Instant::now() + patience,
@@ -919,31 +974,20 @@ async fn run_release(proxy: &Proxy, op: &LockOp) -> Reply {
 /// key of another type, as Redis answers the client's own script), else the `CLUSTERDOWN` error.
 /// Also says whether every key was released.
 fn released(ballots: &Ballots, k: usize, shape: Answer) -> (Reply, bool) {
-    let codes: Vec<&[Reply]> = ballots
-        .replies
-        .iter()
-        .flatten()
-        .filter_map(|r| match r {
-            Reply::Array(c) if c.len() == k => Some(c.as_slice()),
-            _ => None,
-        })
-        .collect();
-    if codes.len() < ballots.quorum {
+    let codes = |i: usize| match &ballots.replies[i] {
+        Some(Reply::Array(c)) if c.len() == k => Some(c.as_slice()),
+        _ => None,
+    };
+    if !ballots.is_quorum(|i| codes(i).is_some()) {
         let refused = agreed_error(ballots).unwrap_or_else(|| Reply::from(Error::NoQuorumRelease));
         return (refused, false);
     }
     let (mut released, mut gone) = (0, 0);
     for i in 0..k {
-        let said = |code: i64| {
-            codes
-                .iter()
-                .filter(|c| c[i] == Reply::Integer(code))
-                .count()
-        };
-        let (deleted, missing) = (said(1), said(-1));
-        if deleted >= ballots.quorum {
+        let said = |m: usize, code: i64| codes(m).is_some_and(|c| c[i] == Reply::Integer(code));
+        if ballots.is_quorum(|m| said(m, 1)) {
             released += 1;
-        } else if deleted + missing >= ballots.quorum {
+        } else if ballots.is_quorum(|m| said(m, 1) || said(m, -1)) {
             gone += 1;
         }
     }
@@ -961,7 +1005,7 @@ fn released(ballots: &Ballots, k: usize, shape: Answer) -> (Reply, bool) {
 async fn run_inspect(proxy: &Proxy, op: &LockOp) -> Reply {
     let req = eval(INSPECT, &op.keys[..1], &[]);
     let deadline = Instant::now() + proxy.config().node_timeout();
-    let ballots = ask(proxy.masters(), Request::Same(req), 1, deadline)
+    let ballots = ask(&proxy.masters(), Request::Same(req), 1, deadline)
         .decide_by(|r| match r {
             Reply::Array(pair) => pair.first().cloned(),
             _ => None,
@@ -974,30 +1018,38 @@ async fn run_inspect(proxy: &Proxy, op: &LockOp) -> Reply {
 /// Decides a read of a lock: `[value, pttl]` with the value a quorum of masters agree on and
 /// the quorum-th largest TTL among the masters holding it; `[nil, -2]` without such a value.
 fn inspected(ballots: &Ballots) -> Reply {
-    let pairs: Vec<(&Reply, i64)> = ballots
+    let pair = |r: &Reply| match r {
+        Reply::Array(pair) => match pair.as_slice() {
+            [value, Reply::Integer(ttl)] => Some((value.clone(), *ttl)),
+            _ => None,
+        },
+        _ => None,
+    };
+    let pairs: Vec<Option<(Reply, i64)>> = ballots
         .replies
         .iter()
-        .flatten()
-        .filter_map(|r| match r {
-            Reply::Array(pair) => match pair.as_slice() {
-                [value, Reply::Integer(ttl)] => Some((value, *ttl)),
-                _ => None,
-            },
-            _ => None,
-        })
+        .map(|r| r.as_ref().and_then(pair))
         .collect();
+    let holds = |i: usize, v: &Reply| pairs[i].as_ref().is_some_and(|(o, _)| o == v);
     let value = pairs
         .iter()
-        .map(|(v, _)| *v)
-        .find(|v| pairs.iter().filter(|(o, _)| o == v).count() >= ballots.quorum);
+        .flatten()
+        .map(|(v, _)| v)
+        .find(|v| ballots.is_quorum(|i| holds(i, v)));
     match value {
         Some(Reply::Bulk(v)) => {
-            let ttls: Vec<i64> = pairs
-                .iter()
-                .filter(|(o, _)| matches!(o, Reply::Bulk(b) if b == v))
-                .map(|(_, t)| *t)
-                .collect();
-            let ttl = quorum_th(ballots.quorum, ttls, |t| *t).unwrap_or(-2);
+            let bulk = Reply::Bulk(v.clone());
+            let ttl = ballots
+                .quorum_th(
+                    |i, _| {
+                        pairs[i]
+                            .as_ref()
+                            .filter(|(o, _)| *o == bulk)
+                            .map(|(_, t)| *t)
+                    },
+                    |t| *t,
+                )
+                .unwrap_or(-2);
             Reply::Array(vec![Reply::Bulk(v.clone()), Reply::Integer(ttl)])
         }
         _ => Reply::Array(vec![Reply::Nil, Reply::Integer(-2)]),
@@ -1007,7 +1059,7 @@ fn inspected(ballots: &Ballots) -> Reply {
 async fn run_remaining(proxy: &Proxy, op: &LockOp) -> Reply {
     let req = eval(REMAINING, &op.keys, &[&op.token]);
     let deadline = Instant::now() + proxy.config().node_timeout();
-    let ballots = ask(proxy.masters(), Request::Same(req), 1, deadline)
+    let ballots = ask(&proxy.masters(), Request::Same(req), 1, deadline)
         .outcome()
         .await;
     remaining(&ballots, op.answer, op.ttl_ms)
@@ -1021,15 +1073,21 @@ fn remaining(ballots: &Ballots, shape: Answer, unit_ms: i64) -> Reply {
     let Answer::Const(c) = shape else {
         return Reply::from(Error::TtlReadShape);
     };
-    let said: Vec<i64> = ballots.integers().collect();
-    let ttls: Vec<i64> = said.iter().copied().filter(|t| *t > 0).collect();
-    match quorum_th(ballots.quorum, ttls, |t| *t) {
+    match ballots.quorum_th(positive, |t| *t) {
         Some(t) if unit_ms == 1000 => Reply::Integer((t + 500) / 1000),
         Some(t) => Reply::Integer(t),
-        None if said.iter().filter(|t| **t > 0 || **t == -1).count() >= ballots.quorum => {
+        None if ballots.agree(|r| matches!(r, Reply::Integer(t) if *t > 0 || *t == -1)) => {
             constant(c.ok)
         }
         None => constant(c.no),
+    }
+}
+
+/// A master's positive integer reply (a TTL), for [`Ballots::quorum_th`].
+fn positive(_: usize, r: &Reply) -> Option<i64> {
+    match r {
+        Reply::Integer(n) if *n > 0 => Some(*n),
+        _ => None,
     }
 }
 
@@ -1097,6 +1155,57 @@ mod tests {
         // One reading per form: the other form's "yes" never counts.
         assert!(granted(&two, created_by(&op(&["k"])), TTL, FAST, &cfg).is_none());
         assert!(granted(&yes2, yes, TTL, FAST, &cfg).is_none());
+    }
+
+    #[test]
+    fn during_a_change_of_members_every_decision_needs_both_sides() {
+        use crate::quorum::scripted::joint;
+        let cfg = Config::default();
+        // {A,B,C} → {A,B,D}, union A0 B1 C2 D3.
+        let (old, new) = ([0, 1, 2], [0, 1, 3]);
+        let yes = created_by(&op(&["k"]));
+        let (created, taken) = (Some(Reply::ok()), Some(Reply::Nil));
+        // B and D created the key, A and C hold another grant's (a proxy still on the old
+        // set): a quorum of the new set, refused.
+        let b = joint(
+            vec![
+                taken.clone(),
+                created.clone(),
+                taken.clone(),
+                created.clone(),
+            ],
+            &old,
+            &new,
+        );
+        assert!(granted(&b, yes, TTL, FAST, &cfg).is_none());
+        // Rolled back where it wrote (B, D), by position in the union.
+        let o = op(&["k"]);
+        let k = &o.keys[0];
+        assert_eq!(
+            roll_back_plan(&b, None, &o),
+            vec![vec![], vec![k], vec![], vec![k]]
+        );
+        // A and B: a quorum of each side.
+        let b = joint(vec![created.clone(), created, taken, None], &old, &new);
+        assert!(granted(&b, yes, TTL, FAST, &cfg).is_some());
+        // A release counts by side too: deleted on A and C is no release of the new set.
+        let b = joint(
+            vec![
+                codes_of(&[1]),
+                codes_of(&[-1]),
+                codes_of(&[1]),
+                codes_of(&[-1]),
+            ],
+            &old,
+            &new,
+        );
+        assert!(!released(&b, 1, Answer::ZeroOne).1);
+        let b = joint(
+            vec![codes_of(&[1]), codes_of(&[1]), None, codes_of(&[-1])],
+            &old,
+            &new,
+        );
+        assert!(released(&b, 1, Answer::ZeroOne).1);
     }
 
     #[test]

@@ -303,7 +303,7 @@ fn unknown(proxy: &Arc<Proxy>, script: &Script, keys: &[Bytes], args: &[Bytes]) 
     let req = command(&parts);
     super::action::in_turn(proxy, keys, move |proxy| async move {
         let ballots = ask(
-            proxy.masters(),
+            &proxy.masters(),
             Request::Same(req),
             1,
             Instant::now() + proxy.config().node_timeout(),

@@ -85,7 +85,7 @@ async fn read(proxy: &Proxy, keys: &[Bytes]) -> Vec<Option<Reply>> {
     }
     let deadline = Instant::now() + proxy.config().node_timeout();
     let all = ask(
-        proxy.masters(),
+        &proxy.masters(),
         Request::Same(Bytes::from(request)),
         keys.len(),
         deadline,
@@ -111,6 +111,7 @@ async fn read(proxy: &Proxy, keys: &[Bytes]) -> Vec<Option<Reply>> {
                     .collect(),
                 failed: all.failed.clone(),
                 quorum: all.quorum,
+                masters: all.masters.clone(),
             };
             let rule: keys::Rule =
                 Box::new(|_, b| b.majority().cloned().unwrap_or(keys::no_quorum()));

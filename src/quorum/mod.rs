@@ -20,6 +20,8 @@
 //! time.
 
 pub(crate) mod deadline;
+pub(crate) mod members;
+pub mod rule;
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -35,6 +37,7 @@ use crate::wire::reply::Reply;
 use deadline::{Alarm, Deadlines, Due};
 
 pub use crate::lockop::{drift, quorum, quorum_th, validity};
+pub use rule::Quorum;
 
 /// The replies gathered from the masters, indexed by master. `None` means no vote: no reply yet,
 /// down, timed out, or connection lost.
@@ -46,8 +49,12 @@ pub struct Ballots {
     /// no reply means it has not answered (yet). Kept inline for up to 16 masters: a vote
     /// allocates nothing for it.
     pub failed: SmallVec<[Option<BackendError>; 16]>,
-    /// The quorum for this set of masters.
-    pub quorum: usize,
+    /// What makes a quorum of these masters: `⌊N/2⌋ + 1`, or during a change of the member
+    /// set a quorum of the old members and one of the new ([`Quorum`]).
+    pub quorum: Quorum,
+    /// The masters the vote went to, once it is over ([`Vote::finish`], [`Vote::outcome`]):
+    /// a clean-up decided from these ballots goes to the same masters.
+    pub masters: Option<Masters>,
 }
 
 impl Ballots {
@@ -67,6 +74,10 @@ impl Ballots {
         &'a self,
         key: impl Fn(&'a Reply) -> K,
     ) -> Option<(K, usize)> {
+        if self.quorum.is_joint() {
+            return self.tally_joint(key);
+        }
+        let need = self.quorum.size();
         // N is small: comparing every pair beats collecting the keys (no allocation).
         let present = || self.replies.iter().flatten();
         for (i, r) in present().enumerate() {
@@ -75,16 +86,88 @@ impl Ballots {
                 continue;
             }
             let count = present().skip(i).filter(|o| key(o) == k).count();
-            if count >= self.quorum {
+            if count >= need {
                 return Some((k, count));
             }
         }
         None
     }
 
+    /// [`Ballots::tally_by`] during a transition: a group must meet both sides.
+    fn tally_joint<'a, K: PartialEq + 'a>(
+        &'a self,
+        key: impl Fn(&'a Reply) -> K,
+    ) -> Option<(K, usize)> {
+        let n = self.replies.len();
+        let of = |i: usize| self.replies[i].as_ref().map(&key);
+        for i in 0..n {
+            let Some(k) = of(i) else { continue };
+            if (0..i).any(|j| of(j).as_ref() == Some(&k)) {
+                continue;
+            }
+            let alike = |j: usize| of(j).as_ref() == Some(&k);
+            if self.quorum.met(n, alike) {
+                let count = (0..n).filter(|&j| alike(j)).count();
+                return Some((k, count));
+            }
+        }
+        None
+    }
+
+    /// True when the masters for which `who(i)` holds form a quorum.
+    pub fn is_quorum(&self, who: impl Fn(usize) -> bool) -> bool {
+        self.quorum.met(self.replies.len(), who)
+    }
+
+    /// True when the masters whose reply satisfies `pred` form a quorum.
+    pub fn agree(&self, pred: impl Fn(&Reply) -> bool) -> bool {
+        self.is_quorum(|i| self.replies[i].as_ref().is_some_and(&pred))
+    }
+
+    /// True when the masters for which `who(i)` holds could carry a grant, made here or by
+    /// another proxy still on one side of a transition (see [`Quorum::could_hold`]).
+    pub fn could_hold(&self, who: impl Fn(usize) -> bool) -> bool {
+        self.quorum.could_hold(self.replies.len(), who)
+    }
+
+    /// The largest value (by `rank`) that a quorum of masters reach, from each master's
+    /// `value(i, reply)` (see [`Quorum::th`]).
+    pub fn quorum_th<T: Copy, K: Ord>(
+        &self,
+        value: impl Fn(usize, &Reply) -> Option<T>,
+        rank: impl Fn(&T) -> K,
+    ) -> Option<T> {
+        let values = self
+            .replies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| value(i, r.as_ref()?).map(|v| (i, v)));
+        self.quorum.th(values, rank)
+    }
+
+    /// Whether master `i` may still answer, while `pending` replies are due.
+    fn waiting(&self, pending: usize, i: usize) -> bool {
+        pending > 0 && self.replies[i].is_none() && self.failed[i].is_none()
+    }
+
+    /// [`Ballots::decided_by`] during a transition.
+    fn decided_joint<K: PartialEq>(&self, pending: usize, key: &impl Fn(&Reply) -> K) -> bool {
+        let n = self.replies.len();
+        let keys: SmallVec<[Option<K>; 16]> =
+            self.replies.iter().map(|r| r.as_ref().map(key)).collect();
+        let group = |i: usize| {
+            let k = keys[i].as_ref()?;
+            (0..=i).find(|&j| keys[j].as_ref() == Some(k))
+        };
+        self.quorum.decided(n, group, |i| self.waiting(pending, i))
+    }
+
     /// True when the outcome can no longer change: some reply has a quorum, or the largest
     /// group plus the masters yet to answer is below the quorum.
     fn decided(&self, pending: usize) -> bool {
+        if self.quorum.is_joint() {
+            return self.decided_joint(pending, &|r: &Reply| r.clone());
+        }
         let mut best = 0;
         for (i, r) in self.replies.iter().enumerate() {
             let Some(r) = r else { continue };
@@ -95,12 +178,16 @@ impl Ballots {
                 .count();
             best = best.max(same);
         }
-        best >= self.quorum || best + pending < self.quorum
+        let need = self.quorum.size();
+        best >= need || best + pending < need
     }
 
     /// [`Ballots::decided_by`] for a yes-or-no `key`, in one pass: the two groups are counted
     /// rather than each reply compared with every other (a vote is looked at on every answer).
     fn decided_yes(&self, pending: usize, yes: &impl Fn(&Reply) -> bool) -> bool {
+        if self.quorum.is_joint() {
+            return self.decided_joint(pending, yes);
+        }
         let (mut ayes, mut noes) = (0, 0);
         for r in self.replies.iter().flatten() {
             if yes(r) {
@@ -110,11 +197,15 @@ impl Ballots {
             }
         }
         let best = ayes.max(noes);
-        best >= self.quorum || best + pending < self.quorum
+        let need = self.quorum.size();
+        best >= need || best + pending < need
     }
 
     /// [`Ballots::decided`] for replies grouped by `key` (e.g. "did this master say yes?").
     fn decided_by<K: PartialEq>(&self, pending: usize, key: &impl Fn(&Reply) -> K) -> bool {
+        if self.quorum.is_joint() {
+            return self.decided_joint(pending, key);
+        }
         let mut best = 0;
         for (i, r) in self.replies.iter().enumerate() {
             let Some(r) = r else { continue };
@@ -126,7 +217,8 @@ impl Ballots {
                 .count();
             best = best.max(same);
         }
-        best >= self.quorum || best + pending < self.quorum
+        let need = self.quorum.size();
+        best >= need || best + pending < need
     }
 
     /// The integer replies, one per master that gave one.
@@ -229,6 +321,44 @@ pub struct Masters(Arc<MasterSet>);
 struct MasterSet {
     backends: Box<[Backend]>,
     deadlines: Deadlines,
+    /// What makes a quorum of them: during a change of members, the union's joint rule.
+    rule: Quorum,
+}
+
+impl Masters {
+    /// The masters `backends` (during a change of members, the union of the old set and the
+    /// new), decided by `rule`.
+    pub fn with_rule(backends: Vec<Backend>, rule: Quorum) -> Masters {
+        Masters(Arc::new(MasterSet {
+            backends: backends.into_boxed_slice(),
+            deadlines: Deadlines::default(),
+            rule,
+        }))
+    }
+
+    /// What makes a quorum of these masters.
+    pub fn rule(&self) -> Quorum {
+        self.0.rule
+    }
+
+    /// True when the masters trusted now form a quorum: a lock can be granted.
+    pub fn quorum_trusted(&self) -> bool {
+        self.0
+            .rule
+            .met(self.len(), |i| self.0.backends[i].is_trusted())
+    }
+}
+
+impl std::fmt::Debug for Masters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Masters")
+            .field(
+                "addrs",
+                &self.iter().map(|b| &b.info().addr).collect::<Vec<_>>(),
+            )
+            .field("rule", &self.0.rule)
+            .finish()
+    }
 }
 
 impl Deref for Masters {
@@ -241,9 +371,12 @@ impl Deref for Masters {
 
 impl FromIterator<Backend> for Masters {
     fn from_iter<I: IntoIterator<Item = Backend>>(iter: I) -> Masters {
+        let backends: Box<[Backend]> = iter.into_iter().collect();
+        let rule = Quorum::of(backends.len());
         Masters(Arc::new(MasterSet {
-            backends: iter.into_iter().collect(),
+            backends,
             deadlines: Deadlines::default(),
+            rule,
         }))
     }
 }
@@ -269,18 +402,23 @@ pub struct Vote {
 /// request is queued on every master before this returns, so requests from one caller reach
 /// each master in the order the caller made them.
 pub fn ask(masters: &Masters, request: Request, replies: usize, deadline: Instant) -> Vote {
-    fan_out(masters, request, replies, deadline, false)
+    fan_out(masters.clone(), request, replies, deadline, false)
 }
 
 /// Like [`ask`], and each master also reads its clock in the same round trip
 /// ([`Backend::send_timed`]): a master whose clock just leapt casts no vote. Acquisitions use
 /// this, so a clock jump is caught no later than the first acquisition it could affect.
 pub fn ask_timed(masters: &Masters, request: Request, replies: usize, deadline: Instant) -> Vote {
+    fan_out(masters.clone(), request, replies, deadline, true)
+}
+
+/// [`ask_timed`] on a snapshot the vote keeps (no second reference taken): the hot path.
+pub fn ask_timed_on(masters: Masters, request: Request, replies: usize, deadline: Instant) -> Vote {
     fan_out(masters, request, replies, deadline, true)
 }
 
 fn fan_out(
-    masters: &Masters,
+    masters: Masters,
     mut request: Request,
     replies: usize,
     deadline: Instant,
@@ -289,7 +427,7 @@ fn fan_out(
     let (tx, rx) = inbox(masters.len());
     // The last master takes the fan-out's own sender; the others a clone.
     let mut tx = Some(tx);
-    let trusted = TrustedAtSend::new(masters);
+    let trusted = TrustedAtSend::new(&masters);
     let n = masters.len();
     let mut failed = smallvec::smallvec![None; n];
     let mut pending = n;
@@ -312,10 +450,11 @@ fn fan_out(
         ballots: Ballots {
             replies: vec![None; n],
             failed,
-            quorum: quorum(n),
+            quorum: masters.0.rule,
+            masters: None,
         },
         pending,
-        masters: masters.clone(),
+        masters,
         trusted,
         deadline,
         alarm: None,
@@ -363,6 +502,12 @@ impl Vote {
         self.poll_gather(cx, |b, pending| b.decided_yes(pending, &yes))
     }
 
+    /// The masters this vote was sent to: the snapshot every later step of the same operation
+    /// (roll-back, clean-up) must use, so positions in the ballots name the same masters.
+    pub fn masters(&self) -> &Masters {
+        &self.masters
+    }
+
     /// The replies gathered so far.
     pub fn ballots(&self) -> &Ballots {
         &self.ballots
@@ -385,8 +530,11 @@ impl Vote {
             replies: Vec::new(),
             failed: SmallVec::new(),
             quorum: self.ballots.quorum,
+            masters: None,
         };
-        std::mem::replace(&mut self.ballots, none)
+        let mut ballots = std::mem::replace(&mut self.ballots, none);
+        ballots.masters = Some(self.masters.clone());
+        ballots
     }
 
     /// Gathers replies until `done(ballots, pending)` holds, nothing is pending, or the deadline.
@@ -467,7 +615,7 @@ pub fn tell_all(masters: &[Backend], mut request: Request, replies: usize) {
 /// Scripted masters' answers for the decision tests here and in `command`.
 #[cfg(test)]
 pub(crate) mod scripted {
-    use super::{Ballots, quorum};
+    use super::{Ballots, Quorum};
     use crate::wire::reply::Reply;
 
     /// Ballots with one reply (or none yet) per master, every master reachable.
@@ -476,7 +624,16 @@ pub(crate) mod scripted {
         Ballots {
             replies,
             failed: smallvec::smallvec![None; n],
-            quorum: quorum(n),
+            quorum: Quorum::of(n),
+            masters: None,
+        }
+    }
+
+    /// Ballots of a vote during a change of members: positions `old` and `new` of the union.
+    pub(crate) fn joint(replies: Vec<Option<Reply>>, old: &[usize], new: &[usize]) -> Ballots {
+        Ballots {
+            quorum: Quorum::joint(old, new),
+            ..ballots(replies)
         }
     }
 
@@ -600,6 +757,48 @@ mod tests {
         assert_eq!(b.tally_by(|r| r), None);
         assert!(b.decided_by(1, &int));
         assert!(!ballots(vec![Some(Reply::Nil), None, None]).decided_by(2, &int));
+    }
+
+    #[test]
+    fn during_a_change_a_decision_needs_both_sides() {
+        // {A,B,C} → {A,B,D}, union A0 B1 C2 D3.
+        let (old, new) = ([0, 1, 2], [0, 1, 3]);
+        let ok = || Some(Reply::ok());
+        let nil = || Some(Reply::Nil);
+        let yes = |r: &Reply| *r == Reply::ok();
+        // A and C: a quorum of the old set only.
+        let b = scripted::joint(vec![ok(), nil(), ok(), nil()], &old, &new);
+        assert_eq!(b.majority(), None);
+        assert!(!b.agree(yes));
+        assert!(b.decided_yes(0, &yes), "nothing is pending: refused");
+        assert!(b.decided(0));
+        // A and D answered yes, B and C pending: still open (B would make both sides).
+        let b = scripted::joint(vec![ok(), None, None, ok()], &old, &new);
+        assert!(!b.decided_yes(2, &yes));
+        assert!(!b.decided(2));
+        // A and B: both sides.
+        let b = scripted::joint(vec![ok(), ok(), None, None], &old, &new);
+        assert!(b.agree(yes));
+        assert!(b.decided_yes(2, &yes));
+        assert_eq!(b.majority(), Some(&Reply::ok()));
+        assert_eq!(b.tally_by(|r| r), Some((&Reply::ok(), 2)));
+        // A clean-up must assume a grant of either side alone could live on C and D.
+        let unknown = scripted::joint(vec![ok(), nil(), None, None], &old, &new);
+        assert!(!unknown.is_quorum(|i| unknown.replies[i].is_none()));
+        assert!(!unknown.could_hold(|i| unknown.replies[i].is_none()));
+        let unknown = scripted::joint(vec![ok(), None, None, None], &old, &new);
+        assert!(unknown.could_hold(|i| unknown.replies[i].is_none()));
+        // The TTL a quorum of both sides still hold.
+        let ttls = scripted::joint(
+            [100, 50, 90, 10].map(|t| Some(Reply::Integer(t))).to_vec(),
+            &old,
+            &new,
+        );
+        let int = |_, r: &Reply| match r {
+            Reply::Integer(n) => Some(*n),
+            _ => None,
+        };
+        assert_eq!(ttls.quorum_th(int, |t| *t), Some(50));
     }
 
     #[test]

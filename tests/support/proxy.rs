@@ -140,11 +140,37 @@ const PROCESS_DEFAULTS: [(&str, &str); 4] = [
     ("node_timeout_ms", "200"),
 ];
 
+/// The configuration file of a [`ProxyProcess`] listening on `addr`.
+fn config_file(addr: &str, backends: &[String], settings: &str) -> String {
+    let list: Vec<String> = backends.iter().map(|b| format!("{b:?}")).collect();
+    // A default gives way to the same key in `settings`.
+    let given = |key: &str| {
+        settings
+            .lines()
+            .any(|l| l.split_once('=').is_some_and(|(k, _)| k.trim() == key))
+    };
+    let mut config = String::new();
+    if !given("listen") {
+        config += &format!("listen = {addr:?}\n");
+    }
+    config += &format!("backends = [{}]\n", list.join(", "));
+    for (key, value) in PROCESS_DEFAULTS {
+        if !given(key) {
+            config += &format!("{key} = {value}\n");
+        }
+    }
+    config += settings;
+    config += "\n";
+    config
+}
+
 /// The real binary with a config file, its stdout and stderr in files; killed on drop.
 pub struct ProxyProcess {
     pub addr: String,
     child: Child,
     dir: Scratch,
+    /// The settings it was started with, kept when its file is rewritten.
+    settings: String,
 }
 
 impl ProxyProcess {
@@ -165,25 +191,7 @@ impl ProxyProcess {
     ) -> ProxyProcess {
         let dir = Scratch::new("proxy");
         let addr = format!("127.0.0.1:{}", free_port());
-        let list: Vec<String> = backends.iter().map(|b| format!("{b:?}")).collect();
-        // A default gives way to the same key in `settings`.
-        let given = |key: &str| {
-            settings
-                .lines()
-                .any(|l| l.split_once('=').is_some_and(|(k, _)| k.trim() == key))
-        };
-        let mut config = String::new();
-        if !given("listen") {
-            config += &format!("listen = {addr:?}\n");
-        }
-        config += &format!("backends = [{}]\n", list.join(", "));
-        for (key, value) in PROCESS_DEFAULTS {
-            if !given(key) {
-                config += &format!("{key} = {value}\n");
-            }
-        }
-        config += settings;
-        config += "\n";
+        let config = config_file(&addr, backends, settings);
         std::fs::write(dir.path("proxy.toml"), config).expect("config");
         let stderr = std::fs::File::create(dir.path("stderr.log")).expect("log file");
         let stdout = std::fs::File::create(dir.path("stdout.log")).expect("log file");
@@ -204,7 +212,24 @@ impl ProxyProcess {
             .stderr(stderr)
             .spawn()
             .expect("start redlock-proxy");
-        ProxyProcess { addr, child, dir }
+        ProxyProcess {
+            addr,
+            child,
+            dir,
+            settings: settings.to_string(),
+        }
+    }
+
+    /// Rewrites its configuration file with `backends` in place of the masters it had (the
+    /// same settings otherwise), for a `SIGHUP` to pick up.
+    pub fn rewrite(&self, backends: &[String]) {
+        let config = config_file(&self.addr, backends, &self.settings);
+        self.write_config(&config);
+    }
+
+    /// Replaces its configuration file with `text`.
+    pub fn write_config(&self, text: &str) {
+        std::fs::write(self.dir.path("proxy.toml"), text).expect("config");
     }
 
     /// A client, once the proxy listens (at most 5 s).
