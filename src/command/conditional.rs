@@ -34,7 +34,7 @@ use super::session::Conn;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::proxy::Proxy;
-use crate::quorum::{Ballots, Request, ask, quorum_th, validity};
+use crate::quorum::{Ballots, Masters, Request, ask, validity};
 use crate::wire::master::{command, eval};
 use crate::wire::reply::Reply;
 
@@ -194,9 +194,9 @@ type Plan = (Vec<Option<Bytes>>, Vec<Option<Reply>>);
 
 /// Reads the key on every master (a digest condition needs the value); `Err` with the answer
 /// when a quorum agreed on an error (`WRONGTYPE`).
-async fn read_values(proxy: &Proxy, key: &Bytes) -> Result<Ballots, Reply> {
+async fn read_values(proxy: &Proxy, masters: &Masters, key: &Bytes) -> Result<Ballots, Reply> {
     let get = command(&[b"GET", key]);
-    let read = ask(proxy.masters(), Request::Same(get), 1, deadline(proxy))
+    let read = ask(masters, Request::Same(get), 1, deadline(proxy))
         .finish()
         .await;
     match read.majority_error() {
@@ -206,7 +206,7 @@ async fn read_values(proxy: &Proxy, key: &Bytes) -> Result<Ballots, Reply> {
 }
 
 /// The requests of a conditional `SET`.
-async fn plan_set(proxy: &Proxy, w: &Write) -> Result<Plan, Reply> {
+async fn plan_set(proxy: &Proxy, masters: &Masters, w: &Write) -> Result<Plan, Reply> {
     let mut ttl = itoa::Buffer::new();
     let ttl: &[u8] = match w.ttl_ms {
         Some(t) => ttl.format(t).as_bytes(),
@@ -222,14 +222,14 @@ async fn plan_set(proxy: &Proxy, w: &Write) -> Result<Plan, Reply> {
             &[&w.value, mode, arg, ttl, keep, guard],
         )
     };
-    let n = proxy.masters().len();
+    let n = masters.len();
     let (mode, d) = match &w.cond {
         Cond::Eq(m) => return Ok((vec![Some(script(b"1", m)); n], vec![None; n])),
         Cond::Ne(m) => return Ok((vec![Some(script(b"2", m)); n], vec![None; n])),
         Cond::DigestEq(d) => (true, *d),
         Cond::DigestNe(d) => (false, *d),
     };
-    let read = read_values(proxy, &w.key).await?;
+    let read = read_values(proxy, masters, &w.key).await?;
     let mut asks = vec![None; n];
     let mut known = vec![None; n];
     for (i, r) in read.replies.iter().enumerate() {
@@ -255,7 +255,9 @@ async fn plan_set(proxy: &Proxy, w: &Write) -> Result<Plan, Reply> {
 }
 
 async fn run_set(proxy: &Proxy, w: &Write) -> Reply {
-    let (asks, known) = match plan_set(proxy, w).await {
+    // One member set for the whole write: its read, its vote and any give-back.
+    let masters = proxy.masters();
+    let (asks, known) = match plan_set(proxy, &masters, w).await {
         Ok(plan) => plan,
         Err(e) => return e,
     };
@@ -268,23 +270,17 @@ async fn run_set(proxy: &Proxy, w: &Write) -> Reply {
         b
     };
     let start = Instant::now();
-    let mut vote = ask(proxy.masters(), Request::Some(asks), 1, deadline(proxy));
+    let mut vote = ask(&masters, Request::Some(asks), 1, deadline(proxy));
     let decided = merge(vote.decide_by(wrote).await.clone());
     let cfg = proxy.config();
     let min = Duration::from_millis(cfg.min_validity_ms);
     let elapsed = start.elapsed();
-    let ttls: Vec<i64> = decided
-        .replies
-        .iter()
-        .flatten()
-        .filter_map(new_ttl_of)
-        .collect();
-    let valid = quorum_th(decided.quorum, ttls, |t| *t).is_some_and(|t| {
+    let valid = decided.quorum_th(|_, r| new_ttl_of(r), |t| *t).is_some_and(|t| {
         t == i64::MAX
             || validity(Duration::from_millis(t as u64), elapsed, cfg.drift_factor)
                 .is_some_and(|v| v > min)
     });
-    if valid && decided.count(wrote) >= decided.quorum {
+    if valid && decided.agree(wrote) {
         Counters::bump(&proxy.counters().grants);
         return set_reply(w, &decided);
     }
@@ -292,7 +288,7 @@ async fn run_set(proxy: &Proxy, w: &Write) -> Reply {
     // Refused: every master's answer until the deadline, so each write that landed in time is
     // given back its old value before the key is free again.
     let all = merge(vote.finish().await);
-    restore(proxy, w, &all);
+    restore(proxy, &masters, w, &all);
     if let Some(e) = agreed_error(&all) {
         return e;
     }
@@ -302,9 +298,9 @@ async fn run_set(proxy: &Proxy, w: &Write) -> Reply {
 /// Gives back, on each master that wrote, what the refused write replaced (see [`RESTORE`]).
 /// A master that did not answer in time may have written too; its old value is unknown, and
 /// the value written stays there until its own TTL ends.
-fn restore(proxy: &Proxy, w: &Write, ballots: &Ballots) {
+fn restore(proxy: &Proxy, masters: &Masters, w: &Write, ballots: &Ballots) {
     let mut sent = false;
-    for (m, r) in proxy.masters().iter().zip(&ballots.replies) {
+    for (m, r) in masters.iter().zip(&ballots.replies) {
         let Some(Reply::Array(a)) = r.as_ref().filter(|r| wrote(r)) else {
             continue;
         };
@@ -447,13 +443,14 @@ pub fn delifeq(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
 }
 
 async fn run_delex(proxy: &Proxy, key: &Bytes, cond: &Cond) -> Reply {
-    let n = proxy.masters().len();
+    let masters = proxy.masters();
+    let n = masters.len();
     let script = |mode: &[u8], arg: &[u8]| eval(COND_DEL, std::slice::from_ref(key), &[mode, arg]);
     let mut known: Vec<Option<Reply>> = vec![None; n];
     let asks = match cond {
         Cond::Ne(m) => vec![Some(script(b"2", m)); n],
         Cond::DigestEq(d) | Cond::DigestNe(d) => {
-            let read = match read_values(proxy, key).await {
+            let read = match read_values(proxy, &masters, key).await {
                 Ok(read) => read,
                 Err(e) => return e,
             };
@@ -479,7 +476,7 @@ async fn run_delex(proxy: &Proxy, key: &Bytes, cond: &Cond) -> Reply {
         .node_timeout()
         .max(Duration::from_millis(proxy.config().stall_timeout_ms));
     let mut ballots = ask(
-        proxy.masters(),
+        &masters,
         Request::Some(asks),
         1,
         Instant::now() + patience,
@@ -498,13 +495,13 @@ async fn run_delex(proxy: &Proxy, key: &Bytes, cond: &Cond) -> Reply {
 /// deleted, 0 when a quorum answered but fewer deleted; else a quorum's error (`WRONGTYPE`) or
 /// the no-quorum error.
 fn deleted(ballots: &Ballots) -> Reply {
-    if ballots.count(|r| *r == Reply::Integer(1)) >= ballots.quorum {
+    if ballots.agree(|r| *r == Reply::Integer(1)) {
         return Reply::Integer(1);
     }
     if let Some(e) = agreed_error(ballots) {
         return e;
     }
-    if ballots.integers().count() >= ballots.quorum {
+    if ballots.agree(|r| matches!(r, Reply::Integer(_))) {
         return Reply::Integer(0);
     }
     Reply::from(Error::NoQuorumRelease)
