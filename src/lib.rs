@@ -34,7 +34,7 @@ pub mod command;
 pub mod config;
 pub(crate) mod counters;
 pub mod dev;
-pub(crate) mod endpoint;
+pub mod endpoint;
 pub mod error;
 pub(crate) mod keylock;
 #[cfg(test)]

@@ -88,12 +88,22 @@ impl Proxy {
         let masters = links
             .into_iter()
             .map(|link| {
+                let name = link.name();
                 let settings = Settings {
                     auth: link.auth,
                     tls: link.tls,
                     ..settings.clone()
                 };
-                Backend::spawn(link.addr, settings)
+                if link.seeds.is_empty() {
+                    Backend::spawn(link.addr, settings)
+                } else {
+                    Backend::cluster(
+                        name,
+                        link.seeds,
+                        settings,
+                        Arc::new(crate::scripts::ClusterScripts),
+                    )
+                }
             })
             .collect();
         let run_id = (0..40)

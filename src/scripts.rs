@@ -220,6 +220,17 @@ pub const DELETE: &str = concat!(
     signal_then_return!()
 );
 
+/// What a Redis Cluster member must know of the canonical scripts to split one whose keys
+/// span slots: [`RELEASE`] and [`DELETE`] answer per key (see
+/// [`crate::backend::cluster::Scripts::per_key`]).
+pub struct ClusterScripts;
+
+impl crate::backend::cluster::Scripts for ClusterScripts {
+    fn per_key(&self, body: &[u8]) -> bool {
+        body == RELEASE.as_bytes() || body == DELETE.as_bytes()
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The cache.
 

@@ -31,6 +31,7 @@
 //!   for requests sent with [`Backend::send_timed`], in the same round trip as the request.
 
 pub mod clock;
+pub mod cluster;
 mod handshake;
 pub mod health;
 pub mod inbox;
@@ -68,6 +69,8 @@ pub struct Backend {
     clock: bool,
     /// The connection's writing side, which a handle uses to write early (see [`io::Outlet`]).
     outlet: Arc<io::Outlet>,
+    /// Set for a Redis Cluster member: requests are routed to its shards (see [`cluster`]).
+    cluster: Option<Arc<cluster::Cluster>>,
 }
 
 impl Backend {
@@ -84,6 +87,43 @@ impl Backend {
             info,
             clock,
             outlet,
+            cluster: None,
+        }
+    }
+
+    /// Starts watching a Redis Cluster named by `seeds` (`host:port` each) and returns the
+    /// member's handle; `name` is how logs and `INFO` call the member.
+    pub fn cluster(
+        name: String,
+        seeds: Vec<String>,
+        settings: Settings,
+        scripts: Arc<dyn cluster::Scripts>,
+    ) -> Backend {
+        // The member has no connection of its own: its queue is closed from the start.
+        let (tx, _) = queue::channel(1);
+        let info = Arc::new(MasterInfo::new(name));
+        let clock = settings.clock.is_some();
+        let c = cluster::Cluster::start(seeds, settings, info.clone(), scripts);
+        Backend {
+            tx,
+            info,
+            clock,
+            outlet: Arc::new(io::Outlet::default()),
+            cluster: Some(c),
+        }
+    }
+
+    /// The cluster behind a Redis Cluster member.
+    pub fn as_cluster(&self) -> Option<&cluster::Cluster> {
+        self.cluster.as_deref()
+    }
+
+    /// What kind of member this is, as `INFO` and `/metrics` name it.
+    pub fn kind(&self) -> &'static str {
+        if self.cluster.is_some() {
+            "cluster"
+        } else {
+            "standalone"
         }
     }
 
@@ -118,6 +158,10 @@ impl Backend {
     }
 
     fn queue(&self, bytes: Bytes, replies: usize, time: bool, reply_to: Option<(ReplyTx, usize)>) {
+        if let Some(c) = &self.cluster {
+            c.route(bytes, replies, time, reply_to);
+            return;
+        }
         let mut pending = Pending {
             bytes,
             replies,
