@@ -111,8 +111,10 @@ pub enum Member {
 }
 
 /// The schemes of a cluster member, plain and TLS.
-const CLUSTER_SCHEMES: [(&str, &str); 2] =
-    [("redis-cluster://", "redis://"), ("rediss-cluster://", "rediss://")];
+const CLUSTER_SCHEMES: [(&str, &str); 2] = [
+    ("redis-cluster://", "redis://"),
+    ("rediss-cluster://", "rediss://"),
+];
 
 impl Member {
     /// Parses a `backends` entry: a master (see [`Endpoint::parse`]) or a cluster URL.

@@ -97,7 +97,7 @@ impl Proxy {
                 if link.seeds.is_empty() {
                     Backend::spawn(link.addr, settings)
                 } else {
-                    Backend::cluster(
+                    crate::backend::cluster::member(
                         name,
                         link.seeds,
                         settings,

@@ -38,6 +38,7 @@ pub mod inbox;
 mod io;
 mod pending;
 mod queue;
+pub mod router;
 mod settings;
 pub mod target;
 
@@ -70,7 +71,7 @@ pub struct Backend {
     /// The connection's writing side, which a handle uses to write early (see [`io::Outlet`]).
     outlet: Arc<io::Outlet>,
     /// Set for a Redis Cluster member: requests are routed to its shards (see [`cluster`]).
-    cluster: Option<Arc<cluster::Cluster>>,
+    router: Option<Arc<dyn router::Router>>,
 }
 
 impl Backend {
@@ -87,44 +88,36 @@ impl Backend {
             info,
             clock,
             outlet,
-            cluster: None,
+            router: None,
         }
     }
 
-    /// Starts watching a Redis Cluster named by `seeds` (`host:port` each) and returns the
-    /// member's handle; `name` is how logs and `INFO` call the member.
-    pub fn cluster(
-        name: String,
-        seeds: Vec<String>,
-        settings: Settings,
-        scripts: Arc<dyn cluster::Scripts>,
+    /// A member made of several masters: `info` is the member's as a whole, and `router`
+    /// sends each request on.
+    pub(crate) fn routed(
+        info: Arc<MasterInfo>,
+        clock: bool,
+        router: Arc<dyn router::Router>,
     ) -> Backend {
         // The member has no connection of its own: its queue is closed from the start.
         let (tx, _) = queue::channel(1);
-        let info = Arc::new(MasterInfo::new(name));
-        let clock = settings.clock.is_some();
-        let c = cluster::Cluster::start(seeds, settings, info.clone(), scripts);
         Backend {
             tx,
             info,
             clock,
             outlet: Arc::new(io::Outlet::default()),
-            cluster: Some(c),
+            router: Some(router),
         }
     }
 
-    /// The cluster behind a Redis Cluster member.
-    pub fn as_cluster(&self) -> Option<&cluster::Cluster> {
-        self.cluster.as_deref()
-    }
-
-    /// What kind of member this is, as `INFO` and `/metrics` name it.
+    /// What kind of member this is, as `INFO` and `/metrics` name it: `standalone`, `cluster`.
     pub fn kind(&self) -> &'static str {
-        if self.cluster.is_some() {
-            "cluster"
-        } else {
-            "standalone"
-        }
+        self.router.as_ref().map_or("standalone", |r| r.kind())
+    }
+
+    /// A routed member's shards (empty for one master).
+    pub fn shards(&self) -> Vec<router::ShardView> {
+        self.router.as_ref().map(|r| r.shards()).unwrap_or_default()
     }
 
     /// What the proxy knows about this master.
@@ -158,8 +151,8 @@ impl Backend {
     }
 
     fn queue(&self, bytes: Bytes, replies: usize, time: bool, reply_to: Option<(ReplyTx, usize)>) {
-        if let Some(c) = &self.cluster {
-            c.route(bytes, replies, time, reply_to);
+        if let Some(r) = &self.router {
+            r.route(bytes, replies, time, reply_to);
             return;
         }
         let mut pending = Pending {

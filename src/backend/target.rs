@@ -55,7 +55,7 @@ impl Link {
             } else {
                 "redis-cluster://"
             };
-            format!("{scheme}{}", self.seeds.join(","))
+            format!("{scheme}{}", self.seeds.join(";"))
         }
     }
 }

@@ -36,6 +36,7 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use super::health::MasterInfo;
 use super::inbox::{ReplyTx, inbox};
+use super::router::{Router, ShardView};
 use super::target::Link;
 use super::{Backend, Settings, dial};
 use crate::error::BackendError;
@@ -65,21 +66,6 @@ pub trait Scripts: Send + Sync {
     /// the key after them (`ARGV[3]` TTL, `ARGV[4]` element) when every code is 1 or
     /// `ARGV[5]` is `"1"`: the proxy's release and delete.
     fn per_key(&self, body: &[u8]) -> bool;
-}
-
-/// One shard as `INFO` and `/metrics` show it.
-#[derive(Debug, Clone)]
-pub struct ShardView {
-    /// The primary's `host:port`.
-    pub primary: String,
-    /// Its slot ranges, `0-5460 7000`.
-    pub slots: String,
-    /// Its replicas.
-    pub replicas: Vec<String>,
-    /// The primary's connection and health.
-    pub info: Arc<MasterInfo>,
-    /// Why it is quarantined, while it is.
-    pub quarantine_reason: Option<String>,
 }
 
 struct Shard {
@@ -134,10 +120,40 @@ pub struct Cluster {
     wake: Notify,
 }
 
+/// Starts watching the Redis Cluster named by `seeds` (`host:port` each) and returns the
+/// member's handle; `name` is how logs and `INFO` call the member, and `settings` are every
+/// shard primary's (the member's credentials and TLS).
+pub fn member(
+    name: String,
+    seeds: Vec<String>,
+    settings: Settings,
+    scripts: Arc<dyn Scripts>,
+) -> Backend {
+    let info = Arc::new(MasterInfo::new(name));
+    let clock = settings.clock.is_some();
+    let c = Cluster::start(seeds, settings, info.clone(), scripts);
+    Backend::routed(info, clock, Arc::new(Member(c)))
+}
+
+/// The handle's side of a cluster (the cluster's own tasks hold it weakly).
+struct Member(Arc<Cluster>);
+
+impl Router for Member {
+    fn route(&self, bytes: Bytes, replies: usize, time: bool, reply_to: Option<(ReplyTx, usize)>) {
+        self.0.route(bytes, replies, time, reply_to);
+    }
+
+    fn kind(&self) -> &'static str {
+        "cluster"
+    }
+
+    fn shards(&self) -> Vec<ShardView> {
+        self.0.shards()
+    }
+}
+
 impl Cluster {
-    /// Starts watching the cluster named by `seeds` (`host:port` each). `settings` are every
-    /// shard primary's (credentials and TLS of the member).
-    pub fn start(
+    fn start(
         seeds: Vec<String>,
         settings: Settings,
         info: Arc<MasterInfo>,
@@ -164,8 +180,7 @@ impl Cluster {
         self.map.read().map(|m| m.clone()).unwrap_or_default()
     }
 
-    /// The shards, for `INFO` and `/metrics`.
-    pub fn shards(&self) -> Vec<ShardView> {
+    fn shards(&self) -> Vec<ShardView> {
         let reasons = self.reasons.lock().map(|r| r.clone()).unwrap_or_default();
         self.map()
             .shards
@@ -195,7 +210,7 @@ impl Cluster {
 
     /// Sends a request (`replies` commands in `bytes`) and delivers its reply to `reply_to`,
     /// as [`Backend::send`] does for one master.
-    pub(super) fn route(
+    fn route(
         self: &Arc<Self>,
         bytes: Bytes,
         replies: usize,
@@ -529,8 +544,12 @@ impl Cluster {
 
     /// Reads `CLUSTER SLOTS` from the first node that answers: the primaries, then the seeds.
     async fn refresh(&self) -> Result<(), String> {
-        let mut candidates: Vec<String> =
-            self.map().shards.iter().map(|s| s.primary.clone()).collect();
+        let mut candidates: Vec<String> = self
+            .map()
+            .shards
+            .iter()
+            .map(|s| s.primary.clone())
+            .collect();
         for s in &self.seeds {
             if !candidates.contains(s) {
                 candidates.push(s.clone());

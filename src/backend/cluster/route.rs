@@ -171,7 +171,9 @@ mod tests {
             Some(Redirect::Ask("127.0.0.1:6381".into()))
         );
         assert_eq!(
-            redirect(&Reply::error("TRYAGAIN Multiple keys request during rehashing of slot")),
+            redirect(&Reply::error(
+                "TRYAGAIN Multiple keys request during rehashing of slot"
+            )),
             Some(Redirect::Retry)
         );
         assert_eq!(redirect(&Reply::error("ERR x")), None);

@@ -179,7 +179,13 @@ mod tests {
         assert_eq!(r[0].replicas, vec!["127.0.0.1:7003".to_string()]);
         assert_eq!((r[1].start, r[1].end), (5461, 16383));
         assert_eq!(r[1].primary, "10.0.0.1:7001");
-        assert!(parse_cluster_slots(&Reply::error("ERR This instance has cluster support disabled"), "h").is_err());
+        assert!(
+            parse_cluster_slots(
+                &Reply::error("ERR This instance has cluster support disabled"),
+                "h"
+            )
+            .is_err()
+        );
         assert!(parse_cluster_slots(&Reply::Array(vec![Reply::Integer(1)]), "h").is_err());
         assert_eq!(ranges_text(&[(0, 5460), (7, 7)]), "0-5460 7");
     }

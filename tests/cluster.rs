@@ -1,0 +1,333 @@
+//! Redis Cluster members: each member a real cluster (six `redis-server --cluster-enabled yes`
+//! nodes, three primaries with a replica each). Keys go to the primary of their slot; a
+//! command whose keys span slots is split where that answers as one Redis would, and refused
+//! with `CROSSSLOT` otherwise; a shard primary killed (its replica promoted) and a slot range
+//! resharded under load grant nothing twice and lose no update; and the failover scenario run
+//! with quarantine off shows the double grant that per-shard quarantine prevents.
+//!
+//! Run with `cargo test --test cluster` (after `scripts/deps.sh test`); `-- --nocapture` prints
+//! one `FAULTS` line per load scenario.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::load::{Checker, Load, Spec, Targets, Verdict, report};
+use support::*;
+use tokio::time::{Instant, sleep};
+
+/// The proxy's `max_ttl_ms` (the quarantine window is this plus drift).
+const TTL: Duration = Duration::from_millis(2000);
+
+/// Three clusters, started side by side.
+fn clusters() -> Vec<RedisCluster> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..3).map(|_| s.spawn(RedisCluster::start)).collect();
+        hs.into_iter().map(|h| h.join().expect("cluster")).collect()
+    })
+}
+
+/// The proxy settings of the load scenarios, with every cluster as one member.
+fn cluster_config(cs: &[RedisCluster], quarantine: bool) -> Config {
+    init_logs();
+    let urls: Vec<String> = cs.iter().map(RedisCluster::url).collect();
+    let mut c = config_for(&urls);
+    c.max_ttl_ms = TTL.as_millis() as u64;
+    c.node_timeout_ms = 200;
+    c.stall_timeout_ms = 500;
+    c.connect_timeout_ms = 500;
+    c.probe_interval_ms = 100;
+    c.quarantine = quarantine;
+    c
+}
+
+/// The test defaults, with every cluster as one member.
+fn plain_config(cs: &[RedisCluster]) -> Config {
+    let urls: Vec<String> = cs.iter().map(RedisCluster::url).collect();
+    config_for(&urls)
+}
+
+/// Waits until every member knows its three shards and trusts them all.
+async fn wait_shards(p: &str, members: usize, within: Duration) {
+    let until = Instant::now() + within;
+    loop {
+        let info = redlock_info(p).await;
+        let ready = (0..members).all(|i| {
+            (0..3).all(|j| {
+                let line = field(&info, &format!("master{i}_shard{j}"));
+                line.contains("status=up")
+            }) && field(&info, &format!("master{i}_shard3")).is_empty()
+        });
+        if ready && field(&info, "masters_trusted") == members.to_string() {
+            return;
+        }
+        assert!(Instant::now() < until, "shards not ready:\n{info}");
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+fn assert_safe(v: &Verdict, min_grants: usize) {
+    assert_eq!(v.overlaps, 0, "double grants: {v:?}");
+    assert_eq!(v.lost_updates, 0, "lost updates: {v:?}");
+    assert!(v.grants >= min_grants, "too few grants to judge: {v:?}");
+}
+
+/// What a cluster itself holds at `key` (following redirections).
+fn value_in(c: &RedisCluster, key: &str) -> String {
+    redis_cli(c.nodes[0].port, &["-c", "GET", key])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_go_to_their_slots_and_cross_slot_commands_answer_as_one_redis() {
+    let cs = clusters();
+    let p = proxy(plain_config(&cs)).await.to_string();
+    wait_shards(&p, 3, Duration::from_secs(20)).await;
+    let mut c = Client::connect(&p).await;
+
+    // Many keys, over every shard: each is written on the primary of its slot, in every member.
+    for i in 0..40 {
+        let key = format!("res:{i}");
+        let token = format!("t{i}");
+        assert_eq!(
+            c.cmd(&["SET", &key, &token, "NX", "PX", "60000"]).await,
+            Reply::ok(),
+            "{key}"
+        );
+        assert_eq!(
+            c.cmd(&["SET", &key, "other", "NX", "PX", "60000"]).await,
+            Reply::Nil
+        );
+        for cl in &cs {
+            assert_eq!(value_in(cl, &key), token);
+        }
+    }
+    // Hash tags keep keys together: a two-key release script runs in one piece.
+    assert_eq!(
+        c.cmd(&["SET", "{acct}:a", "tok", "NX", "PX", "60000"])
+            .await,
+        Reply::ok()
+    );
+    assert_eq!(
+        c.cmd(&["EVAL", UNLOCK, "1", "{acct}:a", "tok"]).await,
+        Reply::Integer(1)
+    );
+    // DEL over keys in three slots adds up, as one Redis counts.
+    assert_eq!(
+        c.cmd(&["DEL", "res:0", "res:1", "res:2", "missing"]).await,
+        Reply::Integer(3)
+    );
+    for cl in &cs {
+        assert_eq!(value_in(cl, "res:1"), "");
+    }
+
+    // INFO names the member's kind and its shards.
+    let info = redlock_info(&p).await;
+    assert_eq!(field(&info, "master0_kind"), "cluster", "{info}");
+    let shard = field(&info, "master1_shard0");
+    assert!(shard.contains("slots=0-5460"), "{info}");
+    assert!(shard.contains("status=up"), "{info}");
+    assert!(
+        field(&info, "master0").contains("addr=redis-cluster://"),
+        "{info}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_redis_lock_releases_signal_across_slots() {
+    // The lock and its wake-up list hash to different slots: the release runs per slot, and
+    // the signal is pushed only when the lock was released.
+    let cs = clusters();
+    let p = proxy(plain_config(&cs)).await.to_string();
+    wait_shards(&p, 3, Duration::from_secs(20)).await;
+    let release = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 1 end \
+         redis.call('del', KEYS[2]) redis.call('lpush', KEYS[2], 1) \
+         redis.call('pexpire', KEYS[2], ARGV[2]) redis.call('del', KEYS[1]) return 0";
+    let mut c = Client::connect(&p).await;
+    assert_eq!(
+        c.cmd(&["SET", "lock:x", "me", "NX", "EX", "60"]).await,
+        Reply::ok()
+    );
+    assert_eq!(
+        c.cmd(&[
+            "EVAL",
+            release,
+            "2",
+            "lock:x",
+            "lock-signal:x",
+            "other",
+            "100000"
+        ])
+        .await,
+        Reply::Integer(1),
+        "not the owner"
+    );
+    for cl in &cs {
+        assert_eq!(
+            redis_cli(cl.nodes[0].port, &["-c", "LLEN", "lock-signal:x"]),
+            "0"
+        );
+    }
+    assert_eq!(
+        c.cmd(&[
+            "EVAL",
+            release,
+            "2",
+            "lock:x",
+            "lock-signal:x",
+            "me",
+            "100000"
+        ])
+        .await,
+        Reply::Integer(0)
+    );
+    for cl in &cs {
+        assert_eq!(value_in(cl, "lock:x"), "");
+        assert_eq!(
+            redis_cli(cl.nodes[0].port, &["-c", "LLEN", "lock-signal:x"]),
+            "1"
+        );
+    }
+}
+
+/// Many clients on many keys over every slot range; a shard primary of member 0 is killed and
+/// its replica promoted, then a slot range of member 1 is resharded, all under load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_and_a_reshard_under_load_grant_nothing_twice() {
+    let mut cs = clusters();
+    let p = proxy(cluster_config(&cs, true)).await.to_string();
+    wait_shards(&p, 3, Duration::from_secs(20)).await;
+    let checker = Checker::new("res", 48);
+    let load = Load::start(
+        "c",
+        checker.clone(),
+        Targets::new(std::slice::from_ref(&p)),
+        Spec {
+            clients: 24,
+            ttl_ms: 1000,
+            hold_ms: (30, 120),
+            retry_ms: (5, 20),
+        },
+    );
+    sleep(Duration::from_millis(1500)).await;
+
+    // Member 0: the primary of the first slot range dies; its replica takes over.
+    let promoted = blocking(|| cs[0].fail_over(0));
+    let promoted_addr = cs[0].nodes[promoted].addr();
+    // The proxy quarantines the promoted primary (its slots only) and says why.
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info = redlock_info(&p).await;
+        let quarantined = (0..3)
+            .map(|j| field(&info, &format!("master0_shard{j}")))
+            .find(|l| l.contains(&format!("primary={promoted_addr}")))
+            .filter(|l| {
+                l.contains("status=quarantined") && l.contains("quarantine_reason=promoted")
+            });
+        if quarantined.is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "no quarantined shard {promoted_addr}:\n{info}"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    let during = Instant::now();
+    sleep(Duration::from_millis(1000)).await;
+    assert!(
+        checker.grants_between(during, Instant::now()) > 0,
+        "one shard's quarantine must not stop the other shards' grants"
+    );
+
+    // Member 1: 1,000 slots move from its first primary to its second, keys and TTLs with them.
+    let out = blocking(|| cs[1].reshard(0, 1, 1000));
+    assert!(out.contains("Moving slot"), "{out}");
+    sleep(Duration::from_millis(2500)).await;
+    load.stop().await;
+    let v = report("cluster: failover and reshard", "on", 2, &checker);
+    assert_safe(&v, 50);
+}
+
+/// The failover that loses locks: member 2 is stopped whole (so grants live on members 0 and 1
+/// only), member 1's replica of the shard that holds every resource is cut off from its primary
+/// (so it never hears of those grants), then that primary is killed, the stale replica takes
+/// over, and member 2 comes back. Member 1's new primary and member 2 together would grant the
+/// held locks again, unless the new primary sits out the quarantine window.
+async fn lost_failover_scenario(quarantine: bool) -> (Arc<Checker>, usize) {
+    let mut cs = clusters();
+    let mut config = cluster_config(&cs, quarantine);
+    config.max_ttl_ms = 6000;
+    let p = proxy(config).await.to_string();
+    wait_shards(&p, 3, Duration::from_secs(20)).await;
+    // Every resource in one slot, so in one shard of each member.
+    let checker = Checker::new("{held}", 4);
+    let slot_owner = cs[1].primary_of(key_slot_of(&cs[1], &checker.key(0)));
+    let replica = cs[1].replica_of(slot_owner);
+    blocking(|| {
+        cs[1].nodes[replica].pause();
+        cs[1].nodes[slot_owner].cli(("", ""), &["CLIENT", "KILL", "TYPE", "replica"]);
+        for n in &cs[2].nodes {
+            n.pause();
+        }
+    });
+    let load = Load::start(
+        "c",
+        checker.clone(),
+        Targets::new(std::slice::from_ref(&p)),
+        Spec {
+            clients: 16,
+            ttl_ms: 5000,
+            hold_ms: (2500, 3500),
+            retry_ms: (20, 50),
+        },
+    );
+    sleep(Duration::from_millis(1500)).await;
+    blocking(|| {
+        cs[1].nodes[slot_owner].kill();
+        cs[1].nodes[replica].resume();
+        for n in &cs[2].nodes {
+            n.resume();
+        }
+    });
+    // The stale replica takes over at once (its primary is gone).
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = cs[1].nodes[replica].cli(("", ""), &["CLUSTER", "FAILOVER", "TAKEOVER"]);
+        if out == "OK" {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "takeover: {out}");
+        sleep(Duration::from_millis(100)).await;
+    }
+    blocking(|| cs[1].wait_promoted(replica));
+    sleep(Duration::from_millis(5000)).await;
+    load.stop().await;
+    (checker, 2)
+}
+
+fn key_slot_of(c: &RedisCluster, key: &str) -> u16 {
+    let slot = redis_cli(c.nodes[0].port, &["CLUSTER", "KEYSLOT", key]);
+    slot.parse().expect("CLUSTER KEYSLOT")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_stale_replica_is_quarantined_and_grants_nothing_twice() {
+    let (checker, faults) = lost_failover_scenario(true).await;
+    let v = report("cluster: stale replica promoted", "on", faults, &checker);
+    assert_safe(&v, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_quarantine_the_same_promotion_double_grants() {
+    let (checker, faults) = lost_failover_scenario(false).await;
+    let v = report("cluster: stale replica promoted", "off", faults, &checker);
+    assert!(
+        v.violations() > 0,
+        "with quarantine off the checkers must see a double grant: {v:?}"
+    );
+}
