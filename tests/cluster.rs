@@ -253,11 +253,11 @@ async fn a_failover_and_a_reshard_under_load_grant_nothing_twice() {
     assert_safe(&v, 50);
 }
 
-/// The failover that loses locks: member 2 is stopped whole (so grants live on members 0 and 1
-/// only), member 1's replica of the shard that holds every resource is cut off from its primary
-/// (so it never hears of those grants), then that primary is killed, the stale replica takes
-/// over, and member 2 comes back. Member 1's new primary and member 2 together would grant the
-/// held locks again, unless the new primary sits out the quarantine window.
+/// The failover that loses locks: in members 1 and 2, the replica of the shard that holds
+/// every resource is cut off from its primary before the load starts (stopped, its replication
+/// link killed), so it never hears of the grants; then both primaries are killed and the stale
+/// replicas take over. Those two new primaries together would grant the held locks again
+/// (member 0 alone still has them), unless they sit out the quarantine window.
 async fn lost_failover_scenario(quarantine: bool) -> (Arc<Checker>, usize) {
     let mut cs = clusters();
     let mut config = cluster_config(&cs, quarantine);
@@ -266,15 +266,16 @@ async fn lost_failover_scenario(quarantine: bool) -> (Arc<Checker>, usize) {
     wait_shards(&p, 3, Duration::from_secs(20)).await;
     // Every resource in one slot, so in one shard of each member.
     let checker = Checker::new("{held}", 4);
-    let slot_owner = cs[1].primary_of(key_slot_of(&cs[1], &checker.key(0)));
-    let replica = cs[1].replica_of(slot_owner);
-    blocking(|| {
-        cs[1].nodes[replica].pause();
-        cs[1].nodes[slot_owner].cli(("", ""), &["CLIENT", "KILL", "TYPE", "replica"]);
-        for n in &cs[2].nodes {
-            n.pause();
-        }
-    });
+    let mut cut = Vec::new();
+    for m in 1..3 {
+        let owner = cs[m].primary_of(key_slot_of(&cs[m], &checker.key(0)));
+        let replica = cs[m].replica_of(owner);
+        blocking(|| {
+            cs[m].nodes[replica].pause();
+            cs[m].nodes[owner].cli(("", ""), &["CLIENT", "KILL", "TYPE", "replica"]);
+        });
+        cut.push((m, owner, replica));
+    }
     let load = Load::start(
         "c",
         checker.clone(),
@@ -282,30 +283,38 @@ async fn lost_failover_scenario(quarantine: bool) -> (Arc<Checker>, usize) {
         Spec {
             clients: 16,
             ttl_ms: 5000,
-            hold_ms: (2500, 3500),
+            hold_ms: (4000, 4800),
             retry_ms: (20, 50),
         },
     );
     sleep(Duration::from_millis(1500)).await;
-    blocking(|| {
-        cs[1].nodes[slot_owner].kill();
-        cs[1].nodes[replica].resume();
-        for n in &cs[2].nodes {
-            n.resume();
-        }
-    });
-    // The stale replica takes over at once (its primary is gone).
-    let until = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let out = cs[1].nodes[replica].cli(("", ""), &["CLUSTER", "FAILOVER", "TAKEOVER"]);
-        if out == "OK" {
-            break;
-        }
-        assert!(std::time::Instant::now() < until, "takeover: {out}");
-        sleep(Duration::from_millis(100)).await;
+    for &(m, owner, replica) in &cut {
+        blocking(|| {
+            cs[m].nodes[owner].kill();
+            cs[m].nodes[replica].resume();
+        });
     }
-    blocking(|| cs[1].wait_promoted(replica));
-    sleep(Duration::from_millis(5000)).await;
+    // The stale replicas take over at once (their primaries are gone).
+    for &(m, _, replica) in &cut {
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let out = cs[m].nodes[replica].cli(("", ""), &["CLUSTER", "FAILOVER", "TAKEOVER"]);
+            if out == "OK" {
+                break;
+            }
+            assert!(std::time::Instant::now() < until, "takeover: {out}");
+            sleep(Duration::from_millis(100)).await;
+        }
+    }
+    for &(m, _, replica) in &cut {
+        blocking(|| cs[m].wait_promoted(replica));
+    }
+    if quarantine {
+        let info = redlock_info(&p).await;
+        assert!(info.contains("quarantine_reason=promoted"), "{info}");
+    }
+    // Past the quarantine window (6 s), so grants resume with the protection on.
+    sleep(Duration::from_millis(7500)).await;
     load.stop().await;
     (checker, 2)
 }
@@ -319,7 +328,7 @@ fn key_slot_of(c: &RedisCluster, key: &str) -> u16 {
 async fn a_promoted_stale_replica_is_quarantined_and_grants_nothing_twice() {
     let (checker, faults) = lost_failover_scenario(true).await;
     let v = report("cluster: stale replica promoted", "on", faults, &checker);
-    assert_safe(&v, 5);
+    assert_safe(&v, 6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,6 +40,12 @@ impl RedisCluster {
                 "nodes.conf",
                 "--cluster-node-timeout",
                 &timeout,
+                // A replica syncs at once (not after the default 5 s wait for others), and is
+                // promoted however long its link was down: the tests decide what it lacks.
+                "--repl-diskless-sync-delay",
+                "0",
+                "--cluster-replica-validity-factor",
+                "0",
                 "--dir",
                 &d,
             ]));
@@ -72,7 +78,11 @@ impl RedisCluster {
             });
             let views: Vec<Vec<(u16, u16, String)>> =
                 live.iter().map(|&i| self.slots_seen_by(i)).collect();
-            if ok && views.windows(2).all(|w| w[0] == w[1]) {
+            let synced = live.iter().all(|&i| {
+                let r = redis_cli(self.nodes[i].port, &["INFO", "replication"]);
+                r.contains("role:master") || r.contains("master_link_status:up")
+            });
+            if ok && synced && views.windows(2).all(|w| w[0] == w[1]) {
                 return;
             }
             assert!(
