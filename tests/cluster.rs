@@ -79,7 +79,7 @@ fn assert_safe(v: &Verdict, min_grants: usize) {
 
 /// What a cluster itself holds at `key` (following redirections).
 fn value_in(c: &RedisCluster, key: &str) -> String {
-    redis_cli(c.nodes[0].port, &["-c", "GET", key])
+    redis_cli(c.live_port(), &["-c", "GET", key])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -310,8 +310,16 @@ async fn lost_failover_scenario(quarantine: bool) -> (Arc<Checker>, usize) {
         blocking(|| cs[m].wait_promoted(replica));
     }
     if quarantine {
-        let info = redlock_info(&p).await;
-        assert!(info.contains("quarantine_reason=promoted"), "{info}");
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            let info = redlock_info(&p).await;
+            let promoted = info.matches("quarantine_reason=promoted").count();
+            if promoted == 2 {
+                break;
+            }
+            assert!(Instant::now() < until, "{info}");
+            sleep(Duration::from_millis(50)).await;
+        }
     }
     // Past the quarantine window (6 s), so grants resume with the protection on.
     sleep(Duration::from_millis(7500)).await;
@@ -320,7 +328,7 @@ async fn lost_failover_scenario(quarantine: bool) -> (Arc<Checker>, usize) {
 }
 
 fn key_slot_of(c: &RedisCluster, key: &str) -> u16 {
-    let slot = redis_cli(c.nodes[0].port, &["CLUSTER", "KEYSLOT", key]);
+    let slot = redis_cli(c.live_port(), &["CLUSTER", "KEYSLOT", key]);
     slot.parse().expect("CLUSTER KEYSLOT")
 }
 
@@ -328,7 +336,9 @@ fn key_slot_of(c: &RedisCluster, key: &str) -> u16 {
 async fn a_promoted_stale_replica_is_quarantined_and_grants_nothing_twice() {
     let (checker, faults) = lost_failover_scenario(true).await;
     let v = report("cluster: stale replica promoted", "on", faults, &checker);
-    assert_safe(&v, 6);
+    // The first holders' grants; the next come once the window is over and the keys that
+    // attempts during it left on the excluded shards have expired (as for any quarantine).
+    assert_safe(&v, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

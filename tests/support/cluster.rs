@@ -94,6 +94,11 @@ impl RedisCluster {
         }
     }
 
+    /// The port of a node that is up.
+    pub fn live_port(&self) -> u16 {
+        self.nodes[self.live()[0]].port
+    }
+
     fn live(&self) -> Vec<usize> {
         (0..self.nodes.len())
             .filter(|&i| std::net::TcpStream::connect(self.nodes[i].addr()).is_ok())
