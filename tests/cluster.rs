@@ -350,3 +350,78 @@ async fn without_quarantine_the_same_promotion_double_grants() {
         "with quarantine off the checkers must see a double grant: {v:?}"
     );
 }
+
+/// `GET path` over HTTP/1.1; returns the body.
+async fn http_get(addr: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .expect("write");
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("answer within 10 s")
+        .expect("read");
+    let text = String::from_utf8_lossy(&out).into_owned();
+    text.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
+}
+
+/// A cluster member and two standalone masters in one configuration, given to the binary on
+/// the command line (`;` between members, since the cluster lists several seeds): locks work,
+/// and `INFO` and `/metrics` show each member's kind and the cluster's shards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_and_standalone_members_mix_on_the_command_line() {
+    let cl = RedisCluster::start();
+    let ms = masters(2);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let backends = format!("{};{};{}", cl.url(), ms[0].addr(), ms[1].addr());
+    let mut child = binary()
+        .args(["--listen", &listen, "--backends", &backends])
+        .args(["--set", "quarantine=false"])
+        .args(["--set", &format!("metrics_listen={metrics:?}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start redlock-proxy");
+    let until = Instant::now() + Duration::from_secs(20);
+    let info = loop {
+        if let Some(mut c) = Client::try_connect(&listen).await {
+            let info = c.text(&["INFO", "redlock"]).await;
+            if field(&info, "masters_trusted") == "3" && info.contains("master0_shard2:") {
+                break info;
+            }
+        }
+        assert!(Instant::now() < until, "proxy not ready");
+        sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(field(&info, "master0_kind"), "cluster", "{info}");
+    assert_eq!(field(&info, "master1_kind"), "", "{info}");
+    let mut c = Client::connect(&listen).await;
+    assert_eq!(
+        c.cmd(&["SET", "mixed", "t", "NX", "PX", "10000"]).await,
+        Reply::ok()
+    );
+    assert_eq!(value_in(&cl, "mixed"), "t");
+    assert_eq!(
+        values_on(&ms, "mixed").await,
+        vec![Some("t".into()), Some("t".into())]
+    );
+
+    let text = http_get(&metrics, "/metrics").await;
+    assert!(
+        text.contains("redlock_master_kind{master=\"redis-cluster://"),
+        "{text}"
+    );
+    assert!(text.contains("kind=\"cluster\"} 1"), "{text}");
+    assert!(text.contains("kind=\"standalone\"} 1"), "{text}");
+    assert!(text.contains("slots=\"0-5460\"} 1"), "{text}");
+    assert_eq!(text.matches("redlock_shard_trusted{").count(), 3, "{text}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
