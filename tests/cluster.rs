@@ -267,12 +267,12 @@ async fn lost_failover_scenario(quarantine: bool) -> (Arc<Checker>, usize) {
     // Every resource in one slot, so in one shard of each member.
     let checker = Checker::new("{held}", 4);
     let mut cut = Vec::new();
-    for m in 1..3 {
-        let owner = cs[m].primary_of(key_slot_of(&cs[m], &checker.key(0)));
-        let replica = cs[m].replica_of(owner);
+    for (m, cl) in cs.iter().enumerate().skip(1) {
+        let owner = cl.primary_of(key_slot_of(cl, &checker.key(0)));
+        let replica = cl.replica_of(owner);
         blocking(|| {
-            cs[m].nodes[replica].pause();
-            cs[m].nodes[owner].cli(("", ""), &["CLIENT", "KILL", "TYPE", "replica"]);
+            cl.nodes[replica].pause();
+            cl.nodes[owner].cli(("", ""), &["CLIENT", "KILL", "TYPE", "replica"]);
         });
         cut.push((m, owner, replica));
     }
