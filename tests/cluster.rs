@@ -194,6 +194,63 @@ async fn python_redis_lock_releases_signal_across_slots() {
     }
 }
 
+/// A multi-key acquisition whose keys span slots runs per slot: granted, all keys are written
+/// in every member; refused in a member (one key held by another), that member keeps nothing
+/// of it, and with the key held in two members the quorum refuses it and nothing stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_key_acquisition_across_slots_is_all_or_nothing_per_member() {
+    let cs = clusters();
+    let p = proxy(plain_config(&cs)).await.to_string();
+    wait_shards(&p, 3, Duration::from_secs(20)).await;
+    let mut c = Client::connect(&p).await;
+    let acquire = lua("redlock5_ACQUIRE_SCRIPT");
+    let keys = ["mk:a", "mk:b", "mk:c"];
+    // Three different slots (and shards).
+    let slots: std::collections::HashSet<u16> =
+        keys.iter().map(|k| key_slot_of(&cs[0], k)).collect();
+    assert_eq!(slots.len(), 3);
+    // `b` held by another in members 0 and 1: a quorum refuses, and nothing of it stays.
+    for cl in &cs[..2] {
+        redis_cli(
+            cl.live_port(),
+            &["-c", "SET", "mk:b", "other", "PX", "10000"],
+        );
+    }
+    let eval = |tok: &'static str| {
+        let mut args = vec!["EVAL", acquire.as_str(), "3"];
+        args.extend(keys);
+        args.extend([tok, "10000"]);
+        args.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let args = eval("tok");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_eq!(c.raw(&args).await, ":0\r\n");
+    sleep(Duration::from_millis(200)).await;
+    for cl in &cs {
+        assert_eq!(value_in(cl, "mk:a"), "");
+        assert_eq!(value_in(cl, "mk:c"), "");
+    }
+    assert_eq!(
+        value_in(&cs[0], "mk:b"),
+        "other",
+        "the other holder's key stays"
+    );
+    // Held in member 0 only: granted by members 1 and 2 (member 1 after the other's key goes).
+    redis_cli(cs[1].live_port(), &["-c", "DEL", "mk:b"]);
+    assert_eq!(c.raw(&args).await, ":3\r\n");
+    sleep(Duration::from_millis(200)).await;
+    for (i, cl) in cs.iter().enumerate() {
+        let want = if i == 0 {
+            ["", "other", ""]
+        } else {
+            ["tok", "tok", "tok"]
+        };
+        for (k, w) in keys.iter().zip(want) {
+            assert_eq!(value_in(cl, k), w, "member {i} {k}");
+        }
+    }
+}
+
 /// Many clients on many keys over every slot range; a shard primary of member 0 is killed and
 /// its replica promoted, then a slot range of member 1 is resharded, all under load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,8 +14,9 @@
 //!   replies are joined in order.
 //! - One command whose keys span slots is split where per-slot parts answer as one Redis
 //!   would (`DEL`/`UNLINK`/`EXISTS`/`TOUCH` sum, `MGET` joins, a per-key release with its
-//!   wake-up signal runs per slot and signals after), and refused with Redis's own
-//!   `CROSSSLOT` error otherwise (see docs/design.md).
+//!   wake-up signal runs per slot and signals after, an all-or-nothing acquisition runs per
+//!   slot and undoes the parts that wrote when one part could not), and refused with Redis's
+//!   own `CROSSSLOT` error otherwise (see docs/design.md).
 //! - `MOVED` refreshes the slot map (`CLUSTER SLOTS`) and resends; `ASK` resends once to the
 //!   importing node after `ASKING`; `TRYAGAIN` waits a moment and resends.
 //! - A node that becomes a primary while the proxy knew the cluster (a replica promoted by a
@@ -61,11 +62,29 @@ const SIGNAL: &str = "redis.call('del', KEYS[1]) redis.call('lpush', KEYS[1], AR
 
 /// What the cluster code must know about the proxy's scripts (they live in a layer above).
 pub trait Scripts: Send + Sync {
-    /// True when `body` answers one code per lock key, each key on its own (1 when it was
-    /// deleted), takes the number of lock keys in `ARGV[2]`, and pushes a wake-up signal on
-    /// the key after them (`ARGV[3]` TTL, `ARGV[4]` element) when every code is 1 or
-    /// `ARGV[5]` is `"1"`: the proxy's release and delete.
-    fn per_key(&self, body: &[u8]) -> bool;
+    /// How a script whose keys span slots is split, if it can be.
+    fn split(&self, body: &[u8]) -> Split;
+
+    /// The release script the parts of a refused acquisition are undone with: `KEYS` the keys,
+    /// `ARGV[1]` the token; deletes the keys that hold the token.
+    fn release(&self) -> &'static str;
+}
+
+/// How a script whose keys span slots is split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    /// It answers one code per lock key, each key on its own (1 when it was deleted), takes
+    /// the number of lock keys in `ARGV[2]`, and pushes a wake-up signal on the key after them
+    /// (`ARGV[3]` TTL, `ARGV[4]` element) when every code is 1 or `ARGV[5]` is `"1"`: the
+    /// proxy's release and delete. Run per slot, then the signal.
+    PerKey,
+    /// The proxy's all-or-nothing acquisition (`ARGV` token, TTL, mode): one code per key
+    /// (1 created, 2 already held the token), or 0 / -1 when it wrote nothing. Run per slot;
+    /// if any part writes nothing, the parts that wrote are undone and the answer is that
+    /// part's.
+    Acquire,
+    /// Not split: refused with `CROSSSLOT`.
+    No,
 }
 
 struct Shard {
@@ -461,12 +480,16 @@ impl Cluster {
                 }
                 Ok(Reply::Array(out))
             }
-            b"EVAL" if self.scripts.per_key(&cmd.args[1]) => self.per_key(cmd, time).await,
+            b"EVAL" => match self.scripts.split(&cmd.args[1]) {
+                Split::PerKey => self.per_key(cmd, time).await,
+                Split::Acquire => self.acquire(cmd, time).await,
+                Split::No => Ok(Reply::static_error(CROSSSLOT)),
+            },
             _ => Ok(Reply::static_error(CROSSSLOT)),
         }
     }
 
-    /// A per-key release or delete (see [`Scripts::per_key`]) whose keys span slots: the
+    /// A per-key release or delete (see [`Split::PerKey`]) whose keys span slots: the
     /// same script per slot, its codes put back in key order, then the wake-up signal on its
     /// own slot when the script would have sent it.
     async fn per_key(&self, cmd: &Cmd, time: bool) -> Result<Reply, BackendError> {
@@ -531,6 +554,89 @@ impl Cluster {
             Err(BackendError::Excluded)
         } else {
             Ok(Reply::Array(codes))
+        }
+    }
+
+    /// An all-or-nothing acquisition (see [`Split::Acquire`]) whose keys span slots: the same
+    /// script per slot, one after the other. When every part wrote, the codes are joined in
+    /// key order; when one did not, what the others created is deleted again (compare and
+    /// delete on the token) and its answer (0, or -1 when a key held the token itself) is the
+    /// whole answer, as one Redis would have written nothing. A key that already held the token
+    /// keeps the TTL the part gave it: only that same holder's lock lives longer.
+    async fn acquire(&self, cmd: &Cmd, time: bool) -> Result<Reply, BackendError> {
+        let numkeys = parse_usize(&cmd.args[2]).unwrap_or(0);
+        let argv = &cmd.args[3 + numkeys..];
+        let positions: Vec<usize> = (3..3 + numkeys).collect();
+        let mut codes = vec![Reply::Integer(0); numkeys];
+        let mut done: Vec<(u16, Vec<usize>)> = Vec::new();
+        let mut refusal = None;
+        let mut failure = None;
+        for (slot, group) in by_slot(&cmd.args, &positions) {
+            let mut args = vec![
+                cmd.args[0].clone(),
+                cmd.args[1].clone(),
+                Bytes::from(group.len().to_string()),
+            ];
+            args.extend(group.iter().map(|&i| cmd.args[i].clone()));
+            args.extend(argv.iter().cloned());
+            match self.run_in(encode(&args), Some(slot), time).await {
+                Ok(Reply::Array(part)) if part.len() == group.len() => {
+                    for (&i, c) in group.iter().zip(part) {
+                        codes[i - 3] = c;
+                    }
+                    done.push((slot, group));
+                }
+                Ok(other) => {
+                    refusal = Some(other);
+                    break;
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        // `ARGV[3] = "2"`: keys that hold the token count only when all of them do.
+        let mode_all = argv.get(2).is_some_and(|m| m.as_ref() == b"2");
+        if refusal.is_none() && failure.is_none() && mode_all {
+            let mixed = codes.iter().any(|c| *c == Reply::Integer(1))
+                && codes.iter().any(|c| *c == Reply::Integer(2));
+            if mixed {
+                refusal = Some(Reply::Integer(-1));
+            }
+        }
+        if refusal.is_none() && failure.is_none() {
+            return Ok(Reply::Array(codes));
+        }
+        // Undo what the parts that wrote created (a failed part may have written too).
+        let token = argv.first().cloned().unwrap_or_default();
+        let mut undo: Vec<(u16, Vec<usize>)> = done
+            .into_iter()
+            .map(|(slot, g)| {
+                let created = g
+                    .into_iter()
+                    .filter(|&i| codes[i - 3] == Reply::Integer(1))
+                    .collect();
+                (slot, created)
+            })
+            .collect();
+        if failure.is_some() {
+            undo = by_slot(&cmd.args, &positions);
+        }
+        for (slot, keys) in undo.into_iter().filter(|(_, k)| !k.is_empty()) {
+            let mut args = vec![
+                Bytes::from_static(b"EVAL"),
+                Bytes::from_static(self.scripts.release().as_bytes()),
+                Bytes::from(keys.len().to_string()),
+            ];
+            args.extend(keys.iter().map(|&i| cmd.args[i].clone()));
+            args.push(token.clone());
+            let _ = self.run_in(encode(&args), Some(slot), false).await;
+        }
+        match (failure, refusal) {
+            (Some(e), _) => Err(e),
+            (None, Some(r)) => Ok(r),
+            (None, None) => Ok(Reply::Integer(0)),
         }
     }
 
