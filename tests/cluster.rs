@@ -251,6 +251,91 @@ async fn a_multi_key_acquisition_across_slots_is_all_or_nothing_per_member() {
     }
 }
 
+/// A slot migrated by hand, one key at a time (`CLUSTER SETSLOT … MIGRATING/IMPORTING`,
+/// `MIGRATE`): a lock already moved is still held (the proxy follows `ASK`), a new lock in the
+/// migrating slot is created on the importing node, and once the slot is moved (`MOVED`) the
+/// locks are where they were, with their TTLs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_in_a_migrating_slot_is_neither_lost_nor_granted_twice() {
+    let cl = RedisCluster::start();
+    let p = proxy(config_for(&[cl.url()])).await.to_string();
+    wait_shards(&p, 1, Duration::from_secs(20)).await;
+    let mut c = Client::connect(&p).await;
+    let slot = key_slot_of(&cl, "{mig}a");
+    let src = cl.primary_of(slot);
+    // The primary of a slot in another range.
+    let dst = cl.primary_of(if slot < 5461 { 6000 } else { 0 });
+    let (src_id, dst_id) = (cl.id(src), cl.id(dst));
+    let s = slot.to_string();
+    assert_eq!(
+        c.cmd(&["SET", "{mig}a", "tok", "NX", "PX", "30000"]).await,
+        Reply::ok()
+    );
+    assert_eq!(
+        cl.nodes[dst].cli(("", ""), &["CLUSTER", "SETSLOT", &s, "IMPORTING", &src_id]),
+        "OK"
+    );
+    assert_eq!(
+        cl.nodes[src].cli(("", ""), &["CLUSTER", "SETSLOT", &s, "MIGRATING", &dst_id]),
+        "OK"
+    );
+    let port = cl.nodes[dst].port.to_string();
+    assert_eq!(
+        cl.nodes[src].cli(
+            ("", ""),
+            &[
+                "MIGRATE",
+                "127.0.0.1",
+                &port,
+                "",
+                "0",
+                "5000",
+                "KEYS",
+                "{mig}a"
+            ]
+        ),
+        "OK"
+    );
+    // The moved lock is still held: the source answers ASK, the proxy asks the target.
+    assert_eq!(
+        c.cmd(&["SET", "{mig}a", "other", "NX", "PX", "30000"])
+            .await,
+        Reply::Nil
+    );
+    assert_eq!(c.cmd(&["GET", "{mig}a"]).await, Reply::bulk("tok"));
+    // A new lock in the migrating slot is created on the importing node.
+    assert_eq!(
+        c.cmd(&["SET", "{mig}b", "tok2", "NX", "PX", "30000"]).await,
+        Reply::ok()
+    );
+    assert_eq!(
+        cl.nodes[dst].cli(("", ""), &["-c", "GET", "{mig}b"]),
+        "tok2"
+    );
+    // The slot is moved: MOVED, followed; the locks are held, with their TTLs.
+    for n in 0..3 {
+        cl.nodes[n].cli(("", ""), &["CLUSTER", "SETSLOT", &s, "NODE", &dst_id]);
+    }
+    assert_eq!(
+        c.cmd(&["SET", "{mig}a", "other", "NX", "PX", "30000"])
+            .await,
+        Reply::Nil
+    );
+    let Reply::Integer(left) = c.cmd(&["PTTL", "{mig}a"]).await else {
+        panic!("PTTL")
+    };
+    assert!(left > 20_000 && left <= 30_000, "{left}");
+    assert_eq!(
+        c.cmd(&["EVAL", UNLOCK, "1", "{mig}a", "tok"]).await,
+        Reply::Integer(1)
+    );
+    assert_eq!(
+        c.cmd(&["SET", "{mig}a", "other", "NX", "PX", "30000"])
+            .await,
+        Reply::ok()
+    );
+}
+
 /// Many clients on many keys over every slot range; a shard primary of member 0 is killed and
 /// its replica promoted, then a slot range of member 1 is resharded, all under load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
