@@ -714,6 +714,11 @@ impl Cluster {
     /// new): it may lack acknowledged writes, so it sits out the quarantine window first.
     fn install(&self, ranges: Vec<Range>) {
         let old = self.map();
+        if same_layout(&old, &ranges) {
+            // Nothing moved: the map in use stays (and so does its 32 KiB slot table).
+            self.generation.send_modify(|g| *g += 1);
+            return;
+        }
         let mut shards: Vec<Shard> = Vec::new();
         let mut owner = vec![u16::MAX; SLOTS];
         for r in ranges {
@@ -813,6 +818,31 @@ async fn watch_map(cluster: Weak<Cluster>) {
     }
 }
 
+/// True when `ranges` name the same primaries for the same slots (and replicas) as `map`.
+fn same_layout(map: &Map, ranges: &[Range]) -> bool {
+    if map.shards.is_empty() {
+        return false;
+    }
+    let assigned: usize = ranges
+        .iter()
+        .map(|r| usize::from(r.end - r.start) + 1)
+        .sum();
+    let before: usize = map
+        .shards
+        .iter()
+        .flat_map(|s| &s.ranges)
+        .map(|(a, b)| usize::from(b - a) + 1)
+        .sum();
+    assigned == before
+        && ranges.iter().all(|r| {
+            map.shard(Some(r.start)).is_some_and(|s| {
+                s.primary == r.primary
+                    && s.ranges.contains(&(r.start, r.end))
+                    && s.replicas == r.replicas
+            })
+        })
+}
+
 fn deliver(reply_to: Option<(ReplyTx, usize)>, result: Result<Reply, BackendError>) {
     if let Some((tx, slot)) = reply_to {
         tx.send(slot, result);
@@ -866,4 +896,33 @@ fn by_slot(args: &[Bytes], keys: &[usize]) -> Vec<(u16, Vec<usize>)> {
         }
     }
     groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_grouped_by_slot_in_first_seen_order() {
+        let args: Vec<Bytes> = ["DEL", "{a}1", "b", "{a}2", "c", "b"]
+            .iter()
+            .map(|s| Bytes::from(s.to_string()))
+            .collect();
+        let groups = by_slot(&args, &[1, 2, 3, 4, 5]);
+        let slot = |k: &str| slots::key_slot(k.as_bytes());
+        assert_eq!(
+            groups,
+            vec![
+                (slot("a"), vec![1, 3]),
+                (slot("b"), vec![2, 5]),
+                (slot("c"), vec![4]),
+            ]
+        );
+        assert_eq!(
+            encode(&args[..2]),
+            crate::wire::master::command(&[b"DEL", b"{a}1"])
+        );
+        assert_eq!(parse_usize(b"12"), Some(12));
+        assert_eq!(parse_usize(b"x"), None);
+    }
 }
