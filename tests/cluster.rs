@@ -564,6 +564,26 @@ async fn cluster_and_standalone_members_mix_on_the_command_line() {
     assert!(text.contains("kind=\"standalone\"} 1"), "{text}");
     assert!(text.contains("slots=\"0-5460\"} 1"), "{text}");
     assert_eq!(text.matches("redlock_shard_trusted{").count(), 3, "{text}");
+    // The shards' families pass Prometheus's own lint.
+    let mut lint = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (scripts/deps.sh installs it)");
+    {
+        use std::io::Write;
+        let mut stdin = lint.stdin.take().expect("stdin");
+        stdin.write_all(text.as_bytes()).expect("write");
+    }
+    let out = lint.wait_with_output().expect("promtool");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let _ = child.kill();
     let _ = child.wait();
 }
