@@ -53,6 +53,10 @@ pub const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same sl
 /// How often the slot map is read again without a reason.
 const REFRESH_EVERY: Duration = Duration::from_millis(1000);
 
+/// The least time between two reads of the slot map, however often one is asked for (a shard
+/// that stays down would otherwise ask on every request).
+const REFRESH_GAP: Duration = Duration::from_millis(100);
+
 /// Redirections followed for one command before it fails.
 const MAX_REDIRECTS: usize = 8;
 
@@ -277,7 +281,17 @@ impl Cluster {
         cmds: Vec<Cmd>,
         time: bool,
     ) -> Result<Reply, BackendError> {
-        let reply = result?;
+        let reply = match result {
+            Ok(r) => r,
+            Err(e) => {
+                // A shard primary that is gone may have been failed over: read the map now
+                // rather than at the next round.
+                if matches!(e, BackendError::Down | BackendError::Closed) {
+                    self.wake.notify_one();
+                }
+                return Err(e);
+            }
+        };
         let trusted = trusted_at_send && backend.is_trusted();
         let mut excluded = !trusted;
         let reply = if cmds.len() == 1 {
@@ -797,7 +811,10 @@ async fn watch_map(cluster: Weak<Cluster>) {
     loop {
         let Some(c) = cluster.upgrade() else { return };
         match c.refresh().await {
-            Ok(()) => warned.clear(),
+            Ok(()) => {
+                warned.clear();
+                c.info.set_last_error("");
+            }
             Err(why) => {
                 c.info.set_last_error(&why);
                 if why != warned {
@@ -810,10 +827,13 @@ async fn watch_map(cluster: Weak<Cluster>) {
             }
         }
         c.update_health();
+        drop(c);
+        tokio::time::sleep(REFRESH_GAP).await;
+        let Some(c) = cluster.upgrade() else { return };
         let wake = async {
             c.wake.notified().await;
         };
-        let _ = tokio::time::timeout(REFRESH_EVERY, wake).await;
+        let _ = tokio::time::timeout(REFRESH_EVERY - REFRESH_GAP, wake).await;
         drop(c);
     }
 }
