@@ -587,3 +587,57 @@ async fn cluster_and_standalone_members_mix_on_the_command_line() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Trust is per shard: with one cluster member (N = 1), a failover of one shard refuses the
+/// locks of that shard's slots for the quarantine window, while keys of the other shards are
+/// granted all along; after the window the shard votes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_quarantines_only_that_shards_slots() {
+    let mut cl = RedisCluster::start();
+    let mut config = cluster_config(std::slice::from_ref(&cl), true);
+    config.masters_started_here = true;
+    let p = proxy(config).await.to_string();
+    wait_shards(&p, 1, Duration::from_secs(20)).await;
+    // A key in each shard's first range.
+    let key_in = |range_start: u16| {
+        (0..10_000)
+            .map(|i| format!("k{i}"))
+            .find(|k| {
+                let s = key_slot_of(&cl, k);
+                s >= range_start && s < range_start + 5000
+            })
+            .expect("a key")
+    };
+    let (k0, k1) = (key_in(0), key_in(5461));
+    let mut c = Client::connect(&p).await;
+    let promoted = blocking(|| cl.fail_over(0));
+    let addr = cl.nodes[promoted].addr();
+    let until = Instant::now() + Duration::from_secs(10);
+    while !redlock_info(&p)
+        .await
+        .contains(&format!("primary={addr},slots=0-5460"))
+    {
+        assert!(Instant::now() < until, "{}", redlock_info(&p).await);
+        sleep(Duration::from_millis(50)).await;
+    }
+    let info = redlock_info(&p).await;
+    assert!(
+        info.contains("quarantine_reason=promoted_to_primary_of_slots_0-5460"),
+        "{info}"
+    );
+    assert_eq!(
+        c.cmd(&["SET", &k0, "t", "NX", "PX", "1000"]).await,
+        Reply::Nil,
+        "{info}"
+    );
+    assert_eq!(
+        c.cmd(&["SET", &k1, "t", "NX", "PX", "1000"]).await,
+        Reply::ok()
+    );
+    // The window (2 s + drift) passes; the refused attempt's key (1 s) has expired.
+    sleep(TTL + Duration::from_millis(300)).await;
+    assert_eq!(
+        c.cmd(&["SET", &k0, "t2", "NX", "PX", "1000"]).await,
+        Reply::ok()
+    );
+}
