@@ -136,8 +136,9 @@ pub struct Cluster {
     map: RwLock<Arc<Map>>,
     /// Every node ever a primary, by address, so a shard keeps its connection across maps.
     nodes: Mutex<HashMap<String, Backend>>,
-    /// Why a node is quarantined, when the cluster code quarantined it.
-    reasons: Mutex<HashMap<String, String>>,
+    /// Why a node is quarantined, when the cluster code quarantined it, with the restarts the
+    /// node had then (a later restart is the newer reason).
+    reasons: Mutex<HashMap<String, (String, u64)>>,
     /// Bumped on every map read.
     generation: watch::Sender<u64>,
     wake: Notify,
@@ -212,7 +213,10 @@ impl Cluster {
                 let info = s.backend.info.clone();
                 let quarantined = !info.quarantine_left().is_zero();
                 let quarantine_reason = quarantined.then(|| {
-                    reasons.get(&s.primary).cloned().unwrap_or_else(|| {
+                    let ours = reasons
+                        .get(&s.primary)
+                        .filter(|(_, restarts)| *restarts == info.restarts());
+                    ours.map(|(why, _)| why.clone()).unwrap_or_else(|| {
                         if info.restarts() > 0 {
                             "restarted (new run_id)".to_string()
                         } else {
@@ -768,7 +772,7 @@ impl Cluster {
                             "{why}"
                         );
                         if let Ok(mut r) = self.reasons.lock() {
-                            r.insert(s.primary.clone(), why);
+                            r.insert(s.primary.clone(), (why, s.backend.info.restarts()));
                         }
                     }
                     None => warn!(shard = %s.primary, slots, "new primary (quarantine off)"),
