@@ -249,6 +249,16 @@ async fn a_multi_key_acquisition_across_slots_is_all_or_nothing_per_member() {
             assert_eq!(value_in(cl, k), w, "member {i} {k}");
         }
     }
+    // Extending keys in several slots cannot be split so that it answers as one Redis would:
+    // every member refuses it with Redis's own cluster error, and so does the proxy.
+    let extend = lua("redlock5_EXTEND_SCRIPT");
+    let mut ext = vec!["EVAL", extend.as_str(), "3"];
+    ext.extend(keys);
+    ext.extend(["tok", "20000"]);
+    assert_eq!(
+        c.raw(&ext).await,
+        "-CROSSSLOT Keys in request don't hash to the same slot\r\n"
+    );
 }
 
 /// A slot migrated by hand, one key at a time (`CLUSTER SETSLOT … MIGRATING/IMPORTING`,
