@@ -110,6 +110,33 @@ pub fn one_slot(cmds: &[Cmd]) -> Result<Option<u16>, ()> {
     Ok(slot)
 }
 
+/// What the cluster code must know about the proxy's scripts (they live in a layer above).
+pub trait Scripts: Send + Sync {
+    /// How a script whose keys span slots is split, if it can be.
+    fn split(&self, body: &[u8]) -> Split;
+
+    /// The release script the parts of a refused acquisition are undone with: `KEYS` the keys,
+    /// `ARGV[1]` the token; deletes the keys that hold the token.
+    fn release(&self) -> &'static str;
+}
+
+/// How a script whose keys span slots is split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    /// It answers one code per lock key, each key on its own (1 when it was deleted), takes
+    /// the number of lock keys in `ARGV[2]`, and pushes a wake-up signal on the key after them
+    /// (`ARGV[3]` TTL, `ARGV[4]` element) when every code is 1 or `ARGV[5]` is `"1"`: the
+    /// proxy's release and delete. Run per slot, then the signal.
+    PerKey,
+    /// The proxy's all-or-nothing acquisition (`ARGV` token, TTL, mode): one code per key
+    /// (1 created, 2 already held the token), or 0 / -1 when it wrote nothing. Run per slot;
+    /// if any part writes nothing, the parts that wrote are undone and the answer is that
+    /// part's.
+    Acquire,
+    /// Not split: refused with `CROSSSLOT`.
+    No,
+}
+
 /// A redirection a cluster node answered instead of running a command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Redirect {
