@@ -477,7 +477,7 @@ impl Config {
             );
         }
         for b in &self.backends {
-            crate::endpoint::Endpoint::parse(b).map_err(|m| {
+            crate::endpoint::Member::parse(b).map_err(|m| {
                 ConfigError::Invalid(format!(
                     "bad backend address '{}': {m}",
                     crate::endpoint::redact(b)

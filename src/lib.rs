@@ -17,7 +17,8 @@
 //! - The lock engine: `keylock` (per-key order), [`scripts`] and `lua` (what a script
 //!   means), `acl` (users and their keys), `pubsub` (publish/subscribe across the masters).
 //! - [`quorum`]: the one fan-out and majority rule, with its deadlines.
-//! - `backend`: one pipelined connection per master, its health and clock watch; `tls`.
+//! - `backend`: one pipelined connection per master, its health and clock watch, and Redis
+//!   Cluster members routed per slot to one such connection per shard primary; `tls`.
 //! - [`wire`]: every RESP encoder and decoder, client side and master side.
 //! - Vocabulary: [`lockop`] (lock operations, Redlock arithmetic), `error` (the error
 //!   catalogue), `counters` (the one counter store), [`config`] (configuration as data),
@@ -34,7 +35,7 @@ pub mod command;
 pub mod config;
 pub(crate) mod counters;
 pub mod dev;
-pub(crate) mod endpoint;
+pub mod endpoint;
 pub mod error;
 pub(crate) mod keylock;
 #[cfg(test)]

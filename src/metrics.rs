@@ -282,6 +282,68 @@ impl Collector for ProxyCollector {
             &masters,
             |m| flag(m.status() == Status::ClockSuspect),
         )?;
+        {
+            let mut kinds = e.encode_descriptor(
+                "redlock_master_kind",
+                "1 for each member, labelled with its kind: standalone, or cluster (a Redis \
+                 Cluster whose shards have their own series below).",
+                None,
+                MetricType::Gauge,
+            )?;
+            for b in p.masters().iter() {
+                let labels = [("master", b.info().addr.as_str()), ("kind", b.kind())];
+                ConstGauge::new(1).encode(kinds.encode_family(&labels)?)?;
+            }
+        }
+        let shards: Vec<(String, crate::backend::router::ShardView)> = p
+            .masters()
+            .iter()
+            .flat_map(|b| {
+                let member = b.info().addr.clone();
+                b.shards().into_iter().map(move |s| (member.clone(), s))
+            })
+            .collect();
+        for (name, help, value) in [
+            (
+                "redlock_shard_up",
+                "1 when a cluster member's shard primary is connected (labels: member, primary, \
+                 slots).",
+                (|s| s.info.is_connected()) as fn(&crate::backend::router::ShardView) -> bool,
+            ),
+            (
+                "redlock_shard_trusted",
+                "1 when a cluster member's shard primary's replies count as votes.",
+                |s| s.info.is_trusted(),
+            ),
+        ] {
+            let mut family = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for (member, s) in &shards {
+                let labels = [
+                    ("master", member.as_str()),
+                    ("primary", s.primary.as_str()),
+                    ("slots", s.slots.as_str()),
+                ];
+                flag(value(s)).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        {
+            let mut family = e.encode_descriptor(
+                "redlock_shard_quarantined",
+                "1 while a cluster member's shard primary sits out a quarantine, labelled with \
+                 why (a promoted replica, a restart, a recent start).",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (member, s) in &shards {
+                let reason = s.quarantine_reason.as_deref().unwrap_or("");
+                let labels = [
+                    ("master", member.as_str()),
+                    ("primary", s.primary.as_str()),
+                    ("reason", reason),
+                ];
+                flag(s.quarantine_reason.is_some()).encode(family.encode_family(&labels)?)?;
+            }
+        }
         let count = MetricType::Counter;
         per_master(
             &mut e,

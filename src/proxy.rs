@@ -256,5 +256,14 @@ fn spawn_member(link: &Link, settings: &Settings) -> Backend {
         tls: link.tls.clone(),
         ..settings.clone()
     };
-    Backend::spawn(link.addr.clone(), settings)
+    if link.seeds.is_empty() {
+        Backend::spawn(link.addr.clone(), settings)
+    } else {
+        crate::backend::cluster::member(
+            link.name(),
+            link.seeds.clone(),
+            settings,
+            Arc::new(crate::scripts::ClusterScripts),
+        )
+    }
 }

@@ -598,6 +598,7 @@ mod tests {
             addr: "127.0.0.1:1".into(),
             auth: None,
             tls: None,
+            seeds: Vec::new(),
         };
         let hub = Hub::new(&vec![link; n]);
         // No links in unit tests.

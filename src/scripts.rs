@@ -220,6 +220,28 @@ pub const DELETE: &str = concat!(
     signal_then_return!()
 );
 
+/// What a Redis Cluster member must know of the canonical scripts to split one whose keys
+/// span slots (see [`crate::backend::cluster::Split`]): [`RELEASE`] and [`DELETE`] answer per
+/// key, [`ACQUIRE`] is all or nothing; the others are refused.
+pub struct ClusterScripts;
+
+impl crate::backend::cluster::Scripts for ClusterScripts {
+    fn split(&self, body: &[u8]) -> crate::backend::cluster::Split {
+        use crate::backend::cluster::Split;
+        if body == RELEASE.as_bytes() || body == DELETE.as_bytes() {
+            Split::PerKey
+        } else if body == ACQUIRE.as_bytes() {
+            Split::Acquire
+        } else {
+            Split::No
+        }
+    }
+
+    fn release(&self) -> &'static str {
+        RELEASE
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The cache.
 

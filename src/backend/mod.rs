@@ -31,12 +31,14 @@
 //!   for requests sent with [`Backend::send_timed`], in the same round trip as the request.
 
 pub mod clock;
+pub mod cluster;
 mod handshake;
 pub mod health;
 pub mod inbox;
 mod io;
 mod pending;
 mod queue;
+pub mod router;
 mod settings;
 pub mod target;
 
@@ -68,6 +70,8 @@ pub struct Backend {
     clock: bool,
     /// The connection's writing side, which a handle uses to write early (see [`io::Outlet`]).
     outlet: Arc<io::Outlet>,
+    /// Set for a Redis Cluster member: requests are routed to its shards (see [`cluster`]).
+    router: Option<Arc<dyn router::Router>>,
 }
 
 impl Backend {
@@ -84,7 +88,36 @@ impl Backend {
             info,
             clock,
             outlet,
+            router: None,
         }
+    }
+
+    /// A member made of several masters: `info` is the member's as a whole, and `router`
+    /// sends each request on.
+    pub(crate) fn routed(
+        info: Arc<MasterInfo>,
+        clock: bool,
+        router: Arc<dyn router::Router>,
+    ) -> Backend {
+        // The member has no connection of its own: its queue is closed from the start.
+        let (tx, _) = queue::channel(1);
+        Backend {
+            tx,
+            info,
+            clock,
+            outlet: Arc::new(io::Outlet::default()),
+            router: Some(router),
+        }
+    }
+
+    /// What kind of member this is, as `INFO` and `/metrics` name it: `standalone`, `cluster`.
+    pub fn kind(&self) -> &'static str {
+        self.router.as_ref().map_or("standalone", |r| r.kind())
+    }
+
+    /// A routed member's shards (empty for one master).
+    pub fn shards(&self) -> Vec<router::ShardView> {
+        self.router.as_ref().map(|r| r.shards()).unwrap_or_default()
     }
 
     /// What the proxy knows about this master.
@@ -118,6 +151,10 @@ impl Backend {
     }
 
     fn queue(&self, bytes: Bytes, replies: usize, time: bool, reply_to: Option<(ReplyTx, usize)>) {
+        if let Some(r) = &self.router {
+            r.route(bytes, replies, time, reply_to);
+            return;
+        }
         let mut pending = Pending {
             bytes,
             replies,

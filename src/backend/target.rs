@@ -9,7 +9,7 @@
 use std::fmt;
 
 use crate::config::{Config, ConfigError};
-use crate::endpoint::{Endpoint, redact};
+use crate::endpoint::{Endpoint, Member, redact};
 use crate::tls::TlsTarget;
 
 /// What the proxy sends as `AUTH [user] password` before anything else.
@@ -39,6 +39,25 @@ pub struct Link {
     pub auth: Option<Credentials>,
     /// Set when the connection is TLS.
     pub tls: Option<TlsTarget>,
+    /// A Redis Cluster member's seed nodes (`host:port`), asked for its slot map; empty for
+    /// one master. `addr` is then the first seed.
+    pub seeds: Vec<String>,
+}
+
+impl Link {
+    /// The member's name in logs and `INFO`: its address, or its cluster URL (no password).
+    pub fn name(&self) -> String {
+        if self.seeds.is_empty() {
+            self.addr.clone()
+        } else {
+            let scheme = if self.tls.is_some() {
+                "rediss-cluster://"
+            } else {
+                "redis-cluster://"
+            };
+            format!("{scheme}{}", self.seeds.join(";"))
+        }
+    }
 }
 
 /// The environment variable read for the masters' password when no setting gives one.
@@ -60,8 +79,18 @@ pub fn links(config: &Config) -> Result<Vec<Link>, ConfigError> {
     let mut connector = None;
     let mut out = Vec::with_capacity(config.backends.len());
     for text in &config.backends {
-        let e = Endpoint::parse(text)
+        let member = Member::parse(text)
             .map_err(|m| invalid(format!("bad backend address '{}': {m}", redact(text))))?;
+        let (e, seeds) = match member {
+            Member::Standalone(e) => (e, Vec::new()),
+            Member::Cluster(seeds) => {
+                let addrs = seeds.iter().map(Endpoint::addr).collect();
+                let Some(first) = seeds.into_iter().next() else {
+                    return Err(invalid("a cluster member needs a seed".into()));
+                };
+                (first, addrs)
+            }
+        };
         let user = e.user.clone().or_else(|| config.backend_user.clone());
         let auth = match (e.password.clone().or_else(|| shared_password.clone()), user) {
             (Some(password), user) => Some(Credentials { user, password }),
@@ -98,6 +127,7 @@ pub fn links(config: &Config) -> Result<Vec<Link>, ConfigError> {
             addr: e.addr(),
             auth,
             tls,
+            seeds,
         });
     }
     Ok(out)

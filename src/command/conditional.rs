@@ -275,11 +275,13 @@ async fn run_set(proxy: &Proxy, w: &Write) -> Reply {
     let cfg = proxy.config();
     let min = Duration::from_millis(cfg.min_validity_ms);
     let elapsed = start.elapsed();
-    let valid = decided.quorum_th(|_, r| new_ttl_of(r), |t| *t).is_some_and(|t| {
-        t == i64::MAX
-            || validity(Duration::from_millis(t as u64), elapsed, cfg.drift_factor)
-                .is_some_and(|v| v > min)
-    });
+    let valid = decided
+        .quorum_th(|_, r| new_ttl_of(r), |t| *t)
+        .is_some_and(|t| {
+            t == i64::MAX
+                || validity(Duration::from_millis(t as u64), elapsed, cfg.drift_factor)
+                    .is_some_and(|v| v > min)
+        });
     if valid && decided.agree(wrote) {
         Counters::bump(&proxy.counters().grants);
         return set_reply(w, &decided);
@@ -475,14 +477,9 @@ async fn run_delex(proxy: &Proxy, key: &Bytes, cond: &Cond) -> Reply {
         .config()
         .node_timeout()
         .max(Duration::from_millis(proxy.config().stall_timeout_ms));
-    let mut ballots = ask(
-        &masters,
-        Request::Some(asks),
-        1,
-        Instant::now() + patience,
-    )
-    .outcome()
-    .await;
+    let mut ballots = ask(&masters, Request::Some(asks), 1, Instant::now() + patience)
+        .outcome()
+        .await;
     for (i, k) in known.into_iter().enumerate() {
         if k.is_some() {
             ballots.replies[i] = k;

@@ -156,6 +156,25 @@ pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         for (i, m) in masters.iter().enumerate() {
             let member = masters.rule().side(i).unwrap_or("current");
             let _ = write!(out, "master{i}:{},member={member}\r\n", m.info().describe());
+            let _ = write!(out, "master{i}_kind:{}\r\n", m.kind());
+            // A member made of shards: each shard's primary, slots and health.
+            for (j, s) in m.shards().iter().enumerate() {
+                let _ = write!(
+                    out,
+                    "master{i}_shard{j}:primary={},slots={},replicas={},{}",
+                    s.primary,
+                    s.slots.replace(' ', ";"),
+                    s.replicas.join(";"),
+                    s.info
+                        .describe()
+                        .split_once(',')
+                        .map_or("", |(_, rest)| rest),
+                );
+                if let Some(why) = &s.quarantine_reason {
+                    let _ = write!(out, ",quarantine_reason={}", why.replace([',', ' '], "_"));
+                }
+                out.push_str("\r\n");
+            }
         }
         out.push_str("\r\n");
     }

@@ -82,7 +82,7 @@ impl Changed {
 
 /// Two links reach the same member: the same address, credentials and TLS use.
 fn same(a: &Link, b: &Link) -> bool {
-    a.addr == b.addr && a.auth == b.auth && a.tls.is_some() == b.tls.is_some()
+    a.addr == b.addr && a.seeds == b.seeds && a.auth == b.auth && a.tls.is_some() == b.tls.is_some()
 }
 
 impl Membership {
@@ -242,6 +242,7 @@ mod tests {
             addr: addr.into(),
             auth: None,
             tls: None,
+            seeds: Vec::new(),
         }
     }
 

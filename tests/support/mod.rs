@@ -13,6 +13,8 @@
 //! - [`proxy`]: the proxy in-process ([`proxy`], [`proxy_for`], [`proxy_with`]) or as the binary
 //!   ([`ProxyProcess`], [`binary`]); reading its `INFO`.
 //! - [`differential`]: the same steps on one redis-server and through the proxy.
+//! - [`cluster`]: real Redis Clusters (six nodes, three primaries with a replica each) and
+//!   their faults: a primary killed and its replica promoted, a slot range resharded.
 //! - [`tls`]: scratch folders, and the certificates the TLS tests use.
 //! - [`fault`]: a TCP fault proxy to put between the proxy and a master.
 //! - [`load`]: many lock clients on a few contended resources, two checkers of mutual exclusion,
@@ -22,6 +24,7 @@
 #![allow(dead_code)]
 
 pub mod client;
+pub mod cluster;
 pub mod differential;
 pub mod fault;
 pub mod load;
@@ -33,6 +36,8 @@ use std::path::PathBuf;
 
 #[allow(unused_imports)]
 pub use client::{Client, redis_cli};
+#[allow(unused_imports)]
+pub use cluster::RedisCluster;
 #[allow(unused_imports)]
 pub use differential::{differential, now_ms};
 #[allow(unused_imports)]

@@ -1,0 +1,192 @@
+//! Redis Cluster's key space: 16,384 hash slots, a key's slot (CRC16 of the key, or of its
+//! `{hash tag}`), and the slot map a cluster node reports with `CLUSTER SLOTS`.
+
+use crate::wire::reply::Reply;
+
+/// Number of hash slots in a Redis Cluster.
+pub const SLOTS: usize = 16_384;
+
+/// CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0, no reflection), the checksum the
+/// Redis Cluster specification names for key slots.
+pub fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in data {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// The slot of `key`: when the key holds a `{` followed later by a `}` with at least one byte
+/// between them, only the bytes between the first `{` and the first `}` after it are hashed.
+pub fn key_slot(key: &[u8]) -> u16 {
+    let hashed = match key.iter().position(|&b| b == b'{') {
+        Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
+            Some(0) | None => key,
+            Some(len) => &key[open + 1..open + 1 + len],
+        },
+        None => key,
+    };
+    crc16(hashed) & (SLOTS as u16 - 1)
+}
+
+/// One slot range of a `CLUSTER SLOTS` reply: its primary and replicas as `host:port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Range {
+    /// First slot.
+    pub start: u16,
+    /// Last slot (inclusive).
+    pub end: u16,
+    /// The primary's `host:port`.
+    pub primary: String,
+    /// The replicas' `host:port`.
+    pub replicas: Vec<String>,
+}
+
+/// Reads a `CLUSTER SLOTS` reply; `seed_host` stands in for a node that reports an empty
+/// address (a node names itself so when it does not know its own IP).
+pub fn parse_cluster_slots(reply: &Reply, seed_host: &str) -> Result<Vec<Range>, String> {
+    let Reply::Array(ranges) = reply else {
+        return Err(match reply {
+            Reply::Error(e) => String::from_utf8_lossy(e).into_owned(),
+            _ => "CLUSTER SLOTS: unexpected reply".into(),
+        });
+    };
+    let mut out = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        let Reply::Array(parts) = r else {
+            return Err("CLUSTER SLOTS: a range is not an array".into());
+        };
+        let slot = |i: usize| match parts.get(i) {
+            Some(Reply::Integer(n)) if (0..SLOTS as i64).contains(n) => Ok(*n as u16),
+            _ => Err("CLUSTER SLOTS: bad slot number".to_string()),
+        };
+        let (start, end) = (slot(0)?, slot(1)?);
+        let mut nodes = parts.iter().skip(2).map(|n| node_addr(n, seed_host));
+        let primary = nodes
+            .next()
+            .ok_or("CLUSTER SLOTS: a range without a primary")??;
+        let replicas = nodes.collect::<Result<Vec<_>, _>>()?;
+        out.push(Range {
+            start: start.min(end),
+            end: end.max(start),
+            primary,
+            replicas,
+        });
+    }
+    Ok(out)
+}
+
+fn node_addr(node: &Reply, seed_host: &str) -> Result<String, String> {
+    let Reply::Array(f) = node else {
+        return Err("CLUSTER SLOTS: a node is not an array".into());
+    };
+    let host = match f.first() {
+        Some(Reply::Bulk(h)) if !h.is_empty() && h.as_ref() != b"?" => {
+            String::from_utf8_lossy(h).into_owned()
+        }
+        _ => seed_host.to_string(),
+    };
+    let port = match f.get(1) {
+        Some(Reply::Integer(p)) if (1..=65535).contains(p) => *p,
+        _ => return Err("CLUSTER SLOTS: bad port".into()),
+    };
+    Ok(if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    })
+}
+
+/// Slot ranges as `INFO` writes them: `0-5460,5462`.
+pub fn ranges_text(ranges: &[(u16, u16)]) -> String {
+    let mut out = String::new();
+    for (i, (a, b)) in ranges.iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        if a == b {
+            out.push_str(&a.to_string());
+        } else {
+            out.push_str(&format!("{a}-{b}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    #[test]
+    fn crc16_matches_the_cluster_specification() {
+        // The test vector of the Redis Cluster specification.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(crc16(b""), 0);
+    }
+
+    #[test]
+    fn slots_follow_the_hash_tag_rules() {
+        // Values as `CLUSTER KEYSLOT` answers them.
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"bar"), 5061);
+        assert_eq!(key_slot(b"123456789"), 0x31C3 & 0x3FFF);
+        // Only the tag is hashed.
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        assert_eq!(key_slot(b"{user1000}.followers"), key_slot(b"user1000"));
+        // An empty tag hashes the whole key; the first `}` after the first `{` ends the tag.
+        assert_eq!(key_slot(b"foo{}{bar}"), crc16(b"foo{}{bar}") & 0x3FFF);
+        assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
+        assert_eq!(key_slot(b"foo{bar}{zap}"), key_slot(b"bar"));
+        // No closing brace: the whole key.
+        assert_eq!(key_slot(b"foo{bar"), crc16(b"foo{bar") & 0x3FFF);
+        // python-redis-lock's lock and its signal list live in different slots.
+        assert_ne!(key_slot(b"lock:x"), key_slot(b"lock-signal:x"));
+    }
+
+    fn node(host: &str, port: i64) -> Reply {
+        Reply::Array(vec![
+            Reply::Bulk(Bytes::from(host.to_string())),
+            Reply::Integer(port),
+            Reply::Bulk(Bytes::from_static(b"id")),
+        ])
+    }
+
+    #[test]
+    fn cluster_slots_replies_are_read() {
+        let reply = Reply::Array(vec![
+            Reply::Array(vec![
+                Reply::Integer(0),
+                Reply::Integer(5460),
+                node("127.0.0.1", 7000),
+                node("127.0.0.1", 7003),
+            ]),
+            Reply::Array(vec![
+                Reply::Integer(5461),
+                Reply::Integer(16383),
+                node("", 7001),
+            ]),
+        ]);
+        let r = parse_cluster_slots(&reply, "10.0.0.1").unwrap();
+        assert_eq!(r[0].primary, "127.0.0.1:7000");
+        assert_eq!(r[0].replicas, vec!["127.0.0.1:7003".to_string()]);
+        assert_eq!((r[1].start, r[1].end), (5461, 16383));
+        assert_eq!(r[1].primary, "10.0.0.1:7001");
+        assert!(
+            parse_cluster_slots(
+                &Reply::error("ERR This instance has cluster support disabled"),
+                "h"
+            )
+            .is_err()
+        );
+        assert!(parse_cluster_slots(&Reply::Array(vec![Reply::Integer(1)]), "h").is_err());
+        assert_eq!(ranges_text(&[(0, 5460), (7, 7)]), "0-5460 7");
+    }
+}
