@@ -66,7 +66,10 @@ pub enum LegacyDecision {
 pub struct Config {
     /// Address the proxy listens on for clients.
     pub listen: String,
-    /// The independent Redis masters, as `host:port`. Their number is the N of the quorum.
+    /// The independent members, one entry each: a standalone master as `host:port` (or a
+    /// `redis://` / `rediss://` URL), or a primary named by its Sentinels as
+    /// `redis-sentinel://[password@]host:port[,host:port...]#master-name`. Their number is the N
+    /// of the quorum.
     pub backends: Vec<String>,
     /// How long to wait for one master's reply before counting it as a "no" (ms). Keep it small
     /// compared with lock TTLs: the Redlock design suggests 5–50 ms for a 10 s TTL.
@@ -185,6 +188,10 @@ pub struct Config {
     pub backend_password: Option<String>,
     /// File holding the masters' password (a trailing newline is ignored).
     pub backend_password_file: Option<String>,
+    /// Password the proxy gives the Sentinels of `redis-sentinel://` members (`AUTH`, as
+    /// Sentinel's `requirepass`); unset, the Sentinels are asked without one. The data nodes'
+    /// password is the URL's own, or `backend_password`.
+    pub backend_sentinel_password: Option<String>,
     /// Speak TLS to every master (a `rediss://` backend always does).
     pub backend_tls: bool,
     /// PEM bundle of the authorities that sign the masters' certificates; unset trusts the
@@ -267,7 +274,7 @@ pub enum LogFormat {
 }
 
 /// Settings whose values are secrets: shown as `<redacted>` by `Debug`.
-const SECRET_KEYS: [&str; 2] = ["password", "backend_password"];
+const SECRET_KEYS: [&str; 3] = ["password", "backend_password", "backend_sentinel_password"];
 
 impl std::fmt::Debug for Config {
     // Derived Debug would print passwords, and a Config may well be logged with `?config`.
@@ -382,6 +389,7 @@ impl Default for Config {
             backend_user: None,
             backend_password: None,
             backend_password_file: None,
+            backend_sentinel_password: None,
             backend_tls: false,
             backend_tls_ca_cert_file: None,
             backend_tls_cert_file: None,
@@ -456,6 +464,12 @@ impl Config {
         Ok(())
     }
 
+    /// Splits a `--backends` list into members: at commas, except inside a `redis-sentinel://`
+    /// URL, which keeps its own commas up to its `#master-name`.
+    pub fn split_backends(text: &str) -> Vec<String> {
+        crate::endpoint::split_members(text)
+    }
+
     /// Checks ranges and addresses: the data alone. The files the configuration names
     /// (passwords, certificates) are read once, by the bootstrap step that builds from it.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -467,7 +481,7 @@ impl Config {
             );
         }
         for b in &self.backends {
-            crate::endpoint::Endpoint::parse(b).map_err(|m| {
+            crate::endpoint::Member::parse(b).map_err(|m| {
                 ConfigError::Invalid(format!(
                     "bad backend address '{}': {m}",
                     crate::endpoint::redact(b)

@@ -20,9 +20,10 @@ struct Cli {
     /// Address to listen on, HOST:PORT.
     #[arg(long)]
     listen: Option<String>,
-    /// Comma-separated masters, HOST:PORT,HOST:PORT,...
-    #[arg(long, value_delimiter = ',')]
-    backends: Option<Vec<String>>,
+    /// Comma-separated members, HOST:PORT,HOST:PORT,... A Sentinel member's URL keeps its own
+    /// commas up to its #master-name: redis-sentinel://S1:26379,S2:26379#NAME,HOST:PORT
+    #[arg(long)]
+    backends: Option<String>,
     /// Per-master reply timeout in milliseconds.
     #[arg(long)]
     node_timeout_ms: Option<u64>,
@@ -50,11 +51,7 @@ fn build_config(cli: &Cli) -> Result<Config, ConfigError> {
         config.listen = l.clone();
     }
     if let Some(b) = &cli.backends {
-        config.backends = b
-            .iter()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect();
+        config.backends = Config::split_backends(b);
     }
     if let Some(t) = cli.node_timeout_ms {
         config.node_timeout_ms = t;

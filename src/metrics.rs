@@ -230,7 +230,8 @@ impl Collector for ProxyCollector {
         per_master(
             &mut e,
             "redlock_master_quarantined",
-            "1 while the master sits out a restart quarantine.",
+            "1 while the master sits out a quarantine (restart, young or failover; see \
+             redlock_master_info's quarantine_reason).",
             None,
             gauge,
             &masters,
@@ -245,7 +246,36 @@ impl Collector for ProxyCollector {
             &masters,
             |m| flag(m.status() == Status::ClockSuspect),
         )?;
+        {
+            let mut family = e.encode_descriptor(
+                "redlock_master_info",
+                "Always 1: the member's kind (standalone, sentinel), the data node serving it \
+                 (primary) and why its votes do not count now (quarantine_reason: restart, young, \
+                 failover, clock; empty when they count).",
+                None,
+                gauge,
+            )?;
+            for m in &masters {
+                let primary = m.primary();
+                let labels = [
+                    ("master", m.addr.as_str()),
+                    ("kind", m.kind()),
+                    ("primary", primary.as_str()),
+                    ("quarantine_reason", m.quarantine_reason()),
+                ];
+                ConstGauge::new(1i64).encode(family.encode_family(&labels)?)?;
+            }
+        }
         let count = MetricType::Counter;
+        per_master(
+            &mut e,
+            "redlock_master_failovers",
+            "Primaries replaced (Sentinel members: another address or run_id).",
+            None,
+            count,
+            &masters,
+            |m| ConstCounter::new(m.failovers()),
+        )?;
         per_master(
             &mut e,
             "redlock_master_restarts",

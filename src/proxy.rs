@@ -83,6 +83,7 @@ impl Proxy {
             }),
             auth: None,
             tls: None,
+            sentinel: None,
         };
         let hub = Hub::new(&links);
         let masters = links
@@ -91,6 +92,7 @@ impl Proxy {
                 let settings = Settings {
                     auth: link.auth,
                     tls: link.tls,
+                    sentinel: link.sentinel,
                     ..settings.clone()
                 };
                 Backend::spawn(link.addr, settings)

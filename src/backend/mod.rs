@@ -21,8 +21,14 @@
 //! request that timed out for its caller may still run on the master; the lock logic cleans
 //! up after that case.
 //!
+//! A Sentinel member ([`sentinel`]) asks its Sentinels for the primary before every connect,
+//! and drops the connection when they name another one (or when the node answers `READONLY` or
+//! `MASTERDOWN`, which any member's connection does: a node that is no longer a primary).
+//!
 //! On every connect the driver learns who the master is (`INFO server`, `ROLE`, `TIME`):
 //! - a backend that reports itself as a replica is refused;
+//! - a Sentinel member whose primary is another node than last time (address or `run_id`) had
+//!   a failover: the new primary may lack locks, so it is quarantined for the window;
 //! - a new `run_id` means the master restarted and may have lost locks, so it is quarantined
 //!   for the quarantine window (max TTL + drift); on the first connect the master's uptime
 //!   tells whether it started recently enough to have lost someone else's locks (see
@@ -37,6 +43,7 @@ pub mod inbox;
 mod io;
 mod pending;
 mod queue;
+pub mod sentinel;
 mod settings;
 pub mod target;
 
@@ -74,7 +81,10 @@ impl Backend {
     /// Starts the driver task for `addr` and returns the handle.
     pub fn spawn(addr: String, settings: Settings) -> Backend {
         let (tx, rx) = queue::channel(QUEUE_LIMIT);
-        let info = Arc::new(MasterInfo::new(addr.clone()));
+        let info = Arc::new(match settings.sentinel {
+            None => MasterInfo::new(addr.clone()),
+            Some(_) => MasterInfo::of_kind(addr.clone(), "sentinel", String::new()),
+        });
         let clock = settings.clock.is_some();
         let span = info_span!("backend", backend.addr = %addr);
         let outlet = Arc::new(io::Outlet::default());
@@ -156,7 +166,21 @@ async fn drive(
     // every retry; it is repeated at debug, and a new reason is a new WARN.
     let mut warned = String::new();
     let mut connected_before = false;
+    // A Sentinel member: the watcher bumps this when the Sentinels name another primary.
+    let mut switched = settings.sentinel.clone().map(|s| {
+        let (tx, rx) = tokio::sync::watch::channel(0u64);
+        let every = settings.probe_every.max(std::time::Duration::from_secs(1));
+        tokio::spawn(
+            sentinel::watch(s, info.clone(), tx, every, settings.connect_timeout)
+                .instrument(tracing::Span::current()),
+        );
+        rx
+    });
     loop {
+        // A switch heard from here on drops the connection about to be made.
+        if let Some(rx) = switched.as_mut() {
+            rx.borrow_and_update();
+        }
         match connect(&info, &settings).await {
             Ok(hello) => {
                 if connected_before {
@@ -180,6 +204,7 @@ async fn drive(
                     &settings,
                     &info,
                     clock.as_mut(),
+                    switched.as_mut(),
                 )
                 .await;
                 info.set_connected(false);

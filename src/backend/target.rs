@@ -5,11 +5,18 @@
 //! it: `redis://[user:password@]host:port` or `rediss://...` for TLS. A URL's own user and
 //! password win over `backend_user` / `backend_password`. Passwords are kept out of every
 //! `Debug` and `Display`, so they cannot reach a log line, `INFO` or an error reply.
+//!
+//! A Sentinel member, `redis-sentinel://[password@]host:port,...#name`, is reached through its
+//! Sentinels: the URL's password (or `backend_password`) is the data nodes', and
+//! `backend_sentinel_password` the Sentinels'. `rediss-sentinel://` speaks TLS to both.
 
 use std::fmt;
 
+use std::sync::Arc;
+
+use super::sentinel::Sentinels;
 use crate::config::{Config, ConfigError};
-use crate::endpoint::{Endpoint, redact};
+use crate::endpoint::{Endpoint, Member, redact};
 use crate::tls::TlsTarget;
 
 /// What the proxy sends as `AUTH [user] password` before anything else.
@@ -33,8 +40,11 @@ impl fmt::Debug for Credentials {
 /// One master, resolved from the configuration: where, how, and as whom.
 #[derive(Debug, Clone)]
 pub struct Link {
-    /// `host:port`, the master's name in logs and `INFO`.
+    /// `host:port`, the master's name in logs and `INFO` (a Sentinel member's URL without its
+    /// password).
     pub addr: String,
+    /// For a Sentinel member: its Sentinels, who name the primary to connect to.
+    pub sentinel: Option<Arc<Sentinels>>,
     /// Sent as `AUTH` before anything else on every connect.
     pub auth: Option<Credentials>,
     /// Set when the connection is TLS.
@@ -60,8 +70,25 @@ pub fn links(config: &Config) -> Result<Vec<Link>, ConfigError> {
     let mut connector = None;
     let mut out = Vec::with_capacity(config.backends.len());
     for text in &config.backends {
-        let e = Endpoint::parse(text)
+        let member = Member::parse(text)
             .map_err(|m| invalid(format!("bad backend address '{}': {m}", redact(text))))?;
+        // A Sentinel member's data nodes take the URL's credentials and TLS as a standalone
+        // master's would; their address comes from the Sentinels on each connect.
+        let (e, sentinel_url) = match member {
+            Member::Standalone(e) => (e, None),
+            Member::Sentinel(s) => {
+                let first = s.sentinels.first().cloned().ok_or_else(|| {
+                    invalid(format!("backend '{}' names no Sentinel", redact(text)))
+                })?;
+                let e = Endpoint {
+                    tls: s.tls,
+                    user: s.user.clone(),
+                    password: s.password.clone(),
+                    ..first
+                };
+                (e, Some(s))
+            }
+        };
         let user = e.user.clone().or_else(|| config.backend_user.clone());
         let auth = match (e.password.clone().or_else(|| shared_password.clone()), user) {
             (Some(password), user) => Some(Credentials { user, password }),
@@ -94,8 +121,35 @@ pub fn links(config: &Config) -> Result<Vec<Link>, ConfigError> {
         } else {
             None
         };
+        let sentinel = match sentinel_url {
+            None => None,
+            Some(s) => {
+                let to_sentinels = match &tls {
+                    Some(t) if s.tls => Some(t.connector.clone()),
+                    _ => None,
+                };
+                Some(Arc::new(Sentinels::new(
+                    s.sentinels.clone(),
+                    s.master.clone(),
+                    config.backend_sentinel_password.clone(),
+                    to_sentinels,
+                    config.backend_tls_server_name.is_none(),
+                )))
+            }
+        };
+        let addr = match &sentinel {
+            Some(_) => Member::parse(text)
+                .ok()
+                .and_then(|m| match m {
+                    Member::Sentinel(s) => Some(s.name()),
+                    Member::Standalone(_) => None,
+                })
+                .unwrap_or_else(|| redact(text)),
+            None => e.addr(),
+        };
         out.push(Link {
-            addr: e.addr(),
+            addr,
+            sentinel,
             auth,
             tls,
         });
