@@ -355,12 +355,7 @@ async fn failover_scenario(quarantine: bool) -> (Arc<Checker>, usize) {
         assert_eq!(master_field(p, 0, "primary").await, new0);
         assert_eq!(master_field(p, 0, "failovers").await, "1");
     }
-    let resumed = Instant::now();
-    sleep(Duration::from_millis(1000)).await;
-    assert!(
-        checker.grants_between(resumed, Instant::now()) > 0,
-        "locks resume after the failover quarantine"
-    );
+    wait_grant(&checker, "locks resume after the failover quarantine").await;
 
     // Round 2: member 1's replica stops receiving, then its primary is killed with SIGKILL;
     // the Sentinels agree it is down and promote the replica, which lacks the last locks.
@@ -381,12 +376,7 @@ async fn failover_scenario(quarantine: bool) -> (Arc<Checker>, usize) {
         wait_trusted(p, 3, Duration::from_secs(10)).await;
         assert_eq!(master_field(p, 1, "primary").await, new1);
     }
-    let resumed = Instant::now();
-    sleep(Duration::from_millis(1000)).await;
-    assert!(
-        checker.grants_between(resumed, Instant::now()) > 0,
-        "locks resume after the second failover"
-    );
+    wait_grant(&checker, "locks resume after the second failover").await;
     load.stop().await;
 
     // A lock taken now lands on the new primaries.
@@ -406,6 +396,16 @@ async fn failover_scenario(quarantine: bool) -> (Arc<Checker>, usize) {
         );
     }
     (checker, faults)
+}
+
+/// Waits (generously) for a grant that begins from now on.
+async fn wait_grant(checker: &Checker, what: &str) {
+    let from = Instant::now();
+    let until = from + Duration::from_secs(15);
+    while checker.grants_between(from, Instant::now()) == 0 {
+        assert!(Instant::now() < until, "{what}: no grant within 15 s");
+        sleep(Duration::from_millis(50)).await;
+    }
 }
 
 fn assert_safe(v: &Verdict) {

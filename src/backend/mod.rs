@@ -356,6 +356,11 @@ mod tests {
                                     )
                                     .into_bytes()
                                 }
+                                // A replica refuses writes.
+                                _ if me.role != "master" => {
+                                    b"-READONLY You can't write against a read only replica.\r\n"
+                                        .to_vec()
+                                }
                                 _ => b"+OK\r\n".to_vec(),
                             };
                             if s.write_all(&out).await.is_err() {
@@ -523,5 +528,171 @@ mod tests {
         cut.notify_waiters();
         tokio::time::sleep(Duration::from_millis(50)).await;
         wait_for(&b, Status::ClockSuspect).await;
+    }
+
+    /// A fake Sentinel: names `primary` for any master name, confirms `SUBSCRIBE`, and pushes
+    /// `+switch-master` messages to its subscribers when told.
+    async fn fake_sentinel(
+        primary: Arc<Mutex<String>>,
+    ) -> (String, tokio::sync::broadcast::Sender<String>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let (push, _) = tokio::sync::broadcast::channel::<String>(8);
+        let pushes = push.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let primary = primary.clone();
+                let mut pushed = pushes.subscribe();
+                tokio::spawn(async move {
+                    let mut buf = BytesMut::new();
+                    let mut decoder = crate::wire::master::ReplyDecoder::default();
+                    loop {
+                        while let Ok(Some(Reply::Array(args))) = decoder.decode(&mut buf) {
+                            let word = |i: usize| match args.get(i) {
+                                Some(Reply::Bulk(b)) => b.to_ascii_uppercase(),
+                                _ => Vec::new(),
+                            };
+                            let out = match word(0).as_slice() {
+                                b"SENTINEL" => {
+                                    let p = primary.lock().unwrap().clone();
+                                    let (h, port) = p.rsplit_once(':').unwrap();
+                                    format!(
+                                        "*2\r\n${}\r\n{h}\r\n${}\r\n{port}\r\n",
+                                        h.len(),
+                                        port.len()
+                                    )
+                                }
+                                b"SUBSCRIBE" => {
+                                    "*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n"
+                                        .to_string()
+                                }
+                                _ => "+OK\r\n".to_string(),
+                            };
+                            if s.write_all(out.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                        tokio::select! {
+                            n = s.read_buf(&mut buf) => if !matches!(n, Ok(n) if n > 0) { return },
+                            m = pushed.recv() => {
+                                let Ok(m) = m else { return };
+                                let msg = format!(
+                                    "*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n${}\r\n{m}\r\n",
+                                    m.len()
+                                );
+                                if s.write_all(msg.as_bytes()).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (addr, push)
+    }
+
+    fn sentinel_settings(sentinel: &str, quarantine: bool) -> Settings {
+        let e = crate::endpoint::Endpoint::parse(sentinel).unwrap();
+        Settings {
+            quarantine: quarantine.then_some(Duration::from_millis(3000)),
+            sentinel: Some(Arc::new(sentinel::Sentinels::new(
+                vec![e],
+                "m".into(),
+                None,
+                None,
+                true,
+            ))),
+            ..settings()
+        }
+    }
+
+    fn field<'a>(line: &'a str, name: &str) -> &'a str {
+        line.split(',')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .unwrap_or("")
+    }
+
+    #[tokio::test]
+    async fn a_sentinel_member_follows_switch_master_and_quarantines_the_new_primary() {
+        let (a, _, _) = fake_master(persona("a", 3600)).await;
+        let (b, _, _) = fake_master(persona("b", 3600)).await;
+        let named = Arc::new(Mutex::new(a.clone()));
+        let (s, push) = fake_sentinel(named.clone()).await;
+        let m = Backend::spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, true));
+        wait_for(&m, Status::Up).await;
+        let line = m.info().describe();
+        assert_eq!(field(&line, "kind"), "sentinel", "{line}");
+        assert_eq!(field(&line, "primary"), a, "{line}");
+        // The Sentinels promote b and say so.
+        *named.lock().unwrap() = b.clone();
+        let (ah, ap) = a.rsplit_once(':').unwrap();
+        let (bh, bp) = b.rsplit_once(':').unwrap();
+        for _ in 0..50 {
+            let _ = push.send(format!("m {ah} {ap} {bh} {bp}"));
+            if m.info().primary() == b {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        wait_for(&m, Status::Quarantined).await;
+        let line = m.info().describe();
+        assert_eq!(field(&line, "primary"), b, "{line}");
+        assert_eq!(field(&line, "quarantine_reason"), "failover", "{line}");
+        assert_eq!(field(&line, "failovers"), "1", "{line}");
+        assert!(m.info().quarantine_left() > Duration::from_millis(2000));
+    }
+
+    #[tokio::test]
+    async fn without_quarantine_a_sentinel_members_new_primary_counts_at_once() {
+        let (a, _, _) = fake_master(persona("a", 3600)).await;
+        let (b, _, _) = fake_master(persona("b", 3600)).await;
+        let named = Arc::new(Mutex::new(a.clone()));
+        let (s, _push) = fake_sentinel(named.clone()).await;
+        let m = Backend::spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, false));
+        wait_for(&m, Status::Up).await;
+        // No message this time: the watcher's own question (on subscribing, then every
+        // second) finds the new primary.
+        *named.lock().unwrap() = b.clone();
+        for _ in 0..300 {
+            if m.info().primary() == b && m.is_up() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(m.info().primary(), b);
+        wait_for(&m, Status::Up).await;
+        assert!(m.is_trusted());
+        assert_eq!(m.info().failovers(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_primary_turned_replica_is_left_at_its_first_readonly() {
+        let (a, p, _) = fake_master(persona("a", 3600)).await;
+        let b = Backend::spawn(a, settings());
+        wait_for(&b, Status::Up).await;
+        // The node becomes a replica: writes answer READONLY, and ROLE says so.
+        p.lock().unwrap().role = "slave";
+        let (tx, mut rx) = crate::backend::inbox::inbox(1);
+        b.send(command(&[b"SET", b"ro", b"v"]), 1, Some((tx, 0)));
+        let (_, reply) = rx.recv().await;
+        assert!(
+            matches!(&reply, Ok(Reply::Error(e)) if e.starts_with(b"READONLY")),
+            "{reply:?}"
+        );
+        wait_for(&b, Status::Down).await;
+        // Connecting again, the greeting finds a replica and refuses it.
+        for _ in 0..200 {
+            if b.info().last_error().contains("role") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            b.info().last_error().contains("role 'slave'"),
+            "{}",
+            b.info().last_error()
+        );
+        assert_eq!(b.info().status(), Status::Down);
     }
 }

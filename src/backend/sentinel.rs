@@ -275,8 +275,9 @@ pub(super) async fn watch(
                 Ok(w) => w,
                 Err(e) => {
                     failures += 1;
-                    if failures % sentinels.sentinels.len() as u32 == 0 {
-                        warn!(sentinel = %s.addr(), error = %e, "no Sentinel reachable for switch-master");
+                    // Once per outage: every Sentinel failed in turn.
+                    if failures == sentinels.sentinels.len() as u32 {
+                        warn!(sentinel = %s.addr(), error = %e, "no Sentinel reachable: a failover would go unheard until one answers");
                     } else {
                         debug!(sentinel = %s.addr(), error = %e, "Sentinel subscription failed");
                     }
