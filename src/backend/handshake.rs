@@ -24,6 +24,9 @@ pub(super) struct Hello<S> {
     pub(super) stream: S,
     /// The data node's `host:port` (set by [`connect`]).
     addr: String,
+    /// A Sentinel member: how long the Sentinels have known this node as the primary (set by
+    /// [`connect`]).
+    primary_for: Option<Duration>,
     run_id: Option<String>,
     /// `redis_version` from `INFO server`.
     version: Option<String>,
@@ -56,14 +59,17 @@ pub(super) async fn connect(
     settings: &Settings,
 ) -> Result<Hello<Wire>, Refused> {
     // A Sentinel member asks its Sentinels first, each time: the primary may have moved.
+    let mut primary_for = None;
     let addr = match &settings.sentinel {
         None => info.addr.clone(),
         Some(s) => {
-            let addr = s
-                .resolve(settings.connect_timeout)
+            let (addr, age) = s
+                .resolve_with_age(settings.connect_timeout)
                 .await
                 .map_err(Refused::Quietly)?;
             info.set_primary(&addr);
+            // Unknown counts as new: a first connect then sits out the whole window.
+            primary_for = Some(age.unwrap_or_default());
             addr
         }
     };
@@ -97,6 +103,7 @@ pub(super) async fn connect(
         .await
         .map_err(|_| Refused::Quietly("handshake timed out".into()))??;
     hello.addr = addr;
+    hello.primary_for = primary_for;
     Ok(hello)
 }
 
@@ -306,6 +313,7 @@ where
     Ok(Hello {
         stream,
         addr: String::new(),
+        primary_for: None,
         run_id: info_field(&server, "run_id").map(str::to_owned),
         version: info_field(&server, "redis_version").map(str::to_owned),
         uptime_s: info_field(&server, "uptime_in_seconds").and_then(|u| u.parse().ok()),
@@ -400,7 +408,24 @@ pub(super) fn admit<S>(
                 status = "quarantined",
                 "master restarted (run_id changed) and may have lost locks: its votes do not count until every lock it held has expired"
             );
-        } else if first && settings.quarantine_young && !persists {
+        } else if let Some(left) = first
+            .then_some(hello.primary_for)
+            .flatten()
+            .filter(|_| settings.quarantine_young)
+            .and_then(|age| window.checked_sub(age))
+            .filter(|l| !l.is_zero())
+        {
+            // A Sentinel member whose primary is newer than the window (as the Sentinels know
+            // it): a failover this proxy did not see may have lost locks others were granted.
+            info.quarantine(left, "failover");
+            warn!(
+                primary = %hello.addr,
+                quarantine_ms = left.as_millis() as u64,
+                status = "quarantined",
+                "the Sentinels have known this primary for less than the quarantine window: it may be a promoted replica lacking locks the old primary granted"
+            );
+        }
+        if !failover && first && settings.quarantine_young && !persists {
             // Another proxy, or this one before a restart, may have granted locks that this
             // master lost. A master up for at least the window holds everything it was given
             // since; a younger one sits out the rest of the window. Uptime is whole seconds,

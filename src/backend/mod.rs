@@ -535,6 +535,14 @@ mod tests {
     async fn fake_sentinel(
         primary: Arc<Mutex<String>>,
     ) -> (String, tokio::sync::broadcast::Sender<String>) {
+        fake_sentinel_aged(primary, 3_600_000).await
+    }
+
+    /// A fake Sentinel that has known its primary for `age_ms` (`role-reported-time`).
+    async fn fake_sentinel_aged(
+        primary: Arc<Mutex<String>>,
+        age_ms: u64,
+    ) -> (String, tokio::sync::broadcast::Sender<String>) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap().to_string();
         let (push, _) = tokio::sync::broadcast::channel::<String>(8);
@@ -553,6 +561,13 @@ mod tests {
                                 _ => Vec::new(),
                             };
                             let out = match word(0).as_slice() {
+                                b"SENTINEL" if word(1) == b"MASTER" => {
+                                    let age = age_ms.to_string();
+                                    format!(
+                                        "*4\r\n$4\r\nname\r\n$1\r\nm\r\n$18\r\nrole-reported-time\r\n${}\r\n{age}\r\n",
+                                        age.len()
+                                    )
+                                }
                                 b"SENTINEL" => {
                                     let p = primary.lock().unwrap().clone();
                                     let (h, port) = p.rsplit_once(':').unwrap();
@@ -641,6 +656,26 @@ mod tests {
         assert_eq!(field(&line, "quarantine_reason"), "failover", "{line}");
         assert_eq!(field(&line, "failovers"), "1", "{line}");
         assert!(m.info().quarantine_left() > Duration::from_millis(2000));
+    }
+
+    #[tokio::test]
+    async fn a_primary_the_sentinels_named_recently_sits_out_the_rest_of_the_window() {
+        // An old node (up an hour), but the Sentinels switched to it half a second ago: a
+        // failover this proxy did not see.
+        let (a, _, _) = fake_master(persona("a", 3600)).await;
+        let (s, _push) = fake_sentinel_aged(Arc::new(Mutex::new(a.clone())), 500).await;
+        let m = Backend::spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, true));
+        wait_for(&m, Status::Quarantined).await;
+        let left = m.info().quarantine_left();
+        assert!(
+            left > Duration::from_millis(2000) && left <= Duration::from_millis(2500),
+            "{left:?}"
+        );
+        assert_eq!(m.info().quarantine_reason(), "failover");
+        // Known for longer than the window: trusted at once.
+        let (s, _push) = fake_sentinel_aged(Arc::new(Mutex::new(a)), 3000).await;
+        let m = Backend::spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, true));
+        wait_for(&m, Status::Up).await;
     }
 
     #[tokio::test]

@@ -81,10 +81,21 @@ impl Sentinels {
     /// Asks each Sentinel in turn for the primary's `host:port`, each within `within`; the
     /// first answer wins. The error names every Sentinel's failure (no password).
     pub async fn resolve(&self, within: Duration) -> Result<String, String> {
+        self.resolve_with_age(within).await.map(|(addr, _)| addr)
+    }
+
+    /// [`Sentinels::resolve`], and how long the answering Sentinel has known that node as the
+    /// primary (`role-reported-time` of `SENTINEL MASTER`: reset when it switched to it, or when
+    /// the Sentinel itself started, so never longer than the node's time as primary); `None`
+    /// when the Sentinel does not say.
+    pub async fn resolve_with_age(
+        &self,
+        within: Duration,
+    ) -> Result<(String, Option<Duration>), String> {
         let mut why = Vec::new();
         for s in &self.sentinels {
             match timeout(within, self.ask_primary(s)).await {
-                Ok(Ok(addr)) => return Ok(addr),
+                Ok(Ok(found)) => return Ok(found),
                 Ok(Err(e)) => why.push(format!("{}: {e}", s.addr())),
                 Err(_) => why.push(format!("{}: timed out", s.addr())),
             }
@@ -96,22 +107,21 @@ impl Sentinels {
         ))
     }
 
-    async fn ask_primary(&self, s: &Endpoint) -> Result<String, String> {
+    async fn ask_primary(&self, s: &Endpoint) -> Result<(String, Option<Duration>), String> {
         let mut wire = self.open(s).await?;
         let mut buf = BytesMut::new();
         let mut decoder = ReplyDecoder::default();
-        let reply = ask(
-            &mut wire,
-            &mut buf,
-            &mut decoder,
-            &[
-                b"SENTINEL",
-                b"GET-MASTER-ADDR-BY-NAME",
-                self.master.as_bytes(),
-            ],
-        )
-        .await?;
-        primary_of(&reply)
+        let name = self.master.as_bytes();
+        let both = [
+            command(&[b"SENTINEL", b"GET-MASTER-ADDR-BY-NAME", name]),
+            command(&[b"SENTINEL", b"MASTER", name]),
+        ]
+        .concat();
+        wire.write_all(&both).await.map_err(|e| e.to_string())?;
+        wire.flush().await.map_err(|e| e.to_string())?;
+        let addr = primary_of(&next_reply(&mut wire, &mut buf, &mut decoder).await?)?;
+        let age = age_of(&next_reply(&mut wire, &mut buf, &mut decoder).await?);
+        Ok((addr, age))
     }
 
     /// A connection to Sentinel `s`: TCP, TLS when configured, `AUTH` when configured.
@@ -196,6 +206,23 @@ fn primary_of(reply: &Reply) -> Result<String, String> {
         Reply::Error(e) => Err(String::from_utf8_lossy(e).into_owned()),
         other => Err(format!("unexpected reply {other:?}")),
     }
+}
+
+/// `role-reported-time` (ms) from a `SENTINEL MASTER` reply (a flat list of fields and values).
+fn age_of(reply: &Reply) -> Option<Duration> {
+    let Reply::Array(items) = reply else {
+        return None;
+    };
+    items.chunks(2).find_map(|kv| match kv {
+        [Reply::Bulk(k), Reply::Bulk(v)] if k.as_ref() == b"role-reported-time" => {
+            std::str::from_utf8(v)
+                .ok()?
+                .parse::<u64>()
+                .ok()
+                .map(Duration::from_millis)
+        }
+        _ => None,
+    })
 }
 
 /// `host:port`, IPv6 in brackets.
@@ -350,6 +377,10 @@ mod tests {
             Some(("mymaster", "127.0.0.1:6380".to_string()))
         );
         assert_eq!(switch_of(b"mymaster 127.0.0.1 6379"), None);
+        let b = |t: &'static str| Reply::Bulk(Bytes::from_static(t.as_bytes()));
+        let master = Reply::Array(vec![b("name"), b("m"), b("role-reported-time"), b("2040")]);
+        assert_eq!(age_of(&master), Some(Duration::from_millis(2040)));
+        assert_eq!(age_of(&Reply::Error(Bytes::from_static(b"ERR no"))), None);
         assert_eq!(switch_of(b"m a b c notaport"), None);
     }
 }
