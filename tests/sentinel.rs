@@ -440,3 +440,54 @@ async fn without_failover_quarantine_the_same_failover_double_grants() {
         "with failover quarantine off the checkers must see a double grant: {v:?}"
     );
 }
+
+/// `--backends` splits at commas, but a `redis-sentinel://` URL keeps its own commas up to its
+/// `#master-name`; one without it is refused at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_keeps_a_sentinel_urls_commas() {
+    let port = free_port();
+    let mut child = binary()
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--backends",
+            "redis-sentinel://127.0.0.1:1,127.0.0.1:2#locks-a, 127.0.0.1:3",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the proxy binary");
+    let addr = format!("127.0.0.1:{port}");
+    let mut info = String::new();
+    for _ in 0..100 {
+        if let Some(mut c) = Client::try_connect(&addr).await {
+            info = c.text(&["INFO", "redlock"]).await;
+            break;
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(field(&info, "masters"), "2", "{info}");
+    assert!(
+        field(&info, "master0")
+            .starts_with("addr=redis-sentinel://127.0.0.1:1,127.0.0.1:2#locks-a,status=down,"),
+        "{info}"
+    );
+    assert!(
+        field(&info, "master0").contains(",kind=sentinel,primary=,"),
+        "{info}"
+    );
+    assert!(
+        field(&info, "master1").starts_with("addr=127.0.0.1:3,status=down,"),
+        "{info}"
+    );
+
+    let out = binary()
+        .args(["--backends", "redis-sentinel://127.0.0.1:1,127.0.0.1:3"])
+        .output()
+        .expect("the proxy binary");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ends with #master-name"), "{err}");
+}
