@@ -491,3 +491,36 @@ async fn the_command_line_keeps_a_sentinel_urls_commas() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("ends with #master-name"), "{err}");
 }
+
+/// Standalone and Sentinel members in one list: each is one vote, and a lock lands on every
+/// member's primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_and_sentinel_members_mix_in_one_configuration() {
+    let rig = Rig::start().await;
+    let standalone = Master::start();
+    let mut backends = rig.backends()[..2].to_vec();
+    backends.push(standalone.addr());
+    let p = proxy(sentinel_config(&backends, false)).await.to_string();
+    wait_trusted(&p, 3, Duration::from_secs(10)).await;
+    let kinds = [
+        master_field(&p, 0, "kind").await,
+        master_field(&p, 1, "kind").await,
+        master_field(&p, 2, "kind").await,
+    ];
+    assert_eq!(kinds, ["sentinel", "sentinel", "standalone"]);
+    assert_eq!(master_field(&p, 2, "primary").await, standalone.addr());
+    let mut c = Client::connect(&p).await;
+    assert_eq!(
+        c.cmd(&["SET", "mixed", "tok", "NX", "PX", "2000"]).await,
+        Reply::ok()
+    );
+    for m in [&rig.primaries[0], &rig.primaries[1], &standalone] {
+        let mut direct = m.client().await;
+        assert_eq!(
+            direct.cmd(&["GET", "mixed"]).await,
+            Reply::Bulk("tok".into()),
+            "{}",
+            m.addr()
+        );
+    }
+}
