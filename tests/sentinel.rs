@@ -56,11 +56,22 @@ struct Watch<'a> {
 
 impl Sentinel {
     fn start(watches: &[Watch<'_>]) -> Sentinel {
+        Sentinel::start_with(watches, "")
+    }
+
+    /// A Sentinel with `extra` configuration lines; when they hold `tls-cert-file` it listens
+    /// for TLS only.
+    fn start_with(watches: &[Watch<'_>], extra: &str) -> Sentinel {
         for _ in 0..10 {
             let port = free_port();
             let dir = Scratch::new("sentinel");
+            let listen = if extra.contains("tls-cert-file") {
+                format!("port 0\ntls-port {port}")
+            } else {
+                format!("port {port}")
+            };
             let mut conf = format!(
-                "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {}\nlogfile {}\n",
+                "{listen}\nbind 127.0.0.1\ndaemonize no\ndir {}\nlogfile {}\n{extra}\n",
                 dir.path(""),
                 dir.path("sentinel.log")
             );
@@ -523,4 +534,87 @@ async fn standalone_and_sentinel_members_mix_in_one_configuration() {
             m.addr()
         );
     }
+}
+
+/// `rediss-sentinel://`: TLS to the data nodes and to the Sentinels, the data nodes' password in
+/// the URL and the Sentinels' own in `backend_sentinel_password`; a failover is followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_sentinel_speaks_tls_to_the_sentinels_and_the_data_nodes() {
+    let c = Certs::get();
+    let (cert, key, ca) = (c.file("server.crt"), c.file("server.key"), c.file("ca.crt"));
+    let auth = ["--requirepass", "data-pw", "--masterauth", "data-pw"];
+    let primary = tokio::task::block_in_place(|| Master::tls(false, &auth));
+    let port = primary.port.to_string();
+    let mut replica_args = vec![
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+        "--tls-replication",
+        "yes",
+    ];
+    replica_args.extend(auth);
+    let replica = tokio::task::block_in_place(|| Master::tls(false, &replica_args));
+    let extra = format!(
+        "tls-cert-file {cert}\ntls-key-file {key}\ntls-ca-cert-file {ca}\n\
+         tls-auth-clients no\ntls-replication yes\nrequirepass sentinel-pw"
+    );
+    let sentinel = tokio::task::block_in_place(|| {
+        Sentinel::start_with(
+            &[Watch {
+                name: "locks",
+                addr: primary.addr(),
+                down_after_ms: 1000,
+            }],
+            &format!("{extra}\nsentinel auth-pass locks data-pw"),
+        )
+    });
+    // The Sentinel speaks TLS only, with a password.
+    let ask = |args: &[&str]| {
+        let mut all = vec!["--tls", "--cacert", &ca, "--pass", "sentinel-pw"];
+        all.extend(args);
+        redis_cli(sentinel.port, &all)
+    };
+    let until = Instant::now() + Duration::from_secs(20);
+    while !ask(&["SENTINEL", "MASTER", "locks"]).contains("num-slaves\n1") {
+        assert!(Instant::now() < until, "the Sentinel never saw the replica");
+        sleep(Duration::from_millis(200)).await;
+    }
+    let mut config = sentinel_config(
+        &[format!(
+            "rediss-sentinel://data-pw@{}#locks",
+            sentinel.addr()
+        )],
+        false,
+    );
+    config.backend_tls_ca_cert_file = Some(ca.clone());
+    config.backend_sentinel_password = Some("sentinel-pw".into());
+    let p = proxy(config).await.to_string();
+    wait_trusted(&p, 1, Duration::from_secs(10)).await;
+    assert_eq!(master_field(&p, 0, "primary").await, primary.addr());
+    let mut cl = Client::connect(&p).await;
+    assert_eq!(
+        cl.cmd(&["SET", "tls-lock", "tok", "NX", "PX", "2000"])
+            .await,
+        Reply::ok()
+    );
+    assert_eq!(primary.cli(("", "data-pw"), &["GET", "tls-lock"]), "tok");
+
+    assert_eq!(ask(&["SENTINEL", "FAILOVER", "locks"]), "OK");
+    let until = Instant::now() + Duration::from_secs(20);
+    while master_field(&p, 0, "primary").await != replica.addr()
+        || master_field(&p, 0, "status").await != "up"
+    {
+        assert!(
+            Instant::now() < until,
+            "the proxy did not follow the failover: {}",
+            redlock_info(&p).await
+        );
+        sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        cl.cmd(&["SET", "tls-lock-2", "tok", "NX", "PX", "2000"])
+            .await,
+        Reply::ok()
+    );
+    assert_eq!(replica.cli(("", "data-pw"), &["GET", "tls-lock-2"]), "tok");
 }
