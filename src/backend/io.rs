@@ -261,7 +261,8 @@ where
         // in flight fails, so no vote of the replaced node counts once the switch is known.
         Some(switched) => tokio::select! {
             e = loops => e,
-            _ = switched.changed() => {
+            // (A watcher that is gone disables this branch, not the connection.)
+            Ok(()) = switched.changed() => {
                 Ended::Failed("the Sentinels named another primary".into())
             }
         },
