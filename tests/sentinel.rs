@@ -175,20 +175,38 @@ struct Rig {
     /// In front of member 2's primary.
     cut: FaultProxy,
     sentinels: Vec<Sentinel>,
+    /// The data nodes' working folders.
+    _dirs: Vec<Scratch>,
+}
+
+/// A `redis-server` working in a scratch folder of its own (kept in `dirs`): a full
+/// resynchronisation writes an RDB file there, not into the tests' working folder, where a
+/// `redis-server` started later would load it.
+fn data_node(dirs: &mut Vec<Scratch>, extra: &[&str]) -> Master {
+    let dir = Scratch::new("data");
+    let path = dir.path("");
+    let mut args = vec!["--dir", &path];
+    args.extend(extra);
+    let m = Master::start_with(&args);
+    dirs.push(dir);
+    m
 }
 
 const NAMES: [&str; 3] = ["m0", "m1", "m2"];
 
 impl Rig {
     async fn start() -> Rig {
-        let primaries = masters(3);
+        let mut dirs = Vec::new();
+        let primaries: Vec<Master> = (0..3)
+            .map(|_| tokio::task::block_in_place(|| data_node(&mut dirs, &[])))
+            .collect();
         let mut repl = Vec::new();
         let mut replicas = Vec::new();
         for p in &primaries {
             let f = FaultProxy::start(p.addr()).await;
             let port = f.addr.rsplit_once(':').expect("port").1.to_string();
             replicas.push(tokio::task::block_in_place(|| {
-                Master::start_with(&["--replicaof", "127.0.0.1", &port])
+                data_node(&mut dirs, &["--replicaof", "127.0.0.1", &port])
             }));
             repl.push(f);
         }
@@ -222,6 +240,7 @@ impl Rig {
             repl,
             cut,
             sentinels,
+            _dirs: dirs,
         };
         rig.wait_ready().await;
         rig
@@ -530,7 +549,8 @@ async fn the_command_line_keeps_a_sentinel_urls_commas() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_and_sentinel_members_mix_in_one_configuration() {
     let rig = Rig::start().await;
-    let standalone = Master::start();
+    let mut dirs = Vec::new();
+    let standalone = data_node(&mut dirs, &[]);
     let mut backends = rig.backends()[..2].to_vec();
     backends.push(standalone.addr());
     let metrics = format!("127.0.0.1:{}", free_port());
@@ -579,10 +599,17 @@ async fn standalone_and_sentinel_members_mix_in_one_configuration() {
 async fn rediss_sentinel_speaks_tls_to_the_sentinels_and_the_data_nodes() {
     let c = Certs::get();
     let (cert, key, ca) = (c.file("server.crt"), c.file("server.key"), c.file("ca.crt"));
+    // Working folders of their own (see `data_node`).
+    let (dir0, dir1) = (Scratch::new("data"), Scratch::new("data"));
+    let (path0, path1) = (dir0.path(""), dir1.path(""));
     let auth = ["--requirepass", "data-pw", "--masterauth", "data-pw"];
-    let primary = tokio::task::block_in_place(|| Master::tls(false, &auth));
+    let mut primary_args = vec!["--dir", &path0];
+    primary_args.extend(auth);
+    let primary = tokio::task::block_in_place(|| Master::tls(false, &primary_args));
     let port = primary.port.to_string();
     let mut replica_args = vec![
+        "--dir",
+        &path1,
         "--replicaof",
         "127.0.0.1",
         &port,
