@@ -41,9 +41,6 @@ if [ "$mode" = "test" ]; then
   if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet redis-sentinel 2>/dev/null; then
     as_root systemctl stop redis-sentinel || true
   fi
-  if pgrep -x -f '/usr/bin/redis-sentinel 127.0.0.1:26379' >/dev/null 2>&1 && command -v service >/dev/null 2>&1; then
-    as_root service redis-sentinel stop >/dev/null 2>&1 || true
-  fi
 fi
 if [ "$mode" = "test" ]; then
   # tests/operations.rs lints /metrics with promtool and has a real Prometheus scrape the proxy;
