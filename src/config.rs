@@ -813,14 +813,21 @@ mod tests {
     #[test]
     fn debug_never_prints_passwords() {
         let c = Config::from_toml(
-            "backends = [\"redis://u:hunter2@h:1\"]\npassword = \"client-secret\"\nbackend_password = \"hunter3\"",
+            "backends = [\"redis://u:hunter2@h:1\", \"redis-sentinel://hunter4@s1,s2#m\"]\n\
+             password = \"client-secret\"\nbackend_password = \"hunter3\"\n\
+             backend_sentinel_password = \"hunter5\"",
         )
         .unwrap();
         let shown = format!("{c:?}");
-        for secret in ["hunter2", "client-secret", "hunter3"] {
+        for secret in ["hunter2", "client-secret", "hunter3", "hunter4", "hunter5"] {
             assert!(!shown.contains(secret), "{shown}");
         }
         assert!(shown.contains("redis://u:<redacted>@h:1"), "{shown}");
+        assert!(
+            shown.contains("redis-sentinel://<redacted>@s1:26379,s2:26379#m"),
+            "{shown}"
+        );
+        assert!(c.validate().is_ok());
         assert!(
             with_backends("backend_password = \"a\"\nbackend_password_file = \"/f\"")
                 .unwrap_err()
