@@ -99,9 +99,16 @@ pub(super) async fn connect(
         };
         greet(wire, settings).await
     };
-    let mut hello = timeout(settings.connect_timeout, open)
+    let opened = timeout(settings.connect_timeout, open)
         .await
-        .map_err(|_| Refused::Quietly("handshake timed out".into()))??;
+        .map_err(|_| Refused::Quietly("handshake timed out".into()))
+        .and_then(|r| r);
+    if let (Err(_), Some(s)) = (&opened, &settings.sentinel) {
+        // The node named could not be served (down, or not a master): the next attempt asks
+        // another Sentinel first.
+        s.rotate();
+    }
+    let mut hello = opened?;
     hello.addr = addr;
     hello.primary_for = primary_for;
     Ok(hello)

@@ -679,6 +679,38 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_sentinel_that_names_a_replica_is_asked_after_the_others() {
+        // The first Sentinel is behind: it still names the old primary, now a replica.
+        let (old, _, _) = fake_master(Persona {
+            role: "slave",
+            ..persona("a", 3600)
+        })
+        .await;
+        let (new, _, _) = fake_master(persona("b", 3600)).await;
+        let (stale, _p1) = fake_sentinel(Arc::new(Mutex::new(old))).await;
+        let (fresh, _p2) = fake_sentinel(Arc::new(Mutex::new(new.clone()))).await;
+        let sentinels = [&stale, &fresh]
+            .iter()
+            .map(|a| crate::endpoint::Endpoint::parse(a).unwrap())
+            .collect();
+        let m = Backend::spawn(
+            "redis-sentinel://x#m".into(),
+            Settings {
+                sentinel: Some(Arc::new(sentinel::Sentinels::new(
+                    sentinels,
+                    "m".into(),
+                    None,
+                    None,
+                    true,
+                ))),
+                ..settings()
+            },
+        );
+        wait_for(&m, Status::Up).await;
+        assert_eq!(m.info().primary(), new);
+    }
+
+    #[tokio::test]
     async fn without_quarantine_a_sentinel_members_new_primary_counts_at_once() {
         let (a, _, _) = fake_master(persona("a", 3600)).await;
         let (b, _, _) = fake_master(persona("b", 3600)).await;

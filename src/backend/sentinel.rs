@@ -17,6 +17,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -49,6 +50,10 @@ pub struct Sentinels {
     /// The data nodes' certificates are checked against the host the Sentinels name (no
     /// `backend_tls_server_name` was given).
     pub(super) tls_name_follows_host: bool,
+    /// The Sentinel asked first; moved on when the node one named could not be served, so a
+    /// Sentinel left behind (cut off from the others, still naming a demoted primary) does not
+    /// keep the member down.
+    first: AtomicUsize,
 }
 
 impl fmt::Debug for Sentinels {
@@ -75,7 +80,14 @@ impl Sentinels {
             password,
             tls,
             tls_name_follows_host,
+            first: AtomicUsize::new(0),
         }
+    }
+
+    /// Asks the next Sentinel first from now on (the node the last answer named could not be
+    /// served).
+    pub(super) fn rotate(&self) {
+        self.first.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Asks each Sentinel in turn for the primary's `host:port`, each within `within`; the
@@ -93,7 +105,9 @@ impl Sentinels {
         within: Duration,
     ) -> Result<(String, Option<Duration>), String> {
         let mut why = Vec::new();
-        for s in &self.sentinels {
+        let n = self.sentinels.len();
+        let first = self.first.load(Ordering::Relaxed);
+        for s in (0..n).map(|i| &self.sentinels[(first + i) % n]) {
             match timeout(within, self.ask_primary(s)).await {
                 Ok(Ok(found)) => return Ok(found),
                 Ok(Err(e)) => why.push(format!("{}: {e}", s.addr())),
