@@ -35,6 +35,14 @@ if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet redis-ser
   as_root systemctl stop redis-server || true
 fi
 if [ "$mode" = "test" ]; then
+  # Sentinel members (tests/sentinel.rs) run real Sentinels, from Debian's redis-sentinel; its
+  # service on 26379 is not used (the tests start their own Sentinels on free ports): stop it.
+  apt_need redis-sentinel
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet redis-sentinel 2>/dev/null; then
+    as_root systemctl stop redis-sentinel || true
+  fi
+fi
+if [ "$mode" = "test" ]; then
   # tests/operations.rs lints /metrics with promtool and has a real Prometheus scrape the proxy;
   # Debian's prometheus package has both. The tests run their own server: stop the service.
   apt_need prometheus

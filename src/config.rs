@@ -66,7 +66,10 @@ pub enum LegacyDecision {
 pub struct Config {
     /// Address the proxy listens on for clients.
     pub listen: String,
-    /// The independent Redis masters, as `host:port`. Their number is the N of the quorum.
+    /// The independent members, one entry each: a standalone master as `host:port` (or a
+    /// `redis://` / `rediss://` URL), or a primary named by its Sentinels as
+    /// `redis-sentinel://[password@]host:port[,host:port...]#master-name`. Their number is the N
+    /// of the quorum.
     pub backends: Vec<String>,
     /// How long to wait for one master's reply before counting it as a "no" (ms). Keep it small
     /// compared with lock TTLs: the Redlock design suggests 5–50 ms for a 10 s TTL.
@@ -193,6 +196,10 @@ pub struct Config {
     pub backend_password: Option<String>,
     /// File holding the masters' password (a trailing newline is ignored).
     pub backend_password_file: Option<String>,
+    /// Password the proxy gives the Sentinels of `redis-sentinel://` members (`AUTH`, as
+    /// Sentinel's `requirepass`); unset, the Sentinels are asked without one. The data nodes'
+    /// password is the URL's own, or `backend_password`.
+    pub backend_sentinel_password: Option<String>,
     /// Speak TLS to every master (a `rediss://` backend always does).
     pub backend_tls: bool,
     /// PEM bundle of the authorities that sign the masters' certificates; unset trusts the
@@ -275,7 +282,7 @@ pub enum LogFormat {
 }
 
 /// Settings whose values are secrets: shown as `<redacted>` by `Debug`.
-const SECRET_KEYS: [&str; 2] = ["password", "backend_password"];
+const SECRET_KEYS: [&str; 3] = ["password", "backend_password", "backend_sentinel_password"];
 
 impl std::fmt::Debug for Config {
     // Derived Debug would print passwords, and a Config may well be logged with `?config`.
@@ -392,6 +399,7 @@ impl Default for Config {
             backend_user: None,
             backend_password: None,
             backend_password_file: None,
+            backend_sentinel_password: None,
             backend_tls: false,
             backend_tls_ca_cert_file: None,
             backend_tls_cert_file: None,
@@ -464,6 +472,12 @@ impl Config {
                 ))
             })?;
         Ok(())
+    }
+
+    /// Splits a `--backends` list into members: at commas, except inside a `redis-sentinel://`
+    /// URL, which keeps its own commas up to its `#master-name`.
+    pub fn split_backends(text: &str) -> Vec<String> {
+        crate::endpoint::split_backends(text)
     }
 
     /// Checks ranges and addresses: the data alone. The files the configuration names
@@ -827,14 +841,21 @@ mod tests {
     #[test]
     fn debug_never_prints_passwords() {
         let c = Config::from_toml(
-            "backends = [\"redis://u:hunter2@h:1\"]\npassword = \"client-secret\"\nbackend_password = \"hunter3\"",
+            "backends = [\"redis://u:hunter2@h:1\", \"redis-sentinel://hunter4@s1,s2#m\"]\n\
+             password = \"client-secret\"\nbackend_password = \"hunter3\"\n\
+             backend_sentinel_password = \"hunter5\"",
         )
         .unwrap();
         let shown = format!("{c:?}");
-        for secret in ["hunter2", "client-secret", "hunter3"] {
+        for secret in ["hunter2", "client-secret", "hunter3", "hunter4", "hunter5"] {
             assert!(!shown.contains(secret), "{shown}");
         }
         assert!(shown.contains("redis://u:<redacted>@h:1"), "{shown}");
+        assert!(
+            shown.contains("redis-sentinel://<redacted>@s1:26379,s2:26379#m"),
+            "{shown}"
+        );
+        assert!(c.validate().is_ok());
         assert!(
             with_backends("backend_password = \"a\"\nbackend_password_file = \"/f\"")
                 .unwrap_err()

@@ -1,7 +1,10 @@
-//! A master's address as the configuration writes it: `host:port`, or a URL the way redis-py,
+//! A member's address as the configuration writes it: `host:port`, or a URL the way redis-py,
 //! redis-rs and go-redis accept it, `redis://[user:password@]host:port` or `rediss://...` for
-//! TLS. A Redis Cluster member is named by seed nodes, `redis-cluster://[user:password@]host:port[,host:port…]`
-//! (`rediss-cluster://` with TLS). Passwords are kept out of every `Debug` and `Display`, so they cannot reach a log line,
+//! TLS; a member named by its Sentinels, in Lettuce's form
+//! `redis-sentinel://[password@]host:port[,host:port...]#master-name` (`rediss-sentinel://`
+//! when the data nodes speak TLS); or a Redis Cluster named by seed nodes,
+//! `redis-cluster://[user:password@]host:port[,host:port...]` (`rediss-cluster://` with TLS).
+//! Passwords are kept out of every `Debug` and `Display`, so they cannot reach a log line,
 //! `INFO` or an error reply.
 
 use std::fmt;
@@ -100,11 +103,14 @@ impl Endpoint {
     }
 }
 
-/// A member as written in `backends`: one master, or a Redis Cluster named by its seeds.
+/// A member as written in `backends`: one master, a primary its Sentinels name, or a Redis
+/// Cluster named by its seeds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Member {
     /// One master.
     Standalone(Endpoint),
+    /// A primary the Sentinels name: `redis-sentinel://...#name`.
+    Sentinel(SentinelUrl),
     /// A Redis Cluster: the nodes asked for its slot map (each carries the URL's credentials
     /// and TLS).
     Cluster(Vec<Endpoint>),
@@ -117,8 +123,12 @@ const CLUSTER_SCHEMES: [(&str, &str); 2] = [
 ];
 
 impl Member {
-    /// Parses a `backends` entry: a master (see [`Endpoint::parse`]) or a cluster URL.
+    /// Parses a `backends` entry: a master (see [`Endpoint::parse`]), a Sentinel URL or a
+    /// cluster URL.
     pub fn parse(text: &str) -> Result<Member, String> {
+        if let Some(s) = SentinelUrl::parse(text)? {
+            return Ok(Member::Sentinel(s));
+        }
         let Some((rest, scheme)) = CLUSTER_SCHEMES
             .iter()
             .find_map(|(c, plain)| text.strip_prefix(c).map(|r| (r, *plain)))
@@ -146,10 +156,12 @@ impl Member {
     }
 
     /// The member's name in logs, `INFO` and `/metrics`: `host:port`, or
-    /// `redis-cluster://host:port,host:port` (never a password).
+    /// `redis-sentinel://host:port,...#name` or `redis-cluster://host:port,host:port` (never a
+    /// password).
     pub fn name(&self) -> String {
         match self {
             Member::Standalone(e) => e.addr(),
+            Member::Sentinel(s) => s.name(),
             Member::Cluster(seeds) => {
                 let scheme = if seeds.first().is_some_and(|e| e.tls) {
                     "rediss-cluster://"
@@ -163,22 +175,161 @@ impl Member {
     }
 }
 
-/// Splits `--backends` into members. Members are separated by `;` when the list holds one;
-/// otherwise by `,`, where a piece without a scheme that follows a multi-host URL (a cluster
-/// member's seeds) belongs to that URL. So `redis-cluster://a:1,b:2,redis://c:3` is two
-/// members, and a plain `host:port` after a cluster URL needs `;` to stand on its own.
+/// The port a Sentinel listens on when a `redis-sentinel://` URL gives none.
+pub const SENTINEL_PORT: u16 = 26379;
+
+/// A member named by its Sentinels: `redis-sentinel://[[user:]password@]host[:port][,...]#name`.
+/// The URL's user and password are the data nodes' (as Lettuce reads them); the Sentinels' own
+/// password is the `backend_sentinel_password` setting.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SentinelUrl {
+    /// The Sentinels, in the order they are asked (their own user and password are `None`).
+    pub sentinels: Vec<Endpoint>,
+    /// The master name the Sentinels monitor.
+    pub master: String,
+    /// `rediss-sentinel://`: the data nodes (and the Sentinels) speak TLS.
+    pub tls: bool,
+    /// The data nodes' ACL user.
+    pub user: Option<String>,
+    /// The data nodes' password.
+    pub password: Option<String>,
+}
+
+impl fmt::Debug for SentinelUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.name())
+    }
+}
+
+impl SentinelUrl {
+    /// Parses a `redis-sentinel://` or `rediss-sentinel://` URL; `Ok(None)` for any other text.
+    pub fn parse(text: &str) -> Result<Option<SentinelUrl>, String> {
+        let (tls, rest) = if let Some(r) = text.strip_prefix("rediss-sentinel://") {
+            (true, r)
+        } else if let Some(r) = text.strip_prefix("redis-sentinel://") {
+            (false, r)
+        } else {
+            return Ok(None);
+        };
+        let (rest, master) = rest
+            .rsplit_once('#')
+            .ok_or("a redis-sentinel:// URL ends with #master-name")?;
+        let master = decode(master)?;
+        if master.is_empty() || master.chars().any(|c| c.is_whitespace() || c == ',') {
+            return Err(format!("bad master name '{master}'"));
+        }
+        if rest.contains('?') {
+            return Err("URL options (?...) are not supported; use the configuration".into());
+        }
+        let (userinfo, hosts) = match rest.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, rest),
+        };
+        let (hosts, db) = hosts.split_once('/').unwrap_or((hosts, ""));
+        if !db.is_empty() && db != "0" {
+            return Err(format!("database '{db}': the proxy uses database 0 only"));
+        }
+        let (user, password) = match userinfo {
+            None => (None, None),
+            Some(u) => {
+                // Lettuce's form is `password@`; `user:password@` names an ACL user as well.
+                let (user, pass) = match u.split_once(':') {
+                    Some((user, pass)) => (decode(user)?, decode(pass)?),
+                    None => (String::new(), decode(u)?),
+                };
+                (
+                    (!user.is_empty()).then_some(user),
+                    (!pass.is_empty()).then_some(pass),
+                )
+            }
+        };
+        let mut sentinels = Vec::new();
+        for one in hosts.split(',') {
+            sentinels.push(sentinel_host(one)?);
+        }
+        Ok(Some(SentinelUrl {
+            sentinels,
+            master,
+            tls,
+            user,
+            password,
+        }))
+    }
+
+    /// The member's name in logs, `INFO` and metrics: the URL without its password,
+    /// `redis-sentinel://host:port,...#name`.
+    pub fn name(&self) -> String {
+        let scheme = if self.tls {
+            "rediss-sentinel"
+        } else {
+            "redis-sentinel"
+        };
+        let hosts: Vec<String> = self.sentinels.iter().map(Endpoint::addr).collect();
+        format!("{scheme}://{}#{}", hosts.join(","), self.master)
+    }
+}
+
+/// One `host[:port]` of a Sentinel list (IPv6 in brackets).
+fn sentinel_host(text: &str) -> Result<Endpoint, String> {
+    let (host, port) = if let Some(r) = text.strip_prefix('[') {
+        let (h, after) = r
+            .split_once(']')
+            .ok_or("unclosed '[' in a Sentinel address")?;
+        match after.strip_prefix(':') {
+            Some(p) => (h, Some(p)),
+            None if after.is_empty() => (h, None),
+            None => return Err(format!("bad Sentinel address '{text}'")),
+        }
+    } else {
+        match text.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (text, None),
+        }
+    };
+    if host.is_empty() {
+        return Err("empty Sentinel host".into());
+    }
+    let port = match port {
+        None => SENTINEL_PORT,
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| format!("bad port '{p}'"))?,
+    };
+    Ok(Endpoint {
+        host: host.to_string(),
+        port,
+        tls: false,
+        user: None,
+        password: None,
+    })
+}
+
+/// Splits `--backends` into members. Members are separated by `;` when the list holds one.
+/// Otherwise by `,`, except that a Sentinel URL keeps its own comma-separated Sentinels up to
+/// its `#master-name`, and a piece without a scheme that follows a cluster URL is one more of
+/// its seeds. So `a:1,redis-sentinel://s1:26379,s2:26379#m,b:2` is three members,
+/// `redis-cluster://a:1,b:2,redis://c:3` two, and a plain `host:port` after a cluster URL needs
+/// `;` to stand on its own.
 pub fn split_backends(list: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     if list.contains(';') {
         out.extend(list.split(';').map(|s| s.trim().to_string()));
     } else {
+        // A Sentinel URL whose `#master-name` has not come yet.
+        let mut open = false;
         for piece in list.split(',').map(str::trim) {
             match out.last_mut() {
-                Some(prev) if !piece.contains("://") && is_multi_host(prev) => {
+                Some(prev) if open || (!piece.contains("://") && is_cluster(prev)) => {
                     prev.push(',');
                     prev.push_str(piece);
+                    open = open && !piece.contains('#');
                 }
-                _ => out.push(piece.to_string()),
+                _ => {
+                    open = is_sentinel(piece) && !piece.contains('#');
+                    out.push(piece.to_string());
+                }
             }
         }
     }
@@ -186,10 +337,14 @@ pub fn split_backends(list: &str) -> Vec<String> {
     out
 }
 
-/// True for a URL scheme that names several hosts.
-fn is_multi_host(text: &str) -> bool {
-    text.split_once("://")
-        .is_some_and(|(scheme, _)| scheme.ends_with("-cluster") || scheme.contains("sentinel"))
+/// True for a cluster URL, whose seeds follow it.
+fn is_cluster(text: &str) -> bool {
+    text.starts_with("redis-cluster://") || text.starts_with("rediss-cluster://")
+}
+
+/// True for a Sentinel URL.
+fn is_sentinel(text: &str) -> bool {
+    text.starts_with("redis-sentinel://") || text.starts_with("rediss-sentinel://")
 }
 
 /// Percent-decoding of a URL's user or password (`%40` for `@`, `%3A` for `:`).
@@ -216,6 +371,21 @@ fn decode(s: &str) -> Result<String, String> {
 
 /// `backends` entries with the password of any URL replaced, for logs and `Debug`.
 pub fn redact(text: &str) -> String {
+    match SentinelUrl::parse(text) {
+        Ok(Some(s)) => {
+            let name = s.name();
+            let (scheme, rest) = name.split_once("://").unwrap_or(("", &name));
+            return match (&s.user, &s.password) {
+                (Some(u), Some(_)) => format!("{scheme}://{u}:<redacted>@{rest}"),
+                (None, Some(_)) => format!("{scheme}://<redacted>@{rest}"),
+                (Some(u), None) => format!("{scheme}://{u}@{rest}"),
+                (None, None) => name,
+            };
+        }
+        Ok(None) => {}
+        Err(_) if text.contains('@') => return "<unparsable backend, redacted>".to_string(),
+        Err(_) => return text.to_string(),
+    }
     if let Ok(Member::Cluster(seeds)) = Member::parse(text) {
         let name = Member::Cluster(seeds.clone()).name();
         return match seeds.first() {
@@ -285,5 +455,82 @@ mod tests {
             split_backends("redis-cluster://a:1,b:2,redis-cluster://c:3,d:4"),
             vec!["redis-cluster://a:1,b:2", "redis-cluster://c:3,d:4"]
         );
+    }
+
+    #[test]
+    fn sentinel_urls_in_lettuces_form() {
+        let s = SentinelUrl::parse("redis-sentinel://s1:26380,s2,[::1]:5000#mymaster")
+            .unwrap()
+            .unwrap();
+        let addrs: Vec<String> = s.sentinels.iter().map(Endpoint::addr).collect();
+        assert_eq!(addrs, ["s1:26380", "s2:26379", "[::1]:5000"]);
+        assert_eq!(s.master, "mymaster");
+        assert!(!s.tls);
+        assert_eq!((s.user, s.password), (None, None));
+        let s = SentinelUrl::parse("rediss-sentinel://p%40ss@s1:1/0#m")
+            .unwrap()
+            .unwrap();
+        assert!(s.tls);
+        assert_eq!(s.password.as_deref(), Some("p@ss"));
+        assert_eq!(s.user, None);
+        let s = SentinelUrl::parse("redis-sentinel://locker:pw@s1:1#m")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (s.user.as_deref(), s.password.as_deref()),
+            (Some("locker"), Some("pw"))
+        );
+        assert_eq!(SentinelUrl::parse("redis://h:1").unwrap(), None);
+        for bad in [
+            "redis-sentinel://s1:1",
+            "redis-sentinel://s1:1#",
+            "redis-sentinel://s1:0#m",
+            "redis-sentinel://s1:1,#m",
+            "redis-sentinel://s1:1/2#m",
+            "redis-sentinel://s1:1?timeout=1#m",
+            "redis-sentinel://[::1#m",
+        ] {
+            assert!(Member::parse(bad).is_err(), "{bad}");
+        }
+        assert!(matches!(Member::parse("h:1"), Ok(Member::Standalone(_))));
+        assert!(matches!(
+            Member::parse("redis-sentinel://h#m"),
+            Ok(Member::Sentinel(_))
+        ));
+    }
+
+    #[test]
+    fn sentinel_passwords_are_never_printed() {
+        let text = "redis-sentinel://u:hunter2@s1:1,s2:2#m";
+        assert_eq!(redact(text), "redis-sentinel://u:<redacted>@s1:1,s2:2#m");
+        assert_eq!(
+            redact("rediss-sentinel://hunter2@s1:1#m"),
+            "rediss-sentinel://<redacted>@s1:1#m"
+        );
+        assert_eq!(
+            redact("redis-sentinel://s1#m"),
+            "redis-sentinel://s1:26379#m"
+        );
+        assert!(!redact("redis-sentinel://hunter2@s1:bad#m").contains("hunter2"));
+        let s = SentinelUrl::parse(text).unwrap().unwrap();
+        assert!(!format!("{s:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn a_backends_list_keeps_a_sentinel_url_whole() {
+        assert_eq!(
+            split_backends("a:1, redis-sentinel://s1:1,s2:2#m ,b:2,,rediss-sentinel://x@s3#n"),
+            [
+                "a:1",
+                "redis-sentinel://s1:1,s2:2#m",
+                "b:2",
+                "rediss-sentinel://x@s3#n"
+            ]
+        );
+        assert_eq!(split_backends("a:1,b:2"), ["a:1", "b:2"]);
+        // An unterminated Sentinel list swallows the rest, and then fails to parse.
+        let open = split_backends("redis-sentinel://s1:1,b:2");
+        assert_eq!(open, ["redis-sentinel://s1:1,b:2"]);
+        assert!(Member::parse(&open[0]).is_err());
     }
 }

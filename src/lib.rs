@@ -17,12 +17,13 @@
 //! - The lock engine: `keylock` (per-key order), [`scripts`] and `lua` (what a script
 //!   means), `acl` (users and their keys), `pubsub` (publish/subscribe across the masters).
 //! - [`quorum`]: the one fan-out and majority rule, with its deadlines.
-//! - `backend`: one pipelined connection per master, its health and clock watch, and Redis
-//!   Cluster members routed per slot to one such connection per shard primary; `tls`.
+//! - `backend`: one pipelined connection per master (a Sentinel member's follows its
+//!   primary), its health and clock watch, and Redis Cluster members routed per slot to one
+//!   such connection per shard primary; `tls`.
 //! - [`wire`]: every RESP encoder and decoder, client side and master side.
 //! - Vocabulary: [`lockop`] (lock operations, Redlock arithmetic), `error` (the error
 //!   catalogue), `counters` (the one counter store), [`config`] (configuration as data),
-//!   `endpoint` (a master's address).
+//!   `endpoint` (a member's address: standalone or Sentinel).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

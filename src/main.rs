@@ -20,8 +20,9 @@ struct Cli {
     /// Address to listen on, HOST:PORT.
     #[arg(long)]
     listen: Option<String>,
-    /// Comma-separated masters, HOST:PORT,HOST:PORT,... (`;` between members when one of them
-    /// lists several hosts, such as redis-cluster://HOST:PORT,HOST:PORT).
+    /// Comma-separated members, HOST:PORT,HOST:PORT,... A Sentinel member's URL keeps its own
+    /// commas up to its #master-name (redis-sentinel://S1:26379,S2:26379#NAME,HOST:PORT); use `;`
+    /// between members when one lists several hosts (redis-cluster://HOST:PORT,HOST:PORT;HOST:PORT).
     #[arg(long)]
     backends: Option<String>,
     /// Per-master reply timeout in milliseconds.
@@ -51,7 +52,7 @@ fn build_config(cli: &Cli) -> Result<Config, ConfigError> {
         config.listen = l.clone();
     }
     if let Some(b) = &cli.backends {
-        config.backends = redlock_proxy::endpoint::split_backends(b);
+        config.backends = Config::split_backends(b);
     }
     if let Some(t) = cli.node_timeout_ms {
         config.node_timeout_ms = t;

@@ -231,7 +231,8 @@ impl Collector for ProxyCollector {
         per_master(
             &mut e,
             "redlock_master_quarantined",
-            "1 while the master sits out a quarantine (after a restart, or as a new member).",
+            "1 while the master sits out a quarantine (restart, young, failover or new-member; \
+             see redlock_master_info's quarantine_reason).",
             None,
             gauge,
             &masters,
@@ -240,13 +241,15 @@ impl Collector for ProxyCollector {
         {
             let mut family = e.encode_descriptor(
                 "redlock_master_quarantine_reason",
-                "1 for each quarantined master, labelled with why: restart (it restarted or \
-                 started recently and may have lost locks) or new-member (just added to the set).",
+                "1 for each quarantined master, labelled with why: restart (it restarted), \
+                 young (it started recently and may have lost locks), failover (a new primary) or \
+                 new-member (just added to the set).",
                 None,
                 gauge,
             )?;
-            for m in &masters {
-                if let Some(reason) = m.quarantine_reason() {
+            for m in masters.iter().filter(|m| !m.quarantine_left().is_zero()) {
+                {
+                    let reason = m.quarantine_reason();
                     let labels = [("master", m.addr.as_str()), ("reason", reason)];
                     flag(true).encode(family.encode_family(&labels)?)?;
                 }
@@ -285,7 +288,7 @@ impl Collector for ProxyCollector {
         {
             let mut kinds = e.encode_descriptor(
                 "redlock_master_kind",
-                "1 for each member, labelled with its kind: standalone, or cluster (a Redis \
+                "1 for each member, labelled with its kind: standalone, sentinel, or cluster (a Redis \
                  Cluster whose shards have their own series below).",
                 None,
                 MetricType::Gauge,
@@ -344,7 +347,37 @@ impl Collector for ProxyCollector {
                 flag(s.quarantine_reason.is_some()).encode(family.encode_family(&labels)?)?;
             }
         }
+        {
+            let mut family = e.encode_descriptor(
+                "redlock_master_info",
+                "Always 1: the member's kind (standalone, sentinel, cluster), the data node serving it \
+                 (primary) and why its votes do not count now (quarantine_reason: restart, young, \
+                 failover, clock; empty when they count).",
+                None,
+                gauge,
+            )?;
+            for b in snapshot.iter() {
+                let m = b.info();
+                let primary = m.primary();
+                let labels = [
+                    ("master", m.addr.as_str()),
+                    ("kind", b.kind()),
+                    ("primary", primary.as_str()),
+                    ("quarantine_reason", m.quarantine_reason()),
+                ];
+                ConstGauge::new(1i64).encode(family.encode_family(&labels)?)?;
+            }
+        }
         let count = MetricType::Counter;
+        per_master(
+            &mut e,
+            "redlock_master_failovers",
+            "Primaries replaced (Sentinel members: another address or run_id).",
+            None,
+            count,
+            &masters,
+            |m| ConstCounter::new(m.failovers()),
+        )?;
         per_master(
             &mut e,
             "redlock_master_restarts",

@@ -245,6 +245,7 @@ fn settings(config: &Config) -> Settings {
         }),
         auth: None,
         tls: None,
+        sentinel: None,
     }
 }
 
@@ -254,6 +255,7 @@ fn spawn_member(link: &Link, settings: &Settings) -> Backend {
     let settings = Settings {
         auth: link.auth.clone(),
         tls: link.tls.clone(),
+        sentinel: link.sentinel.clone(),
         ..settings.clone()
     };
     if link.seeds.is_empty() {

@@ -595,6 +595,7 @@ mod tests {
 
     fn hub(n: usize) -> Arc<Hub> {
         let link = Link {
+            sentinel: None,
             addr: "127.0.0.1:1".into(),
             auth: None,
             tls: None,

@@ -22,6 +22,11 @@ use crate::wire::reply::Reply;
 pub(super) struct Hello<S> {
     /// The connection, ready for requests.
     pub(super) stream: S,
+    /// The data node's `host:port` (set by [`connect`]).
+    addr: String,
+    /// A Sentinel member: how long the Sentinels have known this node as the primary (set by
+    /// [`connect`]).
+    primary_for: Option<Duration>,
     run_id: Option<String>,
     /// `redis_version` from `INFO server`.
     version: Option<String>,
@@ -53,33 +58,71 @@ pub(super) async fn connect(
     info: &MasterInfo,
     settings: &Settings,
 ) -> Result<Hello<Wire>, Refused> {
+    // A Sentinel member asks its Sentinels first, each time: the primary may have moved.
+    let mut primary_for = None;
+    let addr = match &settings.sentinel {
+        None => info.addr.clone(),
+        Some(s) => {
+            let (addr, age) = s
+                .resolve_with_age(settings.connect_timeout)
+                .await
+                .map_err(Refused::Quietly)?;
+            info.set_primary(&addr);
+            // Unknown counts as new: a first connect then sits out the whole window.
+            primary_for = Some(age.unwrap_or_default());
+            addr
+        }
+    };
     let quiet = |e: std::io::Error| Refused::Quietly(e.to_string());
     let open = async {
-        let stream = TcpStream::connect(&info.addr).await.map_err(quiet)?;
+        let stream = TcpStream::connect(&addr).await.map_err(quiet)?;
         stream.set_nodelay(true).map_err(quiet)?;
         let wire: Wire = match &settings.tls {
             None => Box::new(stream),
-            Some(tls) => Box::new(
-                tls.connector
-                    .connect(tls.name.clone(), stream)
-                    .await
-                    .map_err(io_refusal("TLS handshake failed"))?,
-            ),
+            Some(tls) => {
+                let name = match &settings.sentinel {
+                    // The certificate names the node the Sentinels named.
+                    Some(s) if s.tls_name_follows_host => {
+                        let host = addr.rsplit_once(':').map_or(addr.as_str(), |(h, _)| h);
+                        let host = host.trim_start_matches('[').trim_end_matches(']');
+                        crate::tls::server_name(host).map_err(Refused::Loudly)?
+                    }
+                    _ => tls.name.clone(),
+                };
+                Box::new(
+                    tls.connector
+                        .connect(name, stream)
+                        .await
+                        .map_err(io_refusal("TLS handshake failed"))?,
+                )
+            }
         };
         greet(wire, settings).await
     };
-    timeout(settings.connect_timeout, open)
+    let opened = timeout(settings.connect_timeout, open)
         .await
-        .map_err(|_| Refused::Quietly("handshake timed out".into()))?
+        .map_err(|_| Refused::Quietly("handshake timed out".into()))
+        .and_then(|r| r);
+    if let (Err(_), Some(s)) = (&opened, &settings.sentinel) {
+        // The node named could not be served (down, or not a master): the next attempt asks
+        // another Sentinel first.
+        s.rotate();
+    }
+    let mut hello = opened?;
+    hello.addr = addr;
+    hello.primary_for = primary_for;
+    Ok(hello)
 }
 
 /// A side connection to a master (the pub/sub links): TCP, TLS when configured, and `AUTH`
 /// when configured, within `within`. Errors name no password.
 pub async fn dial(link: &super::target::Link, within: Duration) -> Result<Wire, String> {
+    let addr = match &link.sentinel {
+        None => link.addr.clone(),
+        Some(s) => s.resolve(within).await?,
+    };
     let open = async {
-        let stream = TcpStream::connect(&link.addr)
-            .await
-            .map_err(|e| e.to_string())?;
+        let stream = TcpStream::connect(&addr).await.map_err(|e| e.to_string())?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
         let mut wire: Wire = match &link.tls {
             None => Box::new(stream),
@@ -276,6 +319,8 @@ where
         };
     Ok(Hello {
         stream,
+        addr: String::new(),
+        primary_for: None,
         run_id: info_field(&server, "run_id").map(str::to_owned),
         version: info_field(&server, "redis_version").map(str::to_owned),
         uptime_s: info_field(&server, "uptime_in_seconds").and_then(|u| u.parse().ok()),
@@ -312,9 +357,18 @@ pub(super) fn admit<S>(
 ) {
     info.set_version(hello.version.as_deref());
     let previous = info.replace_run_id(hello.run_id.clone());
+    let previous_addr = info.replace_served(hello.addr.clone());
     let first = previous.is_none();
     let restarted = !first && previous != hello.run_id;
-    if restarted {
+    // A Sentinel member whose primary is another node (another address, or another run_id):
+    // the new primary was a replica, which may lack locks the old one granted, persistence or
+    // not.
+    let failover = settings.sentinel.is_some()
+        && previous_addr.is_some()
+        && (restarted || previous_addr.as_deref() != Some(hello.addr.as_str()));
+    if failover {
+        info.count_failover();
+    } else if restarted {
         info.count_restart();
     }
     if let Some(window) = settings.quarantine {
@@ -327,9 +381,20 @@ pub(super) fn admit<S>(
         let persists = settings.masters_persist && hello.persists;
         let old = previous.as_deref().unwrap_or("");
         let new = hello.run_id.as_deref().unwrap_or("?");
-        if hello.run_id.is_none() {
+        if failover {
+            info.quarantine(window, "failover");
+            warn!(
+                old_primary = previous_addr.as_deref().unwrap_or(""),
+                primary = %hello.addr,
+                old_run_id = old,
+                run_id = new,
+                quarantine_ms = window.as_millis() as u64,
+                status = "quarantined",
+                "the member's primary changed (failover): it may lack locks the old primary granted, so its votes do not count until every such lock has expired"
+            );
+        } else if hello.run_id.is_none() {
             // Without a run_id a restart cannot be told from a reconnect.
-            info.quarantine(window);
+            info.quarantine(window, "restart");
             warn!(
                 quarantine_ms = window.as_millis() as u64,
                 status = "quarantined",
@@ -342,7 +407,7 @@ pub(super) fn admit<S>(
                 "master restarted; it persists every write, so no quarantine"
             );
         } else if restarted {
-            info.quarantine(window);
+            info.quarantine(window, "restart");
             warn!(
                 old_run_id = old,
                 run_id = new,
@@ -350,14 +415,31 @@ pub(super) fn admit<S>(
                 status = "quarantined",
                 "master restarted (run_id changed) and may have lost locks: its votes do not count until every lock it held has expired"
             );
-        } else if first && settings.quarantine_young && !persists {
+        } else if let Some(left) = first
+            .then_some(hello.primary_for)
+            .flatten()
+            .filter(|_| settings.quarantine_young)
+            .and_then(|age| window.checked_sub(age))
+            .filter(|l| !l.is_zero())
+        {
+            // A Sentinel member whose primary is newer than the window (as the Sentinels know
+            // it): a failover this proxy did not see may have lost locks others were granted.
+            info.quarantine(left, "failover");
+            warn!(
+                primary = %hello.addr,
+                quarantine_ms = left.as_millis() as u64,
+                status = "quarantined",
+                "the Sentinels have known this primary for less than the quarantine window: it may be a promoted replica lacking locks the old primary granted"
+            );
+        }
+        if !failover && first && settings.quarantine_young && !persists {
             // Another proxy, or this one before a restart, may have granted locks that this
             // master lost. A master up for at least the window holds everything it was given
             // since; a younger one sits out the rest of the window. Uptime is whole seconds,
             // rounded down, so the rest is never underestimated.
             let up = Duration::from_secs(hello.uptime_s.unwrap_or(0));
             if let Some(left) = window.checked_sub(up).filter(|l| !l.is_zero()) {
-                info.quarantine(left);
+                info.quarantine(left, "young");
                 warn!(
                     uptime_s = up.as_secs(),
                     quarantine_ms = left.as_millis() as u64,

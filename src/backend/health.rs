@@ -44,18 +44,26 @@ impl Status {
 /// Shared state of one master: written by its driver, read by votes and `INFO`.
 #[derive(Debug)]
 pub struct MasterInfo {
-    /// `host:port`.
+    /// The member's name: `host:port` for a standalone master, the URL (without password) for
+    /// a Sentinel member.
     pub addr: String,
+    /// `standalone` or `sentinel`, as `INFO` and `/metrics` name the member's kind.
+    kind: &'static str,
+    /// The data node the member is served by (or about to be): a standalone master's `addr`,
+    /// the primary the Sentinels named last ("" before they named one).
+    primary: Mutex<String>,
+    /// The address of the last connection admitted, to tell a failover on the next.
+    served: Mutex<Option<String>>,
+    /// Why the quarantine in force was imposed: `restart`, `young`, `failover` or `new-member`.
+    reason: Mutex<&'static str>,
+    /// Primaries replaced (another address, or another run_id, named by the Sentinels).
+    failovers: AtomicU64,
     epoch: Instant,
     connected: AtomicBool,
     /// Milliseconds since `epoch` until which the master is quarantined (0: never was).
     quarantine_until: AtomicU64,
     /// Milliseconds since `epoch` until which the master's clock is not trusted.
     clock_until: AtomicU64,
-    /// Milliseconds since `epoch` until which the master sits out as a member just added to
-    /// the set (it holds none of the locks granted before); `quarantine_until` reaches at least
-    /// as far, this only names the reason.
-    member_until: AtomicU64,
     /// Set while an exclusion is in force, so its end is logged once.
     excluded: AtomicBool,
     run_id: Mutex<Option<String>>,
@@ -75,15 +83,24 @@ pub struct MasterInfo {
 }
 
 impl MasterInfo {
-    /// A master not connected yet.
+    /// A standalone master not connected yet.
     pub fn new(addr: String) -> MasterInfo {
+        MasterInfo::of_kind(addr.clone(), "standalone", addr)
+    }
+
+    /// A member of `kind` named `addr`, served by `primary` ("" while unknown).
+    pub fn of_kind(addr: String, kind: &'static str, primary: String) -> MasterInfo {
         MasterInfo {
             addr,
+            kind,
+            primary: Mutex::new(primary),
+            served: Mutex::new(None),
+            reason: Mutex::new(""),
+            failovers: AtomicU64::new(0),
             epoch: Instant::now(),
             connected: AtomicBool::new(false),
             quarantine_until: AtomicU64::new(0),
             clock_until: AtomicU64::new(0),
-            member_until: AtomicU64::new(0),
             excluded: AtomicBool::new(false),
             run_id: Mutex::new(None),
             restarts: AtomicU64::new(0),
@@ -178,35 +195,75 @@ impl MasterInfo {
         self.left(&self.clock_until)
     }
 
-    fn extend(&self, slot: &AtomicU64, for_: Duration) {
+    /// Extends the exclusion in `slot` to at least `for_` from now; true when this one now
+    /// ends last (its reason is the one to show).
+    fn extend(&self, slot: &AtomicU64, for_: Duration) -> bool {
         let until = self.now_ms() + for_.as_millis() as u64;
-        slot.fetch_max(until, Ordering::AcqRel);
+        let before = slot.fetch_max(until, Ordering::AcqRel);
         self.excluded.store(true, Ordering::Release);
+        until >= before
     }
 
-    /// Keeps the master out of every quorum for at least `for_`.
-    pub(super) fn quarantine(&self, for_: Duration) {
-        self.extend(&self.quarantine_until, for_);
+    /// Keeps the master out of every quorum for at least `for_`, because of `why` (`restart`,
+    /// `young`, `failover`, `new-member`: shown by `INFO` as `quarantine_reason`).
+    pub(super) fn quarantine(&self, for_: Duration, why: &'static str) {
+        let mut reason = self.reason.lock().unwrap_or_else(|p| p.into_inner());
+        if self.extend(&self.quarantine_until, for_) {
+            *reason = why;
+        }
+    }
+
+    /// Why the member's votes do not count now: the quarantine's reason (`restart`, `young`,
+    /// `failover`, `new-member`), else `clock` while its clock is distrusted; "" when they count (or it is
+    /// down).
+    pub fn quarantine_reason(&self) -> &'static str {
+        if !self.quarantine_left().is_zero() {
+            *self.reason.lock().unwrap_or_else(|p| p.into_inner())
+        } else if !self.clock_suspect_left().is_zero() {
+            "clock"
+        } else {
+            ""
+        }
+    }
+
+    /// `standalone` or `sentinel`.
+    pub fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    /// The data node serving the member (or about to): `host:port`, "" while unknown.
+    pub fn primary(&self) -> String {
+        self.primary.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    /// Records the primary the Sentinels named.
+    pub(super) fn set_primary(&self, addr: &str) {
+        if let Ok(mut g) = self.primary.lock() {
+            addr.clone_into(&mut g);
+        }
+    }
+
+    /// Records the address of a connection admitted and returns the one before.
+    pub(super) fn replace_served(&self, addr: String) -> Option<String> {
+        match self.served.lock() {
+            Ok(mut g) => g.replace(addr),
+            Err(_) => None,
+        }
+    }
+
+    pub(super) fn count_failover(&self) {
+        self.failovers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Primaries replaced (Sentinel members).
+    pub fn failovers(&self) -> u64 {
+        self.failovers.load(Ordering::Relaxed)
     }
 
     /// Keeps a member just added to the set out of every quorum for at least `for_`: it holds
     /// none of the locks granted before it joined (reason `new-member`).
     pub fn quarantine_new_member(&self, for_: Duration) {
-        let until = self.now_ms() + for_.as_millis() as u64;
-        self.member_until.fetch_max(until, Ordering::AcqRel);
-        self.extend(&self.quarantine_until, for_);
-    }
-
-    /// Why the master is quarantined now: `new-member` (just added to the set) or `restart`
-    /// (it restarted, or started recently, and may have lost locks); `None` when it is not.
-    pub fn quarantine_reason(&self) -> Option<&'static str> {
-        if self.quarantine_left().is_zero() {
-            None
-        } else if !self.left(&self.member_until).is_zero() {
-            Some("new-member")
-        } else {
-            Some("restart")
-        }
+        self.quarantine(for_, "new-member");
     }
 
     /// Distrusts the master's clock for at least `for_`.
@@ -296,21 +353,24 @@ impl MasterInfo {
         &self.latency
     }
 
-    /// One `INFO` line body: `addr=…,status=…,run_id=…,…`.
+    /// One `INFO` line body: `addr=…,status=…,run_id=…,…,kind=…,primary=…,quarantine_reason=…`.
     pub fn describe(&self) -> String {
         let mut out = String::new();
         let _ = write!(
             out,
-            "addr={},status={},last_error={},run_id={},quarantine_ms={},quarantine_reason={},clock_suspect_ms={},restarts={},clock_jumps={}",
+            "addr={},status={},last_error={},run_id={},quarantine_ms={},clock_suspect_ms={},restarts={},clock_jumps={},kind={},primary={},quarantine_reason={},failovers={}",
             self.addr,
             self.status().name(),
             self.last_error(),
             self.run_id().unwrap_or_default(),
             self.quarantine_left().as_millis(),
-            self.quarantine_reason().unwrap_or("none"),
             self.clock_suspect_left().as_millis(),
             self.restarts.load(Ordering::Relaxed),
             self.clock_jumps.load(Ordering::Relaxed),
+            self.kind,
+            self.primary(),
+            self.quarantine_reason(),
+            self.failovers(),
         );
         out
     }
@@ -329,8 +389,13 @@ mod tests {
         assert_eq!(m.status(), Status::Up);
         assert!(m.is_trusted());
 
-        m.quarantine(Duration::from_millis(3000));
-        m.quarantine(Duration::from_millis(1000));
+        m.quarantine(Duration::from_millis(3000), "failover");
+        m.quarantine(Duration::from_millis(1000), "restart");
+        assert_eq!(
+            m.quarantine_reason(),
+            "failover",
+            "the longer one's reason shows"
+        );
         assert_eq!(m.status(), Status::Quarantined);
         assert!(!m.is_trusted());
         tokio::time::advance(Duration::from_millis(2000)).await;
@@ -342,6 +407,7 @@ mod tests {
         m.distrust_clock(Duration::from_millis(2500));
         tokio::time::advance(Duration::from_millis(1001)).await;
         assert_eq!(m.status(), Status::ClockSuspect);
+        assert_eq!(m.quarantine_reason(), "clock");
         assert!(!m.exclusion_ended());
         tokio::time::advance(Duration::from_millis(1500)).await;
         assert_eq!(m.status(), Status::Up);
@@ -349,6 +415,12 @@ mod tests {
         assert!(m.exclusion_ended());
         assert!(!m.exclusion_ended(), "logged once");
         assert!(m.describe().contains("status=up"), "{}", m.describe());
+        assert!(
+            m.describe()
+                .ends_with(",kind=standalone,primary=127.0.0.1:1,quarantine_reason=,failovers=0"),
+            "{}",
+            m.describe()
+        );
         assert!(m.describe().contains("clock_jumps=1"), "{}", m.describe());
         m.set_last_error("WRONGPASS a, b\r\n");
         assert!(

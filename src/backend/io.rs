@@ -23,6 +23,7 @@ use super::queue;
 use bytes::BytesMut;
 use futures_util::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior, sleep_until};
 use tracing::info;
 
@@ -231,6 +232,7 @@ pub(super) async fn serve<S>(
     settings: &Settings,
     info: &MasterInfo,
     clock: Option<&mut ClockWatch>,
+    switched: Option<&mut watch::Receiver<u64>>,
 ) -> Ended
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
@@ -246,10 +248,24 @@ where
         flight: flight.clone(),
     });
     // Biased: the writer first, then the reader in the same poll (see `Flight`).
-    let ended = tokio::select! {
-        biased;
-        e = write_loop(outlet, rx, settings, info) => e,
-        e = read_loop(rd, &flight, settings, info, clock) => e,
+    let loops = async {
+        tokio::select! {
+            biased;
+            e = write_loop(outlet, rx, settings, info) => e,
+            e = read_loop(rd, &flight, settings, info, clock) => e,
+        }
+    };
+    let ended = match switched {
+        None => loops.await,
+        // A Sentinel member also ends when the Sentinels name another primary: every request
+        // in flight fails, so no vote of the replaced node counts once the switch is known.
+        Some(switched) => tokio::select! {
+            e = loops => e,
+            // (A watcher that is gone disables this branch, not the connection.)
+            Ok(()) = switched.changed() => {
+                Ended::Failed("the Sentinels named another primary".into())
+            }
+        },
     };
     // The socket, and every request not answered, go with the connection (their callers hear
     // that it is closed).
@@ -361,6 +377,8 @@ async fn read_loop(
     let stall_timer = sleep_until(Instant::now());
     tokio::pin!(stall_timer);
     let mut stall_armed = false;
+    // A reply said the node is a replica now (`READONLY`, `MASTERDOWN`).
+    let mut demoted = false;
     loop {
         // Locked once for all the replies of a read (the writer runs in this same task).
         let stall_at = {
@@ -371,6 +389,9 @@ async fn read_loop(
                     Ok(None) => break,
                     Err(e) => return Ended::Failed(format!("bad reply from master: {e}")),
                 };
+                if let Reply::Error(e) = &reply {
+                    demoted |= no_longer_primary(e);
+                }
                 let Some(front) = queue.front_mut() else {
                     return Ended::Failed("reply without a request".into());
                 };
@@ -451,6 +472,14 @@ async fn read_loop(
             }
             queue.front().map(|f| f.sent + stall)
         };
+        if demoted {
+            // The reply was delivered (a "no"); the node is not a primary any more, so the
+            // connection ends and the driver connects again (a Sentinel member asks its
+            // Sentinels first; a replica is refused by the greeting).
+            return Ended::Failed(
+                "the master answered READONLY or MASTERDOWN: it is not a primary now".into(),
+            );
+        }
         if let Some(at) = stall_at
             && !stall_armed
         {
@@ -474,6 +503,11 @@ async fn read_loop(
             }
         }
     }
+}
+
+/// `-READONLY ...` or `-MASTERDOWN ...`: the node answering is a replica now.
+fn no_longer_primary(error: &[u8]) -> bool {
+    error.starts_with(b"READONLY") || error.starts_with(b"MASTERDOWN")
 }
 
 #[cfg(test)]
@@ -559,6 +593,7 @@ mod tests {
                 &s,
                 &info,
                 Some(&mut watch),
+                None,
             )
             .await
         };
@@ -599,7 +634,7 @@ mod tests {
         let n = EARLY_FLUSH + 8;
         let (tx, mut rx) = inbox(n + 1);
         let cmd = |i: usize| format!("k{i}");
-        let driver = async { serve(proxy_end, &mut qrx, &outlet, &s, &info, None).await };
+        let driver = async { serve(proxy_end, &mut qrx, &outlet, &s, &info, None, None).await };
         let master_side = async {
             // The driver has been polled once (the connection is up), and not since.
             let mut waiting = 0;
@@ -672,7 +707,16 @@ mod tests {
             let mut watch = ClockWatch::new(s.clock.unwrap());
             let info = MasterInfo::new("duplex".into());
             let outlet = Outlet::default();
-            serve(proxy_end, &mut qrx, &outlet, &s, &info, Some(&mut watch)).await
+            serve(
+                proxy_end,
+                &mut qrx,
+                &outlet,
+                &s,
+                &info,
+                Some(&mut watch),
+                None,
+            )
+            .await
         });
         // A second client, woken by the runtime's next look at its sockets, queues another
         // timed request.
@@ -725,7 +769,16 @@ mod tests {
         let (tx, mut rx) = inbox(1);
         qtx.try_send(pending(&[b"GET", b"a"], false, &tx, 0)).ok();
         let started = Instant::now();
-        let ended = serve(proxy_end, &mut qrx, &Outlet::default(), &s, &info, None).await;
+        let ended = serve(
+            proxy_end,
+            &mut qrx,
+            &Outlet::default(),
+            &s,
+            &info,
+            None,
+            None,
+        )
+        .await;
         assert!(matches!(ended, Ended::Failed(ref why) if why.contains("no reply")));
         assert!(started.elapsed() >= Duration::from_millis(300));
         // The request was written, and its caller hears that the connection is gone.
@@ -742,7 +795,16 @@ mod tests {
             let info = MasterInfo::new("duplex".into());
             let s = settings(false);
             master.write_all(wire).await.unwrap();
-            let ended = serve(proxy_end, &mut qrx, &Outlet::default(), &s, &info, None).await;
+            let ended = serve(
+                proxy_end,
+                &mut qrx,
+                &Outlet::default(),
+                &s,
+                &info,
+                None,
+                None,
+            )
+            .await;
             assert!(matches!(ended, Ended::Failed(_)));
         }
     }
@@ -757,8 +819,18 @@ mod tests {
         qtx.try_send(pending(&[b"EVAL", b"deep", b"0"], false, &tx, 0))
             .ok();
         qtx.try_send(pending(&[b"PING"], false, &tx, 1)).ok();
-        let driver =
-            async { serve(proxy_end, &mut qrx, &Outlet::default(), &s, &info, None).await };
+        let driver = async {
+            serve(
+                proxy_end,
+                &mut qrx,
+                &Outlet::default(),
+                &s,
+                &info,
+                None,
+                None,
+            )
+            .await
+        };
         let master_side = async {
             let mut deep = b"*1\r\n".repeat(100_000);
             deep.extend_from_slice(b":1\r\n+PONG\r\n");

@@ -21,8 +21,14 @@
 //! request that timed out for its caller may still run on the master; the lock logic cleans
 //! up after that case.
 //!
+//! A Sentinel member ([`sentinel`]) asks its Sentinels for the primary before every connect,
+//! and drops the connection when they name another one (or when the node answers `READONLY` or
+//! `MASTERDOWN`, which any member's connection does: a node that is no longer a primary).
+//!
 //! On every connect the driver learns who the master is (`INFO server`, `ROLE`, `TIME`):
 //! - a backend that reports itself as a replica is refused;
+//! - a Sentinel member whose primary is another node than last time (address or `run_id`) had
+//!   a failover: the new primary may lack locks, so it is quarantined for the window;
 //! - a new `run_id` means the master restarted and may have lost locks, so it is quarantined
 //!   for the quarantine window (max TTL + drift); on the first connect the master's uptime
 //!   tells whether it started recently enough to have lost someone else's locks (see
@@ -39,6 +45,7 @@ mod io;
 mod pending;
 mod queue;
 pub mod router;
+pub mod sentinel;
 mod settings;
 pub mod target;
 
@@ -78,7 +85,10 @@ impl Backend {
     /// Starts the driver task for `addr` and returns the handle.
     pub fn spawn(addr: String, settings: Settings) -> Backend {
         let (tx, rx) = queue::channel(QUEUE_LIMIT);
-        let info = Arc::new(MasterInfo::new(addr.clone()));
+        let info = Arc::new(match settings.sentinel {
+            None => MasterInfo::new(addr.clone()),
+            Some(_) => MasterInfo::of_kind(addr.clone(), "sentinel", String::new()),
+        });
         let clock = settings.clock.is_some();
         let span = info_span!("backend", backend.addr = %addr);
         let outlet = Arc::new(io::Outlet::default());
@@ -112,7 +122,7 @@ impl Backend {
 
     /// What kind of member this is, as `INFO` and `/metrics` name it: `standalone`, `cluster`.
     pub fn kind(&self) -> &'static str {
-        self.router.as_ref().map_or("standalone", |r| r.kind())
+        self.router.as_ref().map_or(self.info.kind(), |r| r.kind())
     }
 
     /// A routed member's shards (empty for one master).
@@ -193,7 +203,21 @@ async fn drive(
     // every retry; it is repeated at debug, and a new reason is a new WARN.
     let mut warned = String::new();
     let mut connected_before = false;
+    // A Sentinel member: the watcher bumps this when the Sentinels name another primary.
+    let mut switched = settings.sentinel.clone().map(|s| {
+        let (tx, rx) = tokio::sync::watch::channel(0u64);
+        let every = settings.probe_every.max(std::time::Duration::from_secs(1));
+        tokio::spawn(
+            sentinel::watch(s, info.clone(), tx, every, settings.connect_timeout)
+                .instrument(tracing::Span::current()),
+        );
+        rx
+    });
     loop {
+        // A switch heard from here on drops the connection about to be made.
+        if let Some(rx) = switched.as_mut() {
+            rx.borrow_and_update();
+        }
         match connect(&info, &settings).await {
             Ok(hello) => {
                 if connected_before {
@@ -217,6 +241,7 @@ async fn drive(
                     &settings,
                     &info,
                     clock.as_mut(),
+                    switched.as_mut(),
                 )
                 .await;
                 info.set_connected(false);
@@ -367,6 +392,11 @@ mod tests {
                                         us.len()
                                     )
                                     .into_bytes()
+                                }
+                                // A replica refuses writes.
+                                _ if me.role != "master" => {
+                                    b"-READONLY You can't write against a read only replica.\r\n"
+                                        .to_vec()
                                 }
                                 _ => b"+OK\r\n".to_vec(),
                             };
@@ -535,5 +565,238 @@ mod tests {
         cut.notify_waiters();
         tokio::time::sleep(Duration::from_millis(50)).await;
         wait_for(&b, Status::ClockSuspect).await;
+    }
+
+    /// A fake Sentinel: names `primary` for any master name, confirms `SUBSCRIBE`, and pushes
+    /// `+switch-master` messages to its subscribers when told.
+    async fn fake_sentinel(
+        primary: Arc<Mutex<String>>,
+    ) -> (String, tokio::sync::broadcast::Sender<String>) {
+        fake_sentinel_aged(primary, 3_600_000).await
+    }
+
+    /// A fake Sentinel that has known its primary for `age_ms` (`role-reported-time`).
+    async fn fake_sentinel_aged(
+        primary: Arc<Mutex<String>>,
+        age_ms: u64,
+    ) -> (String, tokio::sync::broadcast::Sender<String>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let (push, _) = tokio::sync::broadcast::channel::<String>(8);
+        let pushes = push.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let primary = primary.clone();
+                let mut pushed = pushes.subscribe();
+                tokio::spawn(async move {
+                    let mut buf = BytesMut::new();
+                    let mut decoder = crate::wire::master::ReplyDecoder::default();
+                    loop {
+                        while let Ok(Some(Reply::Array(args))) = decoder.decode(&mut buf) {
+                            let word = |i: usize| match args.get(i) {
+                                Some(Reply::Bulk(b)) => b.to_ascii_uppercase(),
+                                _ => Vec::new(),
+                            };
+                            let out = match word(0).as_slice() {
+                                b"SENTINEL" if word(1) == b"MASTER" => {
+                                    let age = age_ms.to_string();
+                                    format!(
+                                        "*4\r\n$4\r\nname\r\n$1\r\nm\r\n$18\r\nrole-reported-time\r\n${}\r\n{age}\r\n",
+                                        age.len()
+                                    )
+                                }
+                                b"SENTINEL" => {
+                                    let p = primary.lock().unwrap().clone();
+                                    let (h, port) = p.rsplit_once(':').unwrap();
+                                    format!(
+                                        "*2\r\n${}\r\n{h}\r\n${}\r\n{port}\r\n",
+                                        h.len(),
+                                        port.len()
+                                    )
+                                }
+                                b"SUBSCRIBE" => {
+                                    "*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n"
+                                        .to_string()
+                                }
+                                _ => "+OK\r\n".to_string(),
+                            };
+                            if s.write_all(out.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                        tokio::select! {
+                            n = s.read_buf(&mut buf) => if !matches!(n, Ok(n) if n > 0) { return },
+                            m = pushed.recv() => {
+                                let Ok(m) = m else { return };
+                                let msg = format!(
+                                    "*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n${}\r\n{m}\r\n",
+                                    m.len()
+                                );
+                                if s.write_all(msg.as_bytes()).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (addr, push)
+    }
+
+    fn sentinel_settings(sentinel: &str, quarantine: bool) -> Settings {
+        let e = crate::endpoint::Endpoint::parse(sentinel).unwrap();
+        Settings {
+            quarantine: quarantine.then_some(Duration::from_millis(3000)),
+            sentinel: Some(Arc::new(sentinel::Sentinels::new(
+                vec![e],
+                "m".into(),
+                None,
+                None,
+                true,
+            ))),
+            ..settings()
+        }
+    }
+
+    fn field<'a>(line: &'a str, name: &str) -> &'a str {
+        line.split(',')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .unwrap_or("")
+    }
+
+    #[tokio::test]
+    async fn a_sentinel_member_follows_switch_master_and_quarantines_the_new_primary() {
+        let (a, _, _) = fake_master(persona("a", 3600)).await;
+        let (b, _, _) = fake_master(persona("b", 3600)).await;
+        let named = Arc::new(Mutex::new(a.clone()));
+        let (s, push) = fake_sentinel(named.clone()).await;
+        let m = Backend::spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, true));
+        wait_for(&m, Status::Up).await;
+        let line = m.info().describe();
+        assert_eq!(field(&line, "kind"), "sentinel", "{line}");
+        assert_eq!(field(&line, "primary"), a, "{line}");
+        // The Sentinels promote b and say so.
+        *named.lock().unwrap() = b.clone();
+        let (ah, ap) = a.rsplit_once(':').unwrap();
+        let (bh, bp) = b.rsplit_once(':').unwrap();
+        for _ in 0..50 {
+            let _ = push.send(format!("m {ah} {ap} {bh} {bp}"));
+            if m.info().primary() == b {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        wait_for(&m, Status::Quarantined).await;
+        let line = m.info().describe();
+        assert_eq!(field(&line, "primary"), b, "{line}");
+        assert_eq!(field(&line, "quarantine_reason"), "failover", "{line}");
+        assert_eq!(field(&line, "failovers"), "1", "{line}");
+        assert!(m.info().quarantine_left() > Duration::from_millis(2000));
+    }
+
+    #[tokio::test]
+    async fn a_primary_the_sentinels_named_recently_sits_out_the_rest_of_the_window() {
+        // An old node (up an hour), but the Sentinels switched to it half a second ago: a
+        // failover this proxy did not see.
+        let (a, _, _) = fake_master(persona("a", 3600)).await;
+        let (s, _push) = fake_sentinel_aged(Arc::new(Mutex::new(a.clone())), 500).await;
+        let m = Backend::spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, true));
+        wait_for(&m, Status::Quarantined).await;
+        let left = m.info().quarantine_left();
+        assert!(
+            left > Duration::from_millis(2000) && left <= Duration::from_millis(2500),
+            "{left:?}"
+        );
+        assert_eq!(m.info().quarantine_reason(), "failover");
+        // Known for longer than the window: trusted at once.
+        let (s, _push) = fake_sentinel_aged(Arc::new(Mutex::new(a)), 3000).await;
+        let m = Backend::spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, true));
+        wait_for(&m, Status::Up).await;
+    }
+
+    #[tokio::test]
+    async fn a_sentinel_that_names_a_replica_is_asked_after_the_others() {
+        // The first Sentinel is behind: it still names the old primary, now a replica.
+        let (old, _, _) = fake_master(Persona {
+            role: "slave",
+            ..persona("a", 3600)
+        })
+        .await;
+        let (new, _, _) = fake_master(persona("b", 3600)).await;
+        let (stale, _p1) = fake_sentinel(Arc::new(Mutex::new(old))).await;
+        let (fresh, _p2) = fake_sentinel(Arc::new(Mutex::new(new.clone()))).await;
+        let sentinels = [&stale, &fresh]
+            .iter()
+            .map(|a| crate::endpoint::Endpoint::parse(a).unwrap())
+            .collect();
+        let m = Backend::spawn(
+            "redis-sentinel://x#m".into(),
+            Settings {
+                sentinel: Some(Arc::new(sentinel::Sentinels::new(
+                    sentinels,
+                    "m".into(),
+                    None,
+                    None,
+                    true,
+                ))),
+                ..settings()
+            },
+        );
+        wait_for(&m, Status::Up).await;
+        assert_eq!(m.info().primary(), new);
+    }
+
+    #[tokio::test]
+    async fn without_quarantine_a_sentinel_members_new_primary_counts_at_once() {
+        let (a, _, _) = fake_master(persona("a", 3600)).await;
+        let (b, _, _) = fake_master(persona("b", 3600)).await;
+        let named = Arc::new(Mutex::new(a.clone()));
+        let (s, _push) = fake_sentinel(named.clone()).await;
+        let m = Backend::spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, false));
+        wait_for(&m, Status::Up).await;
+        // No message this time: the watcher's own question (on subscribing, then every
+        // second) finds the new primary.
+        *named.lock().unwrap() = b.clone();
+        for _ in 0..300 {
+            if m.info().primary() == b && m.is_up() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(m.info().primary(), b);
+        wait_for(&m, Status::Up).await;
+        assert!(m.is_trusted());
+        assert_eq!(m.info().failovers(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_primary_turned_replica_is_left_at_its_first_readonly() {
+        let (a, p, _) = fake_master(persona("a", 3600)).await;
+        let b = Backend::spawn(a, settings());
+        wait_for(&b, Status::Up).await;
+        // The node becomes a replica: writes answer READONLY, and ROLE says so.
+        p.lock().unwrap().role = "slave";
+        let (tx, mut rx) = crate::backend::inbox::inbox(1);
+        b.send(command(&[b"SET", b"ro", b"v"]), 1, Some((tx, 0)));
+        let (_, reply) = rx.recv().await;
+        assert!(
+            matches!(&reply, Ok(Reply::Error(e)) if e.starts_with(b"READONLY")),
+            "{reply:?}"
+        );
+        wait_for(&b, Status::Down).await;
+        // Connecting again, the greeting finds a replica and refuses it.
+        for _ in 0..200 {
+            if b.info().last_error().contains("role") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            b.info().last_error().contains("role 'slave'"),
+            "{}",
+            b.info().last_error()
+        );
+        assert_eq!(b.info().status(), Status::Down);
     }
 }

@@ -33,6 +33,8 @@ pub struct Settings {
     pub auth: Option<target::Credentials>,
     /// TLS towards this master.
     pub tls: Option<TlsTarget>,
+    /// For a Sentinel member: its Sentinels, asked for the primary before every connect.
+    pub sentinel: Option<std::sync::Arc<super::sentinel::Sentinels>>,
 }
 
 #[cfg(test)]
@@ -52,6 +54,7 @@ impl Settings {
             clock: None,
             auth: None,
             tls: None,
+            sentinel: None,
         }
     }
 }

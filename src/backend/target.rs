@@ -5,9 +5,16 @@
 //! it: `redis://[user:password@]host:port` or `rediss://...` for TLS. A URL's own user and
 //! password win over `backend_user` / `backend_password`. Passwords are kept out of every
 //! `Debug` and `Display`, so they cannot reach a log line, `INFO` or an error reply.
+//!
+//! A Sentinel member, `redis-sentinel://[password@]host:port,...#name`, is reached through its
+//! Sentinels: the URL's password (or `backend_password`) is the data nodes', and
+//! `backend_sentinel_password` the Sentinels'. `rediss-sentinel://` speaks TLS to both.
 
 use std::fmt;
 
+use std::sync::Arc;
+
+use super::sentinel::Sentinels;
 use crate::config::{Config, ConfigError};
 use crate::endpoint::{Endpoint, Member, redact};
 use crate::tls::TlsTarget;
@@ -33,8 +40,11 @@ impl fmt::Debug for Credentials {
 /// One master, resolved from the configuration: where, how, and as whom.
 #[derive(Debug, Clone)]
 pub struct Link {
-    /// `host:port`, the master's name in logs and `INFO`.
+    /// `host:port`, the master's name in logs and `INFO` (a Sentinel member's URL without its
+    /// password).
     pub addr: String,
+    /// For a Sentinel member: its Sentinels, who name the primary to connect to.
+    pub sentinel: Option<Arc<Sentinels>>,
     /// Sent as `AUTH` before anything else on every connect.
     pub auth: Option<Credentials>,
     /// Set when the connection is TLS.
@@ -81,14 +91,29 @@ pub fn links(config: &Config) -> Result<Vec<Link>, ConfigError> {
     for text in &config.backends {
         let member = Member::parse(text)
             .map_err(|m| invalid(format!("bad backend address '{}': {m}", redact(text))))?;
-        let (e, seeds) = match member {
-            Member::Standalone(e) => (e, Vec::new()),
+        // A Sentinel member's data nodes take the URL's credentials and TLS as a standalone
+        // master's would; their address comes from the Sentinels on each connect. A cluster
+        // member's seeds carry the URL's credentials and TLS; the first stands for them all.
+        let (e, sentinel_url, seeds) = match member {
+            Member::Standalone(e) => (e, None, Vec::new()),
+            Member::Sentinel(s) => {
+                let first = s.sentinels.first().cloned().ok_or_else(|| {
+                    invalid(format!("backend '{}' names no Sentinel", redact(text)))
+                })?;
+                let e = Endpoint {
+                    tls: s.tls,
+                    user: s.user.clone(),
+                    password: s.password.clone(),
+                    ..first
+                };
+                (e, Some(s), Vec::new())
+            }
             Member::Cluster(seeds) => {
                 let addrs = seeds.iter().map(Endpoint::addr).collect();
                 let Some(first) = seeds.into_iter().next() else {
                     return Err(invalid("a cluster member needs a seed".into()));
                 };
-                (first, addrs)
+                (first, None, addrs)
             }
         };
         let user = e.user.clone().or_else(|| config.backend_user.clone());
@@ -123,8 +148,35 @@ pub fn links(config: &Config) -> Result<Vec<Link>, ConfigError> {
         } else {
             None
         };
+        let sentinel = match sentinel_url {
+            None => None,
+            Some(s) => {
+                let to_sentinels = match &tls {
+                    Some(t) if s.tls => Some(t.connector.clone()),
+                    _ => None,
+                };
+                Some(Arc::new(Sentinels::new(
+                    s.sentinels.clone(),
+                    s.master.clone(),
+                    config.backend_sentinel_password.clone(),
+                    to_sentinels,
+                    config.backend_tls_server_name.is_none(),
+                )))
+            }
+        };
+        let addr = match &sentinel {
+            Some(_) => Member::parse(text)
+                .ok()
+                .and_then(|m| match m {
+                    Member::Sentinel(s) => Some(s.name()),
+                    Member::Standalone(_) | Member::Cluster(_) => None,
+                })
+                .unwrap_or_else(|| redact(text)),
+            None => e.addr(),
+        };
         out.push(Link {
-            addr: e.addr(),
+            addr,
+            sentinel,
             auth,
             tls,
             seeds,

@@ -243,6 +243,7 @@ mod tests {
             auth: None,
             tls: None,
             seeds: Vec::new(),
+            sentinel: None,
         }
     }
 
@@ -295,7 +296,7 @@ mod tests {
         assert_eq!(during.rule(), Quorum::joint(&[0, 1, 2], &[0, 1, 3]));
         // Kept members are the very same handles; the added one is quarantined as new.
         assert!(std::ptr::eq(before[0].info(), during[0].info()));
-        assert_eq!(during[3].info().quarantine_reason(), Some("new-member"));
+        assert_eq!(during[3].info().quarantine_reason(), "new-member");
         // An operation that took the old snapshot keeps it.
         assert_eq!(before.len(), 3);
         // A second change during the transition is refused, the same list is not a change.
@@ -340,7 +341,7 @@ mod tests {
         let now = m.snapshot();
         assert_eq!(addrs(&now), ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:4"]);
         assert_eq!(now.rule(), Quorum::of(3));
-        assert_eq!(now[2].info().quarantine_reason(), None);
+        assert_eq!(now[2].info().quarantine_reason(), "");
     }
 
     #[tokio::test(start_paused = true)]

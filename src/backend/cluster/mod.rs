@@ -124,7 +124,7 @@ pub fn member(
     settings: Settings,
     scripts: Arc<dyn Scripts>,
 ) -> Backend {
-    let info = Arc::new(MasterInfo::new(name));
+    let info = Arc::new(MasterInfo::of_kind(name, "cluster", String::new()));
     let clock = settings.clock.is_some();
     let c = Cluster::start(seeds, settings, info.clone(), scripts);
     Backend::routed(info, clock, Arc::new(Member(c)))
@@ -472,6 +472,7 @@ impl Cluster {
             auth: self.settings.auth.clone(),
             tls: self.settings.tls.clone(),
             seeds: Vec::new(),
+            sentinel: None,
         };
         let within = self.settings.connect_timeout;
         let ask = async {
@@ -536,7 +537,7 @@ impl Cluster {
                 let slots = slots::ranges_text(&s.ranges);
                 match self.settings.quarantine {
                     Some(window) => {
-                        s.backend.info.quarantine(window);
+                        s.backend.info.quarantine(window, "failover");
                         let why = format!("promoted to primary of slots {slots} (failover)");
                         warn!(
                             shard = %s.primary,

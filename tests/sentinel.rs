@@ -1,0 +1,684 @@
+//! Sentinel members: three members, each a primary and a replica watched by the same three real
+//! `redis-sentinel` processes, under lock contention through two proxies while primaries fail
+//! over (`SENTINEL FAILOVER`, and `kill -9` of a primary) to replicas made to lag, so that the
+//! promoted replica lacks locks the old primary granted.
+//!
+//! The checkers are the fault suite's (`support::load`): overlapping grant intervals, and lost
+//! updates to a counter kept outside the masters. With failover quarantine on there must be
+//! none; with it off (`quarantine = false`, the negative control) the same run must show a
+//! double grant, which shows the scenario can catch one.
+//!
+//! How the replica lags: it replicates through the test's TCP fault proxy, which is switched to
+//! blackhole (nothing moves, the link stays open) before the locks it must lack are granted. The
+//! Sentinels still see a healthy replica (its link is up, it answers them directly), so they
+//! promote it. How a lock comes to live on one member only: member 2 is cut off from the proxies
+//! (a fault proxy in front of its primary, which the Sentinels monitor through it with a long
+//! `down-after-milliseconds`, so they do not fail it over) for longer than the clients' TTL, as in
+//! the fault suite's restart scenario; locks granted meanwhile live on members 0 and 1, and member
+//! 0's promoted replica lacks them.
+//!
+//! Run it with `cargo test --test sentinel` (after `scripts/deps.sh test`, which installs
+//! `redis-sentinel`); `-- --nocapture` prints the `FAULTS` figures.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::fault::{Fault, FaultProxy};
+use support::load::{Checker, Load, Spec, Targets, Verdict, report};
+use support::*;
+use tokio::time::{Instant, sleep};
+
+/// The proxies' `max_ttl_ms`: the quarantine window is 2000 ms + 22 ms of drift.
+const MAX_TTL_MS: u64 = 2000;
+
+/// Longer than the quarantine window, with a margin.
+const WINDOW_AND_MARGIN: Duration = Duration::from_millis(2600);
+
+/// Contended resources.
+const RESOURCES: usize = 4;
+
+/// A real `redis-sentinel` on a free port, killed on drop.
+struct Sentinel {
+    port: u16,
+    child: Child,
+    _dir: Scratch,
+}
+
+/// One monitored master: name, address, `down-after-milliseconds`.
+struct Watch<'a> {
+    name: &'a str,
+    addr: String,
+    down_after_ms: u64,
+}
+
+impl Sentinel {
+    fn start(watches: &[Watch<'_>]) -> Sentinel {
+        Sentinel::start_with(watches, "")
+    }
+
+    /// A Sentinel with `extra` configuration lines; when they hold `tls-cert-file` it listens
+    /// for TLS only.
+    fn start_with(watches: &[Watch<'_>], extra: &str) -> Sentinel {
+        for _ in 0..10 {
+            let port = free_port();
+            let dir = Scratch::new("sentinel");
+            let listen = if extra.contains("tls-cert-file") {
+                format!("port 0\ntls-port {port}")
+            } else {
+                format!("port {port}")
+            };
+            let mut conf = format!(
+                "{listen}\nbind 127.0.0.1\ndaemonize no\ndir {}\nlogfile {}\n{extra}\n",
+                dir.path(""),
+                dir.path("sentinel.log")
+            );
+            for w in watches {
+                let (host, p) = w.addr.rsplit_once(':').expect("host:port");
+                // A long failover-timeout: Sentinel leaves a replica that replicates through
+                // the fault proxy (another address than the primary's) alone for that long.
+                conf.push_str(&format!(
+                    "sentinel monitor {n} {host} {p} 2\n\
+                     sentinel down-after-milliseconds {n} {d}\n\
+                     sentinel failover-timeout {n} 120000\n\
+                     sentinel parallel-syncs {n} 1\n",
+                    n = w.name,
+                    d = w.down_after_ms
+                ));
+            }
+            let path = dir.path("sentinel.conf");
+            std::fs::write(&path, conf).expect("sentinel.conf");
+            let mut child = Command::new("redis-sentinel")
+                .arg(&path)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-sentinel must be installed (scripts/deps.sh test installs it)");
+            for _ in 0..200 {
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return Sentinel {
+                        port,
+                        child,
+                        _dir: dir,
+                    };
+                }
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("could not start redis-sentinel");
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    async fn cmd(&self, args: &[&str]) -> Reply {
+        Client::connect(&self.addr()).await.cmd(args).await
+    }
+
+    /// `SENTINEL MASTER name` as field → value.
+    async fn master(&self, name: &str) -> std::collections::HashMap<String, String> {
+        let Reply::Array(items) = self.cmd(&["SENTINEL", "MASTER", name]).await else {
+            return Default::default();
+        };
+        let text = |r: &Reply| match r {
+            Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+            _ => String::new(),
+        };
+        items
+            .chunks(2)
+            .filter(|kv| kv.len() == 2)
+            .map(|kv| (text(&kv[0]), text(&kv[1])))
+            .collect()
+    }
+
+    /// The primary this Sentinel names for `name`.
+    async fn primary(&self, name: &str) -> String {
+        match self
+            .cmd(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", name])
+            .await
+        {
+            Reply::Array(hp) => match hp.as_slice() {
+                [Reply::Bulk(h), Reply::Bulk(p)] => format!(
+                    "{}:{}",
+                    String::from_utf8_lossy(h),
+                    String::from_utf8_lossy(p)
+                ),
+                _ => String::new(),
+            },
+            _ => String::new(),
+        }
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Three members (primary + replica, the replica replicating through a fault proxy), member 2's
+/// primary behind a fault proxy that the Sentinels and the proxies use, three Sentinels.
+struct Rig {
+    primaries: Vec<Master>,
+    replicas: Vec<Master>,
+    /// Between each replica and its primary.
+    repl: Vec<FaultProxy>,
+    /// In front of member 2's primary.
+    cut: FaultProxy,
+    sentinels: Vec<Sentinel>,
+    /// The data nodes' working folders.
+    _dirs: Vec<Scratch>,
+}
+
+/// A `redis-server` working in a scratch folder of its own (kept in `dirs`): a full
+/// resynchronisation writes an RDB file there, not into the tests' working folder, where a
+/// `redis-server` started later would load it.
+fn data_node(dirs: &mut Vec<Scratch>, extra: &[&str]) -> Master {
+    let dir = Scratch::new("data");
+    let path = dir.path("");
+    let mut args = vec!["--dir", &path];
+    args.extend(extra);
+    let m = Master::start_with(&args);
+    dirs.push(dir);
+    m
+}
+
+const NAMES: [&str; 3] = ["m0", "m1", "m2"];
+
+impl Rig {
+    async fn start() -> Rig {
+        let mut dirs = Vec::new();
+        let primaries: Vec<Master> = (0..3)
+            .map(|_| tokio::task::block_in_place(|| data_node(&mut dirs, &[])))
+            .collect();
+        let mut repl = Vec::new();
+        let mut replicas = Vec::new();
+        for p in &primaries {
+            let f = FaultProxy::start(p.addr()).await;
+            let port = f.addr.rsplit_once(':').expect("port").1.to_string();
+            replicas.push(tokio::task::block_in_place(|| {
+                data_node(&mut dirs, &["--replicaof", "127.0.0.1", &port])
+            }));
+            repl.push(f);
+        }
+        let cut = FaultProxy::start(primaries[2].addr()).await;
+        let watches = [
+            Watch {
+                name: NAMES[0],
+                addr: primaries[0].addr(),
+                down_after_ms: 1000,
+            },
+            Watch {
+                name: NAMES[1],
+                addr: primaries[1].addr(),
+                down_after_ms: 1000,
+            },
+            // Cut off on purpose for a few seconds: not a failure to fail over.
+            Watch {
+                name: NAMES[2],
+                addr: cut.addr.clone(),
+                down_after_ms: 30_000,
+            },
+        ];
+        let sentinels = tokio::task::block_in_place(|| {
+            (0..3)
+                .map(|_| Sentinel::start(&watches))
+                .collect::<Vec<_>>()
+        });
+        let rig = Rig {
+            primaries,
+            replicas,
+            repl,
+            cut,
+            sentinels,
+            _dirs: dirs,
+        };
+        rig.wait_ready().await;
+        rig
+    }
+
+    /// Until every Sentinel knows the other two and each member's replica, and every replica
+    /// is in sync.
+    async fn wait_ready(&self) {
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut ready = true;
+            for s in &self.sentinels {
+                for n in NAMES {
+                    let m = s.master(n).await;
+                    ready &= m.get("num-other-sentinels").map(String::as_str) == Some("2")
+                        && m.get("num-slaves").map(String::as_str) == Some("1");
+                }
+            }
+            for r in &self.replicas {
+                let info = r.cli(("", ""), &["INFO", "replication"]);
+                ready &= info.contains("master_link_status:up");
+            }
+            if ready {
+                return;
+            }
+            assert!(Instant::now() < until, "Sentinels not ready after 30 s");
+            sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The members as the proxies' `backends`.
+    fn backends(&self) -> Vec<String> {
+        let sentinels: Vec<String> = self.sentinels.iter().map(Sentinel::addr).collect();
+        NAMES
+            .iter()
+            .map(|n| format!("redis-sentinel://{}#{n}", sentinels.join(",")))
+            .collect()
+    }
+
+    /// Waits until a Sentinel names `want` as member `i`'s primary (the one that led the
+    /// failover knows first, and announces it with `+switch-master`).
+    async fn wait_primary(&self, i: usize, want: &str, within: Duration) {
+        let until = Instant::now() + within;
+        loop {
+            for s in &self.sentinels {
+                if s.primary(NAMES[i]).await == want {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < until,
+                "member {i}: the Sentinels do not name {want} after {within:?}"
+            );
+            sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn sentinel_config(backends: &[String], quarantine: bool) -> Config {
+    init_logs();
+    let mut c = config_for(backends);
+    c.max_ttl_ms = MAX_TTL_MS;
+    c.node_timeout_ms = 100;
+    c.stall_timeout_ms = 500;
+    c.connect_timeout_ms = 300;
+    c.probe_interval_ms = 100;
+    c.quarantine = quarantine;
+    c.clock_watch = true;
+    c
+}
+
+/// Field `name` of proxy `p`'s `INFO` line for master `i`.
+async fn master_field(p: &str, i: usize, name: &str) -> String {
+    let info = redlock_info(p).await;
+    field(&info, &format!("master{i}"))
+        .split(',')
+        .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The scenario, with failover quarantine on or off. Returns the checker and how many faults
+/// were injected.
+async fn failover_scenario(quarantine: bool) -> (Arc<Checker>, usize) {
+    let mut rig = Rig::start().await;
+    let backends = rig.backends();
+    let proxies = [
+        proxy(sentinel_config(&backends, quarantine))
+            .await
+            .to_string(),
+        proxy(sentinel_config(&backends, quarantine))
+            .await
+            .to_string(),
+    ];
+    for p in &proxies {
+        // Fresh masters sit out the young-master rule first (quarantine on).
+        wait_trusted(p, 3, Duration::from_secs(10)).await;
+        for i in 0..3 {
+            assert_eq!(master_field(p, i, "kind").await, "sentinel");
+        }
+        assert_eq!(master_field(p, 0, "primary").await, rig.primaries[0].addr());
+        assert_eq!(master_field(p, 2, "primary").await, rig.cut.addr);
+    }
+    let checker = Checker::new(if quarantine { "fq-on" } else { "fq-off" }, RESOURCES);
+    // Holds long enough that a lock granted just before a switch is still held when the
+    // promoted replica (and the member that was cut off) could grant it again.
+    let spec = Spec {
+        ttl_ms: 1500,
+        hold_ms: (500, 1000),
+        ..Spec::default()
+    };
+    let ttl = Duration::from_millis(spec.ttl_ms);
+    let load = Load::start("c", checker.clone(), Targets::new(&proxies), spec);
+    sleep(Duration::from_millis(700)).await;
+    let mut faults = 0;
+
+    // Round 1: member 0's replica stops receiving; member 2 is cut off for longer than the
+    // TTL; then `SENTINEL FAILOVER` promotes member 0's replica, and member 2 comes back as
+    // soon as the switch is done. Locks granted meanwhile are on member 1 (and the old
+    // primary 0) only.
+    rig.repl[0].set(Fault::Blackhole);
+    rig.cut.set(Fault::Reset);
+    sleep(ttl + Duration::from_millis(200)).await;
+    let reply = rig.sentinels[0]
+        .cmd(&["SENTINEL", "FAILOVER", NAMES[0]])
+        .await;
+    assert_eq!(reply, Reply::ok(), "SENTINEL FAILOVER");
+    let new0 = rig.replicas[0].addr();
+    rig.wait_primary(0, &new0, Duration::from_secs(20)).await;
+    rig.cut.heal();
+    faults += 3;
+    if quarantine {
+        for p in &proxies {
+            wait_status(p, 0, "quarantined", Duration::from_secs(3)).await;
+            assert_eq!(master_field(p, 0, "quarantine_reason").await, "failover");
+            assert_eq!(master_field(p, 0, "primary").await, new0);
+        }
+    }
+    sleep(WINDOW_AND_MARGIN).await;
+    for p in &proxies {
+        wait_trusted(p, 3, Duration::from_secs(10)).await;
+        assert_eq!(master_field(p, 0, "primary").await, new0);
+        assert_eq!(master_field(p, 0, "failovers").await, "1");
+    }
+    wait_grant(&checker, "locks resume after the failover quarantine").await;
+
+    // Round 2: member 1's replica stops receiving, then its primary is killed with SIGKILL;
+    // the Sentinels agree it is down and promote the replica, which lacks the last locks.
+    rig.repl[1].set(Fault::Blackhole);
+    sleep(Duration::from_millis(500)).await;
+    tokio::task::block_in_place(|| rig.primaries[1].kill());
+    faults += 2;
+    let new1 = rig.replicas[1].addr();
+    rig.wait_primary(1, &new1, Duration::from_secs(30)).await;
+    if quarantine {
+        for p in &proxies {
+            wait_status(p, 1, "quarantined", Duration::from_secs(5)).await;
+            assert_eq!(master_field(p, 1, "quarantine_reason").await, "failover");
+        }
+    }
+    sleep(WINDOW_AND_MARGIN).await;
+    for p in &proxies {
+        wait_trusted(p, 3, Duration::from_secs(10)).await;
+        assert_eq!(master_field(p, 1, "primary").await, new1);
+    }
+    wait_grant(&checker, "locks resume after the second failover").await;
+    load.stop().await;
+
+    // A lock taken now lands on the new primaries.
+    let mut c = Client::connect(&proxies[0]).await;
+    assert_eq!(
+        c.cmd(&["SET", "after-failover", "tok", "NX", "PX", "2000"])
+            .await,
+        Reply::ok()
+    );
+    for r in &rig.replicas[..2] {
+        let mut direct = r.client().await;
+        assert_eq!(
+            direct.cmd(&["GET", "after-failover"]).await,
+            Reply::Bulk("tok".into()),
+            "the lock is on the new primary {}",
+            r.addr()
+        );
+    }
+    (checker, faults)
+}
+
+/// Waits (generously) for a grant that begins from now on.
+async fn wait_grant(checker: &Checker, what: &str) {
+    let from = Instant::now();
+    let until = from + Duration::from_secs(15);
+    while checker.grants_between(from, Instant::now()) == 0 {
+        assert!(Instant::now() < until, "{what}: no grant within 15 s");
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The body of `GET path` (HTTP/1.1, one request).
+async fn http_get(addr: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("metrics listener");
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .expect("write");
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("answer within 10 s")
+        .expect("read");
+    let text = String::from_utf8_lossy(&out).into_owned();
+    text.split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default()
+}
+
+fn assert_safe(v: &Verdict) {
+    assert_eq!(v.overlaps, 0, "double grants: {v:?}");
+    assert_eq!(v.lost_updates, 0, "lost updates: {v:?}");
+    assert!(v.grants >= 10, "too few grants to judge: {v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_quarantine_prevents_a_double_grant_when_a_lagging_replica_is_promoted() {
+    let (checker, faults) = failover_scenario(true).await;
+    let v = report(
+        "sentinel failover to a lagging replica",
+        "on",
+        faults,
+        &checker,
+    );
+    assert_safe(&v);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_failover_quarantine_the_same_failover_double_grants() {
+    let (checker, faults) = failover_scenario(false).await;
+    let v = report(
+        "sentinel failover to a lagging replica",
+        "off",
+        faults,
+        &checker,
+    );
+    assert!(
+        v.violations() > 0,
+        "with failover quarantine off the checkers must see a double grant: {v:?}"
+    );
+}
+
+/// `--backends` splits at commas, but a `redis-sentinel://` URL keeps its own commas up to its
+/// `#master-name`; one without it is refused at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_keeps_a_sentinel_urls_commas() {
+    let port = free_port();
+    let mut child = binary()
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--backends",
+            "redis-sentinel://127.0.0.1:1,127.0.0.1:2#locks-a, 127.0.0.1:3",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the proxy binary");
+    let addr = format!("127.0.0.1:{port}");
+    let mut info = String::new();
+    for _ in 0..100 {
+        if let Some(mut c) = Client::try_connect(&addr).await {
+            info = c.text(&["INFO", "redlock"]).await;
+            break;
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(field(&info, "masters"), "2", "{info}");
+    assert!(
+        field(&info, "master0")
+            .starts_with("addr=redis-sentinel://127.0.0.1:1,127.0.0.1:2#locks-a,status=down,"),
+        "{info}"
+    );
+    assert!(
+        field(&info, "master0").contains(",kind=sentinel,primary=,"),
+        "{info}"
+    );
+    assert!(
+        field(&info, "master1").starts_with("addr=127.0.0.1:3,status=down,"),
+        "{info}"
+    );
+
+    let out = binary()
+        .args(["--backends", "redis-sentinel://127.0.0.1:1,127.0.0.1:3"])
+        .output()
+        .expect("the proxy binary");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ends with #master-name"), "{err}");
+}
+
+/// Standalone and Sentinel members in one list: each is one vote, and a lock lands on every
+/// member's primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_and_sentinel_members_mix_in_one_configuration() {
+    let rig = Rig::start().await;
+    let mut dirs = Vec::new();
+    let standalone = data_node(&mut dirs, &[]);
+    let mut backends = rig.backends()[..2].to_vec();
+    backends.push(standalone.addr());
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut config = sentinel_config(&backends, false);
+    config.metrics_listen = Some(metrics.clone());
+    let p = proxy(config).await.to_string();
+    wait_trusted(&p, 3, Duration::from_secs(10)).await;
+    // `/metrics` names each member's kind and primary too.
+    let text = http_get(&metrics, "/metrics").await;
+    for (i, kind, primary) in [
+        (0, "sentinel", rig.primaries[0].addr()),
+        (2, "standalone", standalone.addr()),
+    ] {
+        let want = format!(
+            "redlock_master_info{{master=\"{}\",kind=\"{kind}\",primary=\"{primary}\",quarantine_reason=\"\"}} 1",
+            backends[i]
+        );
+        assert!(text.contains(&want), "{want} in:\n{text}");
+    }
+    let kinds = [
+        master_field(&p, 0, "kind").await,
+        master_field(&p, 1, "kind").await,
+        master_field(&p, 2, "kind").await,
+    ];
+    assert_eq!(kinds, ["sentinel", "sentinel", "standalone"]);
+    assert_eq!(master_field(&p, 2, "primary").await, standalone.addr());
+    let mut c = Client::connect(&p).await;
+    assert_eq!(
+        c.cmd(&["SET", "mixed", "tok", "NX", "PX", "2000"]).await,
+        Reply::ok()
+    );
+    for m in [&rig.primaries[0], &rig.primaries[1], &standalone] {
+        let mut direct = m.client().await;
+        assert_eq!(
+            direct.cmd(&["GET", "mixed"]).await,
+            Reply::Bulk("tok".into()),
+            "{}",
+            m.addr()
+        );
+    }
+}
+
+/// `rediss-sentinel://`: TLS to the data nodes and to the Sentinels, the data nodes' password in
+/// the URL and the Sentinels' own in `backend_sentinel_password`; a failover is followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_sentinel_speaks_tls_to_the_sentinels_and_the_data_nodes() {
+    let c = Certs::get();
+    let (cert, key, ca) = (c.file("server.crt"), c.file("server.key"), c.file("ca.crt"));
+    // Working folders of their own (see `data_node`).
+    let (dir0, dir1) = (Scratch::new("data"), Scratch::new("data"));
+    let (path0, path1) = (dir0.path(""), dir1.path(""));
+    let auth = ["--requirepass", "data-pw", "--masterauth", "data-pw"];
+    let mut primary_args = vec!["--dir", &path0];
+    primary_args.extend(auth);
+    let primary = tokio::task::block_in_place(|| Master::tls(false, &primary_args));
+    let port = primary.port.to_string();
+    let mut replica_args = vec![
+        "--dir",
+        &path1,
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+        "--tls-replication",
+        "yes",
+    ];
+    replica_args.extend(auth);
+    let replica = tokio::task::block_in_place(|| Master::tls(false, &replica_args));
+    let extra = format!(
+        "tls-cert-file {cert}\ntls-key-file {key}\ntls-ca-cert-file {ca}\n\
+         tls-auth-clients no\ntls-replication yes\nrequirepass sentinel-pw"
+    );
+    let sentinel = tokio::task::block_in_place(|| {
+        Sentinel::start_with(
+            &[Watch {
+                name: "locks",
+                addr: primary.addr(),
+                down_after_ms: 1000,
+            }],
+            &format!("{extra}\nsentinel auth-pass locks data-pw"),
+        )
+    });
+    // The Sentinel speaks TLS only, with a password.
+    let ask = |args: &[&str]| {
+        let mut all = vec!["--tls", "--cacert", &ca, "--pass", "sentinel-pw"];
+        all.extend(args);
+        redis_cli(sentinel.port, &all)
+    };
+    let until = Instant::now() + Duration::from_secs(20);
+    while !ask(&["SENTINEL", "MASTER", "locks"]).contains("num-slaves\n1") {
+        assert!(Instant::now() < until, "the Sentinel never saw the replica");
+        sleep(Duration::from_millis(200)).await;
+    }
+    let mut config = sentinel_config(
+        &[format!(
+            "rediss-sentinel://data-pw@{}#locks",
+            sentinel.addr()
+        )],
+        false,
+    );
+    config.backend_tls_ca_cert_file = Some(ca.clone());
+    config.backend_sentinel_password = Some("sentinel-pw".into());
+    let p = proxy(config).await.to_string();
+    wait_trusted(&p, 1, Duration::from_secs(10)).await;
+    assert_eq!(master_field(&p, 0, "primary").await, primary.addr());
+    let mut cl = Client::connect(&p).await;
+    assert_eq!(
+        cl.cmd(&["SET", "tls-lock", "tok", "NX", "PX", "2000"])
+            .await,
+        Reply::ok()
+    );
+    assert_eq!(primary.cli(("", "data-pw"), &["GET", "tls-lock"]), "tok");
+
+    assert_eq!(ask(&["SENTINEL", "FAILOVER", "locks"]), "OK");
+    let until = Instant::now() + Duration::from_secs(20);
+    while master_field(&p, 0, "primary").await != replica.addr()
+        || master_field(&p, 0, "status").await != "up"
+    {
+        assert!(
+            Instant::now() < until,
+            "the proxy did not follow the failover: {}",
+            redlock_info(&p).await
+        );
+        sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        cl.cmd(&["SET", "tls-lock-2", "tok", "NX", "PX", "2000"])
+            .await,
+        Reply::ok()
+    );
+    assert_eq!(replica.cli(("", "data-pw"), &["GET", "tls-lock-2"]), "tok");
+}
