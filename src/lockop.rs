@@ -76,8 +76,8 @@ pub enum Answer {
     Const(Replies),
 }
 
-/// The constant replies of a script: on success, on refusal and, for a release, when every
-/// key was already gone. Each is what one Redis would answer (`"OK"` returned from Lua is a
+/// The constant replies of a script: on success, on refusal, for a release when every key was
+/// already gone and, for an acquisition, when the caller already held every key (a refresh). Each is what one Redis would answer (`"OK"` returned from Lua is a
 /// bulk string, `redis.status_reply("OK")` a status, `redis.error_reply(e)` an error).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Replies {
@@ -87,6 +87,21 @@ pub struct Replies {
     pub no: Lit,
     /// A release of keys that were all gone (expired); other operations answer `no`.
     pub gone: Lit,
+    /// An acquisition granted where the caller already held every key (its TTL reset); other
+    /// operations answer `ok`.
+    pub again: Lit,
+}
+
+impl Replies {
+    /// Replies that do not tell a refresh from a fresh grant (`again` is `ok`).
+    pub fn new(ok: Lit, no: Lit, gone: Lit) -> Replies {
+        Replies {
+            ok,
+            no,
+            gone,
+            again: ok,
+        }
+    }
 }
 
 /// One constant reply.
@@ -102,6 +117,8 @@ pub enum Lit {
     Bulk(Short),
     /// An error reply, `-text`.
     Error(Short),
+    /// A one-element array of an integer, `*1 :n` (a script's `return {n}`).
+    Single(i64),
 }
 
 /// A short byte string kept inline, so [`Answer`] stays `Copy`.

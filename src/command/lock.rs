@@ -320,9 +320,35 @@ fn extended(r: &Reply) -> bool {
     matches!(r, Reply::Integer(n) if *n > 0)
 }
 
-/// The reply `op` answers when it is granted.
-pub fn granted_reply(op: &LockOp) -> Reply {
-    answer(op.answer, true, op.keys.len())
+/// Whether `reply` is one that `op` answers when it is granted (a fresh grant or, for replies
+/// that tell them apart, a refresh).
+pub fn is_granted_reply(op: &LockOp) -> impl Fn(&Reply) -> bool + Send + 'static + use<> {
+    let fresh = answer(op.answer, true, op.keys.len());
+    let again = match op.answer {
+        Answer::Const(c) => constant(c.again),
+        _ => fresh.clone(),
+    };
+    move |r| *r == fresh || *r == again
+}
+
+/// The reply of a granted acquisition: `again` of a script's constant replies when a quorum of
+/// the masters found every key already the caller's and refreshed it (the canonical script's
+/// codes are all 2 there), else the fresh grant's.
+fn granted_answer(op: &LockOp, ballots: &Ballots) -> Reply {
+    match op.answer {
+        Answer::Const(c) if c.again != c.ok => {
+            let refreshed = |r: &Reply| {
+                matches!(r, Reply::Array(codes)
+                    if !codes.is_empty() && codes.iter().all(|c| *c == Reply::Integer(2)))
+            };
+            constant(if ballots.count(refreshed) >= ballots.quorum {
+                c.again
+            } else {
+                c.ok
+            })
+        }
+        shape => answer(shape, true, op.keys.len()),
+    }
 }
 
 /// True for an operation that acquires (and may be leased).
@@ -355,6 +381,7 @@ fn constant(l: Lit) -> Reply {
         Lit::Ok => Reply::ok(),
         Lit::Bulk(s) => Reply::Bulk(Bytes::copy_from_slice(s.as_bytes())),
         Lit::Error(e) => Reply::Error(Bytes::copy_from_slice(e.as_bytes())),
+        Lit::Single(n) => Reply::Array(vec![Reply::Integer(n)]),
     }
 }
 
@@ -542,7 +569,7 @@ fn grant(
         now.saturating_duration_since(since)
     };
     proxy.counters().observe_acquire(took);
-    Some(answer(op.answer, true, op.keys.len()))
+    Some(granted_answer(op, ballots))
 }
 
 /// The [`ACQUIRE`] script's flag for `op`: `1` accepts keys that already hold the token, `2`
@@ -1235,11 +1262,7 @@ mod more_decisions {
 
     /// aioredlock's unlock: 1 released, `+OK` already gone, `-ERR ERROR` someone else's.
     fn aioredlock() -> Answer {
-        Answer::Const(Replies {
-            ok: Lit::Int(1),
-            no: Lit::Error(Short::new(b"ERR ERROR").unwrap()),
-            gone: Lit::Ok,
-        })
+        Answer::Const(Replies::new(Lit::Int(1), Lit::Error(Short::new(b"ERR ERROR").unwrap()), Lit::Ok))
     }
 
     #[test]
@@ -1251,11 +1274,7 @@ mod more_decisions {
         assert_eq!(released(&b, 1, aioredlock()), (Reply::ok(), false));
         let b = ballots(vec![codes(&[0]), codes(&[0]), codes(&[1])]);
         assert_eq!(released(&b, 1, aioredlock()), (error.clone(), false));
-        let ok_fail = Answer::Const(Replies {
-            ok: Lit::Bulk(Short::new(b"OK").unwrap()),
-            no: Lit::Bulk(Short::new(b"FAIL").unwrap()),
-            gone: Lit::Bulk(Short::new(b"FAIL").unwrap()),
-        });
+        let ok_fail = Answer::Const(Replies::new(Lit::Bulk(Short::new(b"OK").unwrap()), Lit::Bulk(Short::new(b"FAIL").unwrap()), Lit::Bulk(Short::new(b"FAIL").unwrap())));
         assert_eq!(answer(ok_fail, true, 1), Reply::bulk("OK"));
         assert_eq!(answer(ok_fail, false, 1), Reply::bulk("FAIL"));
         assert_eq!(answer(aioredlock(), false, 1), error);
@@ -1264,11 +1283,7 @@ mod more_decisions {
     #[test]
     fn a_ttl_read_answers_what_a_quorum_still_hold() {
         // bsm v0: the PTTL, -1 without a TTL, -3 not held.
-        let bsm = Answer::Const(Replies {
-            ok: Lit::Int(-1),
-            no: Lit::Int(-3),
-            gone: Lit::Int(-3),
-        });
+        let bsm = Answer::Const(Replies::new(Lit::Int(-1), Lit::Int(-3), Lit::Int(-3)));
         let b = ballots(vec![Some(I(4000)), Some(I(9000)), Some(I(-3))]);
         assert_eq!(remaining(&b, bsm, 1), I(4000));
         // In seconds, rounded as Redis's TTL.

@@ -104,9 +104,9 @@ fn leased_lock(proxy: &Arc<Proxy>, conn: &Conn, op: LockOp) -> Action {
                 token: op.token.clone(),
                 ttl_ms: op.ttl_ms,
             };
-            let granted = super::lock::granted_reply(&op);
+            let granted = super::lock::is_granted_reply(&op);
             let acquired = super::lock::run(proxy, op);
-            super::lease::on_grant(leases, proxy, acquired, lock, move |r| *r == granted)
+            super::lease::on_grant(leases, proxy, acquired, lock, granted)
         }
     }
 }

@@ -858,6 +858,7 @@ impl Machine<'_> {
                     },
                     Val::ToString => match arg {
                         Val::NumArg(j) => Val::Arg(j),
+                        Val::Bool(b) => Val::Str(b.to_string().into_bytes()),
                         Val::Num(n) => Val::Str(n.to_string().into_bytes()),
                         v @ (Val::Arg(_) | Val::Str(_) | Val::Other(_)) => v,
                         v => return fail(format!("tostring of {v}")),
@@ -914,6 +915,10 @@ impl Machine<'_> {
         {
             return Ok(Val::Bool(self.head_eq(&l, &r)? == (op == Bin::Eq)));
         }
+        if let Some(test) = numeric_test(op, &l, &r) {
+            let (j, pred, yes) = test?;
+            return Ok(Val::Bool(self.assume(j, &pred)? == yes));
+        }
         if let (Val::Pttl(x), Val::Pttl(y)) = (&l, &r)
             && x != y
             && matches!(op, Bin::Lt | Bin::Gt)
@@ -948,7 +953,8 @@ impl Machine<'_> {
             if *aj == j && as_ == s {
                 return Ok(*yes);
             }
-            if *aj == j && *yes {
+            // One value equals at most one literal (numeric tests are forked on freely).
+            if *aj == j && *yes && predicate(as_).is_none() && predicate(s).is_none() {
                 return Ok(false);
             }
         }
@@ -1470,6 +1476,80 @@ impl Machine<'_> {
             Val::Other(_) => Ok(false),
             Val::Str(s) if s.is_empty() => Ok(false),
             v => fail(format!("compares the token's prefix with {v}")),
+        }
+    }
+}
+
+/// A numeric test of an argument against an integer literal, `tonumber(ARGV[j]) > 5` and the
+/// like: forked on as an assumption about `ARGV[j]` (see [`predicate`]). Answers the argument,
+/// the predicate, and whether the test holds when the predicate does. `None` when `op` is not
+/// such a test.
+fn numeric_test(op: Bin, l: &Val, r: &Val) -> Option<R<(usize, Vec<u8>, bool)>> {
+    let (j, n, flipped) = match (l, r) {
+        (Val::NumArg(j), Val::Num(n)) => (*j, *n, false),
+        (Val::Num(n), Val::NumArg(j)) => (*j, *n, true),
+        _ => return None,
+    };
+    // As `ARGV[j] OP n`.
+    let op = match (op, flipped) {
+        (Bin::Lt, true) => Bin::Gt,
+        (Bin::Gt, true) => Bin::Lt,
+        (Bin::Le, true) => Bin::Ge,
+        (Bin::Ge, true) => Bin::Le,
+        (op, _) => op,
+    };
+    let pred = |kind: u8, n: i64| {
+        let mut p = vec![PREDICATE, kind];
+        p.extend(n.to_string().bytes());
+        p
+    };
+    let overflow = || Some(Err(overflow()));
+    Some(Ok(match op {
+        Bin::Gt => (j, pred(b'>', n), true),
+        Bin::Ge => match n.checked_sub(1) {
+            Some(m) => (j, pred(b'>', m), true),
+            None => return overflow(),
+        },
+        Bin::Le => (j, pred(b'>', n), false),
+        Bin::Lt => match n.checked_sub(1) {
+            Some(m) => (j, pred(b'>', m), false),
+            None => return overflow(),
+        },
+        Bin::Eq => (j, pred(b'=', n), true),
+        Bin::Ne => (j, pred(b'=', n), false),
+        _ => return None,
+    }))
+}
+
+/// The first byte of an assumption that is a numeric test rather than a literal (see
+/// [`predicate`]); no literal a script compares with starts with it in practice, and one that
+/// did would only be read as a test that holds for no argument the proxy accepts.
+const PREDICATE: u8 = 0xff;
+
+/// A numeric assumption about an argument, read back: `(b'>', n)` for "ARGV[j] > n" and
+/// `(b'=', n)` for "ARGV[j] == n" (as integers); `None` for a literal's equality.
+pub fn predicate(s: &[u8]) -> Option<(u8, i64)> {
+    let [PREDICATE, kind, n @ ..] = s else {
+        return None;
+    };
+    Some((*kind, std::str::from_utf8(n).ok()?.parse().ok()?))
+}
+
+/// Whether an assumption about `ARGV[j]` (`s` assumed `yes`) holds for every positive integer,
+/// the values the proxy accepts as a TTL: `Some(side)` tells which outcome every positive
+/// integer gives, `None` when they differ.
+pub fn positive_side(s: &[u8]) -> Option<bool> {
+    match predicate(s) {
+        Some((b'>', n)) => (n <= 0).then_some(true),
+        Some((b'=', n)) => (n <= 0).then_some(false),
+        Some(_) => None,
+        // A literal: a positive decimal integer equals only itself.
+        None => {
+            let positive = std::str::from_utf8(s)
+                .ok()
+                .and_then(|t| t.parse::<i64>().ok())
+                .is_some_and(|n| n > 0);
+            (!positive).then_some(false)
         }
     }
 }

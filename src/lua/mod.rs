@@ -57,11 +57,48 @@ pub fn recognise_any(body: &[u8]) -> Option<Recognised> {
     hash::recognise_block(body, &block).map(Recognised::Hash)
 }
 
+/// Why a script is not recognised, in a few words (for the refusal error and the logs): where
+/// the analyser could not follow it, or that what it does is no lock operation.
+pub fn refusal(body: &[u8]) -> String {
+    let block = match parse_script(body) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    let mut u = KeyUse::default();
+    key_use_block(&block, &mut u);
+    let n = u.max_literal.max(1);
+    let mut why = None;
+    for token in 1..=u.max_argv.clamp(1, MAX_TOKEN_ARG) {
+        let layout = Layout {
+            token,
+            keys_as_args: false,
+            field: 0,
+            field_per_key: false,
+        };
+        match analyse::explore(&block, n, layout) {
+            Err(e) => {
+                why.get_or_insert(e);
+            }
+            Ok(runs) if runs.iter().any(|r| r.foreign) => {
+                return "it runs a command that is no lock operation".into();
+            }
+            Ok(_) => return "what it does is not one lock operation".into(),
+        }
+    }
+    why.unwrap_or_default()
+}
+
 /// The behaviour table of a script: one line per run (starting state and argument case),
 /// with the calls made, the reply and the keys' final states. `Err` says why the analyser
 /// could not follow it. (A reading aid for tests.)
 #[cfg(test)]
 pub fn behaviour(body: &[u8]) -> Result<Vec<String>, String> {
+    behaviour_with(body, 1)
+}
+
+/// [`behaviour`] with the token in `ARGV[token]`.
+#[cfg(test)]
+pub fn behaviour_with(body: &[u8], token: usize) -> Result<Vec<String>, String> {
     let block = parse_script(body)?;
     let mut u = KeyUse::default();
     key_use_block(&block, &mut u);
@@ -73,7 +110,7 @@ pub fn behaviour(body: &[u8]) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     for n in ns {
         let layout = Layout {
-            token: 1,
+            token,
             keys_as_args: false,
             field: 0,
             field_per_key: false,
@@ -87,21 +124,27 @@ pub fn behaviour(body: &[u8]) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// The highest `ARGV` index tried as the token's place.
+const MAX_TOKEN_ARG: usize = 4;
+
 fn classify(block: &Block) -> Option<LockScript> {
     let mut u = KeyUse::default();
     key_use_block(block, &mut u);
-    let argv = Layout {
-        token: 1,
+    // The token may sit in any of the first arguments the script names (most put it first).
+    let tokens = || 1..=u.max_argv.clamp(1, MAX_TOKEN_ARG);
+    let argv = |token| Layout {
+        token,
         keys_as_args: false,
         field: 0,
         field_per_key: false,
     };
     if u.dynamic {
         // Works on all of KEYS: unrolled over one and two keys.
-        return (u.max_literal <= 1).then(|| classify_with(block, &[1, 2], argv))?;
+        return (u.max_literal <= 1)
+            .then(|| tokens().find_map(|t| classify_with(block, &[1, 2], argv(t))))?;
     }
     if u.max_literal <= 1 {
-        return classify_with(block, &[1], argv);
+        return tokens().find_map(|t| classify_with(block, &[1], argv(t)));
     }
     // KEYS[2], KEYS[3], ... named: parameters passed as keys, the token among them.
     (1..u.max_literal)
@@ -205,8 +248,17 @@ fn classify_with(block: &Block, ns: &[usize], layout: Layout) -> Option<LockScri
     for &n in ns {
         runs.extend(analyse::explore(block, n, layout).ok()?);
     }
+    let all_keys = ns.len() > 1;
+    if let Some(lock) = classify_runs(&runs, all_keys, layout) {
+        return Some(lock);
+    }
+    classify_guarded(&runs, all_keys, layout)
+}
+
+/// The argument comparisons the runs made (switches), apart from the order of two TTLs.
+fn switches_of(runs: &[Run]) -> Vec<(usize, Vec<u8>)> {
     let mut switches: Vec<(usize, Vec<u8>)> = Vec::new();
-    for r in &runs {
+    for r in runs {
         for (j, s, _) in &r.assumed {
             // The order of two TTLs is the keys' state, not a switch on an argument.
             if *j != analyse::ORDER && !switches.iter().any(|(a, b)| a == j && b == s) {
@@ -214,9 +266,65 @@ fn classify_with(block: &Block, ns: &[usize], layout: Layout) -> Option<LockScri
             }
         }
     }
-    let all_keys = ns.len() > 1;
+    switches
+}
+
+/// A script whose TTL write is guarded by a test of the TTL argument itself (`if
+/// tonumber(ARGV[2]) > 0 then redis.call('pexpire', ...)`, `if ARGV[2] ~= '' then`): every TTL
+/// the proxy accepts (a positive integer) passes the test, so the script is judged on the runs
+/// where it passed, and a call whose TTL fails it is refused with an error when bound, as any
+/// non-positive TTL is (the script would have left the key without its expiry, or answered
+/// something else; the proxy never answers a grant for it).
+fn classify_guarded(runs: &[Run], all_keys: bool, layout: Layout) -> Option<LockScript> {
+    let switches = switches_of(runs);
+    let mut args: Vec<usize> = switches.iter().map(|(j, _)| *j).collect();
+    args.dedup();
+    args.into_iter().find_map(|j| {
+        if j == layout.token
+            || switches
+                .iter()
+                .any(|(a, s)| *a == j && analyse::positive_side(s).is_none())
+        {
+            return None;
+        }
+        let kept: Vec<Run> = runs
+            .iter()
+            .filter(|r| {
+                r.assumed
+                    .iter()
+                    .all(|(a, s, yes)| *a != j || analyse::positive_side(s) == Some(*yes))
+            })
+            .map(|r| {
+                let mut r = r.clone();
+                r.assumed.retain(|(a, ..)| *a != j);
+                r
+            })
+            .collect();
+        let lock = classify_runs(&kept, all_keys, layout)?;
+        let timed = |op: Op| {
+            !matches!(
+                op,
+                Op::Release
+                    | Op::ReleaseAll
+                    | Op::Delete
+                    | Op::Inspect
+                    | Op::Remaining
+                    | Op::ExtendAdd
+            )
+        };
+        let ok = match &lock.choice {
+            Choice::Always(op) => timed(*op),
+            Choice::IfArg { then, otherwise, .. } => timed(*then) && timed(*otherwise),
+            Choice::IfTokenLen { .. } => false,
+        };
+        (ok && lock.ttl_arg == j && lock.signal.is_none()).then_some(lock)
+    })
+}
+
+fn classify_runs(runs: &[Run], all_keys: bool, layout: Layout) -> Option<LockScript> {
+    let switches = switches_of(runs);
     if runs.iter().any(|r| r.prefix.is_some()) {
-        return classify_prefix(&runs, &switches, all_keys, layout);
+        return classify_prefix(runs, &switches, all_keys, layout);
     }
     let lock = |choice, ttl_arg, unit, answer| LockScript {
         choice,
@@ -244,6 +352,9 @@ fn classify_with(block: &Block, ns: &[usize], layout: Layout) -> Option<LockScri
             }
             let choice = if a.0 == b.0 {
                 Choice::Always(a.0)
+            } else if analyse::predicate(s).is_some() {
+                // A numeric test picks no operation the proxy can bind byte for byte.
+                return None;
             } else {
                 Choice::IfArg {
                     arg: *j,
@@ -353,7 +464,11 @@ fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
                 }
             };
         for (ttl_arg, unit) in ttls {
-            if ttl_arg == runs[0].layout.token {
+            let timed = !matches!(
+                op,
+                Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining
+            );
+            if timed && ttl_arg == runs[0].layout.token {
                 continue;
             }
             for answer in ANSWERS.into_iter().chain(constant_replies(runs, op)) {
@@ -373,22 +488,32 @@ fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
 fn constant_replies(runs: &[&Run], op: Op) -> Option<Answer> {
     let reply_where = |f: &dyn Fn(&Run) -> bool| runs.iter().find(|r| f(r)).map(|r| &r.reply);
     let every = |r: &Run, h: Held| r.start.iter().all(|s| s.held == h);
-    let (ok, no, gone) = match op {
-        Op::Release | Op::ReleaseAll => (
-            reply_where(&|r| every(r, Held::Token))?,
-            reply_where(&|r| every(r, Held::Other))?,
-            reply_where(&|r| every(r, Held::Missing))?,
-        ),
+    let strict_refresh =
+        |r: &Run| r.start.iter().all(|s| s.held == Held::Token && s.ttl) && strict_success(r, op);
+    let (ok, no, gone, again) = match op {
+        Op::Release | Op::ReleaseAll => {
+            let ok = reply_where(&|r| every(r, Held::Token))?;
+            (
+                ok,
+                reply_where(&|r| every(r, Held::Other))?,
+                reply_where(&|r| every(r, Held::Missing))?,
+                ok,
+            )
+        }
         Op::Delete | Op::Inspect => return None,
         // `ok`: held without a TTL; `no` (and `gone`): not held.
-        Op::Remaining => (
-            reply_where(&|r| every(r, Held::Token) && r.start.iter().any(|s| !s.ttl))?,
-            reply_where(&|r| every(r, Held::Other))?,
-            reply_where(&|r| every(r, Held::Other))?,
-        ),
+        Op::Remaining => {
+            let ok = reply_where(&|r| every(r, Held::Token) && r.start.iter().any(|s| !s.ttl))?;
+            let no = reply_where(&|r| every(r, Held::Other))?;
+            (ok, no, no, ok)
+        }
         _ => {
             let no = reply_where(&|r| every(r, Held::Other))?;
-            (reply_where(&|r| strict_success(r, op))?, no, no)
+            // A fresh grant: a run that succeeds from missing keys (else any success).
+            let ok = reply_where(&|r| strict_success(r, op) && !strict_refresh(r))
+                .or_else(|| reply_where(&|r| strict_success(r, op)))?;
+            let again = reply_where(&strict_refresh).unwrap_or(ok);
+            (ok, no, no, again)
         }
     };
     let lit = |v: &Val| match v {
@@ -397,14 +522,20 @@ fn constant_replies(runs: &[&Run], op: Op) -> Option<Answer> {
         Val::Status => Some(Lit::Ok),
         Val::Str(s) => Short::new(s).map(Lit::Bulk),
         Val::Error(e) => Short::new(e).map(Lit::Error),
+        Val::Table(items) => match items.as_slice() {
+            [Val::Num(n)] => Some(Lit::Single(*n)),
+            _ => None,
+        },
         _ => None,
     };
     let replies = Replies {
         ok: lit(ok)?,
         no: lit(no)?,
         gone: lit(gone)?,
+        again: lit(again)?,
     };
-    (replies.ok != replies.no || op == Op::Remaining).then_some(Answer::Const(replies))
+    let told_apart = replies.ok != replies.no && replies.again != replies.no;
+    (told_apart || op == Op::Remaining).then_some(Answer::Const(replies))
 }
 
 /// A constant reply as the analyser's value.
@@ -415,6 +546,7 @@ fn lit_val(l: Lit) -> Val {
         Lit::Ok => Val::Status,
         Lit::Bulk(s) => Val::Str(s.as_bytes().to_vec()),
         Lit::Error(e) => Val::Error(e.as_bytes().to_vec()),
+        Lit::Single(n) => Val::Table(vec![Val::Num(n)]),
     }
 }
 
@@ -626,7 +758,13 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
             let lenient = op != Op::Acquire
                 && r.start.iter().any(|s| s.held == Held::Token && !s.ttl)
                 && r.start.iter().all(|s| s.held != Held::Other);
-            let won = r.end == success && r.reply == expected(answer, true, n);
+            let again = match answer {
+                Answer::Const(c) if r.start.iter().all(|s| s.held == Held::Token) => {
+                    lit_val(c.again)
+                }
+                shape => expected(shape, true, n),
+            };
+            let won = r.end == success && r.reply == again;
             let lost = r.end == unchanged
                 && (r.reply == expected(answer, false, n)
                     || (lenient && answer == Answer::ZeroOne && r.reply == Val::Num(2)));
