@@ -1052,7 +1052,11 @@ mod tests {
             assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
         }
         // The token may be any argument.
-        let l = lock(b"if redis.call('get',KEYS[1]) == ARGV[2] then return redis.call('del',KEYS[1]) else return 0 end");
+        let Meaning::Lock(l) = recognise(
+            b"if redis.call('get',KEYS[1]) == ARGV[2] then return redis.call('del',KEYS[1]) else return 0 end",
+        ) else {
+            panic!("a release with the token in ARGV[2]");
+        };
         assert_eq!((l.choice, l.token_arg), (Choice::Always(Op::Release), 2));
         // Deleting whatever the key holds is `DEL`, a delete: never a release.
         assert_eq!(
