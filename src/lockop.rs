@@ -267,6 +267,20 @@ impl LockScript {
     }
 }
 
+/// A script that, from every starting state, ends in what one plain `SET KEYS[1] ARGV[value_arg]
+/// PX|EX ARGV[ttl_arg]` does and answers `OK` (Redis::DistLock's extend: `SET ... XX PX`, else
+/// `SET ... NX PX`): the proxy runs it as that command, with that command's answer and rules (a
+/// write by the majority rule, capped by `max_ttl_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlainSet {
+    /// 1-based `ARGV` index of the value.
+    pub value_arg: usize,
+    /// 1-based `ARGV` index of the TTL.
+    pub ttl_arg: usize,
+    /// The TTL's unit.
+    pub unit: TtlUnit,
+}
+
 /// An operation on a re-entrant hash lock (Redisson's `RLock`): the lock is a hash whose one
 /// field, the holder's name (`<uuid>:<threadId>`), counts how often it holds the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,7 +22,7 @@ use std::sync::{Arc, RwLock};
 use bytes::Bytes;
 
 use crate::config::ScriptDecl;
-use crate::lockop::{Choice, HashScript, LockScript, TtlUnit};
+use crate::lockop::{Choice, HashScript, LockScript, PlainSet, TtlUnit};
 use crate::lua;
 
 /// What a script does.
@@ -32,6 +32,8 @@ pub enum Meaning {
     Lock(LockScript),
     /// A hash-lock operation the proxy runs as a quorum operation.
     Hash(HashScript),
+    /// One plain command whatever the key held, run as that command (see [`PlainSet`]).
+    Plain(PlainSet),
     /// Not understood: handled by the `unknown_scripts` policy.
     Unknown,
 }
@@ -103,6 +105,7 @@ pub fn recognise(body: &[u8]) -> Meaning {
     match lua::recognise_any(body) {
         Some(lua::Recognised::Lock(lock)) => Meaning::Lock(lock),
         Some(lua::Recognised::Hash(hash)) => Meaning::Hash(hash),
+        Some(lua::Recognised::Plain(plain)) => Meaning::Plain(plain),
         None => Meaning::Unknown,
     }
 }
@@ -355,11 +358,18 @@ mod tests {
             match recognise(&body) {
                 Meaning::Lock(l) => {
                     yes += 1;
-                    println!("OK   {name}: {:?} token={} ttl={} {:?} {:?}", l.choice, l.token_arg, l.ttl_arg, l.unit, l.answer);
+                    println!(
+                        "OK   {name}: {:?} token={} ttl={} {:?} {:?}",
+                        l.choice, l.token_arg, l.ttl_arg, l.unit, l.answer
+                    );
                 }
                 Meaning::Hash(h) => {
                     yes += 1;
                     println!("OK   {name}: {:?}", h.op);
+                }
+                Meaning::Plain(p) => {
+                    yes += 1;
+                    println!("OK   {name}: {p:?}");
                 }
                 Meaning::Unknown => {
                     no += 1;
@@ -388,7 +398,7 @@ mod tests {
             .collect();
         match recognise(body) {
             Meaning::Lock(l) => Some((l.op(&argv), l.all_keys, l.answer)),
-            Meaning::Hash(_) | Meaning::Unknown => None,
+            Meaning::Hash(_) | Meaning::Plain(_) | Meaning::Unknown => None,
         }
     }
 
@@ -775,9 +785,38 @@ mod tests {
     }
 
     #[test]
-    fn scripts_with_other_effects_stay_unknown() {
-        // Redis::DistLock 0.07 extend: `SET XX` overwrites another holder's lock.
-        assert_eq!(recognise(lua!("distlock_EXTEND_SCRIPT")), Meaning::Unknown);
+    fn a_script_that_always_ends_in_one_plain_set_is_that_set() {
+        // Redis::DistLock 0.07 extend: `SET XX` overwrites another holder's lock, and a missing
+        // key is set too: from every state it ends as `SET key value PX ttl` would, answering
+        // `OK` (a string where the key existed, a status where it did not).
+        let set = Meaning::Plain(PlainSet {
+            value_arg: 1,
+            ttl_arg: 2,
+            unit: TtlUnit::Millis,
+        });
+        assert_eq!(recognise(lua!("distlock_EXTEND_SCRIPT")), set);
+        assert_eq!(
+            recognise(b"redis.call('set', KEYS[1], ARGV[2], 'EX', ARGV[1]) return 'OK'"),
+            Meaning::Plain(PlainSet {
+                value_arg: 2,
+                ttl_arg: 1,
+                unit: TtlUnit::Seconds,
+            })
+        );
+        for other in [
+            // Only where the key exists: `SET XX`, another command.
+            "return redis.call('set', KEYS[1], ARGV[1], 'XX', 'PX', ARGV[2])",
+            // A value from a literal, or no expiry.
+            "return redis.call('set', KEYS[1], 'v', 'PX', ARGV[2])",
+            "return redis.call('set', KEYS[1], ARGV[1])",
+            // Another key too.
+            "redis.call('del', KEYS[2]) return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])",
+            // A choice on an argument.
+            "if ARGV[3] == '1' then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) end \
+             return redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2])",
+        ] {
+            assert_eq!(recognise(other.as_bytes()), Meaning::Unknown, "{other}");
+        }
         let table = lua::behaviour(lua!("distlock_EXTEND_SCRIPT")).unwrap();
         assert!(
             table.contains(
@@ -1042,8 +1081,8 @@ mod tests {
             // and two keys, so the key count may never be compared.
             "if #KEYS == 3 then return redis.call('del', KEYS[1]) end local n = 0 for i, k in ipairs(KEYS) do if redis.call('get', k) == ARGV[1] then n = n + redis.call('del', k) end end return n",
             "local n = 0 for i, k in ipairs(KEYS) do if i == 3 then redis.call('del', k) elseif redis.call('get', k) == ARGV[1] then n = n + redis.call('del', k) end end return n",
-            // Overwrites another holder's lock (Redis::DistLock 0.07's extend does this).
-            "return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])",
+            // Overwrites another holder's lock, and answers what no SET answers.
+            "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1",
             // Sets the TTL from a literal, not from an argument.
             "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], 5000) end return 0",
             // A string compared outside redis.call keeps its case.
@@ -1051,6 +1090,15 @@ mod tests {
         ] {
             assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
         }
+        // A plain write with an expiry is that write (Redis::DistLock 0.07's extend is one).
+        assert_eq!(
+            recognise(b"return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])"),
+            Meaning::Plain(PlainSet {
+                value_arg: 1,
+                ttl_arg: 2,
+                unit: TtlUnit::Millis
+            })
+        );
         // The token may be any argument.
         let Meaning::Lock(l) = recognise(
             b"if redis.call('get',KEYS[1]) == ARGV[2] then return redis.call('del',KEYS[1]) else return 0 end",
@@ -1387,7 +1435,11 @@ mod more_libraries {
         );
         assert_eq!(
             coded.answer,
-            Answer::Const(Replies::new(Lit::Int(1), error("NOTOWNER not yours"), error("NOTOWNER not yours")))
+            Answer::Const(Replies::new(
+                Lit::Int(1),
+                error("NOTOWNER not yours"),
+                error("NOTOWNER not yours")
+            ))
         );
     }
 

@@ -1262,7 +1262,11 @@ mod more_decisions {
 
     /// aioredlock's unlock: 1 released, `+OK` already gone, `-ERR ERROR` someone else's.
     fn aioredlock() -> Answer {
-        Answer::Const(Replies::new(Lit::Int(1), Lit::Error(Short::new(b"ERR ERROR").unwrap()), Lit::Ok))
+        Answer::Const(Replies::new(
+            Lit::Int(1),
+            Lit::Error(Short::new(b"ERR ERROR").unwrap()),
+            Lit::Ok,
+        ))
     }
 
     #[test]
@@ -1274,7 +1278,11 @@ mod more_decisions {
         assert_eq!(released(&b, 1, aioredlock()), (Reply::ok(), false));
         let b = ballots(vec![codes(&[0]), codes(&[0]), codes(&[1])]);
         assert_eq!(released(&b, 1, aioredlock()), (error.clone(), false));
-        let ok_fail = Answer::Const(Replies::new(Lit::Bulk(Short::new(b"OK").unwrap()), Lit::Bulk(Short::new(b"FAIL").unwrap()), Lit::Bulk(Short::new(b"FAIL").unwrap())));
+        let ok_fail = Answer::Const(Replies::new(
+            Lit::Bulk(Short::new(b"OK").unwrap()),
+            Lit::Bulk(Short::new(b"FAIL").unwrap()),
+            Lit::Bulk(Short::new(b"FAIL").unwrap()),
+        ));
         assert_eq!(answer(ok_fail, true, 1), Reply::bulk("OK"));
         assert_eq!(answer(ok_fail, false, 1), Reply::bulk("FAIL"));
         assert_eq!(answer(aioredlock(), false, 1), error);

@@ -19,13 +19,14 @@ use tokio::time::Instant;
 
 use super::action::Action;
 use super::hashlock::{HashLockOp, Publication};
+use super::keys::SetOptions;
 use super::lease::Leased;
 use super::lock::{LockOp, Wake};
 use super::session::Conn;
 use super::spec::parse_int;
 use crate::config::UnknownScripts;
 use crate::error::Error;
-use crate::lockop::{HashOp, HashScript, LockScript, Op, PublishCommand, TtlUnit};
+use crate::lockop::{HashOp, HashScript, LockScript, Op, PlainSet, PublishCommand, TtlUnit};
 use crate::proxy::Proxy;
 use crate::quorum::{Request, ask};
 use crate::scripts::{Meaning, Script};
@@ -88,9 +89,50 @@ fn run(proxy: &Arc<Proxy>, conn: &Conn, script: &Script, args: Vec<Bytes>) -> Ac
             Some(Err(e)) => return e.into(),
             None => {}
         },
+        Meaning::Plain(plain) => {
+            if let Some(action) = run_plain(proxy, plain, keys, argv) {
+                return action;
+            }
+        }
         Meaning::Unknown => {}
     }
     unknown(proxy, script, keys, &args)
+}
+
+/// Runs a script that is one plain `SET` (see [`PlainSet`]) as that command: a write by the
+/// majority rule, with `SET`'s errors and the `max_ttl_ms` cap. `None` when the call does not
+/// fit (no key, too few arguments): it then runs as written, as for any script.
+fn run_plain(
+    proxy: &Arc<Proxy>,
+    plain: &PlainSet,
+    keys: &[Bytes],
+    argv: &[Bytes],
+) -> Option<Action> {
+    let key = keys.first()?.clone();
+    let value = argv.get(plain.value_arg.checked_sub(1)?)?.clone();
+    let ttl = argv.get(plain.ttl_arg.checked_sub(1)?)?.clone();
+    let Some(n) = parse_int(&ttl) else {
+        return Some(Reply::from(Error::NotAnInteger).into());
+    };
+    let (word, ms) = match plain.unit {
+        TtlUnit::Millis => (&b"PX"[..], Some(n)),
+        TtlUnit::Seconds => (&b"EX"[..], n.checked_mul(1000)),
+    };
+    let Some(ms) = ms.filter(|ms| *ms > 0) else {
+        return Some(Reply::from(Error::InvalidExpire("set")).into());
+    };
+    let args = vec![
+        Bytes::from_static(b"SET"),
+        key,
+        value,
+        Bytes::from_static(word),
+        ttl,
+    ];
+    let opts = SetOptions {
+        ttl_ms: Some(ms),
+        ..SetOptions::default()
+    };
+    Some(super::keys::write(proxy, args, opts))
 }
 
 /// Runs a lock script's operation, with a lease when it acquires keys the connection leases.

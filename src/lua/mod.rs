@@ -16,7 +16,7 @@ pub mod parse;
 use bytes::Bytes;
 
 use crate::lockop::{
-    Answer, Choice, HashScript, Lit, LockScript, Op, Replies, Short, Signal, TtlUnit,
+    Answer, Choice, HashScript, Lit, LockScript, Op, PlainSet, Replies, Short, Signal, TtlUnit,
 };
 use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
 use parse::{Block, KeyUse, key_use_block};
@@ -45,6 +45,8 @@ pub enum Recognised {
     Lock(LockScript),
     /// A hash-lock operation (see [`hash`]).
     Hash(HashScript),
+    /// One plain command, whatever the key held (see [`PlainSet`]).
+    Plain(PlainSet),
 }
 
 /// The lock or hash-lock operation a script performs, if its behaviour matches one exactly;
@@ -53,6 +55,9 @@ pub fn recognise_any(body: &[u8]) -> Option<Recognised> {
     let block = parse_script(body).ok()?;
     if let Some(lock) = classify(&block) {
         return Some(Recognised::Lock(lock));
+    }
+    if let Some(plain) = plain_set(&block) {
+        return Some(Recognised::Plain(plain));
     }
     hash::recognise_block(body, &block).map(Recognised::Hash)
 }
@@ -122,6 +127,61 @@ pub fn behaviour_with(body: &[u8], token: usize) -> Result<Vec<String>, String> 
         );
     }
     Ok(out)
+}
+
+/// A script on `KEYS[1]` alone that, from every starting state of the key, leaves it holding
+/// `ARGV[v]` with a TTL of `ARGV[t]` and answers `OK` (a status, or the string `"OK"`), touching
+/// nothing else: one plain `SET KEYS[1] ARGV[v] PX|EX ARGV[t]` (see [`PlainSet`]).
+fn plain_set(block: &Block) -> Option<PlainSet> {
+    let mut u = KeyUse::default();
+    key_use_block(block, &mut u);
+    if u.dynamic || u.max_literal > 1 {
+        return None;
+    }
+    let layout = Layout {
+        token: 1,
+        keys_as_args: false,
+        field: 0,
+        field_per_key: false,
+    };
+    let runs = analyse::explore(block, 1, layout).ok()?;
+    let mut found: Option<PlainSet> = None;
+    for r in &runs {
+        let ok = matches!(&r.reply, Val::Status) || matches!(&r.reply, Val::Str(s) if s == b"OK");
+        if !ok
+            || r.foreign
+            || r.prefix.is_some()
+            || !r.assumed.is_empty()
+            || r.calls.iter().any(|(c, _)| c == b"publish")
+        {
+            return None;
+        }
+        let this = match &r.end[..] {
+            [
+                KeyNow {
+                    value: Some(Val::Arg(v)),
+                    ttl:
+                        TtlNow::Set {
+                            seconds,
+                            v: Val::Arg(t),
+                        },
+                },
+            ] if v != t => PlainSet {
+                value_arg: *v,
+                ttl_arg: *t,
+                unit: if *seconds {
+                    TtlUnit::Seconds
+                } else {
+                    TtlUnit::Millis
+                },
+            },
+            _ => return None,
+        };
+        if *found.get_or_insert(this) != this {
+            return None;
+        }
+    }
+    found
 }
 
 /// The highest `ARGV` index tried as the token's place.
@@ -314,7 +374,9 @@ fn classify_guarded(runs: &[Run], all_keys: bool, layout: Layout) -> Option<Lock
         };
         let ok = match &lock.choice {
             Choice::Always(op) => timed(*op),
-            Choice::IfArg { then, otherwise, .. } => timed(*then) && timed(*otherwise),
+            Choice::IfArg {
+                then, otherwise, ..
+            } => timed(*then) && timed(*otherwise),
             Choice::IfTokenLen { .. } => false,
         };
         (ok && lock.ttl_arg == j && lock.signal.is_none()).then_some(lock)
