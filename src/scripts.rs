@@ -47,6 +47,8 @@ pub struct Script {
     pub sha: String,
     /// What it does.
     pub meaning: Meaning,
+    /// Why it is not understood (empty when it is): see [`lua::refusal`].
+    pub refused: String,
 }
 
 /// Lower-case hex SHA1, the name Redis gives a script.
@@ -266,7 +268,17 @@ impl ScriptCache {
     pub fn script(&self, body: Bytes) -> Script {
         let sha = sha1_hex(&body);
         let meaning = classify(&body, &sha, &self.declared);
-        Script { body, sha, meaning }
+        let refused = if meaning == Meaning::Unknown {
+            lua::refusal(&body)
+        } else {
+            String::new()
+        };
+        Script {
+            body,
+            sha,
+            meaning,
+            refused,
+        }
     }
 
     /// Adds a script (from `SCRIPT LOAD` or `EVAL`), forgetting the oldest ones if the budget

@@ -336,7 +336,8 @@ fn bind_hash(
 fn unknown(proxy: &Arc<Proxy>, script: &Script, keys: &[Bytes], args: &[Bytes]) -> Action {
     if proxy.config().unknown_scripts == UnknownScripts::Reject {
         let sha = script.sha.clone();
-        return Reply::from(Error::UnknownScript { sha }).into();
+        let why = script.refused.clone();
+        return Reply::from(Error::UnknownScript { sha, why }).into();
     }
     let mut parts: Vec<&[u8]> = Vec::with_capacity(args.len());
     parts.push(b"EVAL");

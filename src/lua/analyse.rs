@@ -93,6 +93,12 @@ pub enum Val {
     Table(Vec<Val>),
     /// The name `KEYS[i]`.
     Key(usize),
+    /// A string built from the name `KEYS[i]` (`KEYS[1] .. ':count'`): a key the script was not
+    /// given, if it names one.
+    Built(usize),
+    /// A string joined at run time from other strings (`':count:' .. ARGV[1]`), no key's name
+    /// among them: only joined further (or refused where used).
+    Joined,
     /// The result of a command the analyser does not model.
     Opaque,
     /// `KEYS`.
@@ -168,6 +174,8 @@ impl fmt::Display for Val {
                 write!(f, "{{{}}}", parts.join(", "))
             }
             Val::Key(i) => write!(f, "KEYS[{i}]"),
+            Val::Built(i) => write!(f, "KEYS[{i}]..."),
+            Val::Joined => write!(f, "a joined string"),
             Val::Error(e) => write!(f, "-{}", String::from_utf8_lossy(e)),
             Val::Head(v, j) => write!(f, "head({v}, ARGV[{j}])"),
             other => write!(f, "{other:?}"),
@@ -554,7 +562,13 @@ fn kind(v: &Val) -> u8 {
         | Val::Ttl(_)
         | Val::Sum(_)
         | Val::Many(_) => 2,
-        Val::Str(_) | Val::Arg(_) | Val::Other(_) | Val::Key(_) | Val::Head(..) => 3,
+        Val::Str(_)
+        | Val::Arg(_)
+        | Val::Other(_)
+        | Val::Key(_)
+        | Val::Built(_)
+        | Val::Joined
+        | Val::Head(..) => 3,
         Val::Status
         | Val::Table(_)
         | Val::Keys
@@ -915,6 +929,19 @@ impl Machine<'_> {
         {
             return Ok(Val::Bool(self.head_eq(&l, &r)? == (op == Bin::Eq)));
         }
+        if op == Bin::Concat {
+            // A name built from a key's: followed until it is used (as a key, it is refused).
+            return match (&l, &r) {
+                (Val::Key(i) | Val::Built(i), _) | (_, Val::Key(i) | Val::Built(i)) => {
+                    Ok(Val::Built(*i))
+                }
+                (
+                    Val::Str(_) | Val::Arg(_) | Val::NumArg(_) | Val::Num(_) | Val::Joined,
+                    Val::Str(_) | Val::Arg(_) | Val::NumArg(_) | Val::Num(_) | Val::Joined,
+                ) => Ok(Val::Joined),
+                _ => fail("the operator Concat"),
+            };
+        }
         if let Some(test) = numeric_test(op, &l, &r) {
             let (j, pred, yes) = test?;
             return Ok(Val::Bool(self.assume(j, &pred)? == yes));
@@ -1015,7 +1042,10 @@ impl Machine<'_> {
         self.calls.push((cmd.clone(), rest.clone()));
         let key = |v: &Val| match v {
             Val::Key(i) => Ok(*i - 1),
-            v => fail(format!("names a key not taken from KEYS: {v}")),
+            Val::Built(i) => fail(format!(
+                "touches a key not given in KEYS (a name built from KEYS[{i}])"
+            )),
+            v => fail(format!("touches a key not given in KEYS ({v})")),
         };
         let ttl_value = |v: &Val| -> R<Val> {
             match v {

@@ -62,9 +62,29 @@ pub fn recognise_any(body: &[u8]) -> Option<Recognised> {
     hash::recognise_block(body, &block).map(Recognised::Hash)
 }
 
+/// Longest refusal reason given, in bytes.
+const MAX_REASON: usize = 160;
+
 /// Why a script is not recognised, in a few words (for the refusal error and the logs): where
-/// the analyser could not follow it, or that what it does is no lock operation.
+/// the analyser could not follow it, or that what it does is no lock operation. One line of
+/// printable text, at most [`MAX_REASON`] bytes (it may quote the script).
 pub fn refusal(body: &[u8]) -> String {
+    let mut why: String = reason(body)
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if why.len() > MAX_REASON {
+        let mut end = MAX_REASON;
+        while !why.is_char_boundary(end) {
+            end -= 1;
+        }
+        why.truncate(end);
+        why.push_str("...");
+    }
+    why
+}
+
+fn reason(body: &[u8]) -> String {
     let block = match parse_script(body) {
         Ok(b) => b,
         Err(e) => return e,
