@@ -164,6 +164,43 @@ pub struct Signal {
     pub always: bool,
 }
 
+/// A release's announcement to waiters subscribed to a channel, besides its lock operation:
+/// `PUBLISH channel message` (or `SPUBLISH`) on each master where the condition held there (the
+/// proxy's pub/sub hub hands the copies to its subscribers once).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Announce {
+    /// The command, upper case: `PUBLISH` or `SPUBLISH`.
+    pub command: Bytes,
+    /// The channel: a key's name or an argument.
+    pub channel: Param,
+    /// The message: an argument or a literal.
+    pub message: Param,
+    /// Where it is published.
+    pub when: AnnounceWhen,
+}
+
+/// Where an announcement takes a value from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Param {
+    /// 1-based `KEYS` index.
+    Key(usize),
+    /// 1-based `ARGV` index.
+    Arg(usize),
+    /// A literal.
+    Literal(Bytes),
+}
+
+/// On which masters an announcement is published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnnounceWhen {
+    /// Every master, whatever the release did there.
+    Always,
+    /// Where the release deleted the key.
+    Released,
+    /// Where the release deleted the key or it was already gone.
+    ReleasedOrGone,
+}
+
 /// How a script picks its operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Choice {
@@ -228,6 +265,8 @@ pub struct LockScript {
     pub answer: Answer,
     /// The wake-up signal it leaves, if any.
     pub signal: Option<Signal>,
+    /// What it publishes, if anything (a release only).
+    pub announce: Option<Announce>,
 }
 
 impl LockScript {

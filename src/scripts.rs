@@ -80,6 +80,7 @@ impl Declared {
                 params_in_keys: false,
                 answer: d.reply,
                 signal: None,
+                announce: None,
             },
         }
     }
@@ -214,6 +215,22 @@ pub const RELEASE: &str = concat!(
     end ",
     signal_then_return!()
 );
+
+/// Release and publish: `KEYS` = the keys, `ARGV` = token, publish command, channel, message,
+/// mode. Each key is released as [`RELEASE`] does, and the message is published once when
+/// `mode` is `"1"` (always), `"0"` (every key was deleted) or `"2"` (every key was deleted or
+/// already gone). Answers one code per key as [`RELEASE`].
+pub const RELEASE_PUBLISH: &str = "local out = {} local all = true local done = true \
+    for i, key in ipairs(KEYS) do \
+      local v = redis.call('get', key) \
+      if v == false then out[i] = -1 all = false \
+      elseif v == ARGV[1] then redis.call('del', key) out[i] = 1 \
+      else out[i] = 0 all = false done = false end \
+    end \
+    if ARGV[5] == '1' or all or (ARGV[5] == '2' and done) then \
+      redis.call(ARGV[2], ARGV[3], ARGV[4]) \
+    end \
+    return out";
 
 /// Delete: `KEYS` and `ARGV` as [`RELEASE`] with a signal (`ARGV[1]` is not read), but every key
 /// is deleted whatever it holds. Answers one code per key: 1 deleted, -1 missing.

@@ -39,10 +39,12 @@ use crate::config::Config;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::keylock::{Held, Ready, Ticket};
-use crate::lockop::{Answer, Lit, Op};
+use crate::lockop::{AnnounceWhen, Answer, Lit, Op};
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, Vote, ask, ask_timed, quorum_th, validity};
-use crate::scripts::{ACQUIRE, DELETE, EXTEND, INSPECT, RELEASE, RELEASE_ALL, REMAINING};
+use crate::scripts::{
+    ACQUIRE, DELETE, EXTEND, INSPECT, RELEASE, RELEASE_ALL, RELEASE_PUBLISH, REMAINING,
+};
 use crate::wire::master::{command, eval};
 use crate::wire::reply::Reply;
 
@@ -62,6 +64,22 @@ pub struct LockOp {
     pub answer: Answer,
     /// The wake-up signal a release or delete leaves for waiters (see [`crate::lockop::Signal`]).
     pub wake: Option<Box<Wake>>,
+    /// What a release publishes, bound to one call (see [`crate::lockop::Announce`]).
+    pub publish: Option<Box<Publish>>,
+}
+
+/// A release's announcement bound to one call: `command channel message` on each master where
+/// `when` held there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publish {
+    /// `PUBLISH` or `SPUBLISH`.
+    pub command: Bytes,
+    /// The channel.
+    pub channel: Bytes,
+    /// The message.
+    pub message: Bytes,
+    /// Where.
+    pub when: AnnounceWhen,
 }
 
 /// A wake-up signal bound to one call: on each master, `list` becomes the one element `value`
@@ -106,6 +124,7 @@ pub fn acquire(proxy: &Arc<Proxy>, key: Bytes, token: Bytes, ttl_ms: i64) -> Act
         ttl_ms,
         answer: Answer::OkNil,
         wake: None,
+        publish: None,
     };
     match check(proxy, &op) {
         Ok(()) => acquisition(proxy, op),
@@ -123,6 +142,7 @@ impl LockOp {
             ttl_ms: 0,
             answer: Answer::OkNil,
             wake: None,
+            publish: None,
         }
     }
 }
@@ -139,6 +159,7 @@ pub fn release(proxy: &Arc<Proxy>, key: Bytes, token: Bytes) -> Action {
             ttl_ms: 0,
             answer: Answer::OneZero,
             wake: None,
+            publish: None,
         },
     )
 }
@@ -155,6 +176,7 @@ pub fn release_all(proxy: &Arc<Proxy>, keys: Vec<Bytes>, token: Bytes) -> Action
             ttl_ms: 0,
             answer: Answer::OneZero,
             wake: None,
+            publish: None,
         },
     )
 }
@@ -182,6 +204,7 @@ pub async fn renew(proxy: &Arc<Proxy>, keys: &[Bytes], token: &Bytes, ttl_ms: i6
         ttl_ms,
         answer: Answer::OneZero,
         wake: None,
+        publish: None,
     };
     let held = turn(proxy, &op).ready().await;
     let (decided, vote) = extend_on_masters(proxy, &op).await;
@@ -897,6 +920,19 @@ fn extension(ballots: &Ballots, elapsed: Duration, cfg: &Config) -> Extension {
 async fn run_release(proxy: &Proxy, op: &LockOp) -> Reply {
     let k = op.keys.len();
     let req = match (&op.wake, op.op) {
+        (None, Op::Release) if op.publish.is_some() => {
+            let p = op.publish.as_deref().expect("checked");
+            let mode: &[u8] = match p.when {
+                AnnounceWhen::Always => b"1",
+                AnnounceWhen::Released => b"0",
+                AnnounceWhen::ReleasedOrGone => b"2",
+            };
+            eval(
+                RELEASE_PUBLISH,
+                &op.keys,
+                &[&op.token, &p.command, &p.channel, &p.message, mode],
+            )
+        }
         (None, Op::Release) => eval(RELEASE, &op.keys, &[&op.token]),
         (None, Op::ReleaseAll) => eval(RELEASE_ALL, &op.keys, &[&op.token]),
         (wake, _) => {
@@ -1082,6 +1118,7 @@ mod tests {
             ttl_ms: 10_000,
             answer: Answer::OkNil,
             wake: None,
+            publish: None,
         }
     }
 

@@ -21,12 +21,12 @@ use super::action::Action;
 use super::hashlock::{HashLockOp, Publication};
 use super::keys::SetOptions;
 use super::lease::Leased;
-use super::lock::{LockOp, Wake};
+use super::lock::{LockOp, Publish, Wake};
 use super::session::Conn;
 use super::spec::parse_int;
 use crate::config::UnknownScripts;
 use crate::error::Error;
-use crate::lockop::{HashOp, HashScript, LockScript, Op, PlainSet, PublishCommand, TtlUnit};
+use crate::lockop::{HashOp, HashScript, LockScript, Op, Param, PlainSet, PublishCommand, TtlUnit};
 use crate::proxy::Proxy;
 use crate::quorum::{Request, ask};
 use crate::scripts::{Meaning, Script};
@@ -245,6 +245,22 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
             None => return Some(Err(Reply::from(Error::NotAnInteger))),
         }
     };
+    let publish = match &lock.announce {
+        None => None,
+        Some(a) => {
+            let param = |p: &Param| match p {
+                Param::Key(i) => keys_all.get(i.checked_sub(1)?).cloned(),
+                Param::Arg(j) => argv.get(j.checked_sub(1)?).cloned(),
+                Param::Literal(b) => Some(b.clone()),
+            };
+            Some(Box::new(Publish {
+                command: a.command.clone(),
+                channel: param(&a.channel)?,
+                message: param(&a.message)?,
+                when: a.when,
+            }))
+        }
+    };
     Some(Ok(LockOp {
         op,
         keys,
@@ -252,6 +268,7 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
         ttl_ms,
         answer: lock.answer,
         wake,
+        publish,
     }))
 }
 
@@ -444,6 +461,7 @@ mod tests {
             params_in_keys: false,
             answer: Answer::Count,
             signal: None,
+            announce: None,
         }
     }
 

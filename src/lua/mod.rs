@@ -16,7 +16,8 @@ pub mod parse;
 use bytes::Bytes;
 
 use crate::lockop::{
-    Answer, Choice, HashScript, Lit, LockScript, Op, PlainSet, Replies, Short, Signal, TtlUnit,
+    Announce, AnnounceWhen, Answer, Choice, HashScript, Lit, LockScript, Op, Param, PlainSet,
+    Replies, Short, Signal, TtlUnit,
 };
 use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
 use parse::{Block, KeyUse, key_use_block};
@@ -226,6 +227,17 @@ fn classify(block: &Block) -> Option<LockScript> {
     if u.max_literal <= 1 {
         return tokens().find_map(|t| classify_with(block, &[1], argv(t)));
     }
+    // A release that publishes to a channel named by KEYS[2].
+    if u.max_literal == 2
+        && let Some(lock) = tokens().find_map(|t| {
+            let runs = analyse::explore(block, 2, argv(t)).ok()?;
+            runs.iter()
+                .any(publishes)
+                .then(|| classify_published(&runs, argv(t)))?
+        })
+    {
+        return Some(lock);
+    }
     // KEYS[2], KEYS[3], ... named: parameters passed as keys, the token among them.
     (1..u.max_literal)
         .find_map(|token| {
@@ -320,6 +332,7 @@ fn classify_signal(block: &Block) -> Option<LockScript> {
             value,
             always,
         }),
+        announce: None,
     })
 }
 
@@ -329,10 +342,105 @@ fn classify_with(block: &Block, ns: &[usize], layout: Layout) -> Option<LockScri
         runs.extend(analyse::explore(block, n, layout).ok()?);
     }
     let all_keys = ns.len() > 1;
+    if ns == [1] && runs.iter().any(publishes) {
+        return classify_published(&runs, layout);
+    }
     if let Some(lock) = classify_runs(&runs, all_keys, layout) {
         return Some(lock);
     }
     classify_guarded(&runs, all_keys, layout)
+}
+
+/// Whether a run published.
+fn publishes(r: &Run) -> bool {
+    r.calls.iter().any(|(c, _)| c == b"publish")
+}
+
+/// A release of `KEYS[1]` that also publishes to a channel (see [`Announce`]): named by an
+/// argument, or by `KEYS[2]` when the runs have two keys (the second only ever a channel: it
+/// must end as it started, and is then left out). Every run publishes at most once, the same
+/// command, channel and message, and either always, or exactly where the key was deleted, or
+/// exactly where it was deleted or already gone. The release itself is judged on `KEYS[1]`
+/// alone, like any other script.
+fn classify_published(runs: &[Run], layout: Layout) -> Option<LockScript> {
+    let mut found: Option<(Vec<u8>, Val, Val)> = None;
+    let mut fired = Vec::with_capacity(runs.len());
+    let mut lock_runs = Vec::with_capacity(runs.len());
+    for r in runs {
+        let n = r.start.len();
+        if n > 1 {
+            let untouched = KeyNow::start(2, r.start[1], layout.token);
+            if n != 2 || r.end[1] != untouched {
+                return None;
+            }
+        }
+        let mut calls = Vec::with_capacity(r.calls.len());
+        let mut this = None;
+        for (cmd, args) in &r.calls {
+            if cmd != b"publish" {
+                calls.push((cmd.clone(), args.clone()));
+                continue;
+            }
+            let p = match args.as_slice() {
+                [Val::Str(c), ch, m] => (c.clone(), ch.clone(), m.clone()),
+                _ => return None,
+            };
+            let channel_ok = match &p.1 {
+                Val::Key(2) => n == 2,
+                Val::Arg(j) => *j != layout.token,
+                _ => false,
+            };
+            if !channel_ok || this.replace(p.clone()).is_some() {
+                return None;
+            }
+            if *found.get_or_insert_with(|| p.clone()) != p {
+                return None;
+            }
+        }
+        fired.push(this.is_some());
+        let mut r = r.clone();
+        r.calls = calls;
+        r.start.truncate(1);
+        r.end.truncate(1);
+        lock_runs.push(r);
+    }
+    let (command, channel, message) = found?;
+    let mut lock = classify_runs(&lock_runs, false, layout)?;
+    if lock.choice != Choice::Always(Op::Release) || lock.params_in_keys {
+        return None;
+    }
+    let held = |r: &Run| r.start[0].held;
+    let when = if fired.iter().all(|f| *f) {
+        AnnounceWhen::Always
+    } else if lock_runs
+        .iter()
+        .zip(&fired)
+        .all(|(r, f)| (held(r) == Held::Token) == *f)
+    {
+        AnnounceWhen::Released
+    } else if lock_runs
+        .iter()
+        .zip(&fired)
+        .all(|(r, f)| (held(r) != Held::Other) == *f)
+    {
+        AnnounceWhen::ReleasedOrGone
+    } else {
+        return None;
+    };
+    let param = |v: &Val| match v {
+        Val::Key(i) => Some(Param::Key(*i)),
+        Val::Arg(j) => Some(Param::Arg(*j)),
+        Val::Str(s) => Some(Param::Literal(Bytes::copy_from_slice(s))),
+        Val::Num(n) => Some(Param::Literal(Bytes::from(n.to_string()))),
+        _ => None,
+    };
+    lock.announce = Some(Announce {
+        command: Bytes::from(command.to_ascii_uppercase()),
+        channel: param(&channel)?,
+        message: param(&message)?,
+        when,
+    });
+    Some(lock)
 }
 
 /// The argument comparisons the runs made (switches), apart from the order of two TTLs.
@@ -417,6 +525,7 @@ fn classify_runs(runs: &[Run], all_keys: bool, layout: Layout) -> Option<LockScr
         params_in_keys: layout.keys_as_args,
         answer,
         signal: None,
+        announce: None,
     };
     match switches.as_slice() {
         [] => {
@@ -490,6 +599,7 @@ fn classify_prefix(
         params_in_keys: false,
         answer,
         signal: None,
+        announce: None,
     })
 }
 
