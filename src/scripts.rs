@@ -26,6 +26,8 @@ use crate::lockop::{Choice, HashScript, LockScript, PlainSet, TtlUnit};
 use crate::lua;
 
 /// What a script does.
+// Built once per script and kept behind an `Arc` in the cache: the size is no cost.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Meaning {
     /// A lock operation the proxy runs as a quorum operation.

@@ -1039,6 +1039,11 @@ impl Machine<'_> {
         {
             return fail("a command argument that Redis refuses");
         }
+        if let Some(Val::Built(i)) = rest.first() {
+            return fail(format!(
+                "touches a key not given in KEYS (a name built from KEYS[{i}])"
+            ));
+        }
         self.calls.push((cmd.clone(), rest.clone()));
         let key = |v: &Val| match v {
             Val::Key(i) => Ok(*i - 1),

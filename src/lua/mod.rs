@@ -40,6 +40,8 @@ pub fn canonical(body: &[u8]) -> Option<String> {
 }
 
 /// What a script was recognised as.
+// Built once per script and kept behind an `Arc` in the cache: the size is no cost.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recognised {
     /// A lock operation.
