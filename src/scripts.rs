@@ -1645,4 +1645,137 @@ mod more_libraries {
             assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
         }
     }
+
+    /// The shapes of issue 25: the token and TTL in any argument, any constant per outcome,
+    /// a refresh answered apart from a fresh grant, a guarded expiry, a release that publishes.
+    #[test]
+    fn scripts_in_the_shapes_people_write_are_recognised() {
+        use crate::lockop::{Announce, AnnounceWhen, Param};
+        // Token in ARGV[2], TTL (seconds) in ARGV[1].
+        let l = lock(
+            b"local v = redis.call('get', KEYS[1]) \
+              if not v then redis.call('setex', KEYS[1], ARGV[1], ARGV[2]) return true \
+              elseif v == ARGV[2] then redis.call('expire', KEYS[1], ARGV[1]) return true end",
+        );
+        assert_eq!(
+            (l.choice, l.token_arg, l.ttl_arg, l.unit),
+            (Choice::Always(Op::AcquireOrRefresh), 2, 1, TtlUnit::Seconds)
+        );
+        // A refresh answers 1, a fresh grant +OK, a refusal nil.
+        let l = lock(
+            b"if redis.call('get', KEYS[1]) == ARGV[1] then \
+              return redis.call('pexpire', KEYS[1], ARGV[2]) end \
+              return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])",
+        );
+        assert_eq!(
+            l.answer,
+            Answer::Const(Replies {
+                ok: Lit::Ok,
+                no: Lit::Nil,
+                gone: Lit::Nil,
+                again: Lit::Int(1),
+            })
+        );
+        // `tostring` of a comparison; a one-element table.
+        let l = lock(
+            b"local ok = redis.call('get', KEYS[1]) == ARGV[1] \
+              if ok then redis.call('del', KEYS[1]) end return tostring(ok)",
+        );
+        assert_eq!(
+            l.answer,
+            Answer::Const(Replies::new(bulk("true"), bulk("false"), bulk("false")))
+        );
+        let l = lock(
+            b"if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) \
+              return {1} end return {0}",
+        );
+        assert_eq!(
+            l.answer,
+            Answer::Const(Replies::new(Lit::Single(1), Lit::Single(0), Lit::Single(0)))
+        );
+        // An expiry behind a numeric test of its argument (the other branch persists the key:
+        // a call with such a TTL is refused when bound).
+        let l = lock(
+            b"if redis.call('get', KEYS[1]) == ARGV[1] then \
+              if tonumber(ARGV[2]) > 0 then return redis.call('expire', KEYS[1], ARGV[2]) end \
+              redis.call('persist', KEYS[1]) return 1 else return 0 end",
+        );
+        assert_eq!(
+            (l.choice, l.ttl_arg, l.unit),
+            (Choice::Always(Op::Extend), 2, TtlUnit::Seconds)
+        );
+        for guard in [
+            "tonumber(ARGV[2]) >= 1",
+            "0 < tonumber(ARGV[2])",
+            "ARGV[2] ~= ''",
+        ] {
+            let text = format!(
+                "if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then \
+                 if {guard} then redis.call('pexpire', KEYS[1], ARGV[2]) end return 1 end return 0"
+            );
+            assert_eq!(
+                lock(text.as_bytes()).choice,
+                Choice::Always(Op::Acquire),
+                "{guard}"
+            );
+        }
+        // A test that some positive TTLs fail is no guard.
+        for guard in [
+            "tonumber(ARGV[2]) > 5",
+            "ARGV[2] ~= '100'",
+            "tonumber(ARGV[2]) < 9",
+        ] {
+            let text = format!(
+                "if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then \
+                 if {guard} then redis.call('pexpire', KEYS[1], ARGV[2]) end return 1 end return 0"
+            );
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{guard}");
+        }
+        // A release that publishes the key's name to a channel named by ARGV[2], where it
+        // deleted.
+        let l = lock(
+            b"if redis.call('get', KEYS[1]) == ARGV[1] and redis.call('unlink', KEYS[1]) == 1 \
+              then redis.call('publish', ARGV[2], KEYS[1]) return true end return false",
+        );
+        assert_eq!(l.choice, Choice::Always(Op::Release));
+        assert_eq!(
+            l.announce,
+            Some(Announce {
+                command: Bytes::from_static(b"PUBLISH"),
+                channel: Param::Arg(2),
+                message: Param::Key(1),
+                when: AnnounceWhen::Released,
+            })
+        );
+        // ... to KEYS[2], where it deleted or found the key gone.
+        let l = lock(
+            b"if redis.call('exists', KEYS[1]) == 1 then \
+              if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
+              redis.call('del', KEYS[1]) end redis.call('publish', KEYS[2], ARGV[2]) return 1",
+        );
+        assert_eq!(
+            l.announce.map(|a| (a.channel, a.message, a.when)),
+            Some((Param::Key(2), Param::Arg(2), AnnounceWhen::ReleasedOrGone))
+        );
+        // Publishing where it did not release, or twice: not a release's announcement.
+        for text in [
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) return 1 end \
+             redis.call('publish', ARGV[2], 'x') return 0",
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) \
+             redis.call('publish', ARGV[2], 'x') redis.call('publish', ARGV[2], 'x') return 1 end return 0",
+            "redis.call('publish', ARGV[2], 'x') return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[3])",
+        ] {
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
+        }
+        // A re-entry counter in a key built from KEYS[1]: refused, and the reason says so.
+        let counter = b"local n = KEYS[1] .. ':count:' .. ARGV[1] \
+            if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
+            redis.call('incr', n) return 1 end return 0";
+        assert_eq!(recognise(counter), Meaning::Unknown);
+        assert!(
+            lua::refusal(counter).starts_with("touches a key not given in KEYS"),
+            "{}",
+            lua::refusal(counter)
+        );
+    }
 }

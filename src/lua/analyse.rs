@@ -1297,11 +1297,11 @@ impl Machine<'_> {
 
     /// `PUBLISH channel message`, the command taken from `command` (a literal or an argument).
     /// Recorded as a call `publish command channel message`; the channel must be a key name or
-    /// an argument, and the message an argument or literal. The reply (receivers) is not modelled.
+    /// an argument, and the message an argument, a literal or a key's name. The reply (receivers) is not modelled.
     fn publish(&mut self, command: Val, rest: &[Val]) -> R<Val> {
         let [
             channel @ (Val::Key(_) | Val::Arg(_)),
-            message @ (Val::Arg(_) | Val::Str(_) | Val::Num(_)),
+            message @ (Val::Arg(_) | Val::Str(_) | Val::Num(_) | Val::Key(_)),
         ] = rest
         else {
             return fail("a publish it does not model");
