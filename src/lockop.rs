@@ -218,6 +218,19 @@ pub enum Choice {
         /// Operation otherwise.
         otherwise: Op,
     },
+    /// `then` when the integer `ARGV[arg]` passes `test`, else `otherwise` (a script that
+    /// tests `tonumber(ARGV[arg])` against a number). A call whose `ARGV[arg]` is not an integer
+    /// is refused with an error (Lua reads more spellings of a number than the proxy does).
+    IfNum {
+        /// 1-based `ARGV` index.
+        arg: usize,
+        /// The test.
+        test: NumTest,
+        /// Operation when it passes.
+        then: Op,
+        /// Operation otherwise.
+        otherwise: Op,
+    },
     /// `then` when `ARGV[arg]` is the token's length in bytes (at least 1), else `otherwise`:
     /// bsm/redislock's `obtain` takes a key back when its value starts with the caller's token
     /// prefix of `ARGV[arg]` bytes. The whole token is the only prefix the proxy compares
@@ -232,6 +245,25 @@ pub enum Choice {
         /// Operation otherwise.
         otherwise: Op,
     },
+}
+
+/// A test of an integer argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NumTest {
+    /// `n > k`.
+    Greater(i64),
+    /// `n == k`.
+    Equal(i64),
+}
+
+impl NumTest {
+    /// Whether `n` passes.
+    pub fn holds(self, n: i64) -> bool {
+        match self {
+            NumTest::Greater(k) => n > k,
+            NumTest::Equal(k) => n == k,
+        }
+    }
 }
 
 /// The unit of a script's TTL argument.
@@ -281,6 +313,21 @@ impl LockScript {
                 otherwise,
             } => {
                 if argv.get(arg.wrapping_sub(1)).is_some_and(|a| a == value) {
+                    *then
+                } else {
+                    *otherwise
+                }
+            }
+            Choice::IfNum {
+                arg,
+                test,
+                then,
+                otherwise,
+            } => {
+                let n = argv
+                    .get(arg.wrapping_sub(1))
+                    .and_then(|a| std::str::from_utf8(a).ok()?.parse::<i64>().ok());
+                if n.is_some_and(|n| test.holds(n)) {
                     *then
                 } else {
                     *otherwise

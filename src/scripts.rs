@@ -1650,7 +1650,7 @@ mod more_libraries {
     /// a refresh answered apart from a fresh grant, a guarded expiry, a release that publishes.
     #[test]
     fn scripts_in_the_shapes_people_write_are_recognised() {
-        use crate::lockop::{Announce, AnnounceWhen, Param};
+        use crate::lockop::{Announce, AnnounceWhen, NumTest, Param};
         // Token in ARGV[2], TTL (seconds) in ARGV[1].
         let l = lock(
             b"local v = redis.call('get', KEYS[1]) \
@@ -1731,6 +1731,32 @@ mod more_libraries {
             );
             assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{guard}");
         }
+        // A numeric flag picks the operation; `pairs(KEYS)` walks the keys in order.
+        let l = lock(
+            b"if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
+              local left = redis.call('pttl', KEYS[1]) if left < 0 then return 0 end \
+              if tonumber(ARGV[3]) == 1 then return redis.call('pexpire', KEYS[1], ARGV[2]) end \
+              return redis.call('pexpire', KEYS[1], left + ARGV[2])",
+        );
+        assert_eq!(
+            l.choice,
+            Choice::IfNum {
+                arg: 3,
+                test: NumTest::Equal(1),
+                then: Op::Extend,
+                otherwise: Op::ExtendAdd
+            }
+        );
+        assert_eq!(l.op(&argv(&["t", "5", "1"])), Op::Extend);
+        assert_eq!(l.op(&argv(&["t", "5", "0"])), Op::ExtendAdd);
+        let l = lock(
+            b"for _, k in pairs(KEYS) do if redis.call('get', k) ~= ARGV[1] then return 0 end end \
+              for _, k in pairs(KEYS) do redis.call('del', k) end return 1",
+        );
+        assert_eq!(
+            (l.choice, l.all_keys),
+            (Choice::Always(Op::ReleaseAll), true)
+        );
         // A release that publishes the key's name to a channel named by ARGV[2], where it
         // deleted.
         let l = lock(

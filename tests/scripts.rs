@@ -1632,8 +1632,15 @@ async fn generalised_lock_scripts_answer_what_one_redis_answers() {
     // An expiry guarded by a string test of its argument.
     let guarded = "if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then\n\
         if ARGV[2] ~= '' then redis.call('pexpire', KEYS[1], ARGV[2]) end\nreturn 1 end\nreturn 0";
+    // A numeric flag picks replacing or adding to the TTL.
+    let flag = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end\n\
+        local left = redis.call('pttl', KEYS[1])\nif left < 0 then return 0 end\n\
+        if tonumber(ARGV[3]) == 1 then return redis.call('pexpire', KEYS[1], ARGV[2]) end\n\
+        return redis.call('pexpire', KEYS[1], left + ARGV[2])";
     type Case<'a> = (&'a str, &'a [&'a str]);
     let cases: &[Case] = &[
+        (flag, &["tok", "20000", "1"]),
+        (flag, &["tok", "20000", "0"]),
         (swapped, &["20", "tok"]),
         (refresh_or_set, &["tok", "20000"]),
         (ok_kinds, &["tok", "20"]),
@@ -1666,6 +1673,10 @@ async fn generalised_lock_scripts_answer_what_one_redis_answers() {
         .raw(&["EVAL", table, "1", "gen:zero", "x", "tok", "0"])
         .await;
     assert!(r.starts_with("-ERR invalid expire time"), "{r}");
+    let r = c
+        .raw(&["EVAL", flag, "1", "gen:zero", "tok", "100", "1.0"])
+        .await;
+    assert_eq!(r, "-ERR value is not an integer or out of range\r\n");
     let r = c.raw(&["EVAL", guarded, "1", "gen:none", "tok", ""]).await;
     assert!(r.starts_with("-ERR"), "{r}");
     assert_eq!(values_on(&ms, "gen:none").await, vec![None, None, None]);

@@ -26,7 +26,9 @@ use super::session::Conn;
 use super::spec::parse_int;
 use crate::config::UnknownScripts;
 use crate::error::Error;
-use crate::lockop::{HashOp, HashScript, LockScript, Op, Param, PlainSet, PublishCommand, TtlUnit};
+use crate::lockop::{
+    Choice, HashOp, HashScript, LockScript, Op, Param, PlainSet, PublishCommand, TtlUnit,
+};
 use crate::proxy::Proxy;
 use crate::quorum::{Request, ask};
 use crate::scripts::{Meaning, Script};
@@ -192,6 +194,15 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
     } else {
         (keys, argv)
     };
+    // A choice on a number: the proxy reads only plain integers there.
+    if let Choice::IfNum { arg, .. } = &lock.choice
+        && argv
+            .get(arg.checked_sub(1)?)
+            .and_then(|a| parse_int(a))
+            .is_none()
+    {
+        return Some(Err(Reply::from(Error::NotAnInteger)));
+    }
     let op = lock.op(argv);
     let keys_all = keys;
     let keys = if lock.all_keys {

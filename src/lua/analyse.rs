@@ -111,6 +111,8 @@ pub enum Val {
     Call,
     /// `ipairs`.
     Ipairs,
+    /// `pairs`: over `KEYS` or a list without holes, the items in order, as `ipairs`.
+    Pairs,
     /// `tonumber`.
     ToNumber,
     /// `tostring`.
@@ -729,10 +731,15 @@ impl Machine<'_> {
                 let mut counted = false;
                 let items: Vec<Val> = match exprs.as_slice() {
                     [Expr::Call(f, args)] if args.len() == 1 => {
-                        if self.expr(f)? != Val::Ipairs {
-                            return fail("a generic for other than ipairs");
-                        }
+                        let pairs = match self.expr(f)? {
+                            Val::Ipairs => false,
+                            Val::Pairs => true,
+                            _ => return fail("a generic for other than ipairs or pairs"),
+                        };
                         match self.expr(&args[0])? {
+                            Val::Table(t) if pairs && t.contains(&Val::Nil) => {
+                                return fail("pairs over a table with holes");
+                            }
                             Val::Keys => {
                                 counted = true;
                                 (1..=self.keys.len()).map(Val::Key).collect()
@@ -798,6 +805,7 @@ impl Machine<'_> {
                 "ARGV" => Val::Argv,
                 "redis" => Val::Redis,
                 "ipairs" => Val::Ipairs,
+                "pairs" => Val::Pairs,
                 "tonumber" => Val::ToNumber,
                 "tostring" => Val::ToString,
                 "unpack" => Val::Lib(Lib::Unpack),

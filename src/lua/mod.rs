@@ -16,8 +16,8 @@ pub mod parse;
 use bytes::Bytes;
 
 use crate::lockop::{
-    Announce, AnnounceWhen, Answer, Choice, HashScript, Lit, LockScript, Op, Param, PlainSet,
-    Replies, Short, Signal, TtlUnit,
+    Announce, AnnounceWhen, Answer, Choice, HashScript, Lit, LockScript, NumTest, Op, Param,
+    PlainSet, Replies, Short, Signal, TtlUnit,
 };
 use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
 use parse::{Block, KeyUse, key_use_block};
@@ -506,6 +506,9 @@ fn classify_guarded(runs: &[Run], all_keys: bool, layout: Layout) -> Option<Lock
             Choice::Always(op) => timed(*op),
             Choice::IfArg {
                 then, otherwise, ..
+            }
+            | Choice::IfNum {
+                then, otherwise, ..
             } => timed(*then) && timed(*otherwise),
             Choice::IfTokenLen { .. } => false,
         };
@@ -545,9 +548,16 @@ fn classify_runs(runs: &[Run], all_keys: bool, layout: Layout) -> Option<LockScr
             }
             let choice = if a.0 == b.0 {
                 Choice::Always(a.0)
-            } else if analyse::predicate(s).is_some() {
-                // A numeric test picks no operation the proxy can bind byte for byte.
-                return None;
+            } else if let Some((kind, k)) = analyse::predicate(s) {
+                Choice::IfNum {
+                    arg: *j,
+                    test: match kind {
+                        b'>' => NumTest::Greater(k),
+                        _ => NumTest::Equal(k),
+                    },
+                    then: a.0,
+                    otherwise: b.0,
+                }
             } else {
                 Choice::IfArg {
                     arg: *j,
