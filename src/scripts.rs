@@ -1068,10 +1068,19 @@ mod tests {
             "for i = 1, 16 do for j = 1, 16 do for k = 1, 16 do x = 1 end end end ".repeat(4)
         );
         inputs.push(long.into_bytes());
+        // The same with eight arguments, each tried as the token's place.
+        let eight = format!(
+            "local x = 0 {forks}{}if redis.call('get', KEYS[1]) == ARGV[8] then return 1 end return 0",
+            "for i = 1, 16 do for j = 1, 16 do for k = 1, 16 do x = 1 end end end ".repeat(4)
+        );
+        inputs.push(eight.into_bytes());
         for input in &inputs {
             let start = std::time::Instant::now();
             assert_eq!(recognise(input), Meaning::Unknown);
             let took = start.elapsed();
+            if std::env::var("RECOG_VERBOSE").is_ok() {
+                eprintln!("{took:?}");
+            }
             // Not a speed test (`cargo bench --bench hot -- recognise` measures that): a bound
             // far above any linear cost, which only a return of the quadratic analysis (12-23 s
             // per script before) could exceed, however loaded the machine.

@@ -109,6 +109,8 @@ pub enum Val {
     Redis,
     /// `redis.call` / `redis.pcall`.
     Call,
+    /// `ARGV[j] * 1000` (a TTL in seconds, made milliseconds): only usable as a TTL.
+    Thousand(usize),
     /// `ipairs`.
     Ipairs,
     /// `pairs`: over `KEYS` or a list without holes, the items in order, as `ipairs`.
@@ -977,6 +979,7 @@ impl Machine<'_> {
             },
             Bin::Mul => match (numeric(l)?, numeric(r)?) {
                 (Val::Num(x), Val::Num(y)) => Val::Num(x.checked_mul(y).ok_or_else(overflow)?),
+                (Val::Arg(j), Val::Num(1000)) | (Val::Num(1000), Val::Arg(j)) => Val::Thousand(j),
                 _ => return fail("multiplies unknown numbers"),
             },
             _ => return fail(format!("the operator {op:?}")),
@@ -1066,6 +1069,19 @@ impl Machine<'_> {
                 v => fail(format!("a TTL of {v}")),
             }
         };
+        // A TTL in milliseconds or seconds; `ARGV[j] * 1000` milliseconds is `ARGV[j]` seconds.
+        let ttl_set = |seconds: bool, v: &Val| -> R<TtlNow> {
+            Ok(match v {
+                Val::Thousand(j) if !seconds => TtlNow::Set {
+                    seconds: true,
+                    v: Val::Arg(*j),
+                },
+                v => TtlNow::Set {
+                    seconds,
+                    v: ttl_value(v)?,
+                },
+            })
+        };
         Ok(match (cmd.as_slice(), rest.as_slice()) {
             (b"get", [k]) => match &self.keys[key(k)?].value {
                 Some(Val::Table(_)) => return fail("reads a list as a string"),
@@ -1138,10 +1154,7 @@ impl Machine<'_> {
                         b"xx" => xx = true,
                         b"keepttl" => keep = true,
                         unit @ (b"px" | b"ex") if o + 1 < opts.len() => {
-                            ttl = Some(TtlNow::Set {
-                                seconds: unit == b"ex",
-                                v: ttl_value(&opts[o + 1])?,
-                            });
+                            ttl = Some(ttl_set(unit == b"ex", &opts[o + 1])?);
                             o += 1;
                         }
                         _ => return fail("a SET option it does not model"),
@@ -1172,10 +1185,7 @@ impl Machine<'_> {
                 };
                 self.keys[i] = KeyNow {
                     value: Some(value),
-                    ttl: TtlNow::Set {
-                        seconds: cmd == b"setex",
-                        v: ttl_value(t)?,
-                    },
+                    ttl: ttl_set(cmd == b"setex", t)?,
                 };
                 Val::Status
             }
@@ -1249,14 +1259,11 @@ impl Machine<'_> {
             }
             (b"pexpire" | b"expire", [k, t]) => {
                 let i = key(k)?;
-                let v = ttl_value(t)?;
+                let ttl = ttl_set(cmd == b"expire", t)?;
                 if self.keys[i].value.is_none() {
                     Val::Num(0)
                 } else {
-                    self.keys[i].ttl = TtlNow::Set {
-                        seconds: cmd == b"expire",
-                        v,
-                    };
+                    self.keys[i].ttl = ttl;
                     Val::Num(1)
                 }
             }

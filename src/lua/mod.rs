@@ -208,7 +208,7 @@ fn plain_set(block: &Block) -> Option<PlainSet> {
 }
 
 /// The highest `ARGV` index tried as the token's place.
-const MAX_TOKEN_ARG: usize = 4;
+const MAX_TOKEN_ARG: usize = 8;
 
 fn classify(block: &Block) -> Option<LockScript> {
     let mut u = KeyUse::default();
