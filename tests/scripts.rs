@@ -1436,6 +1436,16 @@ async fn more_libraries_lose_no_update_under_contention() {
         redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 'OK' else return 'FAIL' end";
     let setnx = "local key = KEYS[1] if redis.call('SETNX', key, ARGV[1]) == 1 then \
         redis.call('EXPIRE', key, ARGV[2]) return 1 else return 0 end";
+    let refresh_or_set = "if redis.call('get', KEYS[1]) == ARGV[1] then \
+        return redis.call('pexpire', KEYS[1], ARGV[2]) end \
+        return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])";
+    let tostring_release = "local mine = redis.call('get', KEYS[1]) == ARGV[1] \
+        if mine then redis.call('del', KEYS[1]) end return tostring(mine)";
+    let guarded = "if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then \
+        if tonumber(ARGV[2]) > 0 then redis.call('pexpire', KEYS[1], ARGV[2]) end \
+        return 1 end return 0";
+    let table_release = "if redis.call('get', KEYS[1]) == ARGV[1] then \
+        redis.call('del', KEYS[1]) return {1} end return {0}";
     let drives = [
         Drive {
             name: "bsm",
@@ -1464,6 +1474,22 @@ async fn more_libraries_lose_no_update_under_contention() {
             acquire_args: &["5"],
             granted: ":1\r\n",
             release: lua("bsm_v0_release"),
+        },
+        // Shapes recognised since: a refresh answered apart from a fresh grant, a release
+        // answering `tostring` of its comparison; a guarded expiry, a one-element table.
+        Drive {
+            name: "refresh_or_set",
+            acquire: refresh_or_set.to_string(),
+            acquire_args: &["5000"],
+            granted: "+OK\r\n",
+            release: tostring_release.to_string(),
+        },
+        Drive {
+            name: "guarded",
+            acquire: guarded.to_string(),
+            acquire_args: &["5000"],
+            granted: ":1\r\n",
+            release: table_release.to_string(),
         },
     ];
     let (workers, rounds) = (4, 8);
