@@ -468,6 +468,7 @@ fn switches_of(runs: &[Run]) -> Vec<(usize, Vec<u8>)> {
 fn classify_guarded(runs: &[Run], all_keys: bool, layout: Layout) -> Option<LockScript> {
     let switches = switches_of(runs);
     let mut args: Vec<usize> = switches.iter().map(|(j, _)| *j).collect();
+    args.sort_unstable();
     args.dedup();
     args.into_iter().find_map(|j| {
         if j == layout.token
