@@ -1853,3 +1853,89 @@ async fn lock_as(c: &mut Client, key: &str, value: &str) {
         Reply::ok()
     );
 }
+
+/// A measuring aid, not part of the suite: every `*.lua` file under `$RECOG_CORPUS` that the
+/// proxy recognises runs from each starting state (missing, the caller's, another's, expired)
+/// on one plain redis-server and through the proxy (3 masters), with the token and TTL where
+/// the recognition put them; the replies and the majority's keys must match (a plain `SET`'s
+/// `OK` may be a status where the script's was a string). `RECOG_CORPUS=dir cargo test --test
+/// scripts corpus_differential -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore]
+async fn corpus_differential() {
+    use Held::*;
+    use Start::{Expired, Held as H};
+    use redlock_proxy::lockop::{Choice, TtlUnit};
+    use redlock_proxy::scripts::{Meaning, recognise};
+    let Ok(dir) = std::env::var("RECOG_CORPUS") else {
+        return;
+    };
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "lua"))
+        .collect();
+    files.sort();
+    let (mut checked, mut case) = (0, 0);
+    for f in files {
+        let script = std::fs::read_to_string(&f).unwrap();
+        let name = f.file_name().unwrap().to_string_lossy().to_string();
+        let (token, ttl, unit, keys, ops) = match recognise(script.as_bytes()) {
+            // Parameters in KEYS: called another way (see scripts_recognised_by_behaviour_...).
+            Meaning::Lock(l) if l.params_in_keys => continue,
+            Meaning::Lock(l) => {
+                let ops = match l.choice {
+                    Choice::Always(op) => vec![op],
+                    _ => vec![],
+                };
+                let keys = if l.announce.is_some() || l.signal.is_some() {
+                    2
+                } else {
+                    1
+                };
+                (l.token_arg, l.ttl_arg, l.unit, keys, ops)
+            }
+            Meaning::Plain(s) => (s.value_arg, s.ttl_arg, s.unit, 1, vec![]),
+            _ => continue,
+        };
+        if l_is_read(&ops) || token == 0 {
+            continue;
+        }
+        let n = token.max(ttl).max(3);
+        let mut argv: Vec<String> = (1..=n).map(|_| "1".to_string()).collect();
+        argv[token - 1] = "tok".into();
+        if ttl >= 1 && ttl != token {
+            argv[ttl - 1] = match unit {
+                TtlUnit::Millis => "20000".into(),
+                TtlUnit::Seconds => "20".into(),
+            };
+        }
+        let argv: Vec<&str> = argv.iter().map(|a| a.as_str()).collect();
+        for from in [&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]] {
+            case += 1;
+            let keys: Vec<String> = (0..keys).map(|i| format!("corpus:{case}:{i}")).collect();
+            let mut from = from.to_vec();
+            from.resize(keys.len(), H(Missing));
+            let ((want, ws), (got, gs)) =
+                both_from(&reference, &ms, &p, &script, &keys, &from, &argv).await;
+            let ok = |r: &str| r == "+OK\r\n" || r == "$2\r\nOK\r\n";
+            assert!(
+                got == want || (ok(&got) && ok(&want)),
+                "{name} {argv:?} from {from:?}: {got:?} vs {want:?}"
+            );
+            assert_eq!(gs, ws, "{name} {argv:?} from {from:?}");
+            checked += 1;
+        }
+        eprintln!("{name}: same as one Redis");
+    }
+    eprintln!("{checked} runs compared");
+}
+
+/// TTL reads answer a time that moves between two runs: left out of the differential.
+fn l_is_read(ops: &[Op]) -> bool {
+    ops.iter()
+        .any(|op| matches!(op, Op::Remaining | Op::Inspect))
+}
