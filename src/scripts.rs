@@ -1740,6 +1740,15 @@ mod more_libraries {
             );
             assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{guard}");
         }
+        // Names taken from `unpack(ARGV)`.
+        let l = lock(
+            b"local token, ttl = unpack(ARGV) if redis.call('get', KEYS[1]) == token then \
+              return redis.call('pexpire', KEYS[1], ttl) end return 0",
+        );
+        assert_eq!(
+            (l.choice, l.token_arg, l.ttl_arg),
+            (Choice::Always(Op::Extend), 1, 2)
+        );
         // A numeric flag picks the operation; `pairs(KEYS)` walks the keys in order.
         let l = lock(
             b"if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \

@@ -666,7 +666,7 @@ impl Machine<'_> {
         match s {
             Stat::Local(ids, exprs) => {
                 self.no_table_alias(exprs)?;
-                let vals = self.exprs(exprs)?;
+                let vals = self.spread(exprs, ids.len())?;
                 for (k, id) in ids.iter().enumerate() {
                     self.set_local(*id, vals.get(k).cloned().unwrap_or(Val::Nil));
                 }
@@ -790,6 +790,38 @@ impl Machine<'_> {
 
     fn exprs(&mut self, es: &[Expr]) -> R<Vec<Val>> {
         es.iter().map(|e| self.expr(e)).collect()
+    }
+
+    /// The values of `local a, b, c = ...`: as [`Machine::exprs`], but a last `unpack(ARGV)` or
+    /// `unpack(KEYS)` gives as many items as there are names left (`local token, ttl =
+    /// unpack(ARGV)`).
+    fn spread(&mut self, es: &[Expr], names: usize) -> R<Vec<Val>> {
+        let Some((last, first)) = es.split_last() else {
+            return Ok(Vec::new());
+        };
+        if let Expr::Call(f, a) = last
+            && !is_redis_call(f)
+            && let [t] = a.as_slice()
+            && self.expr(f)? == Val::Lib(Lib::Unpack)
+        {
+            let mut out = self.exprs(first)?;
+            let from = out.len();
+            match self.expr(t)? {
+                Val::Argv if !self.layout.keys_as_args => {
+                    out.extend((1..=names.saturating_sub(from)).map(Val::Arg));
+                }
+                Val::Keys if !self.layout.keys_as_args => {
+                    let n = self.keys.len();
+                    out.extend(
+                        (1..=names.saturating_sub(from))
+                            .map(|i| if i <= n { Val::Key(i) } else { Val::Nil }),
+                    );
+                }
+                v => return fail(format!("unpack of {v}")),
+            }
+            return Ok(out);
+        }
+        self.exprs(es)
     }
 
     fn expr(&mut self, e: &Expr) -> R<Val> {
