@@ -264,10 +264,13 @@ pub enum Error {
     NoScript,
     /// `NOTBUSY No scripts in execution right now.` (the proxy never leaves one running).
     NotBusy,
-    /// `ERR redlock-proxy does not know what script SHA does, and unknown_scripts = "reject"`.
+    /// `ERR redlock-proxy does not know what script SHA does (WHY), and unknown_scripts =
+    /// "reject"`.
     UnknownScript {
         /// The script's SHA1, in hex.
         sha: String,
+        /// Why it is not understood (one line; may be empty).
+        why: String,
     },
 
     // --- Limits: the proxy's own bounds. ---
@@ -513,9 +516,15 @@ impl Error {
             // Scripts.
             Error::NoScript => "NOSCRIPT No matching script. Please use EVAL.",
             Error::NotBusy => "NOTBUSY No scripts in execution right now.",
-            Error::UnknownScript { sha } => {
+            Error::UnknownScript { sha, why } if why.is_empty() => {
                 return format!(
                     "ERR redlock-proxy does not know what script {sha} does, and unknown_scripts = \"reject\""
+                )
+                .into();
+            }
+            Error::UnknownScript { sha, why } => {
+                return format!(
+                    "ERR redlock-proxy does not know what script {sha} does ({why}), and unknown_scripts = \"reject\""
                 )
                 .into();
             }
@@ -681,7 +690,10 @@ mod tests {
             Error::ExecAbort,
             Error::NoScript,
             Error::NotBusy,
-            Error::UnknownScript { sha: "ab".into() },
+            Error::UnknownScript {
+                sha: "ab".into(),
+                why: String::new(),
+            },
             Error::TtlTooLong { ttl: 2, max: 1 },
             Error::ExtensionTooLong { max: 1 },
             Error::ExpiryTooLong { ms: 2, max: 1 },
@@ -738,8 +750,20 @@ mod tests {
             "ERR lock TTL 9 ms exceeds the proxy's max_ttl_ms (5 ms)"
         );
         assert_eq!(
-            Error::UnknownScript { sha: "ab".into() }.text(),
+            Error::UnknownScript {
+                sha: "ab".into(),
+                why: String::new(),
+            }
+            .text(),
             "ERR redlock-proxy does not know what script ab does, and unknown_scripts = \"reject\""
+        );
+        assert_eq!(
+            Error::UnknownScript {
+                sha: "ab".into(),
+                why: "touches a key not given in KEYS".into(),
+            }
+            .text(),
+            "ERR redlock-proxy does not know what script ab does (touches a key not given in KEYS), and unknown_scripts = \"reject\""
         );
         assert_eq!(
             Error::WrongArity("client|setname").text(),

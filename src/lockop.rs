@@ -76,8 +76,8 @@ pub enum Answer {
     Const(Replies),
 }
 
-/// The constant replies of a script: on success, on refusal and, for a release, when every
-/// key was already gone. Each is what one Redis would answer (`"OK"` returned from Lua is a
+/// The constant replies of a script: on success, on refusal, for a release when every key was
+/// already gone and, for an acquisition, when the caller already held every key (a refresh). Each is what one Redis would answer (`"OK"` returned from Lua is a
 /// bulk string, `redis.status_reply("OK")` a status, `redis.error_reply(e)` an error).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Replies {
@@ -87,6 +87,21 @@ pub struct Replies {
     pub no: Lit,
     /// A release of keys that were all gone (expired); other operations answer `no`.
     pub gone: Lit,
+    /// An acquisition granted where the caller already held every key (its TTL reset); other
+    /// operations answer `ok`.
+    pub again: Lit,
+}
+
+impl Replies {
+    /// Replies that do not tell a refresh from a fresh grant (`again` is `ok`).
+    pub fn new(ok: Lit, no: Lit, gone: Lit) -> Replies {
+        Replies {
+            ok,
+            no,
+            gone,
+            again: ok,
+        }
+    }
 }
 
 /// One constant reply.
@@ -102,6 +117,8 @@ pub enum Lit {
     Bulk(Short),
     /// An error reply, `-text`.
     Error(Short),
+    /// A one-element array of an integer, `*1 :n` (a script's `return {n}`).
+    Single(i64),
 }
 
 /// A short byte string kept inline, so [`Answer`] stays `Copy`.
@@ -147,6 +164,43 @@ pub struct Signal {
     pub always: bool,
 }
 
+/// A release's announcement to waiters subscribed to a channel, besides its lock operation:
+/// `PUBLISH channel message` (or `SPUBLISH`) on each master where the condition held there (the
+/// proxy's pub/sub hub hands the copies to its subscribers once).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Announce {
+    /// The command, upper case: `PUBLISH` or `SPUBLISH`.
+    pub command: Bytes,
+    /// The channel: a key's name or an argument.
+    pub channel: Param,
+    /// The message: an argument or a literal.
+    pub message: Param,
+    /// Where it is published.
+    pub when: AnnounceWhen,
+}
+
+/// Where an announcement takes a value from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Param {
+    /// 1-based `KEYS` index.
+    Key(usize),
+    /// 1-based `ARGV` index.
+    Arg(usize),
+    /// A literal.
+    Literal(Bytes),
+}
+
+/// On which masters an announcement is published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnnounceWhen {
+    /// Every master, whatever the release did there.
+    Always,
+    /// Where the release deleted the key.
+    Released,
+    /// Where the release deleted the key or it was already gone.
+    ReleasedOrGone,
+}
+
 /// How a script picks its operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Choice {
@@ -160,6 +214,19 @@ pub enum Choice {
         /// The value that selects `then`.
         value: Bytes,
         /// Operation when it matches.
+        then: Op,
+        /// Operation otherwise.
+        otherwise: Op,
+    },
+    /// `then` when the integer `ARGV[arg]` passes `test`, else `otherwise` (a script that
+    /// tests `tonumber(ARGV[arg])` against a number). A call whose `ARGV[arg]` is not an integer
+    /// is refused with an error (Lua reads more spellings of a number than the proxy does).
+    IfNum {
+        /// 1-based `ARGV` index.
+        arg: usize,
+        /// The test.
+        test: NumTest,
+        /// Operation when it passes.
         then: Op,
         /// Operation otherwise.
         otherwise: Op,
@@ -178,6 +245,25 @@ pub enum Choice {
         /// Operation otherwise.
         otherwise: Op,
     },
+}
+
+/// A test of an integer argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NumTest {
+    /// `n > k`.
+    Greater(i64),
+    /// `n == k`.
+    Equal(i64),
+}
+
+impl NumTest {
+    /// Whether `n` passes.
+    pub fn holds(self, n: i64) -> bool {
+        match self {
+            NumTest::Greater(k) => n > k,
+            NumTest::Equal(k) => n == k,
+        }
+    }
 }
 
 /// The unit of a script's TTL argument.
@@ -211,6 +297,8 @@ pub struct LockScript {
     pub answer: Answer,
     /// The wake-up signal it leaves, if any.
     pub signal: Option<Signal>,
+    /// What it publishes, if anything (a release only).
+    pub announce: Option<Announce>,
 }
 
 impl LockScript {
@@ -225,6 +313,21 @@ impl LockScript {
                 otherwise,
             } => {
                 if argv.get(arg.wrapping_sub(1)).is_some_and(|a| a == value) {
+                    *then
+                } else {
+                    *otherwise
+                }
+            }
+            Choice::IfNum {
+                arg,
+                test,
+                then,
+                otherwise,
+            } => {
+                let n = argv
+                    .get(arg.wrapping_sub(1))
+                    .and_then(|a| std::str::from_utf8(a).ok()?.parse::<i64>().ok());
+                if n.is_some_and(|n| test.holds(n)) {
                     *then
                 } else {
                     *otherwise
@@ -248,6 +351,20 @@ impl LockScript {
             }
         }
     }
+}
+
+/// A script that, from every starting state, ends in what one plain `SET KEYS[1] ARGV[value_arg]
+/// PX|EX ARGV[ttl_arg]` does and answers `OK` (Redis::DistLock's extend: `SET ... XX PX`, else
+/// `SET ... NX PX`): the proxy runs it as that command, with that command's answer and rules (a
+/// write by the majority rule, capped by `max_ttl_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlainSet {
+    /// 1-based `ARGV` index of the value.
+    pub value_arg: usize,
+    /// 1-based `ARGV` index of the TTL.
+    pub ttl_arg: usize,
+    /// The TTL's unit.
+    pub unit: TtlUnit,
 }
 
 /// An operation on a re-entrant hash lock (Redisson's `RLock`): the lock is a hash whose one

@@ -22,16 +22,20 @@ use std::sync::{Arc, RwLock};
 use bytes::Bytes;
 
 use crate::config::ScriptDecl;
-use crate::lockop::{Choice, HashScript, LockScript, TtlUnit};
+use crate::lockop::{Choice, HashScript, LockScript, PlainSet, TtlUnit};
 use crate::lua;
 
 /// What a script does.
+// Built once per script and kept behind an `Arc` in the cache: the size is no cost.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Meaning {
     /// A lock operation the proxy runs as a quorum operation.
     Lock(LockScript),
     /// A hash-lock operation the proxy runs as a quorum operation.
     Hash(HashScript),
+    /// One plain command whatever the key held, run as that command (see [`PlainSet`]).
+    Plain(PlainSet),
     /// Not understood: handled by the `unknown_scripts` policy.
     Unknown,
 }
@@ -45,6 +49,8 @@ pub struct Script {
     pub sha: String,
     /// What it does.
     pub meaning: Meaning,
+    /// Why it is not understood (empty when it is): see [`lua::refusal`].
+    pub refused: String,
 }
 
 /// Lower-case hex SHA1, the name Redis gives a script.
@@ -76,6 +82,7 @@ impl Declared {
                 params_in_keys: false,
                 answer: d.reply,
                 signal: None,
+                announce: None,
             },
         }
     }
@@ -103,6 +110,7 @@ pub fn recognise(body: &[u8]) -> Meaning {
     match lua::recognise_any(body) {
         Some(lua::Recognised::Lock(lock)) => Meaning::Lock(lock),
         Some(lua::Recognised::Hash(hash)) => Meaning::Hash(hash),
+        Some(lua::Recognised::Plain(plain)) => Meaning::Plain(plain),
         None => Meaning::Unknown,
     }
 }
@@ -210,6 +218,22 @@ pub const RELEASE: &str = concat!(
     signal_then_return!()
 );
 
+/// Release and publish: `KEYS` = the keys, `ARGV` = token, publish command, channel, message,
+/// mode. Each key is released as [`RELEASE`] does, and the message is published once when
+/// `mode` is `"1"` (always), `"0"` (every key was deleted) or `"2"` (every key was deleted or
+/// already gone). Answers one code per key as [`RELEASE`].
+pub const RELEASE_PUBLISH: &str = "local out = {} local all = true local done = true \
+    for i, key in ipairs(KEYS) do \
+      local v = redis.call('get', key) \
+      if v == false then out[i] = -1 all = false \
+      elseif v == ARGV[1] then redis.call('del', key) out[i] = 1 \
+      else out[i] = 0 all = false done = false end \
+    end \
+    if ARGV[5] == '1' or all or (ARGV[5] == '2' and done) then \
+      redis.call(ARGV[2], ARGV[3], ARGV[4]) \
+    end \
+    return out";
+
 /// Delete: `KEYS` and `ARGV` as [`RELEASE`] with a signal (`ARGV[1]` is not read), but every key
 /// is deleted whatever it holds. Answers one code per key: 1 deleted, -1 missing.
 pub const DELETE: &str = concat!(
@@ -285,7 +309,17 @@ impl ScriptCache {
     pub fn script(&self, body: Bytes) -> Script {
         let sha = sha1_hex(&body);
         let meaning = classify(&body, &sha, &self.declared);
-        Script { body, sha, meaning }
+        let refused = if meaning == Meaning::Unknown {
+            lua::refusal(&body)
+        } else {
+            String::new()
+        };
+        Script {
+            body,
+            sha,
+            meaning,
+            refused,
+        }
     }
 
     /// Adds a script (from `SCRIPT LOAD` or `EVAL`), forgetting the oldest ones if the budget
@@ -355,6 +389,55 @@ mod tests {
     use super::*;
     use crate::lockop::*;
 
+    /// Classifies every `*.lua` file under `$RECOG_CORPUS` and prints what each is recognised
+    /// as, or why it is refused (a measuring aid: `RECOG_CORPUS=dir cargo test --lib
+    /// scripts::tests::corpus -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn corpus() {
+        let Ok(dir) = std::env::var("RECOG_CORPUS") else {
+            return;
+        };
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "lua"))
+            .collect();
+        files.sort();
+        let (mut yes, mut no) = (0, 0);
+        for f in files {
+            let body = std::fs::read(&f).unwrap();
+            let name = f.file_name().unwrap().to_string_lossy().to_string();
+            match recognise(&body) {
+                Meaning::Lock(l) => {
+                    yes += 1;
+                    println!(
+                        "OK   {name}: {:?} token={} ttl={} {:?} {:?}",
+                        l.choice, l.token_arg, l.ttl_arg, l.unit, l.answer
+                    );
+                }
+                Meaning::Hash(h) => {
+                    yes += 1;
+                    println!("OK   {name}: {:?}", h.op);
+                }
+                Meaning::Plain(p) => {
+                    yes += 1;
+                    println!("OK   {name}: {p:?}");
+                }
+                Meaning::Unknown => {
+                    no += 1;
+                    println!("NO   {name}: {}", lua::refusal(&body));
+                    if std::env::var("RECOG_VERBOSE").is_ok() {
+                        for t in 1..=3 {
+                            println!("  token {t}: {:#?}", lua::behaviour_with(&body, t));
+                        }
+                    }
+                }
+            }
+        }
+        println!("recognised {yes}, refused {no}");
+    }
+
     #[test]
     fn sha_matches_redis() {
         // SHA1 of the empty string, as `SCRIPT LOAD ""` answers.
@@ -368,7 +451,7 @@ mod tests {
             .collect();
         match recognise(body) {
             Meaning::Lock(l) => Some((l.op(&argv), l.all_keys, l.answer)),
-            Meaning::Hash(_) | Meaning::Unknown => None,
+            Meaning::Hash(_) | Meaning::Plain(_) | Meaning::Unknown => None,
         }
     }
 
@@ -755,9 +838,38 @@ mod tests {
     }
 
     #[test]
-    fn scripts_with_other_effects_stay_unknown() {
-        // Redis::DistLock 0.07 extend: `SET XX` overwrites another holder's lock.
-        assert_eq!(recognise(lua!("distlock_EXTEND_SCRIPT")), Meaning::Unknown);
+    fn a_script_that_always_ends_in_one_plain_set_is_that_set() {
+        // Redis::DistLock 0.07 extend: `SET XX` overwrites another holder's lock, and a missing
+        // key is set too: from every state it ends as `SET key value PX ttl` would, answering
+        // `OK` (a string where the key existed, a status where it did not).
+        let set = Meaning::Plain(PlainSet {
+            value_arg: 1,
+            ttl_arg: 2,
+            unit: TtlUnit::Millis,
+        });
+        assert_eq!(recognise(lua!("distlock_EXTEND_SCRIPT")), set);
+        assert_eq!(
+            recognise(b"redis.call('set', KEYS[1], ARGV[2], 'EX', ARGV[1]) return 'OK'"),
+            Meaning::Plain(PlainSet {
+                value_arg: 2,
+                ttl_arg: 1,
+                unit: TtlUnit::Seconds,
+            })
+        );
+        for other in [
+            // Only where the key exists: `SET XX`, another command.
+            "return redis.call('set', KEYS[1], ARGV[1], 'XX', 'PX', ARGV[2])",
+            // A value from a literal, or no expiry.
+            "return redis.call('set', KEYS[1], 'v', 'PX', ARGV[2])",
+            "return redis.call('set', KEYS[1], ARGV[1])",
+            // Another key too.
+            "redis.call('del', KEYS[2]) return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])",
+            // A choice on an argument.
+            "if ARGV[3] == '1' then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) end \
+             return redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2])",
+        ] {
+            assert_eq!(recognise(other.as_bytes()), Meaning::Unknown, "{other}");
+        }
         let table = lua::behaviour(lua!("distlock_EXTEND_SCRIPT")).unwrap();
         assert!(
             table.contains(
@@ -978,10 +1090,19 @@ mod tests {
             "for i = 1, 16 do for j = 1, 16 do for k = 1, 16 do x = 1 end end end ".repeat(4)
         );
         inputs.push(long.into_bytes());
+        // The same with eight arguments, each tried as the token's place.
+        let eight = format!(
+            "local x = 0 {forks}{}if redis.call('get', KEYS[1]) == ARGV[8] then return 1 end return 0",
+            "for i = 1, 16 do for j = 1, 16 do for k = 1, 16 do x = 1 end end end ".repeat(4)
+        );
+        inputs.push(eight.into_bytes());
         for input in &inputs {
             let start = std::time::Instant::now();
             assert_eq!(recognise(input), Meaning::Unknown);
             let took = start.elapsed();
+            if std::env::var("RECOG_VERBOSE").is_ok() {
+                eprintln!("{took:?}");
+            }
             // Not a speed test (`cargo bench --bench hot -- recognise` measures that): a bound
             // far above any linear cost, which only a return of the quadratic analysis (12-23 s
             // per script before) could exceed, however loaded the machine.
@@ -1016,16 +1137,14 @@ mod tests {
         for text in [
             // Deletes when the token does NOT match.
             "if redis.call('get',KEYS[1]) ~= ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end",
-            // Compares with another argument.
-            "if redis.call('get',KEYS[1]) == ARGV[2] then return redis.call('del',KEYS[1]) else return 0 end",
             // Lua names are case-sensitive: `argv` is not `ARGV`.
             "if redis.call('get',KEYS[1]) == argv[1] then return redis.call('del',KEYS[1]) else return 0 end",
             // Different with three keys than with one or two: the analyser unrolls over one
             // and two keys, so the key count may never be compared.
             "if #KEYS == 3 then return redis.call('del', KEYS[1]) end local n = 0 for i, k in ipairs(KEYS) do if redis.call('get', k) == ARGV[1] then n = n + redis.call('del', k) end end return n",
             "local n = 0 for i, k in ipairs(KEYS) do if i == 3 then redis.call('del', k) elseif redis.call('get', k) == ARGV[1] then n = n + redis.call('del', k) end end return n",
-            // Overwrites another holder's lock (Redis::DistLock 0.07's extend does this).
-            "return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])",
+            // Overwrites another holder's lock, and answers what no SET answers.
+            "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1",
             // Sets the TTL from a literal, not from an argument.
             "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], 5000) end return 0",
             // A string compared outside redis.call keeps its case.
@@ -1033,6 +1152,22 @@ mod tests {
         ] {
             assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
         }
+        // A plain write with an expiry is that write (Redis::DistLock 0.07's extend is one).
+        assert_eq!(
+            recognise(b"return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])"),
+            Meaning::Plain(PlainSet {
+                value_arg: 1,
+                ttl_arg: 2,
+                unit: TtlUnit::Millis
+            })
+        );
+        // The token may be any argument.
+        let Meaning::Lock(l) = recognise(
+            b"if redis.call('get',KEYS[1]) == ARGV[2] then return redis.call('del',KEYS[1]) else return 0 end",
+        ) else {
+            panic!("a release with the token in ARGV[2]");
+        };
+        assert_eq!((l.choice, l.token_arg), (Choice::Always(Op::Release), 2));
         // Deleting whatever the key holds is `DEL`, a delete: never a release.
         assert_eq!(
             op_of(b"return redis.call('del', KEYS[1])", &["t"]),
@@ -1316,11 +1451,7 @@ mod more_libraries {
             (
                 Choice::Always(Op::AcquireOrRefresh),
                 2,
-                Answer::Const(Replies {
-                    ok: Lit::Ok,
-                    no: refused,
-                    gone: refused
-                })
+                Answer::Const(Replies::new(Lit::Ok, refused, refused))
             )
         );
         let unset = lock(lua!("aioredlock_UNSET_LOCK_SCRIPT"));
@@ -1328,11 +1459,7 @@ mod more_libraries {
             (unset.choice, unset.answer),
             (
                 Choice::Always(Op::Release),
-                Answer::Const(Replies {
-                    ok: Lit::Int(1),
-                    no: refused,
-                    gone: Lit::Ok
-                })
+                Answer::Const(Replies::new(Lit::Int(1), refused, Lit::Ok))
             )
         );
     }
@@ -1360,11 +1487,7 @@ mod more_libraries {
             (ok_fail.choice, ok_fail.answer),
             (
                 Choice::Always(Op::AcquireOrRefresh),
-                Answer::Const(Replies {
-                    ok: bulk("OK"),
-                    no: bulk("FAIL"),
-                    gone: bulk("FAIL")
-                })
+                Answer::Const(Replies::new(bulk("OK"), bulk("FAIL"), bulk("FAIL")))
             )
         );
         // An error reply with its own code keeps it.
@@ -1374,11 +1497,11 @@ mod more_libraries {
         );
         assert_eq!(
             coded.answer,
-            Answer::Const(Replies {
-                ok: Lit::Int(1),
-                no: error("NOTOWNER not yours"),
-                gone: error("NOTOWNER not yours")
-            })
+            Answer::Const(Replies::new(
+                Lit::Int(1),
+                error("NOTOWNER not yours"),
+                error("NOTOWNER not yours")
+            ))
         );
     }
 
@@ -1389,7 +1512,7 @@ mod more_libraries {
             let l = lock(body);
             (l.choice, l.unit, l.answer)
         };
-        let consts = |ok, no| Answer::Const(Replies { ok, no, gone: no });
+        let consts = |ok, no| Answer::Const(Replies::new(ok, no, no));
         assert_eq!(
             read(lua!("pottery_acquired")),
             (
@@ -1552,5 +1675,173 @@ mod more_libraries {
         ] {
             assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
         }
+    }
+
+    /// The shapes of issue 25: the token and TTL in any argument, any constant per outcome,
+    /// a refresh answered apart from a fresh grant, a guarded expiry, a release that publishes.
+    #[test]
+    fn scripts_in_the_shapes_people_write_are_recognised() {
+        use crate::lockop::{Announce, AnnounceWhen, NumTest, Param};
+        // Token in ARGV[2], TTL (seconds) in ARGV[1].
+        let l = lock(
+            b"local v = redis.call('get', KEYS[1]) \
+              if not v then redis.call('setex', KEYS[1], ARGV[1], ARGV[2]) return true \
+              elseif v == ARGV[2] then redis.call('expire', KEYS[1], ARGV[1]) return true end",
+        );
+        assert_eq!(
+            (l.choice, l.token_arg, l.ttl_arg, l.unit),
+            (Choice::Always(Op::AcquireOrRefresh), 2, 1, TtlUnit::Seconds)
+        );
+        // A refresh answers 1, a fresh grant +OK, a refusal nil.
+        let l = lock(
+            b"if redis.call('get', KEYS[1]) == ARGV[1] then \
+              return redis.call('pexpire', KEYS[1], ARGV[2]) end \
+              return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])",
+        );
+        assert_eq!(
+            l.answer,
+            Answer::Const(Replies {
+                ok: Lit::Ok,
+                no: Lit::Nil,
+                gone: Lit::Nil,
+                again: Lit::Int(1),
+            })
+        );
+        // `tostring` of a comparison; a one-element table.
+        let l = lock(
+            b"local ok = redis.call('get', KEYS[1]) == ARGV[1] \
+              if ok then redis.call('del', KEYS[1]) end return tostring(ok)",
+        );
+        assert_eq!(
+            l.answer,
+            Answer::Const(Replies::new(bulk("true"), bulk("false"), bulk("false")))
+        );
+        let l = lock(
+            b"if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) \
+              return {1} end return {0}",
+        );
+        assert_eq!(
+            l.answer,
+            Answer::Const(Replies::new(Lit::Single(1), Lit::Single(0), Lit::Single(0)))
+        );
+        // An expiry behind a numeric test of its argument (the other branch persists the key:
+        // a call with such a TTL is refused when bound).
+        let l = lock(
+            b"if redis.call('get', KEYS[1]) == ARGV[1] then \
+              if tonumber(ARGV[2]) > 0 then return redis.call('expire', KEYS[1], ARGV[2]) end \
+              redis.call('persist', KEYS[1]) return 1 else return 0 end",
+        );
+        assert_eq!(
+            (l.choice, l.ttl_arg, l.unit),
+            (Choice::Always(Op::Extend), 2, TtlUnit::Seconds)
+        );
+        for guard in [
+            "tonumber(ARGV[2]) >= 1",
+            "0 < tonumber(ARGV[2])",
+            "ARGV[2] ~= ''",
+        ] {
+            let text = format!(
+                "if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then \
+                 if {guard} then redis.call('pexpire', KEYS[1], ARGV[2]) end return 1 end return 0"
+            );
+            assert_eq!(
+                lock(text.as_bytes()).choice,
+                Choice::Always(Op::Acquire),
+                "{guard}"
+            );
+        }
+        // A test that some positive TTLs fail is no guard.
+        for guard in [
+            "tonumber(ARGV[2]) > 5",
+            "ARGV[2] ~= '100'",
+            "tonumber(ARGV[2]) < 9",
+        ] {
+            let text = format!(
+                "if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then \
+                 if {guard} then redis.call('pexpire', KEYS[1], ARGV[2]) end return 1 end return 0"
+            );
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{guard}");
+        }
+        // Names taken from `unpack(ARGV)`.
+        let l = lock(
+            b"local token, ttl = unpack(ARGV) if redis.call('get', KEYS[1]) == token then \
+              return redis.call('pexpire', KEYS[1], ttl) end return 0",
+        );
+        assert_eq!(
+            (l.choice, l.token_arg, l.ttl_arg),
+            (Choice::Always(Op::Extend), 1, 2)
+        );
+        // A numeric flag picks the operation; `pairs(KEYS)` walks the keys in order.
+        let l = lock(
+            b"if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
+              local left = redis.call('pttl', KEYS[1]) if left < 0 then return 0 end \
+              if tonumber(ARGV[3]) == 1 then return redis.call('pexpire', KEYS[1], ARGV[2]) end \
+              return redis.call('pexpire', KEYS[1], left + ARGV[2])",
+        );
+        assert_eq!(
+            l.choice,
+            Choice::IfNum {
+                arg: 3,
+                test: NumTest::Equal(1),
+                then: Op::Extend,
+                otherwise: Op::ExtendAdd
+            }
+        );
+        assert_eq!(l.op(&argv(&["t", "5", "1"])), Op::Extend);
+        assert_eq!(l.op(&argv(&["t", "5", "0"])), Op::ExtendAdd);
+        let l = lock(
+            b"for _, k in pairs(KEYS) do if redis.call('get', k) ~= ARGV[1] then return 0 end end \
+              for _, k in pairs(KEYS) do redis.call('del', k) end return 1",
+        );
+        assert_eq!(
+            (l.choice, l.all_keys),
+            (Choice::Always(Op::ReleaseAll), true)
+        );
+        // A release that publishes the key's name to a channel named by ARGV[2], where it
+        // deleted.
+        let l = lock(
+            b"if redis.call('get', KEYS[1]) == ARGV[1] and redis.call('unlink', KEYS[1]) == 1 \
+              then redis.call('publish', ARGV[2], KEYS[1]) return true end return false",
+        );
+        assert_eq!(l.choice, Choice::Always(Op::Release));
+        assert_eq!(
+            l.announce,
+            Some(Announce {
+                command: Bytes::from_static(b"PUBLISH"),
+                channel: Param::Arg(2),
+                message: Param::Key(1),
+                when: AnnounceWhen::Released,
+            })
+        );
+        // ... to KEYS[2], where it deleted or found the key gone.
+        let l = lock(
+            b"if redis.call('exists', KEYS[1]) == 1 then \
+              if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
+              redis.call('del', KEYS[1]) end redis.call('publish', KEYS[2], ARGV[2]) return 1",
+        );
+        assert_eq!(
+            l.announce.map(|a| (a.channel, a.message, a.when)),
+            Some((Param::Key(2), Param::Arg(2), AnnounceWhen::ReleasedOrGone))
+        );
+        // Publishing where it did not release, or twice: not a release's announcement.
+        for text in [
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) return 1 end \
+             redis.call('publish', ARGV[2], 'x') return 0",
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) \
+             redis.call('publish', ARGV[2], 'x') redis.call('publish', ARGV[2], 'x') return 1 end return 0",
+            "redis.call('publish', ARGV[2], 'x') return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[3])",
+        ] {
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
+        }
+        // A re-entry counter in a key built from KEYS[1]: refused, and the reason says so.
+        let counter = b"local n = KEYS[1] .. ':count:' .. ARGV[1] \
+            if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
+            redis.call('incr', n) return 1 end return 0";
+        assert_eq!(recognise(counter), Meaning::Unknown);
+        assert!(
+            lua::refusal(counter).starts_with("touches a key not given in KEYS"),
+            "{}",
+            lua::refusal(counter)
+        );
     }
 }

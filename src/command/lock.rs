@@ -40,10 +40,12 @@ use crate::config::Config;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::keylock::{Held, Ready, Ticket};
-use crate::lockop::{Answer, Lit, Op};
+use crate::lockop::{AnnounceWhen, Answer, Lit, Op};
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Masters, Request, Vote, ask, ask_timed, ask_timed_on, validity};
-use crate::scripts::{ACQUIRE, DELETE, EXTEND, INSPECT, RELEASE, RELEASE_ALL, REMAINING};
+use crate::scripts::{
+    ACQUIRE, DELETE, EXTEND, INSPECT, RELEASE, RELEASE_ALL, RELEASE_PUBLISH, REMAINING,
+};
 use crate::wire::master::{command, eval};
 use crate::wire::reply::Reply;
 
@@ -63,6 +65,22 @@ pub struct LockOp {
     pub answer: Answer,
     /// The wake-up signal a release or delete leaves for waiters (see [`crate::lockop::Signal`]).
     pub wake: Option<Box<Wake>>,
+    /// What a release publishes, bound to one call (see [`crate::lockop::Announce`]).
+    pub publish: Option<Box<Publish>>,
+}
+
+/// A release's announcement bound to one call: `command channel message` on each master where
+/// `when` held there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publish {
+    /// `PUBLISH` or `SPUBLISH`.
+    pub command: Bytes,
+    /// The channel.
+    pub channel: Bytes,
+    /// The message.
+    pub message: Bytes,
+    /// Where.
+    pub when: AnnounceWhen,
 }
 
 /// A wake-up signal bound to one call: on each master, `list` becomes the one element `value`
@@ -107,6 +125,7 @@ pub fn acquire(proxy: &Arc<Proxy>, key: Bytes, token: Bytes, ttl_ms: i64) -> Act
         ttl_ms,
         answer: Answer::OkNil,
         wake: None,
+        publish: None,
     };
     match check(proxy, &op) {
         Ok(()) => acquisition(proxy, op),
@@ -124,6 +143,7 @@ impl LockOp {
             ttl_ms: 0,
             answer: Answer::OkNil,
             wake: None,
+            publish: None,
         }
     }
 }
@@ -140,6 +160,7 @@ pub fn release(proxy: &Arc<Proxy>, key: Bytes, token: Bytes) -> Action {
             ttl_ms: 0,
             answer: Answer::OneZero,
             wake: None,
+            publish: None,
         },
     )
 }
@@ -156,6 +177,7 @@ pub fn release_all(proxy: &Arc<Proxy>, keys: Vec<Bytes>, token: Bytes) -> Action
             ttl_ms: 0,
             answer: Answer::OneZero,
             wake: None,
+            publish: None,
         },
     )
 }
@@ -222,6 +244,7 @@ pub async fn renew(proxy: &Arc<Proxy>, keys: &[Bytes], token: &Bytes, ttl_ms: i6
         ttl_ms,
         answer: Answer::OneZero,
         wake: None,
+        publish: None,
     };
     let held = turn(proxy, &op).ready().await;
     let (decided, vote) = extend_on_masters(proxy, &op).await;
@@ -360,9 +383,35 @@ fn extended(r: &Reply) -> bool {
     matches!(r, Reply::Integer(n) if *n > 0)
 }
 
-/// The reply `op` answers when it is granted.
-pub fn granted_reply(op: &LockOp) -> Reply {
-    answer(op.answer, true, op.keys.len())
+/// Whether `reply` is one that `op` answers when it is granted (a fresh grant or, for replies
+/// that tell them apart, a refresh).
+pub fn is_granted_reply(op: &LockOp) -> impl Fn(&Reply) -> bool + Send + 'static + use<> {
+    let fresh = answer(op.answer, true, op.keys.len());
+    let again = match op.answer {
+        Answer::Const(c) => constant(c.again),
+        _ => fresh.clone(),
+    };
+    move |r| *r == fresh || *r == again
+}
+
+/// The reply of a granted acquisition: `again` of a script's constant replies when a quorum of
+/// the masters found every key already the caller's and refreshed it (the canonical script's
+/// codes are all 2 there), else the fresh grant's.
+fn granted_answer(op: &LockOp, ballots: &Ballots) -> Reply {
+    match op.answer {
+        Answer::Const(c) if c.again != c.ok => {
+            let refreshed = |r: &Reply| {
+                matches!(r, Reply::Array(codes)
+                    if !codes.is_empty() && codes.iter().all(|c| *c == Reply::Integer(2)))
+            };
+            constant(if ballots.agree(refreshed) {
+                c.again
+            } else {
+                c.ok
+            })
+        }
+        shape => answer(shape, true, op.keys.len()),
+    }
 }
 
 /// True for an operation that acquires (and may be leased).
@@ -395,6 +444,7 @@ fn constant(l: Lit) -> Reply {
         Lit::Ok => Reply::ok(),
         Lit::Bulk(s) => Reply::Bulk(Bytes::copy_from_slice(s.as_bytes())),
         Lit::Error(e) => Reply::Error(Bytes::copy_from_slice(e.as_bytes())),
+        Lit::Single(n) => Reply::Array(vec![Reply::Integer(n)]),
     }
 }
 
@@ -583,7 +633,7 @@ fn grant(
         now.saturating_duration_since(since)
     };
     proxy.counters().observe_acquire(took);
-    Some(answer(op.answer, true, op.keys.len()))
+    Some(granted_answer(op, ballots))
 }
 
 /// The [`ACQUIRE`] script's flag for `op`: `1` accepts keys that already hold the token, `2`
@@ -925,6 +975,19 @@ fn extension(ballots: &Ballots, elapsed: Duration, cfg: &Config) -> Extension {
 async fn run_release(proxy: &Proxy, op: &LockOp) -> Reply {
     let k = op.keys.len();
     let req = match (&op.wake, op.op) {
+        (None, Op::Release) if op.publish.is_some() => {
+            let p = op.publish.as_deref().expect("checked");
+            let mode: &[u8] = match p.when {
+                AnnounceWhen::Always => b"1",
+                AnnounceWhen::Released => b"0",
+                AnnounceWhen::ReleasedOrGone => b"2",
+            };
+            eval(
+                RELEASE_PUBLISH,
+                &op.keys,
+                &[&op.token, &p.command, &p.channel, &p.message, mode],
+            )
+        }
         (None, Op::Release) => eval(RELEASE, &op.keys, &[&op.token]),
         (None, Op::ReleaseAll) => eval(RELEASE_ALL, &op.keys, &[&op.token]),
         (wake, _) => {
@@ -1113,6 +1176,7 @@ mod tests {
             ttl_ms: 10_000,
             answer: Answer::OkNil,
             wake: None,
+            publish: None,
         }
     }
 
@@ -1344,11 +1408,11 @@ mod more_decisions {
 
     /// aioredlock's unlock: 1 released, `+OK` already gone, `-ERR ERROR` someone else's.
     fn aioredlock() -> Answer {
-        Answer::Const(Replies {
-            ok: Lit::Int(1),
-            no: Lit::Error(Short::new(b"ERR ERROR").unwrap()),
-            gone: Lit::Ok,
-        })
+        Answer::Const(Replies::new(
+            Lit::Int(1),
+            Lit::Error(Short::new(b"ERR ERROR").unwrap()),
+            Lit::Ok,
+        ))
     }
 
     #[test]
@@ -1360,11 +1424,11 @@ mod more_decisions {
         assert_eq!(released(&b, 1, aioredlock()), (Reply::ok(), false));
         let b = ballots(vec![codes(&[0]), codes(&[0]), codes(&[1])]);
         assert_eq!(released(&b, 1, aioredlock()), (error.clone(), false));
-        let ok_fail = Answer::Const(Replies {
-            ok: Lit::Bulk(Short::new(b"OK").unwrap()),
-            no: Lit::Bulk(Short::new(b"FAIL").unwrap()),
-            gone: Lit::Bulk(Short::new(b"FAIL").unwrap()),
-        });
+        let ok_fail = Answer::Const(Replies::new(
+            Lit::Bulk(Short::new(b"OK").unwrap()),
+            Lit::Bulk(Short::new(b"FAIL").unwrap()),
+            Lit::Bulk(Short::new(b"FAIL").unwrap()),
+        ));
         assert_eq!(answer(ok_fail, true, 1), Reply::bulk("OK"));
         assert_eq!(answer(ok_fail, false, 1), Reply::bulk("FAIL"));
         assert_eq!(answer(aioredlock(), false, 1), error);
@@ -1373,11 +1437,7 @@ mod more_decisions {
     #[test]
     fn a_ttl_read_answers_what_a_quorum_still_hold() {
         // bsm v0: the PTTL, -1 without a TTL, -3 not held.
-        let bsm = Answer::Const(Replies {
-            ok: Lit::Int(-1),
-            no: Lit::Int(-3),
-            gone: Lit::Int(-3),
-        });
+        let bsm = Answer::Const(Replies::new(Lit::Int(-1), Lit::Int(-3), Lit::Int(-3)));
         let b = ballots(vec![Some(I(4000)), Some(I(9000)), Some(I(-3))]);
         assert_eq!(remaining(&b, bsm, 1), I(4000));
         // In seconds, rounded as Redis's TTL.

@@ -19,13 +19,16 @@ use tokio::time::Instant;
 
 use super::action::Action;
 use super::hashlock::{HashLockOp, Publication};
+use super::keys::SetOptions;
 use super::lease::Leased;
-use super::lock::{LockOp, Wake};
+use super::lock::{LockOp, Publish, Wake};
 use super::session::Conn;
 use super::spec::parse_int;
 use crate::config::UnknownScripts;
 use crate::error::Error;
-use crate::lockop::{HashOp, HashScript, LockScript, Op, PublishCommand, TtlUnit};
+use crate::lockop::{
+    Choice, HashOp, HashScript, LockScript, Op, Param, PlainSet, PublishCommand, TtlUnit,
+};
 use crate::proxy::Proxy;
 use crate::quorum::{Request, ask};
 use crate::scripts::{Meaning, Script};
@@ -88,9 +91,50 @@ fn run(proxy: &Arc<Proxy>, conn: &Conn, script: &Script, args: Vec<Bytes>) -> Ac
             Some(Err(e)) => return e.into(),
             None => {}
         },
+        Meaning::Plain(plain) => {
+            if let Some(action) = run_plain(proxy, plain, keys, argv) {
+                return action;
+            }
+        }
         Meaning::Unknown => {}
     }
     unknown(proxy, script, keys, &args)
+}
+
+/// Runs a script that is one plain `SET` (see [`PlainSet`]) as that command: a write by the
+/// majority rule, with `SET`'s errors and the `max_ttl_ms` cap. `None` when the call does not
+/// fit (no key, too few arguments): it then runs as written, as for any script.
+fn run_plain(
+    proxy: &Arc<Proxy>,
+    plain: &PlainSet,
+    keys: &[Bytes],
+    argv: &[Bytes],
+) -> Option<Action> {
+    let key = keys.first()?.clone();
+    let value = argv.get(plain.value_arg.checked_sub(1)?)?.clone();
+    let ttl = argv.get(plain.ttl_arg.checked_sub(1)?)?.clone();
+    let Some(n) = parse_int(&ttl) else {
+        return Some(Reply::from(Error::NotAnInteger).into());
+    };
+    let (word, ms) = match plain.unit {
+        TtlUnit::Millis => (&b"PX"[..], Some(n)),
+        TtlUnit::Seconds => (&b"EX"[..], n.checked_mul(1000)),
+    };
+    let Some(ms) = ms.filter(|ms| *ms > 0) else {
+        return Some(Reply::from(Error::InvalidExpire("set")).into());
+    };
+    let args = vec![
+        Bytes::from_static(b"SET"),
+        key,
+        value,
+        Bytes::from_static(word),
+        ttl,
+    ];
+    let opts = SetOptions {
+        ttl_ms: Some(ms),
+        ..SetOptions::default()
+    };
+    Some(super::keys::write(proxy, args, opts))
 }
 
 /// Runs a lock script's operation, with a lease when it acquires keys the connection leases.
@@ -104,9 +148,9 @@ fn leased_lock(proxy: &Arc<Proxy>, conn: &Conn, op: LockOp) -> Action {
                 token: op.token.clone(),
                 ttl_ms: op.ttl_ms,
             };
-            let granted = super::lock::granted_reply(&op);
+            let granted = super::lock::is_granted_reply(&op);
             let acquired = super::lock::run(proxy, op);
-            super::lease::on_grant(leases, proxy, acquired, lock, move |r| *r == granted)
+            super::lease::on_grant(leases, proxy, acquired, lock, granted)
         }
     }
 }
@@ -150,6 +194,15 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
     } else {
         (keys, argv)
     };
+    // A choice on a number: the proxy reads only plain integers there.
+    if let Choice::IfNum { arg, .. } = &lock.choice
+        && argv
+            .get(arg.checked_sub(1)?)
+            .and_then(|a| parse_int(a))
+            .is_none()
+    {
+        return Some(Err(Reply::from(Error::NotAnInteger)));
+    }
     let op = lock.op(argv);
     let keys_all = keys;
     let keys = if lock.all_keys {
@@ -203,6 +256,22 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
             None => return Some(Err(Reply::from(Error::NotAnInteger))),
         }
     };
+    let publish = match &lock.announce {
+        None => None,
+        Some(a) => {
+            let param = |p: &Param| match p {
+                Param::Key(i) => keys_all.get(i.checked_sub(1)?).cloned(),
+                Param::Arg(j) => argv.get(j.checked_sub(1)?).cloned(),
+                Param::Literal(b) => Some(b.clone()),
+            };
+            Some(Box::new(Publish {
+                command: a.command.clone(),
+                channel: param(&a.channel)?,
+                message: param(&a.message)?,
+                when: a.when,
+            }))
+        }
+    };
     Some(Ok(LockOp {
         op,
         keys,
@@ -210,6 +279,7 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
         ttl_ms,
         answer: lock.answer,
         wake,
+        publish,
     }))
 }
 
@@ -294,7 +364,8 @@ fn bind_hash(
 fn unknown(proxy: &Arc<Proxy>, script: &Script, keys: &[Bytes], args: &[Bytes]) -> Action {
     if proxy.config().unknown_scripts == UnknownScripts::Reject {
         let sha = script.sha.clone();
-        return Reply::from(Error::UnknownScript { sha }).into();
+        let why = script.refused.clone();
+        return Reply::from(Error::UnknownScript { sha, why }).into();
     }
     let mut parts: Vec<&[u8]> = Vec::with_capacity(args.len());
     parts.push(b"EVAL");
@@ -401,6 +472,7 @@ mod tests {
             params_in_keys: false,
             answer: Answer::Count,
             signal: None,
+            announce: None,
         }
     }
 

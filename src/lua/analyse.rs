@@ -93,6 +93,12 @@ pub enum Val {
     Table(Vec<Val>),
     /// The name `KEYS[i]`.
     Key(usize),
+    /// A string built from the name `KEYS[i]` (`KEYS[1] .. ':count'`): a key the script was not
+    /// given, if it names one.
+    Built(usize),
+    /// A string joined at run time from other strings (`':count:' .. ARGV[1]`), no key's name
+    /// among them: only joined further (or refused where used).
+    Joined,
     /// The result of a command the analyser does not model.
     Opaque,
     /// `KEYS`.
@@ -103,8 +109,12 @@ pub enum Val {
     Redis,
     /// `redis.call` / `redis.pcall`.
     Call,
+    /// `ARGV[j] * 1000` (a TTL in seconds, made milliseconds): only usable as a TTL.
+    Thousand(usize),
     /// `ipairs`.
     Ipairs,
+    /// `pairs`: over `KEYS` or a list without holes, the items in order, as `ipairs`.
+    Pairs,
     /// `tonumber`.
     ToNumber,
     /// `tostring`.
@@ -168,6 +178,8 @@ impl fmt::Display for Val {
                 write!(f, "{{{}}}", parts.join(", "))
             }
             Val::Key(i) => write!(f, "KEYS[{i}]"),
+            Val::Built(i) => write!(f, "KEYS[{i}]..."),
+            Val::Joined => write!(f, "a joined string"),
             Val::Error(e) => write!(f, "-{}", String::from_utf8_lossy(e)),
             Val::Head(v, j) => write!(f, "head({v}, ARGV[{j}])"),
             other => write!(f, "{other:?}"),
@@ -554,7 +566,13 @@ fn kind(v: &Val) -> u8 {
         | Val::Ttl(_)
         | Val::Sum(_)
         | Val::Many(_) => 2,
-        Val::Str(_) | Val::Arg(_) | Val::Other(_) | Val::Key(_) | Val::Head(..) => 3,
+        Val::Str(_)
+        | Val::Arg(_)
+        | Val::Other(_)
+        | Val::Key(_)
+        | Val::Built(_)
+        | Val::Joined
+        | Val::Head(..) => 3,
         Val::Status
         | Val::Table(_)
         | Val::Keys
@@ -648,7 +666,7 @@ impl Machine<'_> {
         match s {
             Stat::Local(ids, exprs) => {
                 self.no_table_alias(exprs)?;
-                let vals = self.exprs(exprs)?;
+                let vals = self.spread(exprs, ids.len())?;
                 for (k, id) in ids.iter().enumerate() {
                     self.set_local(*id, vals.get(k).cloned().unwrap_or(Val::Nil));
                 }
@@ -715,10 +733,15 @@ impl Machine<'_> {
                 let mut counted = false;
                 let items: Vec<Val> = match exprs.as_slice() {
                     [Expr::Call(f, args)] if args.len() == 1 => {
-                        if self.expr(f)? != Val::Ipairs {
-                            return fail("a generic for other than ipairs");
-                        }
+                        let pairs = match self.expr(f)? {
+                            Val::Ipairs => false,
+                            Val::Pairs => true,
+                            _ => return fail("a generic for other than ipairs or pairs"),
+                        };
                         match self.expr(&args[0])? {
+                            Val::Table(t) if pairs && t.contains(&Val::Nil) => {
+                                return fail("pairs over a table with holes");
+                            }
                             Val::Keys => {
                                 counted = true;
                                 (1..=self.keys.len()).map(Val::Key).collect()
@@ -769,6 +792,38 @@ impl Machine<'_> {
         es.iter().map(|e| self.expr(e)).collect()
     }
 
+    /// The values of `local a, b, c = ...`: as [`Machine::exprs`], but a last `unpack(ARGV)` or
+    /// `unpack(KEYS)` gives as many items as there are names left (`local token, ttl =
+    /// unpack(ARGV)`).
+    fn spread(&mut self, es: &[Expr], names: usize) -> R<Vec<Val>> {
+        let Some((last, first)) = es.split_last() else {
+            return Ok(Vec::new());
+        };
+        if let Expr::Call(f, a) = last
+            && !is_redis_call(f)
+            && let [t] = a.as_slice()
+            && self.expr(f)? == Val::Lib(Lib::Unpack)
+        {
+            let mut out = self.exprs(first)?;
+            let from = out.len();
+            match self.expr(t)? {
+                Val::Argv if !self.layout.keys_as_args => {
+                    out.extend((1..=names.saturating_sub(from)).map(Val::Arg));
+                }
+                Val::Keys if !self.layout.keys_as_args => {
+                    let n = self.keys.len();
+                    out.extend(
+                        (1..=names.saturating_sub(from))
+                            .map(|i| if i <= n { Val::Key(i) } else { Val::Nil }),
+                    );
+                }
+                v => return fail(format!("unpack of {v}")),
+            }
+            return Ok(out);
+        }
+        self.exprs(es)
+    }
+
     fn expr(&mut self, e: &Expr) -> R<Val> {
         self.step()?;
         Ok(match e {
@@ -784,6 +839,7 @@ impl Machine<'_> {
                 "ARGV" => Val::Argv,
                 "redis" => Val::Redis,
                 "ipairs" => Val::Ipairs,
+                "pairs" => Val::Pairs,
                 "tonumber" => Val::ToNumber,
                 "tostring" => Val::ToString,
                 "unpack" => Val::Lib(Lib::Unpack),
@@ -858,6 +914,7 @@ impl Machine<'_> {
                     },
                     Val::ToString => match arg {
                         Val::NumArg(j) => Val::Arg(j),
+                        Val::Bool(b) => Val::Str(b.to_string().into_bytes()),
                         Val::Num(n) => Val::Str(n.to_string().into_bytes()),
                         v @ (Val::Arg(_) | Val::Str(_) | Val::Other(_)) => v,
                         v => return fail(format!("tostring of {v}")),
@@ -914,6 +971,23 @@ impl Machine<'_> {
         {
             return Ok(Val::Bool(self.head_eq(&l, &r)? == (op == Bin::Eq)));
         }
+        if op == Bin::Concat {
+            // A name built from a key's: followed until it is used (as a key, it is refused).
+            return match (&l, &r) {
+                (Val::Key(i) | Val::Built(i), _) | (_, Val::Key(i) | Val::Built(i)) => {
+                    Ok(Val::Built(*i))
+                }
+                (
+                    Val::Str(_) | Val::Arg(_) | Val::NumArg(_) | Val::Num(_) | Val::Joined,
+                    Val::Str(_) | Val::Arg(_) | Val::NumArg(_) | Val::Num(_) | Val::Joined,
+                ) => Ok(Val::Joined),
+                _ => fail("the operator Concat"),
+            };
+        }
+        if let Some(test) = numeric_test(op, &l, &r) {
+            let (j, pred, yes) = test?;
+            return Ok(Val::Bool(self.assume(j, &pred)? == yes));
+        }
         if let (Val::Pttl(x), Val::Pttl(y)) = (&l, &r)
             && x != y
             && matches!(op, Bin::Lt | Bin::Gt)
@@ -937,6 +1011,7 @@ impl Machine<'_> {
             },
             Bin::Mul => match (numeric(l)?, numeric(r)?) {
                 (Val::Num(x), Val::Num(y)) => Val::Num(x.checked_mul(y).ok_or_else(overflow)?),
+                (Val::Arg(j), Val::Num(1000)) | (Val::Num(1000), Val::Arg(j)) => Val::Thousand(j),
                 _ => return fail("multiplies unknown numbers"),
             },
             _ => return fail(format!("the operator {op:?}")),
@@ -948,7 +1023,8 @@ impl Machine<'_> {
             if *aj == j && as_ == s {
                 return Ok(*yes);
             }
-            if *aj == j && *yes {
+            // One value equals at most one literal (numeric tests are forked on freely).
+            if *aj == j && *yes && predicate(as_).is_none() && predicate(s).is_none() {
                 return Ok(false);
             }
         }
@@ -1006,16 +1082,37 @@ impl Machine<'_> {
         {
             return fail("a command argument that Redis refuses");
         }
+        if let Some(Val::Built(i)) = rest.first() {
+            return fail(format!(
+                "touches a key not given in KEYS (a name built from KEYS[{i}])"
+            ));
+        }
         self.calls.push((cmd.clone(), rest.clone()));
         let key = |v: &Val| match v {
             Val::Key(i) => Ok(*i - 1),
-            v => fail(format!("names a key not taken from KEYS: {v}")),
+            Val::Built(i) => fail(format!(
+                "touches a key not given in KEYS (a name built from KEYS[{i}])"
+            )),
+            v => fail(format!("touches a key not given in KEYS ({v})")),
         };
         let ttl_value = |v: &Val| -> R<Val> {
             match v {
                 Val::Arg(_) | Val::NumArg(_) | Val::Sum(_) | Val::Num(_) => numeric(v.clone()),
                 v => fail(format!("a TTL of {v}")),
             }
+        };
+        // A TTL in milliseconds or seconds; `ARGV[j] * 1000` milliseconds is `ARGV[j]` seconds.
+        let ttl_set = |seconds: bool, v: &Val| -> R<TtlNow> {
+            Ok(match v {
+                Val::Thousand(j) if !seconds => TtlNow::Set {
+                    seconds: true,
+                    v: Val::Arg(*j),
+                },
+                v => TtlNow::Set {
+                    seconds,
+                    v: ttl_value(v)?,
+                },
+            })
         };
         Ok(match (cmd.as_slice(), rest.as_slice()) {
             (b"get", [k]) => match &self.keys[key(k)?].value {
@@ -1089,10 +1186,7 @@ impl Machine<'_> {
                         b"xx" => xx = true,
                         b"keepttl" => keep = true,
                         unit @ (b"px" | b"ex") if o + 1 < opts.len() => {
-                            ttl = Some(TtlNow::Set {
-                                seconds: unit == b"ex",
-                                v: ttl_value(&opts[o + 1])?,
-                            });
+                            ttl = Some(ttl_set(unit == b"ex", &opts[o + 1])?);
                             o += 1;
                         }
                         _ => return fail("a SET option it does not model"),
@@ -1123,10 +1217,7 @@ impl Machine<'_> {
                 };
                 self.keys[i] = KeyNow {
                     value: Some(value),
-                    ttl: TtlNow::Set {
-                        seconds: cmd == b"setex",
-                        v: ttl_value(t)?,
-                    },
+                    ttl: ttl_set(cmd == b"setex", t)?,
                 };
                 Val::Status
             }
@@ -1200,14 +1291,11 @@ impl Machine<'_> {
             }
             (b"pexpire" | b"expire", [k, t]) => {
                 let i = key(k)?;
-                let v = ttl_value(t)?;
+                let ttl = ttl_set(cmd == b"expire", t)?;
                 if self.keys[i].value.is_none() {
                     Val::Num(0)
                 } else {
-                    self.keys[i].ttl = TtlNow::Set {
-                        seconds: cmd == b"expire",
-                        v,
-                    };
+                    self.keys[i].ttl = ttl;
                     Val::Num(1)
                 }
             }
@@ -1255,12 +1343,12 @@ impl Machine<'_> {
     }
 
     /// `PUBLISH channel message`, the command taken from `command` (a literal or an argument).
-    /// Recorded as a call `publish command channel message`; the channel must be a key name
-    /// and the message an argument or literal. The reply (receivers) is not modelled.
+    /// Recorded as a call `publish command channel message`; the channel must be a key name or
+    /// an argument, and the message an argument, a literal or a key's name. The reply (receivers) is not modelled.
     fn publish(&mut self, command: Val, rest: &[Val]) -> R<Val> {
         let [
-            channel @ Val::Key(_),
-            message @ (Val::Arg(_) | Val::Str(_) | Val::Num(_)),
+            channel @ (Val::Key(_) | Val::Arg(_)),
+            message @ (Val::Arg(_) | Val::Str(_) | Val::Num(_) | Val::Key(_)),
         ] = rest
         else {
             return fail("a publish it does not model");
@@ -1470,6 +1558,80 @@ impl Machine<'_> {
             Val::Other(_) => Ok(false),
             Val::Str(s) if s.is_empty() => Ok(false),
             v => fail(format!("compares the token's prefix with {v}")),
+        }
+    }
+}
+
+/// A numeric test of an argument against an integer literal, `tonumber(ARGV[j]) > 5` and the
+/// like: forked on as an assumption about `ARGV[j]` (see [`predicate`]). Answers the argument,
+/// the predicate, and whether the test holds when the predicate does. `None` when `op` is not
+/// such a test.
+fn numeric_test(op: Bin, l: &Val, r: &Val) -> Option<R<(usize, Vec<u8>, bool)>> {
+    let (j, n, flipped) = match (l, r) {
+        (Val::NumArg(j), Val::Num(n)) => (*j, *n, false),
+        (Val::Num(n), Val::NumArg(j)) => (*j, *n, true),
+        _ => return None,
+    };
+    // As `ARGV[j] OP n`.
+    let op = match (op, flipped) {
+        (Bin::Lt, true) => Bin::Gt,
+        (Bin::Gt, true) => Bin::Lt,
+        (Bin::Le, true) => Bin::Ge,
+        (Bin::Ge, true) => Bin::Le,
+        (op, _) => op,
+    };
+    let pred = |kind: u8, n: i64| {
+        let mut p = vec![PREDICATE, kind];
+        p.extend(n.to_string().bytes());
+        p
+    };
+    let overflow = || Some(Err(overflow()));
+    Some(Ok(match op {
+        Bin::Gt => (j, pred(b'>', n), true),
+        Bin::Ge => match n.checked_sub(1) {
+            Some(m) => (j, pred(b'>', m), true),
+            None => return overflow(),
+        },
+        Bin::Le => (j, pred(b'>', n), false),
+        Bin::Lt => match n.checked_sub(1) {
+            Some(m) => (j, pred(b'>', m), false),
+            None => return overflow(),
+        },
+        Bin::Eq => (j, pred(b'=', n), true),
+        Bin::Ne => (j, pred(b'=', n), false),
+        _ => return None,
+    }))
+}
+
+/// The first byte of an assumption that is a numeric test rather than a literal (see
+/// [`predicate`]); no literal a script compares with starts with it in practice, and one that
+/// did would only be read as a test that holds for no argument the proxy accepts.
+const PREDICATE: u8 = 0xff;
+
+/// A numeric assumption about an argument, read back: `(b'>', n)` for "ARGV[j] > n" and
+/// `(b'=', n)` for "ARGV[j] == n" (as integers); `None` for a literal's equality.
+pub fn predicate(s: &[u8]) -> Option<(u8, i64)> {
+    let [PREDICATE, kind, n @ ..] = s else {
+        return None;
+    };
+    Some((*kind, std::str::from_utf8(n).ok()?.parse().ok()?))
+}
+
+/// Whether an assumption about `ARGV[j]` (`s` assumed `yes`) holds for every positive integer,
+/// the values the proxy accepts as a TTL: `Some(side)` tells which outcome every positive
+/// integer gives, `None` when they differ.
+pub fn positive_side(s: &[u8]) -> Option<bool> {
+    match predicate(s) {
+        Some((b'>', n)) => (n <= 0).then_some(true),
+        Some((b'=', n)) => (n <= 0).then_some(false),
+        Some(_) => None,
+        // A literal: a positive decimal integer equals only itself.
+        None => {
+            let positive = std::str::from_utf8(s)
+                .ok()
+                .and_then(|t| t.parse::<i64>().ok())
+                .is_some_and(|n| n > 0);
+            (!positive).then_some(false)
         }
     }
 }

@@ -16,7 +16,8 @@ pub mod parse;
 use bytes::Bytes;
 
 use crate::lockop::{
-    Answer, Choice, HashScript, Lit, LockScript, Op, Replies, Short, Signal, TtlUnit,
+    Announce, AnnounceWhen, Answer, Choice, HashScript, Lit, LockScript, NumTest, Op, Param,
+    PlainSet, Replies, Short, Signal, TtlUnit,
 };
 use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
 use parse::{Block, KeyUse, key_use_block};
@@ -39,12 +40,16 @@ pub fn canonical(body: &[u8]) -> Option<String> {
 }
 
 /// What a script was recognised as.
+// Built once per script and kept behind an `Arc` in the cache: the size is no cost.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recognised {
     /// A lock operation.
     Lock(LockScript),
     /// A hash-lock operation (see [`hash`]).
     Hash(HashScript),
+    /// One plain command, whatever the key held (see [`PlainSet`]).
+    Plain(PlainSet),
 }
 
 /// The lock or hash-lock operation a script performs, if its behaviour matches one exactly;
@@ -54,7 +59,61 @@ pub fn recognise_any(body: &[u8]) -> Option<Recognised> {
     if let Some(lock) = classify(&block) {
         return Some(Recognised::Lock(lock));
     }
+    if let Some(plain) = plain_set(&block) {
+        return Some(Recognised::Plain(plain));
+    }
     hash::recognise_block(body, &block).map(Recognised::Hash)
+}
+
+/// Longest refusal reason given, in bytes.
+const MAX_REASON: usize = 160;
+
+/// Why a script is not recognised, in a few words (for the refusal error and the logs): where
+/// the analyser could not follow it, or that what it does is no lock operation. One line of
+/// printable text, at most [`MAX_REASON`] bytes (it may quote the script).
+pub fn refusal(body: &[u8]) -> String {
+    let mut why: String = reason(body)
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if why.len() > MAX_REASON {
+        let mut end = MAX_REASON;
+        while !why.is_char_boundary(end) {
+            end -= 1;
+        }
+        why.truncate(end);
+        why.push_str("...");
+    }
+    why
+}
+
+fn reason(body: &[u8]) -> String {
+    let block = match parse_script(body) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    let mut u = KeyUse::default();
+    key_use_block(&block, &mut u);
+    let n = u.max_literal.max(1);
+    let mut why = None;
+    for token in 1..=u.max_argv.clamp(1, MAX_TOKEN_ARG) {
+        let layout = Layout {
+            token,
+            keys_as_args: false,
+            field: 0,
+            field_per_key: false,
+        };
+        match analyse::explore(&block, n, layout) {
+            Err(e) => {
+                why.get_or_insert(e);
+            }
+            Ok(runs) if runs.iter().any(|r| r.foreign) => {
+                return "it runs a command that is no lock operation".into();
+            }
+            Ok(_) => return "what it does is not one lock operation".into(),
+        }
+    }
+    why.unwrap_or_default()
 }
 
 /// The behaviour table of a script: one line per run (starting state and argument case),
@@ -62,6 +121,12 @@ pub fn recognise_any(body: &[u8]) -> Option<Recognised> {
 /// could not follow it. (A reading aid for tests.)
 #[cfg(test)]
 pub fn behaviour(body: &[u8]) -> Result<Vec<String>, String> {
+    behaviour_with(body, 1)
+}
+
+/// [`behaviour`] with the token in `ARGV[token]`.
+#[cfg(test)]
+pub fn behaviour_with(body: &[u8], token: usize) -> Result<Vec<String>, String> {
     let block = parse_script(body)?;
     let mut u = KeyUse::default();
     key_use_block(&block, &mut u);
@@ -73,7 +138,7 @@ pub fn behaviour(body: &[u8]) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     for n in ns {
         let layout = Layout {
-            token: 1,
+            token,
             keys_as_args: false,
             field: 0,
             field_per_key: false,
@@ -87,21 +152,93 @@ pub fn behaviour(body: &[u8]) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// A script on `KEYS[1]` alone that, from every starting state of the key, leaves it holding
+/// `ARGV[v]` with a TTL of `ARGV[t]` and answers `OK` (a status, or the string `"OK"`), touching
+/// nothing else: one plain `SET KEYS[1] ARGV[v] PX|EX ARGV[t]` (see [`PlainSet`]).
+fn plain_set(block: &Block) -> Option<PlainSet> {
+    let mut u = KeyUse::default();
+    key_use_block(block, &mut u);
+    if u.dynamic || u.max_literal > 1 {
+        return None;
+    }
+    let layout = Layout {
+        token: 1,
+        keys_as_args: false,
+        field: 0,
+        field_per_key: false,
+    };
+    let runs = analyse::explore(block, 1, layout).ok()?;
+    let mut found: Option<PlainSet> = None;
+    for r in &runs {
+        let ok = matches!(&r.reply, Val::Status) || matches!(&r.reply, Val::Str(s) if s == b"OK");
+        if !ok
+            || r.foreign
+            || r.prefix.is_some()
+            || !r.assumed.is_empty()
+            || r.calls.iter().any(|(c, _)| c == b"publish")
+        {
+            return None;
+        }
+        let this = match &r.end[..] {
+            [
+                KeyNow {
+                    value: Some(Val::Arg(v)),
+                    ttl:
+                        TtlNow::Set {
+                            seconds,
+                            v: Val::Arg(t),
+                        },
+                },
+            ] if v != t => PlainSet {
+                value_arg: *v,
+                ttl_arg: *t,
+                unit: if *seconds {
+                    TtlUnit::Seconds
+                } else {
+                    TtlUnit::Millis
+                },
+            },
+            _ => return None,
+        };
+        if *found.get_or_insert(this) != this {
+            return None;
+        }
+    }
+    found
+}
+
+/// The highest `ARGV` index tried as the token's place.
+const MAX_TOKEN_ARG: usize = 8;
+
 fn classify(block: &Block) -> Option<LockScript> {
     let mut u = KeyUse::default();
     key_use_block(block, &mut u);
-    let argv = Layout {
-        token: 1,
+    // The token may sit in any of the first arguments the script names (most put it first).
+    let tokens = || 1..=u.max_argv.clamp(1, MAX_TOKEN_ARG);
+    let argv = |token| Layout {
+        token,
         keys_as_args: false,
         field: 0,
         field_per_key: false,
     };
     if u.dynamic {
         // Works on all of KEYS: unrolled over one and two keys.
-        return (u.max_literal <= 1).then(|| classify_with(block, &[1, 2], argv))?;
+        return (u.max_literal <= 1)
+            .then(|| tokens().find_map(|t| classify_with(block, &[1, 2], argv(t))))?;
     }
     if u.max_literal <= 1 {
-        return classify_with(block, &[1], argv);
+        return tokens().find_map(|t| classify_with(block, &[1], argv(t)));
+    }
+    // A release that publishes to a channel named by KEYS[2].
+    if u.max_literal == 2
+        && let Some(lock) = tokens().find_map(|t| {
+            let runs = analyse::explore(block, 2, argv(t)).ok()?;
+            runs.iter()
+                .any(publishes)
+                .then(|| classify_published(&runs, argv(t)))?
+        })
+    {
+        return Some(lock);
     }
     // KEYS[2], KEYS[3], ... named: parameters passed as keys, the token among them.
     (1..u.max_literal)
@@ -197,6 +334,7 @@ fn classify_signal(block: &Block) -> Option<LockScript> {
             value,
             always,
         }),
+        announce: None,
     })
 }
 
@@ -205,8 +343,112 @@ fn classify_with(block: &Block, ns: &[usize], layout: Layout) -> Option<LockScri
     for &n in ns {
         runs.extend(analyse::explore(block, n, layout).ok()?);
     }
+    let all_keys = ns.len() > 1;
+    if ns == [1] && runs.iter().any(publishes) {
+        return classify_published(&runs, layout);
+    }
+    if let Some(lock) = classify_runs(&runs, all_keys, layout) {
+        return Some(lock);
+    }
+    classify_guarded(&runs, all_keys, layout)
+}
+
+/// Whether a run published.
+fn publishes(r: &Run) -> bool {
+    r.calls.iter().any(|(c, _)| c == b"publish")
+}
+
+/// A release of `KEYS[1]` that also publishes to a channel (see [`Announce`]): named by an
+/// argument, or by `KEYS[2]` when the runs have two keys (the second only ever a channel: it
+/// must end as it started, and is then left out). Every run publishes at most once, the same
+/// command, channel and message, and either always, or exactly where the key was deleted, or
+/// exactly where it was deleted or already gone. The release itself is judged on `KEYS[1]`
+/// alone, like any other script.
+fn classify_published(runs: &[Run], layout: Layout) -> Option<LockScript> {
+    let mut found: Option<(Vec<u8>, Val, Val)> = None;
+    let mut fired = Vec::with_capacity(runs.len());
+    let mut lock_runs = Vec::with_capacity(runs.len());
+    for r in runs {
+        let n = r.start.len();
+        if n > 1 {
+            let untouched = KeyNow::start(2, r.start[1], layout.token);
+            if n != 2 || r.end[1] != untouched {
+                return None;
+            }
+        }
+        let mut calls = Vec::with_capacity(r.calls.len());
+        let mut this = None;
+        for (cmd, args) in &r.calls {
+            if cmd != b"publish" {
+                calls.push((cmd.clone(), args.clone()));
+                continue;
+            }
+            let p = match args.as_slice() {
+                [Val::Str(c), ch, m] => (c.clone(), ch.clone(), m.clone()),
+                _ => return None,
+            };
+            let channel_ok = match &p.1 {
+                Val::Key(2) => n == 2,
+                Val::Arg(j) => *j != layout.token,
+                _ => false,
+            };
+            if !channel_ok || this.replace(p.clone()).is_some() {
+                return None;
+            }
+            if *found.get_or_insert_with(|| p.clone()) != p {
+                return None;
+            }
+        }
+        fired.push(this.is_some());
+        let mut r = r.clone();
+        r.calls = calls;
+        r.start.truncate(1);
+        r.end.truncate(1);
+        lock_runs.push(r);
+    }
+    let (command, channel, message) = found?;
+    let mut lock = classify_runs(&lock_runs, false, layout)?;
+    if lock.choice != Choice::Always(Op::Release) || lock.params_in_keys {
+        return None;
+    }
+    let held = |r: &Run| r.start[0].held;
+    let when = if fired.iter().all(|f| *f) {
+        AnnounceWhen::Always
+    } else if lock_runs
+        .iter()
+        .zip(&fired)
+        .all(|(r, f)| (held(r) == Held::Token) == *f)
+    {
+        AnnounceWhen::Released
+    } else if lock_runs
+        .iter()
+        .zip(&fired)
+        .all(|(r, f)| (held(r) != Held::Other) == *f)
+    {
+        AnnounceWhen::ReleasedOrGone
+    } else {
+        return None;
+    };
+    let param = |v: &Val| match v {
+        Val::Key(i) => Some(Param::Key(*i)),
+        Val::Arg(j) => Some(Param::Arg(*j)),
+        Val::Str(s) => Some(Param::Literal(Bytes::copy_from_slice(s))),
+        Val::Num(n) => Some(Param::Literal(Bytes::from(n.to_string()))),
+        _ => None,
+    };
+    lock.announce = Some(Announce {
+        command: Bytes::from(command.to_ascii_uppercase()),
+        channel: param(&channel)?,
+        message: param(&message)?,
+        when,
+    });
+    Some(lock)
+}
+
+/// The argument comparisons the runs made (switches), apart from the order of two TTLs.
+fn switches_of(runs: &[Run]) -> Vec<(usize, Vec<u8>)> {
     let mut switches: Vec<(usize, Vec<u8>)> = Vec::new();
-    for r in &runs {
+    for r in runs {
         for (j, s, _) in &r.assumed {
             // The order of two TTLs is the keys' state, not a switch on an argument.
             if *j != analyse::ORDER && !switches.iter().any(|(a, b)| a == j && b == s) {
@@ -214,9 +456,71 @@ fn classify_with(block: &Block, ns: &[usize], layout: Layout) -> Option<LockScri
             }
         }
     }
-    let all_keys = ns.len() > 1;
+    switches
+}
+
+/// A script whose TTL write is guarded by a test of the TTL argument itself (`if
+/// tonumber(ARGV[2]) > 0 then redis.call('pexpire', ...)`, `if ARGV[2] ~= '' then`): every TTL
+/// the proxy accepts (a positive integer) passes the test, so the script is judged on the runs
+/// where it passed, and a call whose TTL fails it is refused with an error when bound, as any
+/// non-positive TTL is (the script would have left the key without its expiry, or answered
+/// something else; the proxy never answers a grant for it).
+fn classify_guarded(runs: &[Run], all_keys: bool, layout: Layout) -> Option<LockScript> {
+    let switches = switches_of(runs);
+    let mut args: Vec<usize> = switches.iter().map(|(j, _)| *j).collect();
+    args.sort_unstable();
+    args.dedup();
+    args.into_iter().find_map(|j| {
+        if j == layout.token
+            || switches
+                .iter()
+                .any(|(a, s)| *a == j && analyse::positive_side(s).is_none())
+        {
+            return None;
+        }
+        let kept: Vec<Run> = runs
+            .iter()
+            .filter(|r| {
+                r.assumed
+                    .iter()
+                    .all(|(a, s, yes)| *a != j || analyse::positive_side(s) == Some(*yes))
+            })
+            .map(|r| {
+                let mut r = r.clone();
+                r.assumed.retain(|(a, ..)| *a != j);
+                r
+            })
+            .collect();
+        let lock = classify_runs(&kept, all_keys, layout)?;
+        let timed = |op: Op| {
+            !matches!(
+                op,
+                Op::Release
+                    | Op::ReleaseAll
+                    | Op::Delete
+                    | Op::Inspect
+                    | Op::Remaining
+                    | Op::ExtendAdd
+            )
+        };
+        let ok = match &lock.choice {
+            Choice::Always(op) => timed(*op),
+            Choice::IfArg {
+                then, otherwise, ..
+            }
+            | Choice::IfNum {
+                then, otherwise, ..
+            } => timed(*then) && timed(*otherwise),
+            Choice::IfTokenLen { .. } => false,
+        };
+        (ok && lock.ttl_arg == j && lock.signal.is_none()).then_some(lock)
+    })
+}
+
+fn classify_runs(runs: &[Run], all_keys: bool, layout: Layout) -> Option<LockScript> {
+    let switches = switches_of(runs);
     if runs.iter().any(|r| r.prefix.is_some()) {
-        return classify_prefix(&runs, &switches, all_keys, layout);
+        return classify_prefix(runs, &switches, all_keys, layout);
     }
     let lock = |choice, ttl_arg, unit, answer| LockScript {
         choice,
@@ -227,6 +531,7 @@ fn classify_with(block: &Block, ns: &[usize], layout: Layout) -> Option<LockScri
         params_in_keys: layout.keys_as_args,
         answer,
         signal: None,
+        announce: None,
     };
     match switches.as_slice() {
         [] => {
@@ -244,6 +549,16 @@ fn classify_with(block: &Block, ns: &[usize], layout: Layout) -> Option<LockScri
             }
             let choice = if a.0 == b.0 {
                 Choice::Always(a.0)
+            } else if let Some((kind, k)) = analyse::predicate(s) {
+                Choice::IfNum {
+                    arg: *j,
+                    test: match kind {
+                        b'>' => NumTest::Greater(k),
+                        _ => NumTest::Equal(k),
+                    },
+                    then: a.0,
+                    otherwise: b.0,
+                }
             } else {
                 Choice::IfArg {
                     arg: *j,
@@ -297,6 +612,7 @@ fn classify_prefix(
         params_in_keys: false,
         answer,
         signal: None,
+        announce: None,
     })
 }
 
@@ -353,7 +669,11 @@ fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
                 }
             };
         for (ttl_arg, unit) in ttls {
-            if ttl_arg == runs[0].layout.token {
+            let timed = !matches!(
+                op,
+                Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining
+            );
+            if timed && ttl_arg == runs[0].layout.token {
                 continue;
             }
             for answer in ANSWERS.into_iter().chain(constant_replies(runs, op)) {
@@ -373,22 +693,32 @@ fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
 fn constant_replies(runs: &[&Run], op: Op) -> Option<Answer> {
     let reply_where = |f: &dyn Fn(&Run) -> bool| runs.iter().find(|r| f(r)).map(|r| &r.reply);
     let every = |r: &Run, h: Held| r.start.iter().all(|s| s.held == h);
-    let (ok, no, gone) = match op {
-        Op::Release | Op::ReleaseAll => (
-            reply_where(&|r| every(r, Held::Token))?,
-            reply_where(&|r| every(r, Held::Other))?,
-            reply_where(&|r| every(r, Held::Missing))?,
-        ),
+    let strict_refresh =
+        |r: &Run| r.start.iter().all(|s| s.held == Held::Token && s.ttl) && strict_success(r, op);
+    let (ok, no, gone, again) = match op {
+        Op::Release | Op::ReleaseAll => {
+            let ok = reply_where(&|r| every(r, Held::Token))?;
+            (
+                ok,
+                reply_where(&|r| every(r, Held::Other))?,
+                reply_where(&|r| every(r, Held::Missing))?,
+                ok,
+            )
+        }
         Op::Delete | Op::Inspect => return None,
         // `ok`: held without a TTL; `no` (and `gone`): not held.
-        Op::Remaining => (
-            reply_where(&|r| every(r, Held::Token) && r.start.iter().any(|s| !s.ttl))?,
-            reply_where(&|r| every(r, Held::Other))?,
-            reply_where(&|r| every(r, Held::Other))?,
-        ),
+        Op::Remaining => {
+            let ok = reply_where(&|r| every(r, Held::Token) && r.start.iter().any(|s| !s.ttl))?;
+            let no = reply_where(&|r| every(r, Held::Other))?;
+            (ok, no, no, ok)
+        }
         _ => {
             let no = reply_where(&|r| every(r, Held::Other))?;
-            (reply_where(&|r| strict_success(r, op))?, no, no)
+            // A fresh grant: a run that succeeds from missing keys (else any success).
+            let ok = reply_where(&|r| strict_success(r, op) && !strict_refresh(r))
+                .or_else(|| reply_where(&|r| strict_success(r, op)))?;
+            let again = reply_where(&strict_refresh).unwrap_or(ok);
+            (ok, no, no, again)
         }
     };
     let lit = |v: &Val| match v {
@@ -397,14 +727,20 @@ fn constant_replies(runs: &[&Run], op: Op) -> Option<Answer> {
         Val::Status => Some(Lit::Ok),
         Val::Str(s) => Short::new(s).map(Lit::Bulk),
         Val::Error(e) => Short::new(e).map(Lit::Error),
+        Val::Table(items) => match items.as_slice() {
+            [Val::Num(n)] => Some(Lit::Single(*n)),
+            _ => None,
+        },
         _ => None,
     };
     let replies = Replies {
         ok: lit(ok)?,
         no: lit(no)?,
         gone: lit(gone)?,
+        again: lit(again)?,
     };
-    (replies.ok != replies.no || op == Op::Remaining).then_some(Answer::Const(replies))
+    let told_apart = replies.ok != replies.no && replies.again != replies.no;
+    (told_apart || op == Op::Remaining).then_some(Answer::Const(replies))
 }
 
 /// A constant reply as the analyser's value.
@@ -415,6 +751,7 @@ fn lit_val(l: Lit) -> Val {
         Lit::Ok => Val::Status,
         Lit::Bulk(s) => Val::Str(s.as_bytes().to_vec()),
         Lit::Error(e) => Val::Error(e.as_bytes().to_vec()),
+        Lit::Single(n) => Val::Table(vec![Val::Num(n)]),
     }
 }
 
@@ -626,7 +963,13 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
             let lenient = op != Op::Acquire
                 && r.start.iter().any(|s| s.held == Held::Token && !s.ttl)
                 && r.start.iter().all(|s| s.held != Held::Other);
-            let won = r.end == success && r.reply == expected(answer, true, n);
+            let again = match answer {
+                Answer::Const(c) if r.start.iter().all(|s| s.held == Held::Token) => {
+                    lit_val(c.again)
+                }
+                shape => expected(shape, true, n),
+            };
+            let won = r.end == success && r.reply == again;
             let lost = r.end == unchanged
                 && (r.reply == expected(answer, false, n)
                     || (lenient && answer == Answer::ZeroOne && r.reply == Val::Num(2)));

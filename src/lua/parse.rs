@@ -707,6 +707,8 @@ fn is_keyword(n: &str) -> bool {
 pub(super) struct KeyUse {
     pub(super) max_literal: usize,
     pub(super) dynamic: bool,
+    /// The highest literal `ARGV[j]` (at most 64).
+    pub(super) max_argv: usize,
 }
 
 pub(super) fn key_use_block(b: &Block, u: &mut KeyUse) {
@@ -762,6 +764,16 @@ fn key_use(e: &Expr, u: &mut KeyUse) {
             }
         },
         Expr::Global(g) if g == "KEYS" => u.dynamic = true,
+        Expr::Index(t, k) if matches!(&**t, Expr::Global(g) if g == "ARGV") => {
+            if let Expr::Num(n) = &**k
+                && n.fract() == 0.0
+                && *n >= 1.0
+                && *n <= 64.0
+            {
+                u.max_argv = u.max_argv.max(*n as usize);
+            }
+            key_use(k, u);
+        }
         Expr::Index(a, b) | Expr::Bin(_, a, b) => {
             key_use(a, u);
             key_use(b, u);
