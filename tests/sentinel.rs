@@ -663,7 +663,17 @@ async fn rediss_sentinel_speaks_tls_to_the_sentinels_and_the_data_nodes() {
     );
     assert_eq!(primary.cli(("", "data-pw"), &["GET", "tls-lock"]), "tok");
 
-    assert_eq!(ask(&["SENTINEL", "FAILOVER", "locks"]), "OK");
+    // The Sentinel may not yet count the replica as promotable (NOGOODSLAVE until it has
+    // read the replica's INFO): ask again for a while.
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let reply = ask(&["SENTINEL", "FAILOVER", "locks"]);
+        if reply == "OK" {
+            break;
+        }
+        assert!(Instant::now() < until, "SENTINEL FAILOVER: {reply}");
+        sleep(Duration::from_millis(200)).await;
+    }
     let until = Instant::now() + Duration::from_secs(20);
     while master_field(&p, 0, "primary").await != replica.addr()
         || master_field(&p, 0, "status").await != "up"
