@@ -32,6 +32,9 @@ pub enum Meaning {
     Lock(LockScript),
     /// A hash-lock operation the proxy runs as a quorum operation.
     Hash(HashScript),
+    /// A read–write or fair lock operation (Redisson's `RReadWriteLock`, `RFairLock`): the
+    /// client's script runs on every master and the quorum decides (see [`lua::redisson`]).
+    Redisson(lua::redisson::RedissonScript),
     /// Not understood: handled by the `unknown_scripts` policy.
     Unknown,
 }
@@ -103,6 +106,7 @@ pub fn recognise(body: &[u8]) -> Meaning {
     match lua::recognise_any(body) {
         Some(lua::Recognised::Lock(lock)) => Meaning::Lock(lock),
         Some(lua::Recognised::Hash(hash)) => Meaning::Hash(hash),
+        Some(lua::Recognised::Redisson(rw)) => Meaning::Redisson(rw),
         None => Meaning::Unknown,
     }
 }
@@ -346,7 +350,7 @@ mod tests {
             .collect();
         match recognise(body) {
             Meaning::Lock(l) => Some((l.op(&argv), l.all_keys, l.answer)),
-            Meaning::Hash(_) | Meaning::Unknown => None,
+            Meaning::Hash(_) | Meaning::Redisson(_) | Meaning::Unknown => None,
         }
     }
 

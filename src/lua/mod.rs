@@ -12,6 +12,7 @@ pub mod analyse;
 pub mod hash;
 pub mod lex;
 pub mod parse;
+pub mod redisson;
 
 use bytes::Bytes;
 
@@ -45,6 +46,8 @@ pub enum Recognised {
     Lock(LockScript),
     /// A hash-lock operation (see [`hash`]).
     Hash(HashScript),
+    /// A read–write or fair lock operation (see [`redisson`]).
+    Redisson(redisson::RedissonScript),
 }
 
 /// The lock or hash-lock operation a script performs, if its behaviour matches one exactly;
@@ -54,7 +57,10 @@ pub fn recognise_any(body: &[u8]) -> Option<Recognised> {
     if let Some(lock) = classify(&block) {
         return Some(Recognised::Lock(lock));
     }
-    hash::recognise_block(body, &block).map(Recognised::Hash)
+    if let Some(hash) = hash::recognise_block(body, &block) {
+        return Some(Recognised::Hash(hash));
+    }
+    redisson::recognise(&block).map(Recognised::Redisson)
 }
 
 /// The behaviour table of a script: one line per run (starting state and argument case),
