@@ -2,7 +2,9 @@
 //! operations.
 //!
 //! Unlike the plain hash lock ([`super::hashlock`]), whose scripts the proxy replaces with its
-//! own, these run **as the client sent them** on every master: each is atomic there, and the
+//! own, these run **as the client sent them** on every master (an acquisition's inside a
+//! wrapper that also reports whether the caller held the lock before, see [`wrap`], so that a
+//! roll-back knows a creation from a re-entry): each is atomic there, and the
 //! keys they build (a read hold's timeout key `KEYS[2] .. ':' .. n`, a fair waiter's channel
 //! `KEYS[4] .. ':' .. id`) are named after the lock, so they live where the lock lives. Every
 //! master therefore keeps exactly the state one Redis would keep; with all masters up and the
@@ -15,8 +17,11 @@
 //!   that refused (a PTTL, or the fair lock's queue wait), `1` for the fair lock's `tryLock()`
 //!   without a wait; and the partial grant is rolled back on the masters that said yes: one
 //!   hold of the caller's field less, its read-hold timeout key deleted, the lock deleted when
-//!   no holder is left. After a fair grant the caller also leaves the queue of every master that
-//!   refused it, so it does not stand first there for its whole wait.
+//!   no holder is left. A master whose answer never came (it may have granted late) is rolled
+//!   back too, unless some master said the caller held the lock before (a re-entry: taking a
+//!   hold it relies on is worse than a stale one, which expires with its TTL). After a fair grant
+//!   the caller also leaves the queue of every master that refused it, so it does not stand
+//!   first there for its whole wait.
 //! - **Unlocks** answer 0 while a quorum still hold the lock (one hold less), 1 when it is gone
 //!   from a majority, nil when the caller held it nowhere; each master's unlock latch answers a
 //!   retried unlock there, as on one Redis.
@@ -91,7 +96,9 @@ pub fn bind(
     keys: &[Bytes],
     argv: &[Bytes],
 ) -> Option<Result<RwLockOp, Reply>> {
-    if keys.len() < script.keys || (script.op == RedissonOp::RwRenew && !keys.len().is_multiple_of(2)) {
+    if keys.len() < script.keys
+        || (script.op == RedissonOp::RwRenew && !keys.len().is_multiple_of(2))
+    {
         return None;
     }
     let arg = |j: usize| argv.get(j.checked_sub(1)?);
@@ -112,6 +119,20 @@ pub fn bind(
             None => return Some(Err(Reply::from(Error::NotAnInteger))),
         },
     };
+    let acquires = matches!(
+        script.op,
+        RedissonOp::ReadAcquire
+            | RedissonOp::WriteAcquire
+            | RedissonOp::FairAcquire
+            | RedissonOp::FairTryAcquire
+    );
+    let wrapped;
+    let body: &[u8] = if acquires {
+        wrapped = wrap(body, script.field_arg)?;
+        &wrapped
+    } else {
+        body
+    };
     let n = itoa::Buffer::new().format(keys.len()).to_owned();
     let mut parts: Vec<&[u8]> = Vec::with_capacity(3 + keys.len() + argv.len());
     parts.extend([b"EVAL".as_slice(), body, n.as_bytes()]);
@@ -124,6 +145,25 @@ pub fn bind(
         field,
         ttl_ms,
     }))
+}
+
+/// An acquisition's script as the masters run it: the client's script unchanged inside a
+/// function, and before it whether the caller's field `ARGV[field]` was in the lock. A grant
+/// (the script's nil) answers `{1}` when the caller held the lock before (a re-entry), `{0}`
+/// when not; anything else is the script's own answer. `None` for a script that must start the
+/// text (a `#!` line), which cannot be wrapped.
+fn wrap(body: &[u8], field_arg: usize) -> Option<Vec<u8>> {
+    if body.starts_with(b"#!") || field_arg == 0 {
+        return None;
+    }
+    let f = itoa::Buffer::new().format(field_arg).to_owned();
+    let mut w = Vec::with_capacity(body.len() + 200);
+    w.extend_from_slice(b"local held_before = redis.call('hexists', KEYS[1], ARGV[");
+    w.extend_from_slice(f.as_bytes());
+    w.extend_from_slice(b"]) local reply = (function()\n");
+    w.extend_from_slice(body);
+    w.extend_from_slice(b"\nend)() if reply == nil then return {held_before} end return reply");
+    Some(w)
 }
 
 /// Runs a read–write or fair lock operation as a quorum operation.
@@ -160,8 +200,14 @@ pub fn run(proxy: &Arc<Proxy>, op: RwLockOp) -> Action {
     })
 }
 
+/// A master granted the acquisition (the wrapped script's `{held_before}`).
 fn granted(r: &Reply) -> bool {
-    *r == Reply::Nil
+    matches!(r, Reply::Array(v) if matches!(v.as_slice(), [Reply::Integer(0 | 1)]))
+}
+
+/// A master granted it as a re-entry: the caller held the lock there before.
+fn reentered(r: &Reply) -> bool {
+    *r == Reply::Array(vec![Reply::Integer(1)])
 }
 
 async fn acquire(proxy: Arc<Proxy>, op: RwLockOp, held: Held) -> Reply {
@@ -230,10 +276,12 @@ fn wait_hint(ballots: &Ballots) -> i64 {
     }
 }
 
-/// Rolls a refused acquisition back where a master granted it. A master whose answer never
-/// came is left alone: the caller may have held the lock there before this attempt, and taking
-/// a hold it relies on is worse than a stale one, which expires with its TTL.
+/// Rolls a refused acquisition back where a master granted it, and where its answer never came
+/// but the script may have run, unless some master said the caller held the lock before (then
+/// the attempt may have been a re-entry there too, and one hold less could take a hold the
+/// caller relies on; a stale hold expires with its TTL).
 fn undo(proxy: &Proxy, ballots: &Ballots, op: &RwLockOp) {
+    let reentry = ballots.count(reentered) > 0;
     let mut keys = vec![&op.keys[0]];
     if op.op == RedissonOp::ReadAcquire {
         keys.push(&op.keys[1]);
@@ -241,7 +289,11 @@ fn undo(proxy: &Proxy, ballots: &Ballots, op: &RwLockOp) {
     let req = eval(UNDO, &keys, &[&op.field]);
     let mut sent = false;
     for (i, m) in proxy.masters().iter().enumerate() {
-        if ballots.replies[i].as_ref().is_some_and(granted) {
+        let due = match &ballots.replies[i] {
+            Some(r) => granted(r),
+            None => ballots.may_have_run(i) && !reentry,
+        };
+        if due {
             m.send(req.clone(), 1, None);
             sent = true;
         }
@@ -352,6 +404,25 @@ fn renewed(ballots: &Ballots, locks: usize, valid: bool) -> Reply {
 mod tests {
     use super::*;
     use crate::quorum::scripted::{ballots, codes};
+
+    #[test]
+    fn a_grant_says_whether_the_caller_held_the_lock_before() {
+        let said = |h| Reply::Array(vec![Reply::Integer(h)]);
+        assert!(granted(&said(0)) && granted(&said(1)));
+        assert!(reentered(&said(1)) && !reentered(&said(0)));
+        for other in [Reply::Nil, Reply::Integer(900), Reply::Array(vec![])] {
+            assert!(!granted(&other), "{other:?}");
+        }
+        let w = wrap(b"return nil", 2).unwrap();
+        assert_eq!(
+            w,
+            b"local held_before = redis.call('hexists', KEYS[1], ARGV[2]) local reply = \
+              (function()\nreturn nil\nend)() if reply == nil then return {held_before} end \
+              return reply"
+                .to_vec()
+        );
+        assert!(wrap(b"#!lua flags=no-writes\nreturn 1", 2).is_none());
+    }
 
     #[test]
     fn unlock_follows_the_majority() {
