@@ -29,6 +29,7 @@
 //! - **The read-lock watchdog** answers, per lock, 1 when a quorum renewed it within the
 //!   validity of the new TTL, else 0.
 //! - **Leaving the fair queue** (`acquireFailed`) answers nil once a quorum did it.
+//! - **`isLocked()`** of the read lock (a script that only reads) answers 1 when a quorum say 1.
 //!
 //! Why one holder: see docs/design.md ("Read–write and fair locks"). TTLs are capped by
 //! `max_ttl_ms` like every lock's.
@@ -354,6 +355,9 @@ async fn settle(proxy: &Proxy, op: &RwLockOp) -> Reply {
             .is_some_and(|v| v > Duration::from_millis(proxy.config().min_validity_ms));
             renewed(&ballots, op.keys.len() / 2, valid)
         }
+        RedissonOp::RwIsLocked => Reply::Integer(i64::from(
+            ballots.count(|r| *r == Reply::Integer(1)) >= ballots.quorum,
+        )),
         _ => {
             if ballots.answered().count() < ballots.quorum {
                 Reply::from(Error::NoQuorumUnlock)

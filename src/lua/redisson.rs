@@ -46,6 +46,9 @@ pub enum RedissonOp {
     FairForceUnlock,
     /// `RFairLock`'s `acquireFailed`: the caller leaves the queue (`KEYS` = queue, timeouts).
     FairDequeue,
+    /// A read of the lock's state that writes nothing and answers 1 or 0 (the read lock's
+    /// `isLocked()`).
+    RwIsLocked,
 }
 
 /// A recognised read–write or fair lock script and where its parameters sit.
@@ -388,7 +391,7 @@ pub fn recognise(block: &Block) -> Option<RedissonScript> {
         field_arg,
         ttl_arg,
         publish_arg,
-        keys: if op == RedissonOp::WriteAcquire {
+        keys: if matches!(op, RedissonOp::WriteAcquire | RedissonOp::RwIsLocked) {
             1
         } else {
             needs
@@ -428,6 +431,9 @@ pub fn recognise(block: &Block) -> Option<RedissonScript> {
     };
     let acquire_returns = |r: &Ret| matches!(r, Ret::Nil | Ret::Pttl);
     match n {
+        1 if mode_read && s.writes_only(&[], None) => s
+            .returns_only(|r| matches!(r, Ret::Num(0 | 1)))
+            .then_some(script(RedissonOp::RwIsLocked, 0, 0, 0)),
         1 if mode_read && set_mode(b"write") => {
             // Write acquisition: creates {mode: write, field: 1}, or counts a re-entry.
             let f = counted(1)?;
@@ -619,6 +625,7 @@ mod tests {
             ("redisson_fair_unlock", FairUnlock, 3, 0, 5, 5),
             ("redisson_fair_forceUnlock", FairForceUnlock, 0, 0, 3, 4),
             ("redisson_fair_acquireFailed", FairDequeue, 1, 0, 0, 2),
+            ("redisson_rw_read_isLocked", RwIsLocked, 0, 0, 0, 1),
         ];
         for (name, op, field_arg, ttl_arg, publish_arg, keys) in want {
             assert_eq!(
@@ -705,6 +712,7 @@ mod tests {
             "redisson_fair_unlock",
             "redisson_fair_forceUnlock",
             "redisson_fair_acquireFailed",
+            "redisson_rw_read_isLocked",
         ] {
             let block = crate::lua::parse_script(&lua(name)).unwrap();
             assert!(super::super::classify(&block).is_none(), "{name}");

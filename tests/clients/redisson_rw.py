@@ -55,6 +55,7 @@ READ_LOCK = script("rw_read_lock")
 READ_UNLOCK = script("rw_read_unlock")
 READ_FORCE = script("rw_read_forceUnlock")
 READ_RENEW = script("rw_ReadLockTask_chunk")
+READ_IS_LOCKED = script("rw_read_isLocked")
 WRITE_LOCK = script("rw_write_lock")
 WRITE_UNLOCK = script("rw_write_unlock")
 WRITE_FORCE = script("rw_write_forceUnlock")
@@ -256,6 +257,9 @@ class ReadLock(Base):
     def force_unlock(self):
         return evalsha(self.r, READ_FORCE, [self.name, self.channel()], [UNLOCK_MESSAGE, "publish"])
 
+    def is_locked(self):
+        return evalsha(self.r, READ_IS_LOCKED, [self.name], []) == 1
+
 
 class WriteLock(Base):
     """RReadWriteLock.writeLock()."""
@@ -388,6 +392,8 @@ def rw_api(proxy_port, master_ports):
     ttl = w.try_acquire()
     check(isinstance(ttl, int) and 9000 < ttl <= 10000, f"a writer gets the PTTL: {ttl}")
     on_majority(lambda m: m.hget("rw", "mode") == b"read" and m.hlen("rw") == 3, "read mode")
+    check(r1.is_locked(), "readLock().isLocked()")
+    check(r.hget("rw", "mode") == b"read", "HGET mode (writeLock().isLocked() reads it)")
     # Re-entrant reads: a count per holder, one timeout key per hold.
     check(r1.lock(wait_s=0, watchdog=False), "reader 1 re-enters")
     check(r1.hold_count() == 2, f"reader 1 holds twice: {r1.hold_count()}")
@@ -398,6 +404,7 @@ def rw_api(proxy_port, master_ports):
     check(r2.unlock() == 1, "the last reader releases")
     check(r.exists("rw") == 0, "released")
     on_majority(lambda m: m.exists("rw") == 0, "lock gone")
+    check(not r1.is_locked(), "readLock().isLocked() once released")
     check(r1.unlock() is None, "unlock of a read lock not held answers nil")
 
     # A writer excludes readers and writers; it re-enters, and may read while it writes.
