@@ -17,6 +17,8 @@
 //! must get right is therefore the meaning of a reply — nil granted, an integer refused — and
 //! where the caller's field and TTL are, for the roll-back of a partial grant.
 
+use std::collections::HashMap;
+
 use super::parse::{Block, Expr, KeyUse, Stat, is_redis_call, key_use_block};
 
 /// What a recognised read–write or fair lock script does.
@@ -110,8 +112,9 @@ enum Ret {
 struct Summary {
     calls: Vec<(Cmd, Vec<Shape>)>,
     rets: Vec<Ret>,
-    /// Shapes given to locals by `local x = ...` (by local number).
-    locals: Vec<(usize, Shape)>,
+    /// The shape each local was given (by local number); [`Shape::Other`] once it was given two
+    /// different ones.
+    locals: HashMap<usize, Shape>,
 }
 
 /// Commands that write. A script may make only the writes its operation makes.
@@ -174,7 +177,7 @@ impl Summary {
                     es.iter().for_each(|e| self.expr(e));
                     for (id, e) in ids.iter().zip(es) {
                         let shape = self.shape(e);
-                        self.locals.push((*id, shape));
+                        self.give(*id, shape);
                     }
                 }
                 Stat::Assign(ts, es) => {
@@ -182,7 +185,7 @@ impl Summary {
                     for (t, e) in ts.iter().zip(es) {
                         if let Expr::Local(id) = t {
                             let shape = self.shape(e);
-                            self.locals.push((*id, shape));
+                            self.give(*id, shape);
                         }
                     }
                 }
@@ -235,6 +238,13 @@ impl Summary {
                 }
                 Stat::Break => {}
             }
+        }
+    }
+
+    fn give(&mut self, id: usize, shape: Shape) {
+        let given = self.locals.entry(id).or_insert_with(|| shape.clone());
+        if *given != shape {
+            *given = Shape::Other;
         }
     }
 
@@ -306,14 +316,8 @@ impl Summary {
                 Shape::Key(i) | Shape::Built(i) => Shape::Built(i),
                 _ => Shape::Other,
             },
-            // A local keeps the shape of what it was last given, when that is one shape.
-            Expr::Local(id) => {
-                let mut given = self.locals.iter().filter(|(l, _)| l == id).map(|(_, s)| s);
-                match (given.next(), given.next()) {
-                    (Some(s), None) => s.clone(),
-                    _ => Shape::Other,
-                }
-            }
+            // A local has the shape it was given, when it was only ever given one.
+            Expr::Local(id) => self.locals.get(id).cloned().unwrap_or(Shape::Other),
             _ => Shape::Other,
         }
     }
@@ -694,6 +698,18 @@ mod tests {
         // Redisson's plain RLock is the hash-lock recogniser's, not this one's.
         assert_eq!(op("redisson_lock"), None);
         assert_eq!(op("redisson_unlock"), None);
+    }
+
+    /// A long script is summarised in one pass and not recognised (bounded work on any input).
+    #[test]
+    fn long_scripts_are_summarised_and_refused() {
+        let mut body = String::new();
+        for i in 0..3000 {
+            body += &format!("local k{i} = KEYS[1] .. ':' .. {i} redis.call('set', k{i}, 1) ");
+        }
+        body += "return redis.call('pttl', KEYS[1])";
+        let block = crate::lua::parse_script(body.as_bytes()).unwrap();
+        assert_eq!(recognise(&block), None);
     }
 
     /// These scripts are not mistaken for other lock operations by the general recogniser.
