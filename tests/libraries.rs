@@ -948,9 +948,11 @@ async fn long_kill_run_loses_no_update() {
     let _one_at_a_time = HEAVY.lock().await;
     let long = std::env::var_os("REDLOCK_LONG_RUN").is_some_and(|v| v == "1");
     let iterations: u32 = if long { 900 } else { 120 };
-    let libraries: [(&str, Worker); 10] = [
+    let libraries: [(&str, Worker); 12] = [
         ("redis-py", redis_py_worker),
         ("redisson", redisson),
+        ("redisson-rw", redisson_rw_mode),
+        ("redisson-fair", redisson_fair_mode),
         ("python-redis-lock", python_redis_lock),
         ("node-redlock", node_redlock_worker),
         ("redis-lock", npm_redis_lock_worker),
@@ -960,6 +962,12 @@ async fn long_kill_run_loses_no_update() {
         ("redlock-rb", redlock_rb),
         ("distlock-host", distlock_host_value),
     ];
+    // `REDLOCK_LONG_ONLY=name,name` runs those libraries alone (to look into one).
+    let only = std::env::var("REDLOCK_LONG_ONLY").unwrap_or_default();
+    let libraries: Vec<(&str, Worker)> = libraries
+        .into_iter()
+        .filter(|(n, _)| only.is_empty() || only.split(',').any(|o| o == *n))
+        .collect();
     let mut ms = masters(3);
     let counter = Master::start();
     let p = format!("127.0.0.1:{}", proxy_for(&ms).await.port());
@@ -995,6 +1003,10 @@ async fn long_kill_run_loses_no_update() {
     for ((name, _), run) in libraries.iter().zip(&all) {
         eprintln!("  {name}: {run:?}");
         run.assert_no_loss(&format!("{name} in the kill run"));
+        // Redisson's read-write lock: no writer overlapped a reader or another writer.
+        if let Some((_, overlaps)) = run.checks.get("exclusive") {
+            assert_eq!(*overlaps, 0, "{name}: sections overlapped in the kill run");
+        }
         grants += run.ok;
         lost += run.lost();
     }
@@ -1357,7 +1369,7 @@ fn fair_overtakes(run_outputs: &[(u64, u64, u64)]) -> usize {
 async fn redisson_fair_contention_order_and_master_kill() {
     let _one_at_a_time = HEAVY.lock().await;
     let name = "redisson-fair";
-    let iterations = 10;
+    let iterations = 20;
     let ms = masters(3);
     let counter = Master::start();
     let p = format!("127.0.0.1:{}", proxy_for(&ms).await.port());

@@ -13,9 +13,10 @@
 //!
 //! - **Acquisitions** (read, write, fair) are granted when a quorum answered nil (taken) within
 //!   the validity of the TTL (`ttl − elapsed − drift`), and answer nil. Otherwise they answer
-//!   what a refusing quorum says one Redis would: the quorum-th largest wait among the masters
-//!   that refused (a PTTL, or the fair lock's queue wait), `1` for the fair lock's `tryLock()`
-//!   without a wait; and the partial grant is rolled back on the masters that said yes: one
+//!   what a refusing quorum says one Redis would: the quorum-th largest PTTL among the masters
+//!   that refused (for the fair lock's queue wait, the shortest, see [`fair_wait_hint`]), `1`
+//!   for the fair lock's `tryLock()` without a wait; and the partial grant is rolled back on the
+//!   masters that said yes: one
 //!   hold of the caller's field less, its read-hold timeout key deleted, the lock deleted when
 //!   no holder is left. A master whose answer never came (it may have granted late) is rolled
 //!   back too, unless some master said the caller held the lock before (a re-entry: taking a
@@ -253,6 +254,7 @@ async fn acquire(proxy: Arc<Proxy>, op: RwLockOp, held: Held) -> Reply {
     let refused = match ballots.majority_error() {
         Some(e) => e.clone(),
         None if op.op == RedissonOp::FairTryAcquire => Reply::Integer(1),
+        None if op.op == RedissonOp::FairAcquire => Reply::Integer(fair_wait_hint(&ballots)),
         None => Reply::Integer(wait_hint(&ballots)),
     };
     // The client has its answer; the roll-back waits for every answer due (until the node
@@ -273,6 +275,18 @@ fn wait_hint(ballots: &Ballots) -> i64 {
     let waits: Vec<i64> = ballots.integers().collect();
     match quorum_th(ballots.quorum, waits, |t| *t) {
         Some(t) if t > 0 => t,
+        _ => rand::random_range(5..=50),
+    }
+}
+
+/// A refused fair acquisition's wait: the shortest any refusing master answered, so that a
+/// waiter that is first somewhere (answered 0 there) retries at once. With every master keeping
+/// the same queue they all answer alike; after a master lost its queue, the masters may each
+/// have another waiter first, and prompt retries are what lets the partial grants (each one
+/// takes its waiter out of that master's queue) bring a quorum back to one first waiter.
+fn fair_wait_hint(ballots: &Ballots) -> i64 {
+    match ballots.integers().filter(|t| *t > 0).min() {
+        Some(t) if ballots.integers().all(|o| o > 0) => t,
         _ => rand::random_range(5..=50),
     }
 }
@@ -465,6 +479,18 @@ mod tests {
             7000
         );
         let w = wait_hint(&ballots(vec![i(9000), Some(Reply::Nil), None]));
+        assert!((5..=50).contains(&w));
+    }
+
+    #[test]
+    fn a_fair_refusal_answers_the_shortest_wait() {
+        let i = |n| Some(Reply::Integer(n));
+        assert_eq!(
+            fair_wait_hint(&ballots(vec![i(9000), i(7000), i(12000)])),
+            7000
+        );
+        // First somewhere (0 there): retry soon.
+        let w = fair_wait_hint(&ballots(vec![i(9000), i(0), Some(Reply::Nil)]));
         assert!((5..=50).contains(&w));
     }
 

@@ -28,7 +28,8 @@ subscribed to `redisson_rwlock:{name}` (read-write) or `redisson_lock__channel:{
         count) and out on exit, so of two sections that overlap the later one sees the other:
         `check exclusive GOOD BAD` (a writer alone, a reader with no writer), `check snapshot`
         (the reader's two reads agree), `check readers_together N 0` (readers seen together).
-        fair: each thread takes the fair lock with a wait, increments, unlocks; each grant that
+        fair: the threads share the iterations; each takes the fair lock with a wait,
+        increments, unlocks; each grant that
         had to queue prints `fair SENT REPLIED GRANTED` (wall-clock us: the queueing call sent
         and answered, the grant). With --unfair, RLock instead (the control of the order).
         Prints `done N` last (writes done).
@@ -635,6 +636,8 @@ def worker(args):
             rl = ReadLock(r, args.resource, client_id=client_id, lease_ms=3000)
             wl = WriteLock(r, args.resource, client_id=client_id, lease_ms=3000)
         for k in range(args.iterations):
+            if args.mode == "fair" and k >= args.iterations // 2 + (i < args.iterations % 2):
+                break  # the two threads share the iterations, as redisson.py's do
             if args.mode == "fair":
                 kind = PlainLock if args.unfair else FairLock
                 lock = kind(r, args.resource, client_id=client_id, lease_ms=3000)
