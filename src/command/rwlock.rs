@@ -27,7 +27,8 @@
 //!   from a majority, nil when the caller held it nowhere; each master's unlock latch answers a
 //!   retried unlock there, as on one Redis.
 //! - **Forced unlocks** answer 1 when a quorum deleted the lock.
-//! - **The read-lock watchdog** answers, per lock, 1 when a quorum renewed it within the
+//! - **The read-lock watchdog** (the many-lock `ReadLockTask` of Redisson 3.44 and later, and
+//!   the single-lock renewal before it) answers, per lock, 1 when a quorum renewed it within the
 //!   validity of the new TTL, else 0.
 //! - **Leaving the fair queue** (`acquireFailed`) answers nil once a quorum did it.
 //! - **`isLocked()`** of the read lock (a script that only reads) answers 1 when a quorum say 1.
@@ -174,7 +175,7 @@ pub fn run(proxy: &Arc<Proxy>, op: RwLockOp) -> Action {
     let max = proxy.config().max_ttl_ms;
     if matches!(
         op.op,
-        ReadAcquire | WriteAcquire | FairAcquire | FairTryAcquire | RwRenew
+        ReadAcquire | WriteAcquire | FairAcquire | FairTryAcquire | RwRenew | RwRenewOne
     ) {
         if op.ttl_ms <= 0 {
             return Reply::from(Error::InvalidLockScriptTtl).into();
@@ -368,6 +369,16 @@ async fn settle(proxy: &Proxy, op: &RwLockOp) -> Reply {
             )
             .is_some_and(|v| v > Duration::from_millis(proxy.config().min_validity_ms));
             renewed(&ballots, op.keys.len() / 2, valid)
+        }
+        RedissonOp::RwRenewOne => {
+            let valid = validity(
+                Duration::from_millis(op.ttl_ms as u64),
+                start.elapsed(),
+                proxy.config().drift_factor,
+            )
+            .is_some_and(|v| v > Duration::from_millis(proxy.config().min_validity_ms));
+            let yes = ballots.count(|r| *r == Reply::Integer(1));
+            Reply::Integer(i64::from(valid && yes >= ballots.quorum))
         }
         RedissonOp::RwIsLocked => Reply::Integer(i64::from(
             ballots.count(|r| *r == Reply::Integer(1)) >= ballots.quorum,

@@ -37,6 +37,9 @@ pub enum RedissonOp {
     /// The read-lock watchdog (`ReadLockTask`, many locks at once): only `PEXPIRE`s, one 1 or
     /// 0 per lock.
     RwRenew,
+    /// The read-lock watchdog before Redisson 3.44 (one lock, `KEYS` = lock, timeout-key
+    /// prefix): only `PEXPIRE`s, 1 when the caller's field is there, else 0.
+    RwRenewOne,
     /// `RFairLock` acquisition with a wait (`tryLock(wait, ...)`/`lock()`): nil when taken,
     /// else a wait in ms (and the caller queued).
     FairAcquire,
@@ -504,6 +507,21 @@ pub fn recognise(block: &Block) -> Option<RedissonScript> {
                 && s.returns_only(|r| matches!(r, Ret::Nil | Ret::Num(0 | 1) | Ret::Other)))
             .then_some(script(RedissonOp::RwUnlock, f, 0, p.unwrap_or(0)))
         }
+        2 if s.has(b"hkeys", |a| a == [k(1)]) => {
+            // The single-lock read renewal: the caller's field read, then only PEXPIREs (of the
+            // lock and of each hold's timeout key built from KEYS[2]).
+            let f = s.calls_of(b"hget").find_map(|a| match a {
+                [Shape::Key(1), Shape::Arg(f)] => Some(*f),
+                _ => None,
+            })?;
+            let t = ttl(false)?;
+            (f != t
+                && s.has(b"pexpire", |a| a == [Shape::Built(2), Shape::Arg(t)])
+                && s.writes_only(&[b"pexpire"], None)
+                && s.rets.contains(&Ret::Num(1))
+                && s.returns_only(|r| matches!(r, Ret::Num(0 | 1))))
+            .then_some(script(RedissonOp::RwRenewOne, f, t, 0))
+        }
         2 if s.has(b"lrange", |a| a.first() == Some(&k(1))) => {
             // acquireFailed: leaves the queue (KEYS[1]) and the timeout set (KEYS[2]).
             let f = s.calls_of(b"zrem").find_map(|a| match a {
@@ -630,6 +648,8 @@ mod tests {
             ("redisson_fair_forceUnlock", FairForceUnlock, 0, 0, 3, 4),
             ("redisson_fair_acquireFailed", FairDequeue, 1, 0, 0, 2),
             ("redisson_rw_read_isLocked", RwIsLocked, 0, 0, 0, 1),
+            ("redisson_rw_read_renew_3x", RwRenewOne, 2, 1, 0, 2),
+            ("redisson_rw_read_unlock_3x", RwUnlock, 2, 0, 3, 5),
         ];
         for (name, op, field_arg, ttl_arg, publish_arg, keys) in want {
             assert_eq!(
@@ -729,6 +749,8 @@ mod tests {
             "redisson_fair_forceUnlock",
             "redisson_fair_acquireFailed",
             "redisson_rw_read_isLocked",
+            "redisson_rw_read_renew_3x",
+            "redisson_rw_read_unlock_3x",
         ] {
             let block = crate::lua::parse_script(&lua(name)).unwrap();
             assert!(super::super::classify(&block).is_none(), "{name}");

@@ -56,6 +56,8 @@ READ_LOCK = script("rw_read_lock")
 READ_UNLOCK = script("rw_read_unlock")
 READ_FORCE = script("rw_read_forceUnlock")
 READ_RENEW = script("rw_ReadLockTask_chunk")
+READ_RENEW_3X = script("rw_read_renew_3x")  # Redisson before 3.44
+READ_UNLOCK_3X = script("rw_read_unlock_3x")  # answers 1, not nil, for a lock already gone
 READ_IS_LOCKED = script("rw_read_isLocked")
 WRITE_LOCK = script("rw_write_lock")
 WRITE_UNLOCK = script("rw_write_unlock")
@@ -228,7 +230,11 @@ class Base:
 
 
 class ReadLock(Base):
-    """RReadWriteLock.readLock()."""
+    """RReadWriteLock.readLock(); `old`: its watchdog as before Redisson 3.44."""
+
+    def __init__(self, *args, old=False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.old = old
 
     def field(self):
         return self.thread_name()
@@ -258,8 +264,11 @@ class ReadLock(Base):
         )
 
     def renew(self, field):
-        """ReadLockTask's chunk, this one lock with this one thread."""
+        """ReadLockTask's chunk, this one lock with this one thread (or renewExpirationAsync
+        before 3.44)."""
         key_prefix = tagged(self.name)
+        if self.old:
+            return evalsha(self.r, READ_RENEW_3X, [self.name, key_prefix], [self.lease_ms, field]) == 1
         res = evalsha(self.r, READ_RENEW, [self.name, key_prefix], [self.lease_ms, 1, field])
         return res == [1]
 
@@ -415,6 +424,14 @@ def rw_api(proxy_port, master_ports):
     on_majority(lambda m: m.exists("rw") == 0, "lock gone")
     check(not r1.is_locked(), "readLock().isLocked() once released")
     check(r1.unlock() is None, "unlock of a read lock not held answers nil")
+    prefix = r1.timeout_prefix()
+    old = evalsha(
+        r,
+        READ_UNLOCK_3X,
+        ["rw", r1.channel(), prefix, tagged("rw"), r1.latch()],
+        [UNLOCK_MESSAGE, r1.field(), "publish", 5000],
+    )
+    check(old == 1, f"the unlock before 4.x answers 1 for a lock already gone: {old}")
 
     # A writer excludes readers and writers; it re-enters, and may read while it writes.
     check(w.lock(wait_s=5, watchdog=False), "writer locks")
@@ -441,7 +458,12 @@ def rw_api(proxy_port, master_ports):
     check(r1.unlock() == 0 and r2.unlock() == 1, "readers release")
 
     # The unlock's publish wakes a waiter at once (not after the 10 s lease).
-    for holder, waiter, message in [(w, r1, b"1"), (r1, w, b"0")]:
+    # Each round on a lock of its own, so no copy of an earlier round's message can arrive.
+    wake = [
+        (WriteLock(r, "wake1", lease_ms=10000, tid=1), ReadLock(r, "wake1", lease_ms=10000, tid=1), b"1"),
+        (ReadLock(r, "wake2", lease_ms=10000, tid=1), WriteLock(r, "wake2", lease_ms=10000, tid=1), b"0"),
+    ]
+    for holder, waiter, message in wake:
         listener = r.pubsub()
         listener.subscribe(holder.channel())
         listener.get_message(timeout=1)
@@ -472,7 +494,11 @@ def rw_api(proxy_port, master_ports):
         check(waiter.unlock() == 1, "waiter releases")
 
     # The watchdogs: a lease of 2.4 s renewed every 0.8 s keeps the lock for 6 s.
-    for lock in [ReadLock(r, "dog", lease_ms=2400, tid=1), WriteLock(r, "dog", lease_ms=2400, tid=1)]:
+    for lock in [
+        ReadLock(r, "dog", lease_ms=2400, tid=1),
+        ReadLock(r, "dog", lease_ms=2400, tid=1, old=True),
+        WriteLock(r, "dog", lease_ms=2400, tid=1),
+    ]:
         check(lock.lock(wait_s=5), "locks with the watchdog")
         time.sleep(6)
         check(lock.hold_count() == 1, f"still held past the lease: {type(lock).__name__}")
