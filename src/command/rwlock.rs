@@ -11,14 +11,13 @@
 //! operations on one lock taken in turn (see `keylock`), every master sees the same scripts in
 //! the same order and answers alike. The proxy's part is the Redlock decision on the replies:
 //!
-//! - **Acquisitions** (read, write, fair) are granted when a quorum answered nil (taken) within
-//!   the validity of the TTL (`ttl − elapsed − drift`), and answer nil. Otherwise they answer
-//!   what a refusing quorum says one Redis would: the quorum-th largest PTTL among the masters
-//!   that refused (for the fair lock's queue wait, the shortest, see [`fair_wait_hint`]), `1`
-//!   for the fair lock's `tryLock()` without a wait; and the partial grant is rolled back on the
-//!   masters that said yes: one
-//!   hold of the caller's field less, its read-hold timeout key deleted, the lock deleted when
-//!   no holder is left. A master whose answer never came (it may have granted late) is rolled
+//! - **Acquisitions** (read, write, fair) are granted when a quorum took the lock (the script's
+//!   nil) within the validity of the TTL (`ttl − elapsed − drift`), and answer nil. Otherwise
+//!   they answer what a refusing quorum says one Redis would: the quorum-th largest PTTL among
+//!   the masters that refused (for the fair lock's queue wait, the shortest, see
+//!   [`fair_wait_hint`]), `1` for the fair lock's `tryLock()` without a wait; and the partial
+//!   grant is rolled back on the masters that said yes: one hold of the caller's field less, its
+//!   read-hold timeout key deleted, the lock deleted when no holder is left. A master whose answer never came (it may have granted late) is rolled
 //!   back too, unless some master said the caller held the lock before (a re-entry: taking a
 //!   hold it relies on is worse than a stale one, which expires with its TTL). After a fair grant
 //!   the caller also leaves the queue of every master that refused it, so it does not stand
