@@ -3,7 +3,7 @@
 //!
 //! Unlike the plain hash lock ([`super::hashlock`]), whose scripts the proxy replaces with its
 //! own, these run **as the client sent them** on every master (an acquisition's inside a
-//! wrapper that also reports whether the caller held the lock before, see [`wrap`], so that a
+//! wrapper that also reports whether the caller held the lock before, see `wrap`, so that a
 //! roll-back knows a creation from a re-entry): each is atomic there, and the
 //! keys they build (a read hold's timeout key `KEYS[2] .. ':' .. n`, a fair waiter's channel
 //! `KEYS[4] .. ':' .. id`) are named after the lock, so they live where the lock lives. Every
@@ -15,7 +15,7 @@
 //!   nil) within the validity of the TTL (`ttl − elapsed − drift`), and answer nil. Otherwise
 //!   they answer what a refusing quorum says one Redis would: the quorum-th largest PTTL among
 //!   the masters that refused (for the fair lock's queue wait, the shortest, see
-//!   [`fair_wait_hint`]), `1` for the fair lock's `tryLock()` without a wait; and the partial
+//!   `fair_wait_hint`), `1` for the fair lock's `tryLock()` without a wait; and the partial
 //!   grant is rolled back on the masters that said yes: one hold of the caller's field less, its
 //!   read-hold timeout key deleted, the lock deleted when no holder is left. A master whose answer never came (it may have granted late) is rolled
 //!   back too, unless some master said the caller held the lock before (a re-entry: taking a
