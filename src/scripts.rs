@@ -33,7 +33,7 @@ pub enum Meaning {
     /// A hash-lock operation the proxy runs as a quorum operation.
     Hash(HashScript),
     /// A read–write or fair lock operation (Redisson's `RReadWriteLock`, `RFairLock`): the
-    /// client's script runs on every master and the quorum decides (see [`lua::redisson`]).
+    /// client's script runs on every master and the quorum decides (see `lua/redisson.rs`).
     Redisson(lua::redisson::RedissonScript),
     /// Not understood: handled by the `unknown_scripts` policy.
     Unknown,
