@@ -152,8 +152,10 @@ pub fn bind(
 /// An acquisition's script as the masters run it: the client's script unchanged inside a
 /// function, and before it whether the caller's field `ARGV[field]` was in the lock. A grant
 /// (the script's nil) answers `{1}` when the caller held the lock before (a re-entry), `{0}`
-/// when not; anything else is the script's own answer. `None` for a script that must start the
-/// text (a `#!` line), which cannot be wrapped.
+/// when not; any other answer comes back as `{2, answer}`, so that no answer of the script's
+/// own can pass for a grant. (An error raised by a command still ends the script with that
+/// error, as on one Redis.) `None` for a script that must start the text (a `#!` line), which
+/// cannot be wrapped.
 fn wrap(body: &[u8], field_arg: usize) -> Option<Vec<u8>> {
     if body.starts_with(b"#!") || field_arg == 0 {
         return None;
@@ -164,7 +166,9 @@ fn wrap(body: &[u8], field_arg: usize) -> Option<Vec<u8>> {
     w.extend_from_slice(f.as_bytes());
     w.extend_from_slice(b"]) local reply = (function()\n");
     w.extend_from_slice(body);
-    w.extend_from_slice(b"\nend)() if reply == nil then return {held_before} end return reply");
+    w.extend_from_slice(
+        b"\nend)() if reply == nil then return {held_before} end return {2, reply}",
+    );
     Some(w)
 }
 
@@ -212,6 +216,39 @@ fn reentered(r: &Reply) -> bool {
     *r == Reply::Array(vec![Reply::Integer(1)])
 }
 
+/// What a master that refused answered (the wrapped script's `{2, answer}`).
+fn refusal(r: &Reply) -> Option<&Reply> {
+    match r {
+        Reply::Array(v) => match v.as_slice() {
+            [Reply::Integer(2), answer] => Some(answer),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The waits the refusing masters answered.
+fn waits(ballots: &Ballots) -> impl Iterator<Item = i64> + '_ {
+    ballots
+        .replies
+        .iter()
+        .flatten()
+        .filter_map(|r| match refusal(r) {
+            Some(Reply::Integer(t)) => Some(*t),
+            _ => None,
+        })
+}
+
+/// The error a quorum of masters answered alike: raised by the script (a key of another type:
+/// `WRONGTYPE`), or returned by it (`redis.error_reply`).
+fn agreed_error(ballots: &Ballots) -> Option<Reply> {
+    if let Some(e) = ballots.majority_error() {
+        return Some(e.clone());
+    }
+    let (e, _) = ballots.tally_by(|r| refusal(r).filter(|a| a.is_error()))?;
+    e.cloned()
+}
+
 async fn acquire(proxy: Arc<Proxy>, op: RwLockOp, held: Held) -> Reply {
     let start = Instant::now();
     let deadline = start + proxy.config().node_timeout();
@@ -251,8 +288,8 @@ async fn acquire(proxy: Arc<Proxy>, op: RwLockOp, held: Held) -> Reply {
         "read-write or fair lock refused"
     );
     Counters::bump(&proxy.counters().denials);
-    let refused = match ballots.majority_error() {
-        Some(e) => e.clone(),
+    let refused = match agreed_error(&ballots) {
+        Some(e) => e,
         None if op.op == RedissonOp::FairTryAcquire => Reply::Integer(1),
         None if op.op == RedissonOp::FairAcquire => Reply::Integer(fair_wait_hint(&ballots)),
         None => Reply::Integer(wait_hint(&ballots)),
@@ -272,7 +309,7 @@ async fn acquire(proxy: Arc<Proxy>, op: RwLockOp, held: Held) -> Reply {
 /// fewer than a quorum did (a split, masters down, a grant too late to be valid), a short
 /// random wait so that competing callers spread out.
 fn wait_hint(ballots: &Ballots) -> i64 {
-    let waits: Vec<i64> = ballots.integers().collect();
+    let waits: Vec<i64> = waits(ballots).collect();
     match quorum_th(ballots.quorum, waits, |t| *t) {
         Some(t) if t > 0 => t,
         _ => rand::random_range(5..=50),
@@ -285,8 +322,8 @@ fn wait_hint(ballots: &Ballots) -> i64 {
 /// have another waiter first, and prompt retries are what lets the partial grants (each one
 /// takes its waiter out of that master's queue) bring a quorum back to one first waiter.
 fn fair_wait_hint(ballots: &Ballots) -> i64 {
-    match ballots.integers().filter(|t| *t > 0).min() {
-        Some(t) if ballots.integers().all(|o| o > 0) => t,
+    match waits(ballots).filter(|t| *t > 0).min() {
+        Some(t) if waits(ballots).all(|o| o > 0) => t,
         _ => rand::random_range(5..=50),
     }
 }
@@ -438,15 +475,23 @@ mod tests {
         let said = |h| Reply::Array(vec![Reply::Integer(h)]);
         assert!(granted(&said(0)) && granted(&said(1)));
         assert!(reentered(&said(1)) && !reentered(&said(0)));
-        for other in [Reply::Nil, Reply::Integer(900), Reply::Array(vec![])] {
+        // The script's own answers come back as {2, answer}: even a `{1}` of its own is none.
+        let own = Reply::Array(vec![Reply::Integer(2), said(1)]);
+        for other in [
+            Reply::Nil,
+            Reply::Integer(900),
+            Reply::Array(vec![]),
+            own.clone(),
+        ] {
             assert!(!granted(&other), "{other:?}");
         }
+        assert_eq!(refusal(&own), Some(&said(1)));
         let w = wrap(b"return nil", 2).unwrap();
         assert_eq!(
             w,
             b"local held_before = redis.call('hexists', KEYS[1], ARGV[2]) local reply = \
               (function()\nreturn nil\nend)() if reply == nil then return {held_before} end \
-              return reply"
+              return {2, reply}"
                 .to_vec()
         );
         assert!(wrap(b"#!lua flags=no-writes\nreturn 1", 2).is_none());
@@ -483,7 +528,7 @@ mod tests {
 
     #[test]
     fn a_refusal_answers_how_long_a_majority_still_hold_it() {
-        let i = |n| Some(Reply::Integer(n));
+        let i = |n| Some(Reply::Array(vec![Reply::Integer(2), Reply::Integer(n)]));
         assert_eq!(
             wait_hint(&ballots(vec![i(9000), i(7000), Some(Reply::Nil)])),
             7000
@@ -493,8 +538,21 @@ mod tests {
     }
 
     #[test]
+    fn an_error_a_quorum_agree_on_is_the_answer() {
+        let own = |r: Reply| Some(Reply::Array(vec![Reply::Integer(2), r]));
+        let e = Reply::static_error("ERR custom");
+        let b = ballots(vec![own(e.clone()), own(e.clone()), own(Reply::Integer(5))]);
+        assert_eq!(agreed_error(&b), Some(e.clone()));
+        let b = ballots(vec![own(e.clone()), own(Reply::Integer(5)), None]);
+        assert_eq!(agreed_error(&b), None);
+        let raised = Reply::static_error("WRONGTYPE x");
+        let b = ballots(vec![Some(raised.clone()), Some(raised.clone()), None]);
+        assert_eq!(agreed_error(&b), Some(raised));
+    }
+
+    #[test]
     fn a_fair_refusal_answers_the_shortest_wait() {
-        let i = |n| Some(Reply::Integer(n));
+        let i = |n| Some(Reply::Array(vec![Reply::Integer(2), Reply::Integer(n)]));
         assert_eq!(
             fair_wait_hint(&ballots(vec![i(9000), i(7000), i(12000)])),
             7000
