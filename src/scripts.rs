@@ -36,6 +36,9 @@ pub enum Meaning {
     Hash(HashScript),
     /// One plain command whatever the key held, run as that command (see [`PlainSet`]).
     Plain(PlainSet),
+    /// A read–write or fair lock operation (Redisson's `RReadWriteLock`, `RFairLock`): the
+    /// client's script runs on every master and the quorum decides (see `lua/redisson.rs`).
+    Redisson(lua::redisson::RedissonScript),
     /// Not understood: handled by the `unknown_scripts` policy.
     Unknown,
 }
@@ -111,6 +114,7 @@ pub fn recognise(body: &[u8]) -> Meaning {
         Some(lua::Recognised::Lock(lock)) => Meaning::Lock(lock),
         Some(lua::Recognised::Hash(hash)) => Meaning::Hash(hash),
         Some(lua::Recognised::Plain(plain)) => Meaning::Plain(plain),
+        Some(lua::Recognised::Redisson(rw)) => Meaning::Redisson(rw),
         None => Meaning::Unknown,
     }
 }
@@ -424,6 +428,10 @@ mod tests {
                     yes += 1;
                     println!("OK   {name}: {p:?}");
                 }
+                Meaning::Redisson(r) => {
+                    yes += 1;
+                    println!("OK   {name}: {r:?}");
+                }
                 Meaning::Unknown => {
                     no += 1;
                     println!("NO   {name}: {}", lua::refusal(&body));
@@ -451,7 +459,7 @@ mod tests {
             .collect();
         match recognise(body) {
             Meaning::Lock(l) => Some((l.op(&argv), l.all_keys, l.answer)),
-            Meaning::Hash(_) | Meaning::Plain(_) | Meaning::Unknown => None,
+            Meaning::Hash(_) | Meaning::Plain(_) | Meaning::Redisson(_) | Meaning::Unknown => None,
         }
     }
 

@@ -12,7 +12,7 @@
 //! read–sleep–write on a counter kept in a Redis the proxy does not use, under the lock. No
 //! update may be lost; the same run with the lock bypassed must lose some (so the test can
 //! fail); and none may be lost while a master is SIGKILLed mid-run and restarted empty. The
-//! long kill run drives eight libraries at once while the masters are killed in turn.
+//! long kill run drives twelve libraries at once while the masters are killed in turn.
 
 mod support;
 
@@ -948,9 +948,11 @@ async fn long_kill_run_loses_no_update() {
     let _one_at_a_time = HEAVY.lock().await;
     let long = std::env::var_os("REDLOCK_LONG_RUN").is_some_and(|v| v == "1");
     let iterations: u32 = if long { 900 } else { 120 };
-    let libraries: [(&str, Worker); 10] = [
+    let libraries: [(&str, Worker); 12] = [
         ("redis-py", redis_py_worker),
         ("redisson", redisson),
+        ("redisson-rw", redisson_rw_mode),
+        ("redisson-fair", redisson_fair_mode),
         ("python-redis-lock", python_redis_lock),
         ("node-redlock", node_redlock_worker),
         ("redis-lock", npm_redis_lock_worker),
@@ -960,6 +962,12 @@ async fn long_kill_run_loses_no_update() {
         ("redlock-rb", redlock_rb),
         ("distlock-host", distlock_host_value),
     ];
+    // `REDLOCK_LONG_ONLY=name,name` runs those libraries alone (to look into one).
+    let only = std::env::var("REDLOCK_LONG_ONLY").unwrap_or_default();
+    let libraries: Vec<(&str, Worker)> = libraries
+        .into_iter()
+        .filter(|(n, _)| only.is_empty() || only.split(',').any(|o| o == *n))
+        .collect();
     let mut ms = masters(3);
     let counter = Master::start();
     let p = format!("127.0.0.1:{}", proxy_for(&ms).await.port());
@@ -995,6 +1003,10 @@ async fn long_kill_run_loses_no_update() {
     for ((name, _), run) in libraries.iter().zip(&all) {
         eprintln!("  {name}: {run:?}");
         run.assert_no_loss(&format!("{name} in the kill run"));
+        // Redisson's read-write lock: no writer overlapped a reader or another writer.
+        if let Some((_, overlaps)) = run.checks.get("exclusive") {
+            assert_eq!(*overlaps, 0, "{name}: sections overlapped in the kill run");
+        }
         grants += run.ok;
         lost += run.lost();
     }
@@ -1368,4 +1380,267 @@ async fn libraries_work_with_cluster_members() {
         run.lost() > 0,
         "the control should lose updates, or the test proves nothing: {run:?}"
     );
+}
+
+fn redisson_rw(mode: &str) -> Command {
+    let mut c = Command::new(python());
+    c.arg(clients_dir().join("redisson_rw.py"))
+        .args(["--mode", mode]);
+    c
+}
+
+fn redisson_rw_mode() -> Command {
+    redisson_rw("rw")
+}
+
+fn redisson_fair_mode() -> Command {
+    redisson_rw("fair")
+}
+
+/// The fair-lock worker with Redisson's plain `RLock` instead: the control of the order.
+fn redisson_unfair_mode() -> Command {
+    let mut c = redisson_rw("fair");
+    c.arg("--unfair");
+    c
+}
+
+/// Runs one of redisson_rw.py's behaviour checks (`rw-api`, `fair-api`) at N = 3 and 5.
+async fn redisson_rw_api(which: &str) {
+    let _one_at_a_time = HEAVY.lock().await;
+    for n in [3, 5] {
+        let ms = masters(n);
+        let proxy = proxy_for(&ms).await;
+        let mut cmd = Command::new(python());
+        cmd.arg(clients_dir().join("redisson_rw.py"))
+            .arg(which)
+            .arg(proxy.port().to_string())
+            .args(ports(&ms));
+        assert_eq!(drive(cmd).await.trim(), "ok", "{which}, N = {n}");
+    }
+}
+
+/// Redisson's `RReadWriteLock` (its exact scripts, run as sent on every master and decided by
+/// the quorum): readers hold together and a writer is refused with the PTTL; re-entrant reads
+/// with one timeout key per hold; a writer excludes readers and writers, re-enters, may read
+/// while it writes, and unlocking down to read mode lets readers in; no writer preference (as
+/// Redisson); each unlock's message wakes the waiter at once; both watchdogs renew past the
+/// lease; `forceUnlock` by mode; a grant over one disagreeing master, a refusal with the PTTL
+/// of a majority that disagree and the partial grant rolled back; a publish command other than
+/// `publish`/`spublish` refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redisson_read_write_lock_works_through_the_proxy() {
+    redisson_rw_api("rw-api").await;
+}
+
+/// Redisson's `RFairLock`: re-entrancy, `tryLock()` without a wait answers 1, a waiter queued
+/// alike on every master, a wait that runs out leaves the queue (`acquireFailed`), the first
+/// waiter woken on its own channel at once, `forceUnlock`, and five waiters served in their
+/// arrival order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redisson_fair_lock_works_through_the_proxy() {
+    redisson_rw_api("fair-api").await;
+}
+
+/// The one-holder rule of `RReadWriteLock` under contention (8 processes, two threads each,
+/// alternating writer and reader): through the proxy no writer overlaps a reader or another
+/// writer, readers' snapshots hold, no update is lost, and readers do hold together; the same
+/// on one plain Redis; with the lock bypassed, overlaps and lost updates (the control); and
+/// with master 1 SIGKILLed mid-run and restarted empty, still no overlap and no loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redisson_read_write_contention_and_master_kill() {
+    let _one_at_a_time = HEAVY.lock().await;
+    let name = "redisson-rw";
+    let iterations = 20;
+    let ms = masters(3);
+    let counter = Master::start();
+    let p = format!("127.0.0.1:{}", proxy_for(&ms).await.port());
+    let worker = redisson_rw_mode as Worker;
+
+    let run = run_n(worker, 8, &p, &counter, "rw-a", iterations, false).await;
+    eprintln!("{name} through the proxy: {run:?}");
+    assert!(run.ok > 0);
+    run.assert_no_loss(name);
+    run.assert_checks_clean(name);
+
+    let plain = Master::start();
+    let run = run_n(
+        worker,
+        8,
+        &plain.addr(),
+        &counter,
+        "rw-d",
+        iterations,
+        false,
+    )
+    .await;
+    eprintln!("{name} on one plain Redis: {run:?}");
+    run.assert_no_loss(&format!("{name} on one plain Redis"));
+    run.assert_checks_clean(name);
+
+    let run = run_n(worker, 8, &p, &counter, "rw-c", iterations, true).await;
+    eprintln!("{name}, lock bypassed: {run:?}");
+    let overlaps = run.checks.get("exclusive").map_or(0, |c| c.1);
+    assert!(
+        run.lost() > 0 && overlaps > 0,
+        "{name}: the control should lose updates and overlap, or the test proves nothing"
+    );
+
+    let (run, seen) = kill_round(worker, "rw-b", iterations).await;
+    eprintln!("{name}, master 1 SIGKILLed at counter {seen}, restarted empty: {run:?}");
+    assert!(seen < run.ok, "{name}: the kill should fall mid-run");
+    run.assert_no_loss(&format!("{name} across the master's kill"));
+    run.assert_checks_clean(&format!("{name} across the master's kill"));
+}
+
+/// `fair SENT REPLIED GRANTED` lines of a fair-lock run: how many grants had queued, and the
+/// pairs served out of arrival order (a waiter whose queueing call was answered before another
+/// sent its own, yet granted after it).
+fn fair_overtakes(run_outputs: &[(u64, u64, u64)]) -> usize {
+    let mut overtaken = 0;
+    for a in run_outputs {
+        for b in run_outputs {
+            if a.1 < b.0 && b.2 < a.2 {
+                overtaken += 1;
+            }
+        }
+    }
+    overtaken
+}
+
+/// The fair lock under contention (8 processes, two threads each, read–sleep–write): through the
+/// proxy, with all masters up, no update lost and no waiter served before one that queued ahead
+/// of it; on one plain Redis the same; the same run with `RLock` (not fair) serves waiters out
+/// of order, so the order check can fail (its control); with the lock bypassed, updates lost
+/// (the control of the counter); with master 1 SIGKILLed mid-run and restarted empty, no update
+/// lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redisson_fair_contention_order_and_master_kill() {
+    let _one_at_a_time = HEAVY.lock().await;
+    let name = "redisson-fair";
+    let iterations = 20;
+    let ms = masters(3);
+    let counter = Master::start();
+    let p = format!("127.0.0.1:{}", proxy_for(&ms).await.port());
+    let worker = redisson_fair_mode as Worker;
+    for (what, redis, resource) in [
+        ("through the proxy", p.clone(), "fair-a"),
+        ("on one plain Redis", Master::start().addr(), "fair-d"),
+    ] {
+        let (run, queued) = fair_run(worker, &redis, &counter, resource, iterations).await;
+        let overtakes = fair_overtakes(&queued);
+        eprintln!(
+            "{name} {what}: {run:?}, {} grants queued first, {overtakes} out of order",
+            queued.len()
+        );
+        assert!(run.ok > 0);
+        run.assert_no_loss(&format!("{name} {what}"));
+        assert!(
+            queued.len() > 10,
+            "{name} {what}: contention queued waiters"
+        );
+        assert_eq!(
+            overtakes, 0,
+            "{name} {what}: waiters served out of arrival order"
+        );
+    }
+    let (_, queued) = fair_run(redisson_unfair_mode, &p, &counter, "fair-e", iterations).await;
+    let overtakes = fair_overtakes(&queued);
+    eprintln!("{name} with RLock instead: {overtakes} out of order");
+    assert!(
+        overtakes > 0,
+        "{name}: RLock should serve waiters out of order"
+    );
+    let run = run_n(worker, 8, &p, &counter, "fair-c", iterations, true).await;
+    eprintln!("{name}, lock bypassed: {run:?}");
+    assert!(run.lost() > 0, "{name}: the control should lose updates");
+    let (run, seen) = kill_round(worker, "fair-b", iterations).await;
+    eprintln!("{name}, master 1 SIGKILLed at counter {seen}, restarted empty: {run:?}");
+    assert!(seen < run.ok, "{name}: the kill should fall mid-run");
+    run.assert_no_loss(&format!("{name} across the master's kill"));
+}
+
+/// A fair-lock contention run that also returns each queued grant's `fair` line.
+async fn fair_run(
+    worker: Worker,
+    redis: &str,
+    counter: &Master,
+    resource: &str,
+    iterations: u32,
+) -> (Run, Vec<(u64, u64, u64)>) {
+    let counter_addr = counter.addr();
+    let mut handles = Vec::new();
+    for _ in 0..8 {
+        let mut cmd = worker();
+        cmd.args(["--redis", redis, "--counter", &counter_addr])
+            .args([
+                "--resource",
+                resource,
+                "--iterations",
+                &iterations.to_string(),
+            ])
+            .args(["--hold-ms", "2"]);
+        handles.push(tokio::spawn(drive(cmd)));
+    }
+    let mut run = Run::default();
+    let mut queued = Vec::new();
+    for h in handles {
+        let out = h.await.expect("worker task");
+        for line in out.lines() {
+            if let Some(rest) = line.strip_prefix("fair ") {
+                let f: Vec<u64> = rest
+                    .split_whitespace()
+                    .map(|v| v.parse().unwrap())
+                    .collect();
+                queued.push((f[0], f[1], f[2]));
+            }
+            if let Some(n) = line.strip_prefix("done ") {
+                run.ok += n.trim().parse::<u64>().unwrap();
+            }
+        }
+    }
+    run.got = counter_value(counter, resource).await;
+    (run, queued)
+}
+
+/// Fair order across a master's loss: a holder and five waiters queued on every master; master
+/// 1 is SIGKILLed and restarted empty (its lock and queue gone); the holder unlocks; the waiters
+/// are still served in arrival order, since every grant needs the two masters that kept the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redisson_fair_order_is_kept_when_a_master_restarts_empty() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let _one_at_a_time = HEAVY.lock().await;
+    let mut ms = masters(3);
+    let proxy = proxy_for(&ms).await;
+    let mut cmd = Command::new(python());
+    cmd.arg(clients_dir().join("redisson_rw.py"))
+        .args(["fair-order", &proxy.port().to_string(), "5"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().expect("driver started");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let next = |l: Option<String>| l.unwrap_or_default();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("queued in time")
+        .unwrap();
+    assert_eq!(next(first), "queued");
+    let queue = "redisson_lock_queue:{order}";
+    for m in &ms {
+        match m.client().await.cmd(&["LLEN", queue]).await {
+            Reply::Integer(n) => assert_eq!(n, 5, "five waiters queued on every master"),
+            other => panic!("LLEN: {other:?}"),
+        }
+    }
+    ms[1].kill();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ms[1].restart();
+    stdin.write_all(b"go\n").await.unwrap();
+    let order = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("served in time")
+        .unwrap();
+    assert_eq!(next(order), "order 0 1 2 3 4");
+    assert!(child.wait().await.unwrap().success());
 }

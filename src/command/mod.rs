@@ -14,9 +14,9 @@
 //! - [`lock`]: the Redlock engine (acquire, extend, release, roll back).
 //! - [`keys`]: plain key commands decided by majority; [`conditional`] (`SET … IFEQ`,
 //!   `DELEX`, `DELIFEQ`, `DIGEST`); [`set`] (`SET` and its forms);
-//!   [`hashlock`] (re-entrant hash locks); [`fence`] (fencing tokens); [`script`] (`EVAL`,
-//!   `EVALSHA`, `SCRIPT`); [`blocking`], [`pubsub`], [`connection`], [`introspect`],
-//!   [`transaction`].
+//!   [`hashlock`] (re-entrant hash locks); [`rwlock`] (read-write and fair locks); [`fence`]
+//!   (fencing tokens); [`script`] (`EVAL`, `EVALSHA`, `SCRIPT`); [`blocking`], [`pubsub`],
+//!   [`connection`], [`introspect`], [`transaction`].
 //! - this file: dispatch.
 
 pub mod action;
@@ -30,6 +30,7 @@ pub mod keys;
 pub mod lease;
 pub mod lock;
 pub mod pubsub;
+pub mod rwlock;
 pub mod script;
 pub mod session;
 pub mod set;

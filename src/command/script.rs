@@ -96,6 +96,13 @@ fn run(proxy: &Arc<Proxy>, conn: &Conn, script: &Script, args: Vec<Bytes>) -> Ac
                 return action;
             }
         }
+        // Redisson's read-write and fair locks: the client's script on every master, decided
+        // by the quorum (see `rwlock`).
+        Meaning::Redisson(rw) => match super::rwlock::bind(rw, &script.body, keys, argv) {
+            Some(Ok(op)) => return super::rwlock::run(proxy, op),
+            Some(Err(e)) => return e.into(),
+            None => {}
+        },
         Meaning::Unknown => {}
     }
     unknown(proxy, script, keys, &args)

@@ -12,6 +12,7 @@ pub mod analyse;
 pub mod hash;
 pub mod lex;
 pub mod parse;
+pub mod redisson;
 
 use bytes::Bytes;
 
@@ -50,6 +51,8 @@ pub enum Recognised {
     Hash(HashScript),
     /// One plain command, whatever the key held (see [`PlainSet`]).
     Plain(PlainSet),
+    /// A read–write or fair lock operation (see [`redisson`]).
+    Redisson(redisson::RedissonScript),
 }
 
 /// The lock or hash-lock operation a script performs, if its behaviour matches one exactly;
@@ -62,7 +65,10 @@ pub fn recognise_any(body: &[u8]) -> Option<Recognised> {
     if let Some(plain) = plain_set(&block) {
         return Some(Recognised::Plain(plain));
     }
-    hash::recognise_block(body, &block).map(Recognised::Hash)
+    if let Some(hash) = hash::recognise_block(body, &block) {
+        return Some(Recognised::Hash(hash));
+    }
+    redisson::recognise(&block).map(Recognised::Redisson)
 }
 
 /// Longest refusal reason given, in bytes.
