@@ -1332,8 +1332,8 @@ fn stackexchange() -> Command {
 /// StackExchange.Redis's `LockTake` (`SET NX` with `PX` or `EX`), `LockQuery` (`GET`),
 /// `LockExtend` and `LockRelease` (its `WATCH`, `GET`, `MULTI`, `PEXPIRE`/`EXPIRE`/`DEL`, `EXEC`
 /// transactions; `UNWATCH` when the value differs), an `EXEC` aborted when the lock changed hands
-/// after `WATCH`, and Redis 8.4's `SET … IFEQ` / `DELEX` refused as Redis 7 refuses them (the
-/// proxy reports 7.0.0, so the library keeps to its transactions); N = 3 and 5.
+/// after `WATCH`, and the forms it sends to Redis 8.4 (`SET … IFEQ … PX` to extend, `DELEX … IFEQ`
+/// to release) answered as Redis 8.4 answers them; N = 3 and 5.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stackexchange_lock_api_works_through_the_proxy() {
     api_at_3_and_5(stackexchange, "api").await;

@@ -14,7 +14,7 @@ SENTINEL MASTERS, INFO, CLUSTER NODES, the tie-breaker GET, the ECHO tracer; SUB
   otherwise `MULTI`, `PEXPIRE key ms` (`EXPIRE key s` for whole seconds) or `DEL key`, `EXEC`
   pipelined; the answer is true when `EXEC` ran (not nil);
 - the library has no lock scripts. From Redis 8.4 it sends `SET key value IFEQ value PX ms` and
-  `DELEX key IFEQ value` instead; `api` checks that the proxy refuses both as Redis 7 does.
+  `DELEX key IFEQ value` instead; `api` checks that the proxy answers both as Redis 8.4 does.
 
     python stackexchange.py api PROXY_PORT MASTER_PORT...
     python stackexchange.py --redis ...          a contention worker (lockworker.py)
@@ -165,18 +165,19 @@ def api(proxy_port, master_ports):
     on_majority(masters, lambda m: m.get("se:c") == them.encode(), "the new holder's lock kept")
     check(other.lock_release("se:c", them), "the new holder releases")
 
-    # Redis 8.4's forms, which the library would send to a newer server: refused as Redis 7
-    # refuses them.
+    # Redis 8.4's forms, which the library sends to a server of 8.4 or later (LockExtend as
+    # `SET key value IFEQ value PX ms`, LockRelease as `DELEX key IFEQ value`): the proxy answers
+    # them as quorum operations, as Redis 8.4 would.
     r = redis.Redis(port=proxy_port)
-    for cmd, want in [
-        (("SET", "se:d", me, "IFEQ", me, "PX", 1000), "syntax error"),
-        (("DELEX", "se:d", "IFEQ", me), "unknown command"),
-    ]:
-        try:
-            r.execute_command(*cmd)
-            check(False, f"{cmd[0]} with IFEQ must be refused")
-        except redis.exceptions.ResponseError as e:
-            check(want in str(e), f"{cmd[0]}: {e}")
+    check(db.lock_take("se:d", me, 2000), "taken for the 8.4 forms")
+    check(r.execute_command("SET", "se:d", them, "IFEQ", them, "PX", 5000) is None,
+          "IFEQ extension by another refused")
+    check(r.execute_command("SET", "se:d", me, "IFEQ", me, "PX", 5000) in (b"OK", "OK", True),
+          "IFEQ extension by the holder")
+    on_majority(masters, lambda m: m.pttl("se:d") > 2500, "extended on a majority")
+    check(r.execute_command("DELEX", "se:d", "IFEQ", them) == 0, "DELEX by another refused")
+    check(r.execute_command("DELEX", "se:d", "IFEQ", me) == 1, "DELEX by the holder")
+    on_majority(masters, lambda m: m.get("se:d") is None, "released on a majority")
     print("ok")
 
 
