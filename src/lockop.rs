@@ -46,6 +46,12 @@ pub enum Op {
     /// constants ([`Answer::Const`]): `ok` when a quorum hold the token without a TTL, `no`
     /// when they do not hold it.
     Remaining,
+    /// Like `Acquire`, but a key that already holds the token counts as granted *without*
+    /// touching its TTL ("set if absent, else answer yes if already mine"). One key only; not
+    /// declarable in the configuration. Where a master holds the key for the caller already,
+    /// its remaining TTL (not the requested one) counts toward the grant's validity.
+    #[serde(skip)]
+    AcquireOrKeep,
 }
 
 /// The reply shape a library expects from its script.

@@ -1685,6 +1685,79 @@ mod more_libraries {
         }
     }
 
+    /// Take-or-already-mine: a key that holds the caller's token answers the grant and keeps
+    /// its TTL (no refresh), whatever the spelling.
+    #[test]
+    fn take_or_keep_is_recognised() {
+        let keep = |text: &str| {
+            let l = lock(text.as_bytes());
+            (
+                l.choice,
+                l.token_arg,
+                l.ttl_arg,
+                l.unit,
+                l.all_keys,
+                l.answer,
+            )
+        };
+        let plain = (
+            Choice::Always(Op::AcquireOrKeep),
+            1,
+            2,
+            TtlUnit::Millis,
+            false,
+            Answer::OneZero,
+        );
+        for text in [
+            "if redis.call('get', KEYS[1]) == ARGV[1] then return 1 \
+             elseif redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 else return 0 end",
+            "local k = KEYS[1] local me = ARGV[1] \
+             if redis.call('GET', k) == me or redis.call('SET', k, me, 'NX', 'PX', ARGV[2]) then return 1 end return 0",
+        ] {
+            assert_eq!(keep(text), plain, "{text}");
+        }
+        // Seconds, and a fresh grant told apart from "already mine".
+        assert_eq!(
+            keep(
+                "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return 0 end \
+                 if redis.call('get', KEYS[1]) == ARGV[1] then return 1 end return -1"
+            ),
+            (
+                Choice::Always(Op::AcquireOrKeep),
+                1,
+                2,
+                TtlUnit::Seconds,
+                false,
+                Answer::Const(Replies {
+                    ok: Lit::Int(0),
+                    no: Lit::Int(-1),
+                    gone: Lit::Int(-1),
+                    again: Lit::Int(1),
+                })
+            )
+        );
+        // Near misses: each must stay unknown.
+        for text in [
+            // "Already mine" where the value is NOT the token: any holder is answered yes.
+            "if redis.call('get', KEYS[1]) then return 1 end \
+             if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end return 0",
+            // Already mine answered like a refusal and a fresh grant alike: nothing to tell.
+            "if redis.call('get', KEYS[1]) == ARGV[1] then return 0 end \
+             if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end return 0",
+            // Already mine: the TTL is cut to a constant (neither kept nor the one asked).
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[1], 100) return 1 end \
+             if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end return 0",
+            // Already mine: the key is rewritten without a TTL.
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('set', KEYS[1], ARGV[1]) return 1 end \
+             if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end return 0",
+            // Every key of KEYS: take-or-keep is one key only.
+            "for _, k in ipairs(KEYS) do if redis.call('get', k) ~= ARGV[1] and \
+             not redis.call('set', k, ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end end return 1",
+        ] {
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
+        }
+    }
+
     /// The shapes of issue 25: the token and TTL in any argument, any constant per outcome,
     /// a refresh answered apart from a fresh grant, a guarded expiry, a release that publishes.
     #[test]

@@ -311,7 +311,12 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
     // One future type per operation, so each is only as large as its own state; each takes its
     // turn on its keys now, at dispatch.
     match op.op {
-        Op::Acquire | Op::AcquireOrRefresh | Op::AcquireOrRefreshAll => acquisition(proxy, op),
+        Op::Acquire | Op::AcquireOrRefresh | Op::AcquireOrRefreshAll | Op::AcquireOrKeep => {
+            if op.op == Op::AcquireOrKeep && op.keys.len() != 1 {
+                return Reply::from(Error::NoLockKeys).into();
+            }
+            acquisition(proxy, op)
+        }
         Op::Extend | Op::ExtendAdd => {
             let ticket = turn(proxy, &op);
             super::action::in_turn_of(proxy, ticket, move |proxy, held| async move {
@@ -400,9 +405,11 @@ pub fn is_granted_reply(op: &LockOp) -> impl Fn(&Reply) -> bool + Send + 'static
 fn granted_answer(op: &LockOp, ballots: &Ballots) -> Reply {
     match op.answer {
         Answer::Const(c) if c.again != c.ok => {
+            let keep = op.op == Op::AcquireOrKeep;
             let refreshed = |r: &Reply| {
                 matches!(r, Reply::Array(codes)
                     if !codes.is_empty() && codes.iter().all(|c| *c == Reply::Integer(2)))
+                    || (keep && already_mine(op, r))
             };
             constant(if ballots.agree(refreshed) {
                 c.again
@@ -418,7 +425,7 @@ fn granted_answer(op: &LockOp, ballots: &Ballots) -> Reply {
 pub fn acquires(op: &LockOp) -> bool {
     matches!(
         op.op,
-        Op::Acquire | Op::AcquireOrRefresh | Op::AcquireOrRefreshAll
+        Op::Acquire | Op::AcquireOrRefresh | Op::AcquireOrRefreshAll | Op::AcquireOrKeep
     )
 }
 
@@ -636,6 +643,58 @@ fn grant(
     Some(granted_answer(op, ballots))
 }
 
+/// Whether a master's first-round answer to a reentrant acquisition says the key already holds
+/// the caller's token: `SET ... NX GET` names it, or (older masters, take-or-keep) [`ACQUIRE`]
+/// answers -1.
+fn already_mine(op: &LockOp, r: &Reply) -> bool {
+    match r {
+        Reply::Bulk(v) => *v == op.token,
+        Reply::Integer(-1) => op.op == Op::AcquireOrKeep,
+        _ => false,
+    }
+}
+
+/// The grant of a take-or-keep acquisition (see [`Op::AcquireOrKeep`]), if a quorum of masters
+/// hold the key for the caller with enough validity left: a master that created the key
+/// brings the requested TTL; one where it was already the caller's brings what it still has
+/// (its PTTL, read after the first round, `left`; a key without a TTL, the requested TTL), and
+/// the quorum-th largest of those TTLs is judged by the validity rule from the dispatch.
+fn grant_kept(
+    proxy: &Proxy,
+    op: &LockOp,
+    ballots: &Ballots,
+    left: &Ballots,
+    start: Instant,
+    since: Instant,
+) -> Option<Reply> {
+    let created = created_by(op);
+    let ttl = ballots.quorum_th(
+        |i, r| {
+            if created(r) {
+                return Some(op.ttl_ms);
+            }
+            match left.replies.get(i)? {
+                Some(Reply::Integer(-1)) => Some(op.ttl_ms),
+                Some(Reply::Integer(n)) if *n > 0 => Some((*n).min(op.ttl_ms)),
+                _ => None,
+            }
+        },
+        |t| *t,
+    )?;
+    let now = Instant::now();
+    let elapsed = now.saturating_duration_since(start);
+    let cfg = proxy.config();
+    let min = Duration::from_millis(cfg.min_validity_ms);
+    let valid = validity(Duration::from_millis(ttl as u64), elapsed, cfg.drift_factor)
+        .filter(|v| *v > min)?;
+    trace!(validity_ms = valid.as_millis(), "lock granted (kept)");
+    Counters::bump(&proxy.counters().grants);
+    proxy
+        .counters()
+        .observe_acquire(now.saturating_duration_since(since));
+    Some(granted_answer(op, ballots))
+}
+
 /// The [`ACQUIRE`] script's flag for `op`: `1` accepts keys that already hold the token, `2`
 /// only when every key does, `0` neither.
 fn acquire_flag(op: Op) -> &'static [u8] {
@@ -659,16 +718,38 @@ async fn not_granted_at_once(
     let k = op.keys.len();
     // The snapshot the first round went to: every later step addresses the same masters.
     let masters = vote.masters().clone();
-    let reentrant = matches!(op.op, Op::AcquireOrRefresh | Op::AcquireOrRefreshAll);
+    let reentrant = matches!(
+        op.op,
+        Op::AcquireOrRefresh | Op::AcquireOrRefreshAll | Op::AcquireOrKeep
+    );
+    let keep = op.op == Op::AcquireOrKeep;
     let deadline = start + proxy.config().node_timeout();
     let ttl_arg = itoa::Buffer::new().format(op.ttl_ms).to_owned();
     let flag = acquire_flag(op.op);
     let script = || eval(ACQUIRE, &op.keys, &[&op.token, ttl_arg.as_bytes(), flag]);
     let yes = created_by(&op);
     let first = vote.decide_by(yes).await;
-    let mine = |r: &Reply| matches!(r, Reply::Bulk(v) if *v == op.token);
+    let mine = |r: &Reply| already_mine(&op, r);
     // The first round's vote, while answers may still be due (see the refusal below).
-    let (ballots, unfinished) = if reentrant && first.count(mine) > 0 {
+    let (ballots, unfinished) = if keep && first.count(mine) > 0 {
+        // Take-or-keep: where the key is already the caller's, it is left as it is; how long it
+        // still holds there (read in the same compare, so a key lost meanwhile does not count)
+        // is what that master brings to the grant's validity.
+        let ballots = vote.finish().await;
+        let remaining = eval(REMAINING, &op.keys, &[&op.token]);
+        let asks: Vec<Option<Bytes>> = ballots
+            .replies
+            .iter()
+            .map(|r| r.as_ref().is_some_and(mine).then(|| remaining.clone()))
+            .collect();
+        let left = ask_timed(&masters, Request::Some(asks), 1, deadline)
+            .outcome()
+            .await;
+        if let Some(ok) = grant_kept(&proxy, &op, &ballots, &left, start, since) {
+            return ok;
+        }
+        (ballots, None)
+    } else if reentrant && first.count(mine) > 0 {
         // A retry by the same token found the key already its own on some masters: refresh it
         // there (the script answers `[2]`), so the retry is granted with a full TTL rather
         // than refused until the first attempt's keys expire.

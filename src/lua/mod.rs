@@ -628,12 +628,13 @@ fn has(r: &Run, j: usize, s: &[u8], yes: bool) -> bool {
         .any(|(a, b, y)| *a == j && b == s && *y == yes)
 }
 
-const OPS: [Op; 10] = [
+const OPS: [Op; 11] = [
     Op::Release,
     Op::Delete,
     Op::Inspect,
     Op::Acquire,
     Op::AcquireOrRefresh,
+    Op::AcquireOrKeep,
     Op::Extend,
     Op::ExtendAdd,
     // Only where the ones above do not fit (with one key they are the same).
@@ -792,6 +793,8 @@ fn strict_success(r: &Run, op: Op) -> bool {
     match op {
         Op::Acquire => all(&|h, _| h == Held::Missing),
         Op::AcquireOrRefresh => all(&|h, t| h == Held::Missing || (h == Held::Token && t)),
+        // A key holding the token without a TTL is kept too (held for ever, as valid as any).
+        Op::AcquireOrKeep => all(&|h, _| h != Held::Other),
         Op::Extend => all(&|h, t| h == Held::Token && t),
         Op::ExtendAdd => all(&|h, t| h == Held::Token && t),
         Op::AcquireOrRefreshAll => {
@@ -945,6 +948,34 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 other => other.clone(),
             };
             r.end == unchanged && (got == reply || (k.value.is_none() && got == reply_missing))
+        }
+        Op::AcquireOrKeep => {
+            // One key: missing, it is taken with the TTL; already the token's, it is kept as it
+            // is (TTL untouched) and the grant answered; another's, nothing changes.
+            if n != 1 {
+                return false;
+            }
+            let reply_ok = expected(answer, true, n);
+            match r.start[0].held {
+                Held::Missing => {
+                    let taken = KeyNow {
+                        value: Some(Val::Arg(r.layout.token)),
+                        ttl: TtlNow::Set {
+                            seconds: unit == TtlUnit::Seconds,
+                            v: Val::Arg(ttl_arg),
+                        },
+                    };
+                    r.end == [taken] && r.reply == reply_ok
+                }
+                Held::Token => {
+                    let again = match answer {
+                        Answer::Const(c) => lit_val(c.again),
+                        shape => expected(shape, true, n),
+                    };
+                    r.end == unchanged && r.reply == again
+                }
+                Held::Other => r.end == unchanged && r.reply == expected(answer, false, n),
+            }
         }
         _ => {
             let ttl = |i: usize| {
