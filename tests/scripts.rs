@@ -1669,8 +1669,16 @@ async fn generalised_lock_scripts_answer_what_one_redis_answers() {
         local left = redis.call('pttl', KEYS[1])\nif left < 0 then return 0 end\n\
         if tonumber(ARGV[3]) == 1 then return redis.call('pexpire', KEYS[1], ARGV[2]) end\n\
         return redis.call('pexpire', KEYS[1], left + ARGV[2])";
+    // Take-or-already-mine: the caller's key answers the grant and keeps its TTL.
+    let keep = "if redis.call('get', KEYS[1]) == ARGV[1] then return 1 end\n\
+        if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end\nreturn 0";
+    // The same in seconds, a fresh grant (0) told apart from "already mine" (1), -1 refused.
+    let keep_told = "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return 0 end\n\
+        if redis.call('get', KEYS[1]) == ARGV[1] then return 1 end\nreturn -1";
     type Case<'a> = (&'a str, &'a [&'a str]);
     let cases: &[Case] = &[
+        (keep, &["tok", "20000"]),
+        (keep_told, &["tok", "20"]),
         (flag, &["tok", "20000", "1"]),
         (flag, &["tok", "20000", "0"]),
         (swapped, &["20", "tok"]),
@@ -1712,6 +1720,92 @@ async fn generalised_lock_scripts_answer_what_one_redis_answers() {
     let r = c.raw(&["EVAL", guarded, "1", "gen:none", "tok", ""]).await;
     assert!(r.starts_with("-ERR"), "{r}");
     assert_eq!(values_on(&ms, "gen:none").await, vec![None, None, None]);
+}
+
+/// The PTTL of `key` on one master.
+async fn pttl(m: &Master, key: &str) -> i64 {
+    let r = m.client().await.raw(&["PTTL", key]).await;
+    r.trim_start_matches(':').trim().parse().unwrap()
+}
+
+/// Take-or-already-mine (`Op::AcquireOrKeep`) leaves the caller's key with its old TTL, so a
+/// master that says "already mine" brings only what it has left: the grant's validity is that
+/// of the quorum-th largest TTL among the masters holding the key for the caller. Negative
+/// control: one Redis answers the grant with less left than the proxy's minimum validity.
+#[tokio::test]
+async fn take_or_keep_counts_the_ttl_left_where_the_key_was_already_mine() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| {
+        c.unknown_scripts = UnknownScripts::Reject;
+        c.min_validity_ms = 2_000;
+    })
+    .await;
+    let keep = "if redis.call('get', KEYS[1]) == ARGV[1] then return 1 end\n\
+        if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end\nreturn 0";
+    let mut c = Client::connect(&p).await;
+    // Two masters hold the caller's key with 1.5 s left, the third has none: a quorum holds it
+    // for the caller, but with less than the minimum validity. Refused, nothing refreshed, and
+    // the key the third master created is taken back.
+    for m in &ms[..2] {
+        m.client()
+            .await
+            .cmd(&["SET", "keep:short", "tok", "PX", "1500"])
+            .await;
+    }
+    let r = c
+        .raw(&["EVAL", keep, "1", "keep:short", "tok", "20000"])
+        .await;
+    assert_eq!(r, ":0\r\n");
+    for m in &ms[..2] {
+        let left = pttl(m, "keep:short").await;
+        assert!((1..=1500).contains(&left), "not refreshed: {left}");
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while values_on(&ms[2..], "keep:short").await != vec![None] {
+        assert!(tokio::time::Instant::now() < deadline, "not rolled back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Negative control: one Redis answers the same call with a grant, the key having less left
+    // than the minimum validity (what judging by the requested TTL would have granted).
+    let direct = ms[0]
+        .client()
+        .await
+        .raw(&["EVAL", keep, "1", "keep:short", "tok", "20000"])
+        .await;
+    assert_eq!(direct, ":1\r\n");
+    assert!(pttl(&ms[0], "keep:short").await < 2_000);
+    // With 10 s left on the two masters: granted, their TTL kept (not the 20 s asked), the third
+    // master's key created with the TTL asked.
+    for m in &ms[..2] {
+        m.client()
+            .await
+            .cmd(&["SET", "keep:long", "tok", "PX", "10000"])
+            .await;
+    }
+    let r = c
+        .raw(&["EVAL", keep, "1", "keep:long", "tok", "20000"])
+        .await;
+    assert_eq!(r, ":1\r\n");
+    for m in &ms[..2] {
+        let left = pttl(m, "keep:long").await;
+        assert!((1..=10_000).contains(&left), "kept: {left}");
+    }
+    assert!(pttl(&ms[2], "keep:long").await > 10_000);
+    // Another holder on two masters: refused, their keys untouched.
+    for m in &ms[..2] {
+        m.client()
+            .await
+            .cmd(&["SET", "keep:other", "other", "PX", "10000"])
+            .await;
+    }
+    let r = c
+        .raw(&["EVAL", keep, "1", "keep:other", "tok", "20000"])
+        .await;
+    assert_eq!(r, ":0\r\n");
+    assert_eq!(
+        values_on(&ms[..2], "keep:other").await,
+        vec![Some("other".to_string()), Some("other".to_string())]
+    );
 }
 
 /// A release that publishes to a channel named by an argument (or by `KEYS[2]`) answers what
