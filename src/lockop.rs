@@ -54,6 +54,11 @@ pub enum Op {
     AcquireOrKeep,
 }
 
+/// Where a script with parameters in `KEYS` (see [`LockScript::params_in_keys`]) numbers its
+/// `ARGV`: `ARGV[j]` is parameter `ARGV_AFTER_KEYS + j`, after at most this many taken from
+/// `KEYS[2]` on.
+pub const ARGV_AFTER_KEYS: usize = 100;
+
 /// The reply shape a library expects from its script.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -297,7 +302,8 @@ pub struct LockScript {
     pub all_keys: bool,
     /// True when it works on `KEYS[1]` and takes its parameters from the other keys: the
     /// token and TTL indexes then count from `KEYS[2]` (warlock's `parityRelock` is called
-    /// with `KEYS` = key, TTL, token).
+    /// with `KEYS` = key, TTL, token), and `ARGV[j]` is index [`ARGV_AFTER_KEYS`]` + j` (a
+    /// token in `KEYS[2]` with its TTL in `ARGV[1]`).
     pub params_in_keys: bool,
     /// The reply its library expects.
     pub answer: Answer,

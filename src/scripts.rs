@@ -1758,6 +1758,39 @@ mod more_libraries {
         }
     }
 
+    /// The token passed in `KEYS[2]`, its TTL in `ARGV[1]` (numbered after the keys' parameters,
+    /// see `ARGV_AFTER_KEYS`).
+    #[test]
+    fn a_token_in_keys_with_its_ttl_in_argv_is_recognised() {
+        let l = lock(
+            b"local v = redis.call('get', KEYS[1]) \
+              if not v then redis.call('set', KEYS[1], KEYS[2], 'PX', ARGV[1]) return 1 end \
+              if v == KEYS[2] then redis.call('pexpire', KEYS[1], ARGV[1]) return 1 end return 0",
+        );
+        assert_eq!(
+            (l.choice, l.params_in_keys, l.token_arg, l.ttl_arg, l.answer),
+            (
+                Choice::Always(Op::AcquireOrRefresh),
+                true,
+                1,
+                crate::lockop::ARGV_AFTER_KEYS + 1,
+                Answer::OneZero
+            )
+        );
+        for text in [
+            // Writes KEYS[2] but compares ARGV[1]: another holder's key is overwritten.
+            "local v = redis.call('get', KEYS[1]) \
+             if not v or v == ARGV[1] then redis.call('set', KEYS[1], KEYS[2], 'PX', ARGV[2]) return 1 end return 0",
+            // Uses KEYS[2] as a key as well as the token.
+            "if redis.call('set', KEYS[1], KEYS[2], 'NX', 'PX', ARGV[1]) then \
+             redis.call('set', KEYS[2], '1') return 1 end return 0",
+            // The TTL is the token itself.
+            "if redis.call('set', KEYS[1], KEYS[2], 'NX', 'PX', KEYS[2]) then return 1 end return 0",
+        ] {
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
+        }
+    }
+
     /// The shapes of issue 25: the token and TTL in any argument, any constant per outcome,
     /// a refresh answered apart from a fresh grant, a guarded expiry, a release that publishes.
     #[test]

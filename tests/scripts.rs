@@ -1697,6 +1697,17 @@ async fn generalised_lock_scripts_answer_what_one_redis_answers() {
             assert_eq!(got, want, "{script} {argv:?} from {from:?}");
         }
     }
+    // The token passed in KEYS[2], its TTL in ARGV[1]: set if free, refreshed if mine.
+    let token_key = "local v = redis.call('get', KEYS[1])\n\
+        if not v then redis.call('set', KEYS[1], KEYS[2], 'PX', ARGV[1]) return 1 end\n\
+        if v == KEYS[2] then redis.call('pexpire', KEYS[1], ARGV[1]) return 1 end\nreturn 0";
+    for from in single {
+        case += 1;
+        let keys = vec![format!("gen:{case}"), "tok".to_string()];
+        let from = [from[0], H(Missing)];
+        let (want, got) = both_from(&reference, &ms, &p, token_key, &keys, &from, &["20000"]).await;
+        assert_eq!(got, want, "{token_key} from {from:?}");
+    }
     // The TTL test failed: one Redis would answer without setting the expiry; the proxy refuses
     // the call with an error (never a grant), and the key is untouched.
     let mut c = Client::connect(&p).await;
@@ -1965,7 +1976,7 @@ async fn lock_as(c: &mut Client, key: &str, value: &str) {
 async fn corpus_differential() {
     use Held::*;
     use Start::{Expired, Held as H};
-    use redlock_proxy::lockop::{Choice, TtlUnit};
+    use redlock_proxy::lockop::{ARGV_AFTER_KEYS, Choice, TtlUnit};
     use redlock_proxy::scripts::{Meaning, recognise};
     let Ok(dir) = std::env::var("RECOG_CORPUS") else {
         return;
@@ -1984,8 +1995,34 @@ async fn corpus_differential() {
         let script = std::fs::read_to_string(&f).unwrap();
         let name = f.file_name().unwrap().to_string_lossy().to_string();
         let (token, ttl, unit, keys, ops) = match recognise(script.as_bytes()) {
-            // Parameters in KEYS: called another way (see scripts_recognised_by_behaviour_...).
-            Meaning::Lock(l) if l.params_in_keys => continue,
+            // Parameters in KEYS with none in ARGV: called another way (see
+            // scripts_recognised_by_behaviour_...).
+            Meaning::Lock(l) if l.params_in_keys && l.ttl_arg <= ARGV_AFTER_KEYS => continue,
+            // The token in KEYS, the TTL in ARGV (see ARGV_AFTER_KEYS): one key-parameter.
+            Meaning::Lock(l) if l.params_in_keys => {
+                if l.token_arg != 1 || !matches!(l.choice, Choice::Always(_)) {
+                    continue;
+                }
+                let ttl = l.ttl_arg - ARGV_AFTER_KEYS;
+                let mut argv: Vec<String> = (1..=ttl).map(|_| "1".to_string()).collect();
+                argv[ttl - 1] = match l.unit {
+                    TtlUnit::Millis => "20000".into(),
+                    TtlUnit::Seconds => "20".into(),
+                };
+                let argv: Vec<&str> = argv.iter().map(|a| a.as_str()).collect();
+                for from in [H(Mine), H(Other), H(Missing), Expired] {
+                    case += 1;
+                    let keys = vec![format!("corpus:{case}:0"), "tok".to_string()];
+                    let from = [from, H(Missing)];
+                    let ((want, ws), (got, gs)) =
+                        both_from(&reference, &ms, &p, &script, &keys, &from, &argv).await;
+                    assert_eq!(got, want, "{name} {argv:?} from {from:?}");
+                    assert_eq!(gs, ws, "{name} {argv:?} from {from:?}");
+                    checked += 1;
+                }
+                eprintln!("{name}: same as one Redis");
+                continue;
+            }
             Meaning::Lock(l) => {
                 let ops = match l.choice {
                     Choice::Always(op) => vec![op],

@@ -27,7 +27,8 @@ use super::spec::parse_int;
 use crate::config::UnknownScripts;
 use crate::error::Error;
 use crate::lockop::{
-    Choice, HashOp, HashScript, LockScript, Op, Param, PlainSet, PublishCommand, TtlUnit,
+    ARGV_AFTER_KEYS, Choice, HashOp, HashScript, LockScript, Op, Param, PlainSet, PublishCommand,
+    TtlUnit,
 };
 use crate::proxy::Proxy;
 use crate::quorum::{Request, ask};
@@ -196,11 +197,39 @@ fn leased_hash_lock(proxy: &Arc<Proxy>, conn: &Conn, op: HashLockOp) -> Action {
 /// script's layout (too few keys or arguments): the script then runs as written, as Redis would
 /// run it, under the unknown-script policy.
 fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<LockOp, Reply>> {
+    let mixed;
+    // With parameters in KEYS and ARGV both, the positions that stand for parameters the call
+    // did not pass (the padding below): the call does not fit the layout.
+    let mut padded = 0..0;
     let (keys, argv) = if lock.params_in_keys {
-        keys.split_at_checked(1)?
+        let (keys, params) = keys.split_at_checked(1)?;
+        if argv.is_empty() {
+            (keys, params)
+        } else {
+            // The script reads ARGV too: its `ARGV[j]` is parameter `ARGV_AFTER_KEYS + j`.
+            let params = params.get(..ARGV_AFTER_KEYS).unwrap_or(params);
+            let pad = ARGV_AFTER_KEYS - params.len();
+            padded = params.len() + 1..ARGV_AFTER_KEYS + 1;
+            mixed = params
+                .iter()
+                .cloned()
+                .chain(std::iter::repeat_n(Bytes::new(), pad))
+                .chain(argv.iter().cloned())
+                .collect::<Vec<_>>();
+            (keys, mixed.as_slice())
+        }
     } else {
         (keys, argv)
     };
+    let switch = match &lock.choice {
+        Choice::Always(_) => None,
+        Choice::IfArg { arg, .. } | Choice::IfNum { arg, .. } | Choice::IfTokenLen { arg, .. } => {
+            Some(*arg)
+        }
+    };
+    if padded.contains(&lock.token_arg) || switch.is_some_and(|a| padded.contains(&a)) {
+        return None;
+    }
     // A choice on a number: the proxy reads only plain integers there.
     if let Choice::IfNum { arg, .. } = &lock.choice
         && argv
@@ -250,6 +279,9 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
             TtlUnit::Seconds => 1000,
         }
     } else {
+        if padded.contains(&lock.ttl_arg) {
+            return None;
+        }
         let arg = argv.get(lock.ttl_arg.checked_sub(1)?)?;
         let ms = match lock.unit {
             TtlUnit::Millis => parse_int(arg),
@@ -496,6 +528,24 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(op.keys, b(&["a"]), "a one-key script touches KEYS[1] only");
+    }
+
+    #[test]
+    fn binds_a_token_in_keys_with_its_ttl_in_argv() {
+        // KEYS = key, token; ARGV = TTL (see `ARGV_AFTER_KEYS`).
+        let mut s = script(Choice::Always(Op::AcquireOrRefresh), false);
+        (s.params_in_keys, s.token_arg, s.ttl_arg) = (true, 1, ARGV_AFTER_KEYS + 1);
+        let op = bind(&s, &b(&["k", "tok", "extra"]), &b(&["700"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(op.keys, b(&["k"]));
+        assert_eq!((op.token.as_ref(), op.ttl_ms), (&b"tok"[..], 700));
+        // No token key, or no TTL: the call does not fit (never an empty token).
+        assert!(bind(&s, &b(&["k"]), &b(&["700"])).is_none());
+        assert!(bind(&s, &b(&["k", "tok"]), &[]).is_none());
+        // A token further along KEYS than the call passed is not read from the padding.
+        s.token_arg = 2;
+        assert!(bind(&s, &b(&["k", "tok"]), &b(&["700"])).is_none());
     }
 
     #[test]

@@ -854,8 +854,16 @@ impl Machine<'_> {
                     k => k,
                 };
                 match (t, k) {
-                    (Val::Keys, Val::Num(i)) if self.layout.keys_as_args && i >= 2 => {
+                    (Val::Keys, Val::Num(i))
+                        if self.layout.keys_as_args
+                            && i >= 2
+                            && (i as usize) <= crate::lockop::ARGV_AFTER_KEYS =>
+                    {
                         Val::Arg(i as usize - 1)
+                    }
+                    // ARGV numbered after the parameters in KEYS (see `ARGV_AFTER_KEYS`).
+                    (Val::Argv, Val::Num(j)) if self.layout.keys_as_args && j >= 1 => {
+                        Val::Arg(crate::lockop::ARGV_AFTER_KEYS + j as usize)
                     }
                     (Val::Argv, _) if self.layout.keys_as_args => {
                         return fail("uses ARGV as well as parameters in KEYS");
