@@ -305,6 +305,10 @@ pub struct LockScript {
     /// with `KEYS` = key, TTL, token), and `ARGV[j]` is index [`ARGV_AFTER_KEYS`]` + j` (a
     /// token in `KEYS[2]` with its TTL in `ARGV[1]`).
     pub params_in_keys: bool,
+    /// A constant the script writes as the lock's value instead of a token argument (a mutex
+    /// without ownership, `PSETEX KEYS[1] ARGV[1] 'locked'`): the token is this literal, and
+    /// `token_arg` is unused. Only for a plain `Acquire`.
+    pub token_literal: Option<Bytes>,
     /// The reply its library expects.
     pub answer: Answer,
     /// The wake-up signal it leaves, if any.

@@ -83,6 +83,7 @@ impl Declared {
                 unit: TtlUnit::Millis,
                 all_keys: d.all_keys,
                 params_in_keys: false,
+                token_literal: None,
                 answer: d.reply,
                 signal: None,
                 announce: None,
@@ -1786,6 +1787,54 @@ mod more_libraries {
              redis.call('set', KEYS[2], '1') return 1 end return 0",
             // The TTL is the token itself.
             "if redis.call('set', KEYS[1], KEYS[2], 'NX', 'PX', KEYS[2]) then return 1 end return 0",
+        ] {
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
+        }
+    }
+
+    /// A constant written as the lock's value (a mutex without ownership): an acquisition whose
+    /// token is the literal; nothing else with a literal is taken for a lock operation.
+    #[test]
+    fn a_constant_value_acquisition_is_recognised() {
+        let l = lock(
+            b"if redis.call('exists', KEYS[1]) == 0 then \
+              return redis.call('psetex', KEYS[1], ARGV[1], 'locked') end return 'BUSY'",
+        );
+        assert_eq!(
+            (l.choice, l.token_literal.as_deref(), l.ttl_arg, l.answer),
+            (
+                Choice::Always(Op::Acquire),
+                Some(&b"locked"[..]),
+                1,
+                Answer::Const(Replies::new(Lit::Ok, bulk("BUSY"), bulk("BUSY")))
+            )
+        );
+        let l = lock(b"return redis.call('set', KEYS[1], 1, 'NX', 'EX', ARGV[2])");
+        assert_eq!(
+            (l.choice, l.token_literal.as_deref(), l.ttl_arg, l.unit),
+            (
+                Choice::Always(Op::Acquire),
+                Some(&b"1"[..]),
+                2,
+                TtlUnit::Seconds
+            )
+        );
+        for text in [
+            // Overwrites any value but its own.
+            "if redis.call('get', KEYS[1]) == 'locked' then return 'BUSY' end \
+             return redis.call('psetex', KEYS[1], ARGV[1], 'locked')",
+            // Two different constants.
+            "if redis.call('exists', KEYS[1]) == 1 then return 0 end \
+             if ARGV[2] == 'a' then redis.call('psetex', KEYS[1], ARGV[1], 'x') \
+             else redis.call('psetex', KEYS[1], ARGV[1], 'y') end return 1",
+            // A release of the constant: anyone's release.
+            "if redis.call('get', KEYS[1]) == 'locked' then return redis.call('del', KEYS[1]) end return 0",
+            // An extension of the constant.
+            "if redis.call('get', KEYS[1]) == 'locked' then return redis.call('pexpire', KEYS[1], ARGV[1]) end return 0",
+            // No TTL: never expires.
+            "if redis.call('setnx', KEYS[1], 'locked') == 1 then return 1 end return 0",
+            // An empty constant.
+            "return redis.call('set', KEYS[1], '', 'NX', 'PX', ARGV[1])",
         ] {
             assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
         }

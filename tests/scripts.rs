@@ -1675,8 +1675,12 @@ async fn generalised_lock_scripts_answer_what_one_redis_answers() {
     // The same in seconds, a fresh grant (0) told apart from "already mine" (1), -1 refused.
     let keep_told = "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return 0 end\n\
         if redis.call('get', KEYS[1]) == ARGV[1] then return 1 end\nreturn -1";
+    // A constant value, no owner: set where missing, else "BUSY".
+    let constant = "if redis.call('exists', KEYS[1]) == 0 then\n\
+        return redis.call('psetex', KEYS[1], ARGV[1], 'locked') end\nreturn 'BUSY'";
     type Case<'a> = (&'a str, &'a [&'a str]);
     let cases: &[Case] = &[
+        (constant, &["20000"]),
         (keep, &["tok", "20000"]),
         (keep_told, &["tok", "20"]),
         (flag, &["tok", "20000", "1"]),
@@ -2033,7 +2037,13 @@ async fn corpus_differential() {
                 } else {
                     1
                 };
-                (l.token_arg, l.ttl_arg, l.unit, keys, ops)
+                // A constant written as the value: no token argument (`usize::MAX` below).
+                let token = if l.token_literal.is_some() {
+                    usize::MAX
+                } else {
+                    l.token_arg
+                };
+                (token, l.ttl_arg, l.unit, keys, ops)
             }
             Meaning::Plain(s) => (s.value_arg, s.ttl_arg, s.unit, 1, vec![]),
             _ => continue,
@@ -2041,9 +2051,16 @@ async fn corpus_differential() {
         if l_is_read(&ops) || token == 0 {
             continue;
         }
-        let n = token.max(ttl).max(3);
+        let literal = token == usize::MAX;
+        let n = if literal {
+            ttl.max(1)
+        } else {
+            token.max(ttl).max(3)
+        };
         let mut argv: Vec<String> = (1..=n).map(|_| "1".to_string()).collect();
-        argv[token - 1] = "tok".into();
+        if !literal {
+            argv[token - 1] = "tok".into();
+        }
         if ttl >= 1 && ttl != token {
             argv[ttl - 1] = match unit {
                 TtlUnit::Millis => "20000".into(),

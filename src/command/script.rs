@@ -249,7 +249,9 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
     if keys.is_empty() {
         return None;
     }
-    let token = if op == Op::Inspect {
+    let token = if let Some(literal) = &lock.token_literal {
+        literal.clone()
+    } else if op == Op::Inspect {
         Bytes::new()
     } else {
         argv.get(lock.token_arg.checked_sub(1)?)?.clone()
@@ -509,6 +511,7 @@ mod tests {
             unit: TtlUnit::Millis,
             all_keys,
             params_in_keys: false,
+            token_literal: None,
             answer: Answer::Count,
             signal: None,
             announce: None,

@@ -233,7 +233,9 @@ fn classify(block: &Block) -> Option<LockScript> {
             .then(|| tokens().find_map(|t| classify_with(block, &[1, 2], argv(t))))?;
     }
     if u.max_literal <= 1 {
-        return tokens().find_map(|t| classify_with(block, &[1], argv(t)));
+        return tokens()
+            .find_map(|t| classify_with(block, &[1], argv(t)))
+            .or_else(|| literal_acquire(block));
     }
     // A release that publishes to a channel named by KEYS[2].
     if u.max_literal == 2
@@ -258,6 +260,54 @@ fn classify(block: &Block) -> Option<LockScript> {
             classify_with(block, &[1], layout)
         })
         .or_else(|| (u.max_literal == 2).then(|| classify_signal(block))?)
+}
+
+/// An acquisition of `KEYS[1]` that writes a constant instead of a token argument (a mutex
+/// without ownership: `PSETEX KEYS[1] ARGV[1] 'locked'` where the key is missing, refused
+/// wherever it exists): `SET KEYS[1] literal NX PX ttl`, the literal as the token (see
+/// [`LockScript::token_literal`]). The script is run with the caller's token in an argument it
+/// never reads, so a key holding "the token" is one more value it cannot tell from another's;
+/// every run that writes must write the same literal, and only a plain `Acquire` of one key
+/// with no signal or announcement is accepted (a release of such a lock would be anyone's).
+fn literal_acquire(block: &Block) -> Option<LockScript> {
+    let layout = Layout {
+        token: MAX_TOKEN_ARG + 1,
+        keys_as_args: false,
+        field: 0,
+        field_per_key: false,
+    };
+    let mut runs = analyse::explore(block, 1, layout).ok()?;
+    if runs
+        .iter()
+        .any(|r| r.prefix.is_some() || r.foreign || publishes(r))
+    {
+        return None;
+    }
+    let mut literal: Option<Vec<u8>> = None;
+    for r in &mut runs {
+        let written = match &r.end[0].value {
+            Some(Val::Str(s)) => s.clone(),
+            // Redis stores a number as its decimal text.
+            Some(Val::Num(n)) => n.to_string().into_bytes(),
+            _ => continue,
+        };
+        if *literal.get_or_insert_with(|| written.clone()) != written {
+            return None;
+        }
+        r.end[0].value = Some(Val::Arg(layout.token));
+    }
+    let literal = literal.filter(|l| !l.is_empty())?;
+    let mut lock = classify_runs(&runs, false, layout)?;
+    if lock.choice != Choice::Always(Op::Acquire)
+        || lock.signal.is_some()
+        || lock.announce.is_some()
+        || lock.ttl_arg > MAX_TOKEN_ARG
+    {
+        return None;
+    }
+    lock.token_arg = 0;
+    lock.token_literal = Some(Bytes::from(literal));
+    Some(lock)
 }
 
 /// A lock operation on `KEYS[1]` that also leaves a wake-up signal in the list `KEYS[2]`
@@ -333,6 +383,7 @@ fn classify_signal(block: &Block) -> Option<LockScript> {
         unit,
         all_keys: false,
         params_in_keys: false,
+        token_literal: None,
         answer,
         signal: Some(Signal {
             key: 2,
@@ -535,6 +586,7 @@ fn classify_runs(runs: &[Run], all_keys: bool, layout: Layout) -> Option<LockScr
         unit,
         all_keys,
         params_in_keys: layout.keys_as_args,
+        token_literal: None,
         answer,
         signal: None,
         announce: None,
@@ -616,6 +668,7 @@ fn classify_prefix(
         unit,
         all_keys,
         params_in_keys: false,
+        token_literal: None,
         answer,
         signal: None,
         announce: None,
