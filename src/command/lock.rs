@@ -16,7 +16,7 @@
 //! - **Take-or-keep** ([`Op::AcquireOrKeep`]) is an acquisition where a master that already
 //!   holds the key for the caller says yes without a write: it then brings the TTL it still has
 //!   (read by compare-and-`PTTL`), and the quorum-th largest TTL among the masters saying yes is
-//!   what the validity rule judges (see [`grant_kept`]).
+//!   what the validity rule judges (see `grant_kept`).
 //! - **Extend** succeeds only when a quorum extended and the new TTL they agree on, minus the
 //!   elapsed time and drift, is still valid. Nothing is undone on failure: a longer TTL on a
 //!   minority delays other clients but never lets two hold the lock.
