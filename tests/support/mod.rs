@@ -63,7 +63,28 @@ pub use redlock_proxy::wire::{master::command, reply::Reply};
 use redlock_proxy::server::serve;
 
 /// A free loopback port.
+///
+/// Taken below the kernel's ephemeral range (32768 and up on Linux), in turn from an offset
+/// that depends on the process: a port that the kernel hands to a `bind(0)` meanwhile (a proxy
+/// listening on port 0, any client socket) can then never be the one given here too, which
+/// once made a proxy's metrics listener fail to bind and the proxy close.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        (std::process::id().wrapping_mul(7_919)) % SPAN,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    for _ in 0..SPAN {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     redlock_proxy::dev::free_port().expect("free port")
 }
 
