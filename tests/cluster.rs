@@ -503,26 +503,6 @@ async fn without_quarantine_the_same_promotion_double_grants() {
     );
 }
 
-/// `GET path` over HTTP/1.1; returns the body.
-async fn http_get(addr: &str, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .expect("write");
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
-        .await
-        .expect("answer within 10 s")
-        .expect("read");
-    let text = String::from_utf8_lossy(&out).into_owned();
-    text.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default()
-}
-
 /// A cluster member and two standalone masters in one configuration, given to the binary on
 /// the command line (`;` between members, since the cluster lists several seeds): locks work,
 /// and `INFO` and `/metrics` show each member's kind and the cluster's shards.
@@ -565,7 +545,7 @@ async fn cluster_and_standalone_members_mix_on_the_command_line() {
         vec![Some("t".into()), Some("t".into())]
     );
 
-    let text = http_get(&metrics, "/metrics").await;
+    let (_, text) = http_get(&metrics, "/metrics", "").await;
     assert!(
         text.contains("redlock_master_kind{master=\"redis-cluster://"),
         "{text}"

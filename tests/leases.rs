@@ -95,7 +95,7 @@ impl Leasing {
 
     /// One sample of `/metrics` (`name` with its labels, as written there), as a number.
     async fn metric(&self, name: &str) -> f64 {
-        let text = http_get(&self.metrics, "/metrics").await;
+        let (_, text) = http_get(&self.metrics, "/metrics", "").await;
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
             .and_then(|v| v.trim().parse().ok())
@@ -133,28 +133,6 @@ async fn start_n(n: usize, ms: &[Master], settings: &str) -> Vec<Leasing> {
         out.push(start(&addrs(ms), settings).await);
     }
     out
-}
-
-/// The body of `GET path` (HTTP/1.1, one request).
-async fn http_get(addr: &str, path: &str) -> String {
-    use tokio::io::AsyncWriteExt;
-    let mut s = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("metrics listener");
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .expect("write");
-    let mut out = Vec::new();
-    timeout(Duration::from_secs(10), s.read_to_end(&mut out))
-        .await
-        .expect("answer within 10 s")
-        .expect("read");
-    let text = String::from_utf8_lossy(&out).into_owned();
-    text.split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
-        .unwrap_or_default()
 }
 
 /// The wall clock in ms since 1970, with fractions (MONITOR's timestamps have microseconds).

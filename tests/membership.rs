@@ -334,25 +334,6 @@ async fn a_bad_file_or_a_second_change_during_a_transition_keeps_the_members() {
     assert_eq!(c.raw(&["CLIENT", "ID"]).await, id);
 }
 
-/// `GET path` over HTTP/1.1; (status line, body).
-async fn http_get(addr: &str, path: &str) -> (String, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.expect("write");
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
-        .await
-        .expect("answer within 10 s")
-        .expect("read");
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    (
-        head.lines().next().unwrap_or("").to_string(),
-        body.to_string(),
-    )
-}
-
 /// During a transition, `/readyz` is ready only while a quorum of the old members and one of
 /// the new are trusted: with D new (quarantined) and B stopped, two of the four masters vote
 /// (A and C, as many as the new set's quorum), yet no grant is possible.
@@ -372,9 +353,9 @@ async fn readyz_and_metrics_during_a_transition() {
     p.rewrite(&list);
     p.signal("HUP");
     logged(&p, "member list changed").await;
-    let (status, body) = http_get(&metrics, "/readyz").await;
+    let (status, body) = http_get(&metrics, "/readyz", "").await;
     assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
-    let (_, text) = http_get(&metrics, "/metrics").await;
+    let (_, text) = http_get(&metrics, "/metrics", "").await;
     let d = &addrs[3];
     for line in [
         format!("redlock_master_quarantine_reason{{master=\"{d}\",reason=\"new-member\"}} 1"),
@@ -394,7 +375,7 @@ async fn readyz_and_metrics_during_a_transition() {
     ms[1].pause();
     let until = Instant::now() + Duration::from_secs(3);
     let body = loop {
-        let (status, body) = http_get(&metrics, "/readyz").await;
+        let (status, body) = http_get(&metrics, "/readyz", "").await;
         if status == "HTTP/1.1 503 Service Unavailable" {
             break body;
         }

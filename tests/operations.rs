@@ -643,30 +643,6 @@ async fn tls_clients_with_and_without_mutual_tls() {
 // ---------------------------------------------------------------------------------------------
 // Metrics and logs.
 
-/// `GET path` over HTTP/1.1, one request on the connection, with optional extra header lines;
-/// returns (status line, body).
-async fn http_get(addr: &str, path: &str, headers: &str) -> (String, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{headers}\r\n")
-            .as_bytes(),
-    )
-    .await
-    .expect("write");
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
-        .await
-        .expect("answer within 10 s")
-        .expect("read");
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    (
-        head.lines().next().unwrap_or("").to_string(),
-        body.to_string(),
-    )
-}
-
 /// `promtool check metrics` on `text`: (exit code, output).
 fn promtool(text: &str) -> (i32, String) {
     use std::io::Write;

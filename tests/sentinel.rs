@@ -438,28 +438,6 @@ async fn wait_grant(checker: &Checker, what: &str) {
     }
 }
 
-/// The body of `GET path` (HTTP/1.1, one request).
-async fn http_get(addr: &str, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("metrics listener");
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .expect("write");
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
-        .await
-        .expect("answer within 10 s")
-        .expect("read");
-    let text = String::from_utf8_lossy(&out).into_owned();
-    text.split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
-        .unwrap_or_default()
-}
-
 fn assert_safe(v: &Verdict) {
     assert_eq!(v.overlaps, 0, "double grants: {v:?}");
     assert_eq!(v.lost_updates, 0, "lost updates: {v:?}");
@@ -559,7 +537,7 @@ async fn standalone_and_sentinel_members_mix_in_one_configuration() {
     let p = proxy(config).await.to_string();
     wait_trusted(&p, 3, Duration::from_secs(10)).await;
     // `/metrics` names each member's kind and primary too.
-    let text = http_get(&metrics, "/metrics").await;
+    let (_, text) = http_get(&metrics, "/metrics", "").await;
     for (i, kind, primary) in [
         (0, "sentinel", rig.primaries[0].addr()),
         (2, "standalone", standalone.addr()),

@@ -88,6 +88,32 @@ pub fn free_port() -> u16 {
     redlock_proxy::dev::free_port().expect("free port")
 }
 
+/// `GET path` over HTTP/1.1 to the metrics listener at `addr`, one request on the connection,
+/// with optional extra header lines (each ending in `\r\n`); returns (status line, body).
+pub async fn http_get(addr: &str, path: &str, headers: &str) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("metrics listener");
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{headers}\r\n")
+            .as_bytes(),
+    )
+    .await
+    .expect("write");
+    let mut out = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("answer within 10 s")
+        .expect("read");
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
+}
+
 /// The SHA1 of a script's text, as `SCRIPT LOAD` answers it.
 pub fn sha1(text: &str) -> String {
     redlock_proxy::scripts::sha1_hex(text.as_bytes())
