@@ -212,28 +212,54 @@ async fn two_holders(old: usize, cut: &[usize], new: &[usize], settings: &str) -
     // On a loaded machine a master may miss the node timeout: the first grant is the set-up,
     // so it is asked again until it is granted.
     let mut c2 = p2.client().await;
-    let first = attempts(&mut c2, "holder-2", 10).await;
+    let (first, granted_at) =
+        attempts(&mut c2, "holder-2", Instant::now() + Duration::from_secs(3)).await;
     let list: Vec<String> = new.iter().map(|&i| addrs[i].clone()).collect();
     p1.rewrite(&list);
     p1.signal("HUP");
     logged(&p1, "member list changed").await;
-    // Asked a few times too (within proxy 2's TTL): one grant among them is a second holder.
+    // Proxy 1 reaches every master: it asks once it has connected to the new ones, so that a
+    // slow connect is not taken for a refusal.
+    all_connected(&p1).await;
+    // Asked until shortly before proxy 2's lock expires: one grant among the replies is a
+    // second holder.
     let mut c1 = p1.client().await;
-    let second = attempts(&mut c1, "holder-1", 4).await;
+    let until = granted_at + Duration::from_millis(HOLD_MS - 300);
+    let (second, _) = attempts(&mut c1, "holder-1", until).await;
     (first, second)
 }
 
-/// `SET lock:one token NX PX 1500` up to `n` times, 50 ms apart, until granted; the last reply.
-async fn attempts(c: &mut Client, token: &str, n: usize) -> String {
-    let mut reply = String::new();
-    for _ in 0..n {
-        reply = c.raw(&["SET", "lock:one", token, "NX", "PX", "1500"]).await;
-        if reply == OK {
-            break;
+/// The TTL of the lock in [`two_holders`] (ms): `max_ttl_ms`, so that proxy 1 has the most
+/// time to find a second grant while proxy 2 still holds it.
+const HOLD_MS: u64 = 2000;
+
+/// Waits until `p` has every master of its lists connected (up or quarantined); panics after
+/// 5 s.
+async fn all_connected(p: &ProxyProcess) {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let info = p.info().await;
+        let n: usize = field(&info, "masters").parse().unwrap_or(0);
+        if (0..n).all(|i| !master_line(&info, i).contains("status=down")) {
+            return;
+        }
+        assert!(Instant::now() < until, "never connected:\n{info}");
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `SET lock:one token NX PX 2000` every 50 ms until granted or until `until` has passed;
+/// the last reply and when its request was sent.
+async fn attempts(c: &mut Client, token: &str, until: Instant) -> (String, Instant) {
+    let ttl = HOLD_MS.to_string();
+    loop {
+        let sent = Instant::now();
+        let reply = c.raw(&["SET", "lock:one", token, "NX", "PX", &ttl]).await;
+        if reply == OK || Instant::now() + Duration::from_millis(50) >= until {
+            return (reply, sent);
         }
         sleep(Duration::from_millis(50)).await;
     }
-    reply
 }
 
 const OK: &str = "+OK\r\n";
