@@ -1347,10 +1347,10 @@ async fn stackexchange_contention_and_master_kill() {
 }
 
 /// The libraries with Redis Cluster members: three members, each a real cluster (three
-/// primaries with a replica each). redis-py's and node-redlock's workers, Redisson's `RLock`
-/// scripts (hash locks, their channel `{name}`-tagged) and python-redis-lock (its lock and its
-/// signal list in different slots: the release is split per slot, the signal pushed after)
-/// run under contention through the proxy: no update lost, every `check` as the library
+/// primaries with a replica each). Every library's worker, among them Redisson's `RLock` and
+/// read-write and fair locks (hash locks, their channels and queues `{name}`-tagged) and
+/// python-redis-lock (its lock and its signal list in different slots: the release is split per
+/// slot, the signal pushed after), runs under contention through the proxy: no update lost, every `check` as the library
 /// expects; with the lock bypassed, updates are lost (the negative control).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn libraries_work_with_cluster_members() {
@@ -1362,11 +1362,25 @@ async fn libraries_work_with_cluster_members() {
     let urls: Vec<String> = cs.iter().map(RedisCluster::url).collect();
     let p = format!("127.0.0.1:{}", proxy(config_for(&urls)).await.port());
     let counter = Master::start();
-    let workers: [(&str, Worker); 4] = [
+    let workers: Vec<(&str, Worker)> = vec![
         ("redis-py", redis_py_worker),
         ("node-redlock", node_redlock_worker),
         ("redisson", redisson),
         ("python-redis-lock", python_redis_lock),
+        ("redlock-php", redlock_php),
+        ("npm-redis-lock", npm_redis_lock_worker),
+        ("warlock", warlock),
+        ("distlock", distlock),
+        ("redlock-rb", redlock_rb),
+        ("redsync", redsync),
+        ("redisson-fenced", redisson_fenced),
+        ("spring", spring),
+        ("spring-pubsub", spring_pubsub),
+        ("shedlock", shedlock),
+        ("laravel", laravel),
+        ("stackexchange", stackexchange),
+        ("redisson-rw", redisson_rw_mode),
+        ("redisson-fair", redisson_fair_mode),
     ];
     for (name, worker) in workers {
         let run = run_n(worker, 6, &p, &counter, &format!("cl-{name}"), 15, false).await;
