@@ -1999,29 +1999,49 @@ async fn corpus_differential() {
         let script = std::fs::read_to_string(&f).unwrap();
         let name = f.file_name().unwrap().to_string_lossy().to_string();
         let (token, ttl, unit, keys, ops) = match recognise(script.as_bytes()) {
-            // Parameters in KEYS with none in ARGV: called another way (see
-            // scripts_recognised_by_behaviour_...).
-            Meaning::Lock(l) if l.params_in_keys && l.ttl_arg <= ARGV_AFTER_KEYS => continue,
-            // The token in KEYS, the TTL in ARGV (see ARGV_AFTER_KEYS): one key-parameter.
+            // Parameters in KEYS after the lock's key (the token, the TTL), the rest (if
+            // any) in ARGV numbered after them (see ARGV_AFTER_KEYS).
             Meaning::Lock(l) if l.params_in_keys => {
-                if l.token_arg != 1 || !matches!(l.choice, Choice::Always(_)) {
+                let Choice::Always(op) = l.choice else {
+                    continue;
+                };
+                if l_is_read(&[op]) || l.token_literal.is_some() {
                     continue;
                 }
-                let ttl = l.ttl_arg - ARGV_AFTER_KEYS;
-                let mut argv: Vec<String> = (1..=ttl).map(|_| "1".to_string()).collect();
-                argv[ttl - 1] = match l.unit {
-                    TtlUnit::Millis => "20000".into(),
-                    TtlUnit::Seconds => "20".into(),
+                let timed = !matches!(op, Op::Release | Op::ReleaseAll | Op::Delete);
+                let (mut params, mut argv): (Vec<String>, Vec<String>) = (vec![], vec![]);
+                let mut put = |pos: usize, value: &str| {
+                    let (list, i) = if pos > ARGV_AFTER_KEYS {
+                        (&mut argv, pos - ARGV_AFTER_KEYS)
+                    } else {
+                        (&mut params, pos)
+                    };
+                    if list.len() < i {
+                        list.resize(i, "1".to_string());
+                    }
+                    list[i - 1] = value.to_string();
                 };
+                put(l.token_arg, "tok");
+                if timed {
+                    put(
+                        l.ttl_arg,
+                        match l.unit {
+                            TtlUnit::Millis => "20000",
+                            TtlUnit::Seconds => "20",
+                        },
+                    );
+                }
                 let argv: Vec<&str> = argv.iter().map(|a| a.as_str()).collect();
                 for from in [H(Mine), H(Other), H(Missing), Expired] {
                     case += 1;
-                    let keys = vec![format!("corpus:{case}:0"), "tok".to_string()];
-                    let from = [from, H(Missing)];
+                    let mut keys = vec![format!("corpus:{case}:0")];
+                    keys.extend(params.iter().cloned());
+                    let mut from = vec![from];
+                    from.resize(keys.len(), H(Missing));
                     let ((want, ws), (got, gs)) =
                         both_from(&reference, &ms, &p, &script, &keys, &from, &argv).await;
-                    assert_eq!(got, want, "{name} {argv:?} from {from:?}");
-                    assert_eq!(gs, ws, "{name} {argv:?} from {from:?}");
+                    assert_eq!(got, want, "{name} {keys:?} {argv:?} from {from:?}");
+                    assert_eq!(gs, ws, "{name} {keys:?} {argv:?} from {from:?}");
                     checked += 1;
                 }
                 eprintln!("{name}: same as one Redis");
