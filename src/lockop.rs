@@ -345,6 +345,10 @@ pub struct LockScript {
     pub signal: Option<Signal>,
     /// What it publishes, if anything (a release only).
     pub announce: Option<Announce>,
+    /// `Some(m)` when the script spreads `ARGV` into a command (`redis.call('psetex',
+    /// KEYS[1], unpack(ARGV))`): it means this operation only when called with exactly `m`
+    /// arguments (with more or fewer, Redis would run another command, or refuse it).
+    pub argv_count: Option<usize>,
 }
 
 impl LockScript {

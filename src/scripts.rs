@@ -87,6 +87,7 @@ impl Declared {
                 answer: d.reply,
                 signal: None,
                 announce: None,
+                argv_count: None,
             },
         }
     }

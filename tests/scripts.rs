@@ -1998,7 +1998,7 @@ async fn corpus_differential() {
     for f in files {
         let script = std::fs::read_to_string(&f).unwrap();
         let name = f.file_name().unwrap().to_string_lossy().to_string();
-        let (token, ttl, unit, keys, ops) = match recognise(script.as_bytes()) {
+        let (token, ttl, unit, keys, ops, count) = match recognise(script.as_bytes()) {
             // Parameters in KEYS after the lock's key (the token, the TTL), the rest (if
             // any) in ARGV numbered after them (see ARGV_AFTER_KEYS).
             Meaning::Lock(l) if l.params_in_keys => {
@@ -2063,16 +2063,19 @@ async fn corpus_differential() {
                 } else {
                     l.token_arg
                 };
-                (token, l.ttl_arg, l.unit, keys, ops)
+                (token, l.ttl_arg, l.unit, keys, ops, l.argv_count)
             }
-            Meaning::Plain(s) => (s.value_arg, s.ttl_arg, s.unit, 1, vec![]),
+            Meaning::Plain(s) => (s.value_arg, s.ttl_arg, s.unit, 1, vec![], None),
             _ => continue,
         };
         if l_is_read(&ops) || token == 0 {
             continue;
         }
         let literal = token == usize::MAX;
-        let n = if literal {
+        // A script that spreads ARGV into a command: called with exactly that many.
+        let n = if let Some(m) = count {
+            m
+        } else if literal {
             ttl.max(1)
         } else {
             token.max(ttl).max(3)
@@ -2112,4 +2115,113 @@ async fn corpus_differential() {
 fn l_is_read(ops: &[Op]) -> bool {
     ops.iter()
         .any(|op| matches!(op, Op::Remaining | Op::Inspect))
+}
+
+/// Shapes recognised in the second round, in our own spellings, from every starting state,
+/// answer through the proxy (3 masters, unknown scripts refused) what one redis-server answers
+/// and leave the same value and TTL on a majority: `ARGV` spread into the command
+/// (`unpack(ARGV)`), an integer reply tested for truth (always true in Lua), the TTL and the
+/// token passed in `KEYS`, and a multi-key release answering a long constant error.
+#[tokio::test]
+async fn second_round_shapes_answer_what_one_redis_answers() {
+    use Held::*;
+    use Start::{Expired, Held as H};
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
+    let multi: &[&[Start]] = &[
+        &[H(Mine), H(Mine)],
+        &[H(Mine), H(Missing)],
+        &[H(Mine), H(Other)],
+        &[H(Missing), H(Missing)],
+        &[Expired, H(Mine)],
+    ];
+    // ARGV = TTL ms, token, spread into PSETEX; nil where the key exists.
+    let spread = "local k = KEYS[1]\nif redis.call('EXISTS', k) ~= 1 then\n\
+        return redis.call('PSETEX', k, unpack(ARGV))\nend\nreturn false";
+    // The token in KEYS[2]; DEL's integer is always true in Lua, so 'gone' never answers.
+    let truthy = "local cur = redis.call('get', KEYS[1])\nif cur ~= KEYS[2] then return 'no' end\n\
+        local n = redis.call('del', KEYS[1])\nif n then return 'yes' else return 'gone' end";
+    // KEYS = key, TTL in seconds, token: taken with SETNX then EXPIRE, or refreshed if mine.
+    let ttl_in_keys = "local got = redis.call('setnx', KEYS[1], KEYS[3])\n\
+        if got == 1 or redis.call('get', KEYS[1]) == KEYS[3] then\n\
+        redis.call('expire', KEYS[1], KEYS[2]) return 'taken' end\nreturn 'busy'";
+    // Every key must hold the token, else a long error reply and nothing deleted.
+    let long_error = "local vals = redis.call('mget', unpack(KEYS))\nfor i = 1, #KEYS do\n\
+        if vals[i] ~= ARGV[1] then\n\
+        return redis.error_reply('LOCKLOST this lock is no longer held by the caller, nothing was released')\n\
+        end\nend\nredis.call('del', unpack(KEYS))\nreturn redis.status_reply('OK')";
+    let mut case = 0;
+    let mut run = async |script: &str, keys_after: &[&str], argv: &[&str], states: &[&[Start]]| {
+        for from in states {
+            case += 1;
+            let mut keys: Vec<String> = (0..from.len()).map(|i| format!("r2:{case}:{i}")).collect();
+            keys.extend(keys_after.iter().map(|k| k.to_string()));
+            let mut from = from.to_vec();
+            from.resize(keys.len(), H(Missing));
+            let (want, got) = both_from(&reference, &ms, &p, script, &keys, &from, argv).await;
+            assert_eq!(got, want, "{script} {keys:?} {argv:?} from {from:?}");
+        }
+    };
+    run(spread, &[], &["20000", "tok"], single).await;
+    run(truthy, &["tok"], &[], single).await;
+    run(ttl_in_keys, &["20", "tok"], &[], single).await;
+    run(long_error, &[], &["tok"], single).await;
+    run(long_error, &[], &["tok"], multi).await;
+    // Spread with another number of arguments: PSETEX of another arity, which Redis refuses;
+    // the proxy does not take it for the acquisition (an error, nothing written).
+    let mut c = Client::connect(&p).await;
+    let three = ["EVAL", spread, "1", "r2:arity", "20000", "tok", "x"];
+    assert!(c.raw(&three).await.starts_with('-'));
+    assert!(reference.client().await.raw(&three).await.starts_with('-'));
+    assert_eq!(values_on(&ms, "r2:arity").await, vec![None, None, None]);
+}
+
+/// The spread acquisition is a Redlock acquisition: held by another client on two of three
+/// masters, it is refused, and the master where it created the key is cleaned up; held on one
+/// master only, a quorum grants it. (Negative control: the same key written on the free master
+/// directly by the script, as one Redis runs it, stays there.)
+#[tokio::test]
+async fn a_refused_spread_acquisition_undoes_what_it_created() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let spread = "if redis.call('exists', KEYS[1]) == 0 then\n\
+        return redis.call('psetex', KEYS[1], unpack(ARGV)) end";
+    for m in &ms[1..] {
+        m.client()
+            .await
+            .cmd(&["SET", "r2:q", "other", "PX", "10000"])
+            .await;
+    }
+    let mut c = Client::connect(&p).await;
+    let args = ["EVAL", spread, "1", "r2:q", "10000", "tok"];
+    assert_eq!(c.raw(&args).await, "$-1\r\n");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let other = Some("other".to_string());
+    assert_eq!(
+        values_on(&ms, "r2:q").await,
+        vec![None, other.clone(), other.clone()]
+    );
+    // Negative control: the client's own script, run on the free master as written, leaves
+    // its value there (a partial grant nobody undoes).
+    assert_eq!(ms[0].client().await.raw(&args).await, "+OK\r\n");
+    assert_eq!(
+        values_on(&ms, "r2:q").await,
+        vec![Some("tok".to_string()), other.clone(), other]
+    );
+    // Held on one master only: granted by a quorum.
+    for m in &ms {
+        m.client().await.cmd(&["DEL", "r2:q"]).await;
+    }
+    ms[2]
+        .client()
+        .await
+        .cmd(&["SET", "r2:q", "other", "PX", "10000"])
+        .await;
+    assert_eq!(c.raw(&args).await, "+OK\r\n");
+    assert_eq!(
+        values_on(&ms, "r2:q").await[..2],
+        [Some("tok".to_string()), Some("tok".to_string())]
+    );
 }

@@ -197,6 +197,10 @@ fn leased_hash_lock(proxy: &Arc<Proxy>, conn: &Conn, op: HashLockOp) -> Action {
 /// script's layout (too few keys or arguments): the script then runs as written, as Redis would
 /// run it, under the unknown-script policy.
 fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<LockOp, Reply>> {
+    // A script that spreads ARGV into a command means its operation for one count only.
+    if lock.argv_count.is_some_and(|m| m != argv.len()) {
+        return None;
+    }
     let mixed;
     // With parameters in KEYS and ARGV both, the positions that stand for parameters the call
     // did not pass (the padding below): the call does not fit the layout.
@@ -515,6 +519,7 @@ mod tests {
             answer: Answer::Count,
             signal: None,
             announce: None,
+            argv_count: None,
         }
     }
 

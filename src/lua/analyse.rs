@@ -414,6 +414,11 @@ pub struct Layout {
     /// True when each key has its own field: `KEYS[i]`'s is `ARGV[field + i - 1]` (Redisson's
     /// multi-lock renewal).
     pub field_per_key: bool,
+    /// 0: `ARGV` holds as many arguments as the script reads, and spreading it into a command
+    /// (`unpack(ARGV)`) is not followed. `m`: the run stands for a call with exactly `m`
+    /// arguments, `unpack(ARGV)` spreads `ARGV[1]` to `ARGV[m]` and `ARGV[j]` past `m` is nil
+    /// (see [`crate::lockop::LockScript::argv_count`]).
+    pub argv_count: usize,
 }
 
 impl Layout {
@@ -425,6 +430,7 @@ impl Layout {
             keys_as_args: false,
             field,
             field_per_key: per_key,
+            argv_count: 0,
         }
     }
 }
@@ -808,7 +814,14 @@ impl Machine<'_> {
             let from = out.len();
             match self.expr(t)? {
                 Val::Argv if !self.layout.keys_as_args => {
-                    out.extend((1..=names.saturating_sub(from)).map(Val::Arg));
+                    let m = self.layout.argv_count;
+                    out.extend((1..=names.saturating_sub(from)).map(|j| {
+                        if m > 0 && j > m {
+                            Val::Nil
+                        } else {
+                            Val::Arg(j)
+                        }
+                    }));
                 }
                 Val::Keys if !self.layout.keys_as_args => {
                     let n = self.keys.len();
@@ -872,6 +885,11 @@ impl Machine<'_> {
                         Val::Key(i as usize)
                     }
                     (Val::Keys, Val::Num(_)) => Val::Nil,
+                    (Val::Argv, Val::Num(j))
+                        if self.layout.argv_count > 0 && j as usize > self.layout.argv_count =>
+                    {
+                        Val::Nil
+                    }
                     (Val::Argv, Val::Num(j)) if j >= 1 => Val::Arg(j as usize),
                     (Val::Redis, Val::Str(s)) if s == b"call" || s == b"pcall" => Val::Call,
                     (t, Val::Str(s)) if library(&t, &s).is_some() => {
@@ -1464,6 +1482,11 @@ impl Machine<'_> {
                     return fail("unpack of KEYS with parameters");
                 }
                 Val::Keys => out.extend((1..=self.keys.len()).map(Val::Key)),
+                // ARGV spread into the command: followed for a known count only.
+                Val::Argv if self.layout.argv_count > 0 && !self.layout.keys_as_args => {
+                    out.extend((1..=self.layout.argv_count).map(Val::Arg));
+                }
+                Val::Argv => return fail("spreads ARGV into a command (unpack(ARGV))"),
                 Val::Table(items) => out.extend(items.into_iter().take_while(|v| *v != Val::Nil)),
                 v => return fail(format!("unpack of {v}")),
             }

@@ -108,6 +108,7 @@ fn reason(body: &[u8]) -> String {
             keys_as_args: false,
             field: 0,
             field_per_key: false,
+            argv_count: 0,
         };
         match analyse::explore(&block, n, layout) {
             Err(e) => {
@@ -148,6 +149,7 @@ pub fn behaviour_with(body: &[u8], token: usize) -> Result<Vec<String>, String> 
             keys_as_args: false,
             field: 0,
             field_per_key: false,
+            argv_count: 0,
         };
         out.extend(
             analyse::explore(&block, n, layout)?
@@ -172,6 +174,7 @@ fn plain_set(block: &Block) -> Option<PlainSet> {
         keys_as_args: false,
         field: 0,
         field_per_key: false,
+        argv_count: 0,
     };
     let runs = analyse::explore(block, 1, layout).ok()?;
     let mut found: Option<PlainSet> = None;
@@ -219,13 +222,32 @@ const MAX_TOKEN_ARG: usize = 8;
 fn classify(block: &Block) -> Option<LockScript> {
     let mut u = KeyUse::default();
     key_use_block(block, &mut u);
+    classify_counted(block, &u, 0).or_else(|| {
+        // `unpack(ARGV)` spread into a command: read as a call with exactly `m` arguments,
+        // the first count that makes a lock operation of it.
+        u.argv_whole
+            .then(|| {
+                (1..=MAX_TOKEN_ARG).find_map(|m| {
+                    let mut lock = classify_counted(block, &u, m)?;
+                    lock.argv_count = Some(m);
+                    Some(lock)
+                })
+            })
+            .flatten()
+    })
+}
+
+/// [`classify`] for calls with `argv_count` arguments (0: as many as the script reads; see
+/// [`Layout::argv_count`]).
+fn classify_counted(block: &Block, u: &KeyUse, argv_count: usize) -> Option<LockScript> {
     // The token may sit in any of the first arguments the script names (most put it first).
-    let tokens = || 1..=u.max_argv.clamp(1, MAX_TOKEN_ARG);
+    let tokens = || 1..=u.max_argv.max(argv_count).clamp(1, MAX_TOKEN_ARG);
     let argv = |token| Layout {
         token,
         keys_as_args: false,
         field: 0,
         field_per_key: false,
+        argv_count,
     };
     if u.dynamic {
         // Works on all of KEYS: unrolled over one and two keys.
@@ -235,7 +257,10 @@ fn classify(block: &Block) -> Option<LockScript> {
     if u.max_literal <= 1 {
         return tokens()
             .find_map(|t| classify_with(block, &[1], argv(t)))
-            .or_else(|| literal_acquire(block));
+            .or_else(|| (argv_count == 0).then(|| literal_acquire(block))?);
+    }
+    if argv_count > 0 {
+        return None;
     }
     // A release that publishes to a channel named by KEYS[2].
     if u.max_literal == 2
@@ -256,6 +281,7 @@ fn classify(block: &Block) -> Option<LockScript> {
                 keys_as_args: true,
                 field: 0,
                 field_per_key: false,
+                argv_count: 0,
             };
             classify_with(block, &[1], layout)
         })
@@ -275,6 +301,7 @@ fn literal_acquire(block: &Block) -> Option<LockScript> {
         keys_as_args: false,
         field: 0,
         field_per_key: false,
+        argv_count: 0,
     };
     let mut runs = analyse::explore(block, 1, layout).ok()?;
     if runs
@@ -321,6 +348,7 @@ fn classify_signal(block: &Block) -> Option<LockScript> {
         keys_as_args: false,
         field: 0,
         field_per_key: false,
+        argv_count: 0,
     };
     let runs = analyse::explore(block, 2, layout).ok()?;
     let mut signal: Option<(Val, usize)> = None;
@@ -392,6 +420,7 @@ fn classify_signal(block: &Block) -> Option<LockScript> {
             always,
         }),
         announce: None,
+        argv_count: None,
     })
 }
 
@@ -590,6 +619,7 @@ fn classify_runs(runs: &[Run], all_keys: bool, layout: Layout) -> Option<LockScr
         answer,
         signal: None,
         announce: None,
+        argv_count: None,
     };
     match switches.as_slice() {
         [] => {
@@ -672,6 +702,7 @@ fn classify_prefix(
         answer,
         signal: None,
         announce: None,
+        argv_count: None,
     })
 }
 
