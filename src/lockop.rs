@@ -417,6 +417,25 @@ pub struct PlainSet {
     pub unit: TtlUnit,
 }
 
+/// A script that writes a constant to `KEYS[1]` with a TTL of `ARGV[ttl_arg]` unless the key
+/// already holds that constant (`if GET(KEYS[1]) == "1" then return "NOK" else return
+/// SET(KEYS[1], "1", "PX", ARGV[1]) end`): whatever else the key holds is overwritten. That is
+/// Redis 8.4's `SET key value IFNE value PX ttl`, which the proxy serves as a quorum write (see
+/// `command::conditional`), answering the script's own constants for written and not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteUnless {
+    /// The constant written and compared with.
+    pub value: Bytes,
+    /// 1-based `ARGV` index of the TTL.
+    pub ttl_arg: usize,
+    /// The TTL's unit.
+    pub unit: TtlUnit,
+    /// The reply where it wrote.
+    pub ok: Lit,
+    /// The reply where the key already held the constant (and where no quorum wrote).
+    pub no: Lit,
+}
+
 /// An operation on a re-entrant hash lock (Redisson's `RLock`): the lock is a hash whose one
 /// field, the holder's name (`<uuid>:<threadId>`), counts how often it holds the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

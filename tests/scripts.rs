@@ -271,13 +271,32 @@ async fn both(
     held: &[Held],
     argv: &[&str],
 ) -> (Outcome, Outcome) {
+    let values: Vec<Option<&str>> = held
+        .iter()
+        .map(|h| match h {
+            Held::Mine => Some("tok"),
+            Held::Other => Some("other"),
+            Held::Missing => None,
+        })
+        .collect();
+    both_values(reference, ms, proxy, script, keys, &values, argv).await
+}
+
+/// [`both`] with the keys holding the given values first (set with a 10 s TTL).
+async fn both_values(
+    reference: &Master,
+    ms: &[Master],
+    proxy: &str,
+    script: &str,
+    keys: &[String],
+    values: &[Option<&str>],
+    argv: &[&str],
+) -> (Outcome, Outcome) {
     let mut r = reference.client().await;
     let mut p = Client::connect(proxy).await;
-    for (key, h) in keys.iter().zip(held) {
-        let token = match h {
-            Held::Mine => "tok",
-            Held::Other => "other",
-            Held::Missing => continue,
+    for (key, v) in keys.iter().zip(values) {
+        let Some(token) = *v else {
+            continue;
         };
         assert_eq!(
             r.cmd(&["SET", key, token, "PX", "10000"]).await,
@@ -2066,6 +2085,37 @@ async fn corpus_differential() {
                 (token, l.ttl_arg, l.unit, keys, ops, l.argv_count)
             }
             Meaning::Plain(s) => (s.value_arg, s.ttl_arg, s.unit, 1, vec![], None),
+            // A constant written unless the key holds it: from missing, holding the constant,
+            // holding another value, and expired.
+            Meaning::Unless(w) => {
+                let c = String::from_utf8(w.value.to_vec()).unwrap();
+                let mut argv: Vec<String> = vec!["1".to_string(); w.ttl_arg];
+                argv[w.ttl_arg - 1] = match w.unit {
+                    TtlUnit::Millis => "20000".into(),
+                    TtlUnit::Seconds => "20".into(),
+                };
+                let argv: Vec<&str> = argv.iter().map(|a| a.as_str()).collect();
+                for from in [None, Some(c.as_str()), Some("other"), Some("expired")] {
+                    case += 1;
+                    let keys = vec![format!("corpus:{case}:0")];
+                    let values = if from == Some("expired") {
+                        let set = ["SET", &keys[0], "x", "PX", "30"];
+                        reference.client().await.cmd(&set).await;
+                        Client::connect(&p).await.cmd(&set).await;
+                        tokio::time::sleep(Duration::from_millis(80)).await;
+                        [None]
+                    } else {
+                        [from]
+                    };
+                    let ((want, ws), (got, gs)) =
+                        both_values(&reference, &ms, &p, &script, &keys, &values, &argv).await;
+                    assert_eq!(got, want, "{name} {argv:?} from {from:?}");
+                    assert_eq!(gs, ws, "{name} {argv:?} from {from:?}");
+                    checked += 1;
+                }
+                eprintln!("{name}: same as one Redis");
+                continue;
+            }
             _ => continue,
         };
         if l_is_read(&ops) || token == 0 {
@@ -2224,4 +2274,64 @@ async fn a_refused_spread_acquisition_undoes_what_it_created() {
         values_on(&ms, "r2:q").await[..2],
         [Some("tok".to_string()), Some("tok".to_string())]
     );
+}
+
+/// A constant written unless the key already holds it (a mutex without ownership that
+/// overwrites any other value) runs as `SET key c IFNE c PX ttl`: from every starting state it
+/// answers what one Redis answers, with the script's own constants. Across masters it is a
+/// quorum write: held with the constant on two of three masters, it is refused and the master
+/// where it wrote gets its old value back. (Negative control: the client's script run on that
+/// master as written leaves its write there.)
+#[tokio::test]
+async fn a_constant_written_unless_held_is_a_quorum_ifne() {
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let script = "local v = redis.call('get', KEYS[1])\nif v ~= 'busy' then\n\
+        redis.call('set', KEYS[1], 'busy', 'EX', ARGV[1])\nreturn 1\nend\nreturn 0";
+    for (case, from) in [None, Some("busy"), Some("someone")]
+        .into_iter()
+        .enumerate()
+    {
+        let keys = vec![format!("ifne:{case}")];
+        let (want, got) = both_values(&reference, &ms, &p, script, &keys, &[from], &["20"]).await;
+        assert_eq!(got, want, "from {from:?}");
+    }
+    // The constant on two masters, another value on the third: refused there and given back.
+    for (i, v) in ["someone", "busy", "busy"].iter().enumerate() {
+        ms[i]
+            .client()
+            .await
+            .cmd(&["SET", "ifne:q", v, "PX", "10000"])
+            .await;
+    }
+    let mut c = Client::connect(&p).await;
+    let args = ["EVAL", script, "1", "ifne:q", "20"];
+    assert_eq!(c.raw(&args).await, ":0\r\n");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let held = |v: &str| Some(v.to_string());
+    assert_eq!(
+        values_on(&ms, "ifne:q").await,
+        vec![held("someone"), held("busy"), held("busy")]
+    );
+    assert!(pttl(&ms[0], "ifne:q").await <= 10_000);
+    // Negative control: the script as written on master 0 overwrites the value there.
+    assert_eq!(ms[0].client().await.raw(&args).await, ":1\r\n");
+    assert_eq!(values_on(&ms, "ifne:q").await[0], held("busy"));
+    // Another value on two masters: written by a quorum.
+    for m in &ms[..2] {
+        m.client()
+            .await
+            .cmd(&["SET", "ifne:q", "someone", "PX", "10000"])
+            .await;
+    }
+    assert_eq!(c.raw(&args).await, ":1\r\n");
+    assert_eq!(
+        values_on(&ms, "ifne:q").await,
+        vec![held("busy"), held("busy"), held("busy")]
+    );
+    // A TTL beyond max_ttl_ms is an error, never a write.
+    let long = ["EVAL", script, "1", "ifne:long", "999999999"];
+    assert!(c.raw(&long).await.starts_with("-ERR"));
+    assert_eq!(values_on(&ms, "ifne:long").await, vec![None, None, None]);
 }

@@ -37,6 +37,11 @@ const MAX_TERMS: usize = 16;
 /// real `ARGV` indexes start at 1.
 pub const ORDER: usize = 0;
 
+/// The pseudo-`ARGV` index of assumptions that another client's value equals a literal
+/// (`GET KEYS[1] == "1"`), made only with [`Layout::literal_forks`]: the literal is the
+/// assumption's text.
+pub const HOLDS: usize = usize::MAX;
+
 /// The assumption "`PTTL(KEYS[a])` < `PTTL(KEYS[b])`", recorded under [`ORDER`].
 pub fn order(a: usize, b: usize) -> Vec<u8> {
     format!("pttl(KEYS[{a}]) < pttl(KEYS[{b}])").into_bytes()
@@ -419,6 +424,10 @@ pub struct Layout {
     /// arguments, `unpack(ARGV)` spreads `ARGV[1]` to `ARGV[m]` and `ARGV[j]` past `m` is nil
     /// (see [`crate::lockop::LockScript::argv_count`]).
     pub argv_count: usize,
+    /// True: a comparison of another client's value with a string literal forks the run (see
+    /// [`HOLDS`]) where it would stop it (a constant written as the lock's value, compared
+    /// with itself).
+    pub literal_forks: bool,
 }
 
 impl Layout {
@@ -431,6 +440,7 @@ impl Layout {
             field,
             field_per_key: per_key,
             argv_count: 0,
+            literal_forks: false,
         }
     }
 }
@@ -1074,6 +1084,9 @@ impl Machine<'_> {
             (Arg(i), Arg(j)) | (NumArg(i), NumArg(j)) | (Other(i), Other(j)) if i == j => true,
             (Arg(j), Str(s)) | (Str(s), Arg(j)) => self.assume(*j, s)?,
             (Other(_), Arg(t)) | (Arg(t), Other(_)) if *t == self.layout.token => false,
+            (Other(_), Str(s)) | (Str(s), Other(_)) if self.layout.literal_forks => {
+                self.assume(HOLDS, s)?
+            }
             (Pttl(_), Num(n)) | (Num(n), Pttl(_)) if *n <= 0 => false,
             (Ttl(_), Num(n)) | (Num(n), Ttl(_)) if *n < 0 => false,
             (Many(k), Num(n)) | (Num(n), Many(k)) if *n < 2 + k => false,

@@ -18,7 +18,7 @@ use bytes::Bytes;
 
 use crate::lockop::{
     Announce, AnnounceWhen, Answer, Choice, HashScript, Lit, LockScript, NumTest, Op, Param,
-    PlainSet, Replies, Short, Signal, TtlUnit,
+    PlainSet, Replies, Short, Signal, TtlUnit, WriteUnless,
 };
 use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
 use parse::{Block, KeyUse, key_use_block};
@@ -53,6 +53,8 @@ pub enum Recognised {
     Plain(PlainSet),
     /// A read–write or fair lock operation (see [`redisson`]).
     Redisson(redisson::RedissonScript),
+    /// A constant written unless the key holds it (see [`WriteUnless`]).
+    Unless(WriteUnless),
 }
 
 /// The lock or hash-lock operation a script performs, if its behaviour matches one exactly;
@@ -64,6 +66,9 @@ pub fn recognise_any(body: &[u8]) -> Option<Recognised> {
     }
     if let Some(plain) = plain_set(&block) {
         return Some(Recognised::Plain(plain));
+    }
+    if let Some(unless) = write_unless(&block) {
+        return Some(Recognised::Unless(unless));
     }
     if let Some(hash) = hash::recognise_block(body, &block) {
         return Some(Recognised::Hash(hash));
@@ -109,6 +114,7 @@ fn reason(body: &[u8]) -> String {
             field: 0,
             field_per_key: false,
             argv_count: 0,
+            literal_forks: false,
         };
         match analyse::explore(&block, n, layout) {
             Err(e) => {
@@ -150,6 +156,7 @@ pub fn behaviour_with(body: &[u8], token: usize) -> Result<Vec<String>, String> 
             field: 0,
             field_per_key: false,
             argv_count: 0,
+            literal_forks: false,
         };
         out.extend(
             analyse::explore(&block, n, layout)?
@@ -175,6 +182,7 @@ fn plain_set(block: &Block) -> Option<PlainSet> {
         field: 0,
         field_per_key: false,
         argv_count: 0,
+        literal_forks: false,
     };
     let runs = analyse::explore(block, 1, layout).ok()?;
     let mut found: Option<PlainSet> = None;
@@ -216,6 +224,129 @@ fn plain_set(block: &Block) -> Option<PlainSet> {
     found
 }
 
+/// A script on `KEYS[1]` alone that writes one constant `c` with a TTL of `ARGV[t]` wherever
+/// the key does not hold `c` (missing, or any other value, which it overwrites), and leaves it
+/// untouched where it holds `c`, answering one constant for each (see [`WriteUnless`]). Runs
+/// from a held key fork on whether its value is `c` (see [`analyse::HOLDS`]); the caller's
+/// token sits in an argument the script never reads, so a key holding "the token" is one more
+/// value it cannot tell from another's.
+fn write_unless(block: &Block) -> Option<WriteUnless> {
+    let mut u = KeyUse::default();
+    key_use_block(block, &mut u);
+    if u.dynamic || u.max_literal > 1 || u.argv_whole {
+        return None;
+    }
+    let layout = Layout {
+        token: MAX_TOKEN_ARG + 1,
+        keys_as_args: false,
+        field: 0,
+        field_per_key: false,
+        argv_count: 0,
+        literal_forks: true,
+    };
+    let runs = analyse::explore(block, 1, layout).ok()?;
+    // The constant compared with: every assumption is "the held value is c".
+    let mut c: Option<&[u8]> = None;
+    for r in &runs {
+        if r.foreign
+            || r.prefix.is_some()
+            || !r.calls.iter().all(|(cmd, _)| {
+                matches!(
+                    cmd.as_slice(),
+                    b"get"
+                        | b"set"
+                        | b"setex"
+                        | b"psetex"
+                        | b"pexpire"
+                        | b"expire"
+                        | b"exists"
+                        | b"pttl"
+                        | b"ttl"
+                )
+            })
+        {
+            return None;
+        }
+        for (j, s, _) in &r.assumed {
+            if *j != analyse::HOLDS && *j != layout.token {
+                return None;
+            }
+            if *c.get_or_insert(s) != s.as_slice() {
+                return None;
+            }
+        }
+    }
+    let c = c.filter(|c| !c.is_empty())?;
+    let holds_c = |r: &Run| r.assumed.iter().any(|(_, _, yes)| *yes);
+    let (mut found, mut ok, mut no): (Option<(usize, TtlUnit)>, Option<Val>, Option<Val>) =
+        (None, None, None);
+    for r in &runs {
+        let start = KeyNow::start(1, r.start[0], layout.token);
+        // A held key not yet compared with `c` could hold it: the run must have asked.
+        if r.start[0].held != Held::Missing && r.assumed.is_empty() {
+            return None;
+        }
+        if holds_c(r) {
+            if r.end[0] != start || *no.get_or_insert_with(|| r.reply.clone()) != r.reply {
+                return None;
+            }
+            continue;
+        }
+        let this = match &r.end[..] {
+            [
+                KeyNow {
+                    value: Some(v),
+                    ttl:
+                        TtlNow::Set {
+                            seconds,
+                            v: Val::Arg(t),
+                        },
+                },
+            ] if *t <= MAX_TOKEN_ARG
+                && match v {
+                    Val::Str(s) => s == c,
+                    Val::Num(n) => n.to_string().as_bytes() == c,
+                    _ => false,
+                } =>
+            {
+                let unit = if *seconds {
+                    TtlUnit::Seconds
+                } else {
+                    TtlUnit::Millis
+                };
+                (*t, unit)
+            }
+            _ => return None,
+        };
+        if *found.get_or_insert(this) != this
+            || *ok.get_or_insert_with(|| r.reply.clone()) != r.reply
+        {
+            return None;
+        }
+    }
+    let lit = |v: &Val| match v {
+        Val::Num(n) => Some(Lit::Int(*n)),
+        Val::Nil => Some(Lit::Nil),
+        Val::Status => Some(Lit::Ok),
+        Val::Str(s) => Short::new(s).map(Lit::Bulk),
+        Val::Error(e) => Short::new(e).map(Lit::Error),
+        Val::Table(items) => match items.as_slice() {
+            [Val::Num(n)] => Some(Lit::Single(*n)),
+            _ => None,
+        },
+        _ => None,
+    };
+    let (ttl_arg, unit) = found?;
+    let (ok, no) = (lit(&ok?)?, lit(&no?)?);
+    (ok != no).then(|| WriteUnless {
+        value: Bytes::copy_from_slice(c),
+        ttl_arg,
+        unit,
+        ok,
+        no,
+    })
+}
+
 /// The highest `ARGV` index tried as the token's place.
 const MAX_TOKEN_ARG: usize = 8;
 
@@ -248,6 +379,7 @@ fn classify_counted(block: &Block, u: &KeyUse, argv_count: usize) -> Option<Lock
         field: 0,
         field_per_key: false,
         argv_count,
+        literal_forks: false,
     };
     if u.dynamic {
         // Works on all of KEYS: unrolled over one and two keys.
@@ -282,6 +414,7 @@ fn classify_counted(block: &Block, u: &KeyUse, argv_count: usize) -> Option<Lock
                 field: 0,
                 field_per_key: false,
                 argv_count: 0,
+                literal_forks: false,
             };
             classify_with(block, &[1], layout)
         })
@@ -302,6 +435,7 @@ fn literal_acquire(block: &Block) -> Option<LockScript> {
         field: 0,
         field_per_key: false,
         argv_count: 0,
+        literal_forks: false,
     };
     let mut runs = analyse::explore(block, 1, layout).ok()?;
     if runs
@@ -349,6 +483,7 @@ fn classify_signal(block: &Block) -> Option<LockScript> {
         field: 0,
         field_per_key: false,
         argv_count: 0,
+        literal_forks: false,
     };
     let runs = analyse::explore(block, 2, layout).ok()?;
     let mut signal: Option<(Val, usize)> = None;
