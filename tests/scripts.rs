@@ -1971,6 +1971,19 @@ async fn a_refused_script_says_why() {
     assert!(r.contains("touches a key not given in KEYS"), "{r}");
     assert!(r.ends_with("and unknown_scripts = \"reject\"\r\n"), "{r}");
     assert_eq!(values_on(&ms, "why").await, vec![None, None, None]);
+    // A global assignment: Redis refuses it on every call, and the proxy says so.
+    let global = "current = redis.call('get', KEYS[1])\n\
+        if not current then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) end\n\
+        return false";
+    let r = c.raw(&["EVAL", global, "1", "why", "tok", "1000"]).await;
+    assert!(r.contains("assigns to the global current"), "{r}");
+    // Acquired in milliseconds, refreshed in seconds from the same argument.
+    let mixed = "local v = redis.call('get', KEYS[1])\n\
+        if not v then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) end\n\
+        if v == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end\nreturn 0";
+    let r = c.raw(&["EVAL", mixed, "1", "why", "tok", "1000"]).await;
+    assert!(r.contains("in milliseconds on one path and in"), "{r}");
+    assert_eq!(values_on(&ms, "why").await, vec![None, None, None]);
 }
 
 /// The next message a subscriber gets within `ms`, if any.

@@ -695,7 +695,14 @@ impl Machine<'_> {
                         Expr::Local(id) => {
                             self.set_local(*id, vals.get(k).cloned().unwrap_or(Val::Nil))
                         }
-                        _ => return fail("assigns to a global or a table"),
+                        // Redis runs scripts with their globals read-only: such a script fails
+                        // on every call ("Attempt to modify a readonly table" on Redis 7).
+                        Expr::Global(g) => {
+                            return fail(format!(
+                                "assigns to the global {g}, which Redis refuses when the script runs"
+                            ));
+                        }
+                        _ => return fail("assigns to a table"),
                     }
                 }
             }

@@ -123,10 +123,36 @@ fn reason(body: &[u8]) -> String {
             Ok(runs) if runs.iter().any(|r| r.foreign) => {
                 return "it runs a command that is no lock operation".into();
             }
+            Ok(runs) if mixed_units(&runs) => {
+                return "it sets the same TTL argument in milliseconds on one path and in \
+                        seconds on another (PX and EXPIRE), a TTL per path the proxy does not carry"
+                    .into();
+            }
             Ok(_) => return "what it does is not one lock operation".into(),
         }
     }
     why.unwrap_or_default()
+}
+
+/// Whether the runs set a TTL from the same argument in milliseconds on one path and in
+/// seconds on another (an acquisition by `SET ... PX ARGV[2]` and a refresh by `EXPIRE
+/// ARGV[2]`): the refresh then holds the key a thousand times longer than the acquisition.
+fn mixed_units(runs: &[Run]) -> bool {
+    let set = |r: &Run| {
+        r.end
+            .iter()
+            .filter_map(|k| match &k.ttl {
+                TtlNow::Set {
+                    seconds,
+                    v: Val::Arg(j),
+                } => Some((*j, *seconds)),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let all: Vec<(usize, bool)> = runs.iter().flat_map(set).collect();
+    all.iter()
+        .any(|(j, s)| all.iter().any(|(k, t)| j == k && s != t))
 }
 
 /// The behaviour table of a script: one line per run (starting state and argument case),
