@@ -1888,10 +1888,16 @@ mod more_libraries {
                 TtlUnit::Seconds
             )
         );
+        // Overwrites any value but its own: not an acquisition, but `SET key locked IFNE locked
+        // PX ttl` (see a_constant_written_unless_the_key_holds_it_is_set_ifne).
+        assert!(matches!(
+            recognise(
+                b"if redis.call('get', KEYS[1]) == 'locked' then return 'BUSY' end \
+                  return redis.call('psetex', KEYS[1], ARGV[1], 'locked')"
+            ),
+            Meaning::Unless(_)
+        ));
         for text in [
-            // Overwrites any value but its own.
-            "if redis.call('get', KEYS[1]) == 'locked' then return 'BUSY' end \
-             return redis.call('psetex', KEYS[1], ARGV[1], 'locked')",
             // Two different constants.
             "if redis.call('exists', KEYS[1]) == 1 then return 0 end \
              if ARGV[2] == 'a' then redis.call('psetex', KEYS[1], ARGV[1], 'x') \
