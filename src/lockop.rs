@@ -132,30 +132,60 @@ pub enum Lit {
     Single(i64),
 }
 
-/// A short byte string kept inline, so [`Answer`] stays `Copy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A constant reply text, kept once for the whole process so [`Answer`] stays `Copy` and small
+/// (it travels with every lock operation, the plain `SET NX PX` too).
+///
+/// Texts are interned: each distinct text is stored once and never freed. The store is bounded
+/// ([`Short::BUDGET`] bytes in all, each text at most [`Short::MAX`]): past it, a script with a
+/// new constant reply is not recognised (it stays unknown, which refuses rather than answers
+/// wrongly). Texts are only made when a script is recognised, never per request.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Short {
-    len: u8,
-    bytes: [u8; Short::MAX],
+    bytes: &'static [u8],
 }
 
-impl Short {
-    /// Longest text kept.
-    pub const MAX: usize = 22;
+impl std::fmt::Debug for Short {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self.bytes))
+    }
+}
 
-    /// `None` when `text` is longer than [`Short::MAX`].
+/// The interned texts and the bytes they take.
+static INTERNED: std::sync::Mutex<(Vec<&'static [u8]>, usize)> =
+    std::sync::Mutex::new((Vec::new(), 0));
+
+impl Short {
+    /// Longest text kept: room for any constant error or status text a lock library answers
+    /// (`dlock token mismatch, unable to unlock` and the like).
+    pub const MAX: usize = 256;
+
+    /// Most bytes all interned texts may take together.
+    pub const BUDGET: usize = 256 * 1024;
+
+    /// Most distinct texts interned (a lookup walks them, at recognition time only).
+    const MAX_TEXTS: usize = 4096;
+
+    /// `None` when `text` is longer than [`Short::MAX`], or new and the store is full.
     pub fn new(text: &[u8]) -> Option<Short> {
-        let mut bytes = [0; Short::MAX];
-        bytes.get_mut(..text.len())?.copy_from_slice(text);
-        Some(Short {
-            len: text.len() as u8,
-            bytes,
-        })
+        if text.len() > Short::MAX {
+            return None;
+        }
+        let mut store = INTERNED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bytes) = store.0.iter().find(|t| **t == text) {
+            return Some(Short { bytes });
+        }
+        if store.1 + text.len() > Short::BUDGET || store.0.len() >= Short::MAX_TEXTS {
+            return None;
+        }
+        let bytes: &'static [u8] = Box::leak(text.to_vec().into_boxed_slice());
+        store.0.push(bytes);
+        store.1 += text.len();
+        Some(Short { bytes })
     }
 
     /// The text.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..usize::from(self.len)]
+        self.bytes
     }
 }
 
@@ -315,6 +345,10 @@ pub struct LockScript {
     pub signal: Option<Signal>,
     /// What it publishes, if anything (a release only).
     pub announce: Option<Announce>,
+    /// `Some(m)` when the script spreads `ARGV` into a command (`redis.call('psetex',
+    /// KEYS[1], unpack(ARGV))`): it means this operation only when called with exactly `m`
+    /// arguments (with more or fewer, Redis would run another command, or refuse it).
+    pub argv_count: Option<usize>,
 }
 
 impl LockScript {
@@ -381,6 +415,25 @@ pub struct PlainSet {
     pub ttl_arg: usize,
     /// The TTL's unit.
     pub unit: TtlUnit,
+}
+
+/// A script that writes a constant to `KEYS[1]` with a TTL of `ARGV[ttl_arg]` unless the key
+/// already holds that constant (`if GET(KEYS[1]) == "1" then return "NOK" else return
+/// SET(KEYS[1], "1", "PX", ARGV[1]) end`): whatever else the key holds is overwritten. That is
+/// Redis 8.4's `SET key value IFNE value PX ttl`, which the proxy serves as a quorum write (see
+/// `command::conditional`), answering the script's own constants for written and not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteUnless {
+    /// The constant written and compared with.
+    pub value: Bytes,
+    /// 1-based `ARGV` index of the TTL.
+    pub ttl_arg: usize,
+    /// The TTL's unit.
+    pub unit: TtlUnit,
+    /// The reply where it wrote.
+    pub ok: Lit,
+    /// The reply where the key already held the constant (and where no quorum wrote).
+    pub no: Lit,
 }
 
 /// An operation on a re-entrant hash lock (Redisson's `RLock`): the lock is a hash whose one

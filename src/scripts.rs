@@ -22,7 +22,7 @@ use std::sync::{Arc, RwLock};
 use bytes::Bytes;
 
 use crate::config::ScriptDecl;
-use crate::lockop::{Choice, HashScript, LockScript, PlainSet, TtlUnit};
+use crate::lockop::{Choice, HashScript, LockScript, PlainSet, TtlUnit, WriteUnless};
 use crate::lua;
 
 /// What a script does.
@@ -39,6 +39,9 @@ pub enum Meaning {
     /// A read–write or fair lock operation (Redisson's `RReadWriteLock`, `RFairLock`): the
     /// client's script runs on every master and the quorum decides (see `lua/redisson.rs`).
     Redisson(lua::redisson::RedissonScript),
+    /// A constant written unless the key holds it, run as `SET key c IFNE c PX ttl` (see
+    /// [`WriteUnless`]).
+    Unless(WriteUnless),
     /// Not understood: handled by the `unknown_scripts` policy.
     Unknown,
 }
@@ -87,6 +90,7 @@ impl Declared {
                 answer: d.reply,
                 signal: None,
                 announce: None,
+                argv_count: None,
             },
         }
     }
@@ -116,6 +120,7 @@ pub fn recognise(body: &[u8]) -> Meaning {
         Some(lua::Recognised::Hash(hash)) => Meaning::Hash(hash),
         Some(lua::Recognised::Plain(plain)) => Meaning::Plain(plain),
         Some(lua::Recognised::Redisson(rw)) => Meaning::Redisson(rw),
+        Some(lua::Recognised::Unless(w)) => Meaning::Unless(w),
         None => Meaning::Unknown,
     }
 }
@@ -433,6 +438,10 @@ mod tests {
                     yes += 1;
                     println!("OK   {name}: {r:?}");
                 }
+                Meaning::Unless(w) => {
+                    yes += 1;
+                    println!("OK   {name}: {w:?}");
+                }
                 Meaning::Unknown => {
                     no += 1;
                     println!("NO   {name}: {}", lua::refusal(&body));
@@ -460,7 +469,11 @@ mod tests {
             .collect();
         match recognise(body) {
             Meaning::Lock(l) => Some((l.op(&argv), l.all_keys, l.answer)),
-            Meaning::Hash(_) | Meaning::Plain(_) | Meaning::Redisson(_) | Meaning::Unknown => None,
+            Meaning::Hash(_)
+            | Meaning::Plain(_)
+            | Meaning::Redisson(_)
+            | Meaning::Unless(_)
+            | Meaning::Unknown => None,
         }
     }
 
@@ -887,6 +900,58 @@ mod tests {
             ),
             "{table:#?}"
         );
+    }
+
+    #[test]
+    fn a_constant_written_unless_the_key_holds_it_is_set_ifne() {
+        use crate::lockop::{Lit, Short, WriteUnless};
+        let unless = |value: &str, ttl_arg, unit, ok, no| {
+            Meaning::Unless(WriteUnless {
+                value: Bytes::copy_from_slice(value.as_bytes()),
+                ttl_arg,
+                unit,
+                ok,
+                no,
+            })
+        };
+        let bulk = |s: &str| Lit::Bulk(Short::new(s.as_bytes()).unwrap());
+        assert_eq!(
+            recognise(
+                b"if redis.call('GET', KEYS[1]) == 'busy' then return 'NO' \
+                  else return redis.call('SET', KEYS[1], 'busy', 'PX', ARGV[1]) end"
+            ),
+            unless("busy", 1, TtlUnit::Millis, Lit::Ok, bulk("NO"))
+        );
+        // Another spelling: the value stored as a number, seconds, 1/0, the TTL in ARGV[2].
+        assert_eq!(
+            recognise(
+                b"local v = redis.call('get', KEYS[1]) if v ~= '7' then \
+                  redis.call('setex', KEYS[1], ARGV[2], 7) return 1 end return 0"
+            ),
+            unless("7", 2, TtlUnit::Seconds, Lit::Int(1), Lit::Int(0))
+        );
+        for other in [
+            // Compares one constant, writes another.
+            "if redis.call('get', KEYS[1]) == '1' then return 0 end \
+             redis.call('set', KEYS[1], '2', 'PX', ARGV[1]) return 1",
+            // Writes only where missing after the test (not what IFNE does to another value).
+            "if redis.call('get', KEYS[1]) == '1' then return 0 end \
+             return redis.call('set', KEYS[1], '1', 'NX', 'PX', ARGV[1])",
+            // No expiry.
+            "if redis.call('get', KEYS[1]) == '1' then return 0 end \
+             redis.call('set', KEYS[1], '1') return 1",
+            // The same reply either way.
+            "if redis.call('get', KEYS[1]) == '1' then return 1 end \
+             redis.call('set', KEYS[1], '1', 'PX', ARGV[1]) return 1",
+            // Refreshes the TTL where it holds the constant.
+            "if redis.call('get', KEYS[1]) == '1' then redis.call('pexpire', KEYS[1], ARGV[1]) return 0 end \
+             redis.call('set', KEYS[1], '1', 'PX', ARGV[1]) return 1",
+            // Two constants compared.
+            "local v = redis.call('get', KEYS[1]) if v == '1' or v == '2' then return 0 end \
+             redis.call('set', KEYS[1], '1', 'PX', ARGV[1]) return 1",
+        ] {
+            assert_eq!(recognise(other.as_bytes()), Meaning::Unknown, "{other}");
+        }
     }
 
     #[test]
@@ -1674,9 +1739,6 @@ mod more_libraries {
             // A table alias: the insert goes through `b`, the delete reads `a`.
             "local a = {} local b = a table.insert(b, KEYS[1]) \
              if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', unpack(a)) end return 0",
-            // A constant reply longer than the proxy keeps (Short::MAX bytes).
-            "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end \
-             return 'this lock is held by somebody else'",
             // A recursive function.
             "local function f() return f() end return f()",
             // unpack anywhere but the end of a redis.call.
@@ -1684,6 +1746,13 @@ mod more_libraries {
         ] {
             assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
         }
+        // A constant reply longer than the proxy keeps (Short::MAX bytes).
+        let long = format!(
+            "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end \
+             return '{}'",
+            "x".repeat(Short::MAX + 1)
+        );
+        assert_eq!(recognise(long.as_bytes()), Meaning::Unknown);
     }
 
     /// Take-or-already-mine: a key that holds the caller's token answers the grant and keeps
@@ -1819,10 +1888,16 @@ mod more_libraries {
                 TtlUnit::Seconds
             )
         );
+        // Overwrites any value but its own: not an acquisition, but `SET key locked IFNE locked
+        // PX ttl` (see a_constant_written_unless_the_key_holds_it_is_set_ifne).
+        assert!(matches!(
+            recognise(
+                b"if redis.call('get', KEYS[1]) == 'locked' then return 'BUSY' end \
+                  return redis.call('psetex', KEYS[1], ARGV[1], 'locked')"
+            ),
+            Meaning::Unless(_)
+        ));
         for text in [
-            // Overwrites any value but its own.
-            "if redis.call('get', KEYS[1]) == 'locked' then return 'BUSY' end \
-             return redis.call('psetex', KEYS[1], ARGV[1], 'locked')",
             // Two different constants.
             "if redis.call('exists', KEYS[1]) == 1 then return 0 end \
              if ARGV[2] == 'a' then redis.call('psetex', KEYS[1], ARGV[1], 'x') \

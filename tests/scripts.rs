@@ -271,13 +271,32 @@ async fn both(
     held: &[Held],
     argv: &[&str],
 ) -> (Outcome, Outcome) {
+    let values: Vec<Option<&str>> = held
+        .iter()
+        .map(|h| match h {
+            Held::Mine => Some("tok"),
+            Held::Other => Some("other"),
+            Held::Missing => None,
+        })
+        .collect();
+    both_values(reference, ms, proxy, script, keys, &values, argv).await
+}
+
+/// [`both`] with the keys holding the given values first (set with a 10 s TTL).
+async fn both_values(
+    reference: &Master,
+    ms: &[Master],
+    proxy: &str,
+    script: &str,
+    keys: &[String],
+    values: &[Option<&str>],
+    argv: &[&str],
+) -> (Outcome, Outcome) {
     let mut r = reference.client().await;
     let mut p = Client::connect(proxy).await;
-    for (key, h) in keys.iter().zip(held) {
-        let token = match h {
-            Held::Mine => "tok",
-            Held::Other => "other",
-            Held::Missing => continue,
+    for (key, v) in keys.iter().zip(values) {
+        let Some(token) = *v else {
+            continue;
         };
         assert_eq!(
             r.cmd(&["SET", key, token, "PX", "10000"]).await,
@@ -1952,6 +1971,19 @@ async fn a_refused_script_says_why() {
     assert!(r.contains("touches a key not given in KEYS"), "{r}");
     assert!(r.ends_with("and unknown_scripts = \"reject\"\r\n"), "{r}");
     assert_eq!(values_on(&ms, "why").await, vec![None, None, None]);
+    // A global assignment: Redis refuses it on every call, and the proxy says so.
+    let global = "current = redis.call('get', KEYS[1])\n\
+        if not current then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) end\n\
+        return false";
+    let r = c.raw(&["EVAL", global, "1", "why", "tok", "1000"]).await;
+    assert!(r.contains("assigns to the global current"), "{r}");
+    // Acquired in milliseconds, refreshed in seconds from the same argument.
+    let mixed = "local v = redis.call('get', KEYS[1])\n\
+        if not v then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) end\n\
+        if v == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end\nreturn 0";
+    let r = c.raw(&["EVAL", mixed, "1", "why", "tok", "1000"]).await;
+    assert!(r.contains("in milliseconds on one path and in"), "{r}");
+    assert_eq!(values_on(&ms, "why").await, vec![None, None, None]);
 }
 
 /// The next message a subscriber gets within `ms`, if any.
@@ -1998,30 +2030,50 @@ async fn corpus_differential() {
     for f in files {
         let script = std::fs::read_to_string(&f).unwrap();
         let name = f.file_name().unwrap().to_string_lossy().to_string();
-        let (token, ttl, unit, keys, ops) = match recognise(script.as_bytes()) {
-            // Parameters in KEYS with none in ARGV: called another way (see
-            // scripts_recognised_by_behaviour_...).
-            Meaning::Lock(l) if l.params_in_keys && l.ttl_arg <= ARGV_AFTER_KEYS => continue,
-            // The token in KEYS, the TTL in ARGV (see ARGV_AFTER_KEYS): one key-parameter.
+        let (token, ttl, unit, keys, ops, count) = match recognise(script.as_bytes()) {
+            // Parameters in KEYS after the lock's key (the token, the TTL), the rest (if
+            // any) in ARGV numbered after them (see ARGV_AFTER_KEYS).
             Meaning::Lock(l) if l.params_in_keys => {
-                if l.token_arg != 1 || !matches!(l.choice, Choice::Always(_)) {
+                let Choice::Always(op) = l.choice else {
+                    continue;
+                };
+                if l_is_read(&[op]) || l.token_literal.is_some() {
                     continue;
                 }
-                let ttl = l.ttl_arg - ARGV_AFTER_KEYS;
-                let mut argv: Vec<String> = (1..=ttl).map(|_| "1".to_string()).collect();
-                argv[ttl - 1] = match l.unit {
-                    TtlUnit::Millis => "20000".into(),
-                    TtlUnit::Seconds => "20".into(),
+                let timed = !matches!(op, Op::Release | Op::ReleaseAll | Op::Delete);
+                let (mut params, mut argv): (Vec<String>, Vec<String>) = (vec![], vec![]);
+                let mut put = |pos: usize, value: &str| {
+                    let (list, i) = if pos > ARGV_AFTER_KEYS {
+                        (&mut argv, pos - ARGV_AFTER_KEYS)
+                    } else {
+                        (&mut params, pos)
+                    };
+                    if list.len() < i {
+                        list.resize(i, "1".to_string());
+                    }
+                    list[i - 1] = value.to_string();
                 };
+                put(l.token_arg, "tok");
+                if timed {
+                    put(
+                        l.ttl_arg,
+                        match l.unit {
+                            TtlUnit::Millis => "20000",
+                            TtlUnit::Seconds => "20",
+                        },
+                    );
+                }
                 let argv: Vec<&str> = argv.iter().map(|a| a.as_str()).collect();
                 for from in [H(Mine), H(Other), H(Missing), Expired] {
                     case += 1;
-                    let keys = vec![format!("corpus:{case}:0"), "tok".to_string()];
-                    let from = [from, H(Missing)];
+                    let mut keys = vec![format!("corpus:{case}:0")];
+                    keys.extend(params.iter().cloned());
+                    let mut from = vec![from];
+                    from.resize(keys.len(), H(Missing));
                     let ((want, ws), (got, gs)) =
                         both_from(&reference, &ms, &p, &script, &keys, &from, &argv).await;
-                    assert_eq!(got, want, "{name} {argv:?} from {from:?}");
-                    assert_eq!(gs, ws, "{name} {argv:?} from {from:?}");
+                    assert_eq!(got, want, "{name} {keys:?} {argv:?} from {from:?}");
+                    assert_eq!(gs, ws, "{name} {keys:?} {argv:?} from {from:?}");
                     checked += 1;
                 }
                 eprintln!("{name}: same as one Redis");
@@ -2043,16 +2095,50 @@ async fn corpus_differential() {
                 } else {
                     l.token_arg
                 };
-                (token, l.ttl_arg, l.unit, keys, ops)
+                (token, l.ttl_arg, l.unit, keys, ops, l.argv_count)
             }
-            Meaning::Plain(s) => (s.value_arg, s.ttl_arg, s.unit, 1, vec![]),
+            Meaning::Plain(s) => (s.value_arg, s.ttl_arg, s.unit, 1, vec![], None),
+            // A constant written unless the key holds it: from missing, holding the constant,
+            // holding another value, and expired.
+            Meaning::Unless(w) => {
+                let c = String::from_utf8(w.value.to_vec()).unwrap();
+                let mut argv: Vec<String> = vec!["1".to_string(); w.ttl_arg];
+                argv[w.ttl_arg - 1] = match w.unit {
+                    TtlUnit::Millis => "20000".into(),
+                    TtlUnit::Seconds => "20".into(),
+                };
+                let argv: Vec<&str> = argv.iter().map(|a| a.as_str()).collect();
+                for from in [None, Some(c.as_str()), Some("other"), Some("expired")] {
+                    case += 1;
+                    let keys = vec![format!("corpus:{case}:0")];
+                    let values = if from == Some("expired") {
+                        let set = ["SET", &keys[0], "x", "PX", "30"];
+                        reference.client().await.cmd(&set).await;
+                        Client::connect(&p).await.cmd(&set).await;
+                        tokio::time::sleep(Duration::from_millis(80)).await;
+                        [None]
+                    } else {
+                        [from]
+                    };
+                    let ((want, ws), (got, gs)) =
+                        both_values(&reference, &ms, &p, &script, &keys, &values, &argv).await;
+                    assert_eq!(got, want, "{name} {argv:?} from {from:?}");
+                    assert_eq!(gs, ws, "{name} {argv:?} from {from:?}");
+                    checked += 1;
+                }
+                eprintln!("{name}: same as one Redis");
+                continue;
+            }
             _ => continue,
         };
         if l_is_read(&ops) || token == 0 {
             continue;
         }
         let literal = token == usize::MAX;
-        let n = if literal {
+        // A script that spreads ARGV into a command: called with exactly that many.
+        let n = if let Some(m) = count {
+            m
+        } else if literal {
             ttl.max(1)
         } else {
             token.max(ttl).max(3)
@@ -2092,4 +2178,173 @@ async fn corpus_differential() {
 fn l_is_read(ops: &[Op]) -> bool {
     ops.iter()
         .any(|op| matches!(op, Op::Remaining | Op::Inspect))
+}
+
+/// Shapes recognised in the second round, in our own spellings, from every starting state,
+/// answer through the proxy (3 masters, unknown scripts refused) what one redis-server answers
+/// and leave the same value and TTL on a majority: `ARGV` spread into the command
+/// (`unpack(ARGV)`), an integer reply tested for truth (always true in Lua), the TTL and the
+/// token passed in `KEYS`, and a multi-key release answering a long constant error.
+#[tokio::test]
+async fn second_round_shapes_answer_what_one_redis_answers() {
+    use Held::*;
+    use Start::{Expired, Held as H};
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
+    let multi: &[&[Start]] = &[
+        &[H(Mine), H(Mine)],
+        &[H(Mine), H(Missing)],
+        &[H(Mine), H(Other)],
+        &[H(Missing), H(Missing)],
+        &[Expired, H(Mine)],
+    ];
+    // ARGV = TTL ms, token, spread into PSETEX; nil where the key exists.
+    let spread = "local k = KEYS[1]\nif redis.call('EXISTS', k) ~= 1 then\n\
+        return redis.call('PSETEX', k, unpack(ARGV))\nend\nreturn false";
+    // The token in KEYS[2]; DEL's integer is always true in Lua, so 'gone' never answers.
+    let truthy = "local cur = redis.call('get', KEYS[1])\nif cur ~= KEYS[2] then return 'no' end\n\
+        local n = redis.call('del', KEYS[1])\nif n then return 'yes' else return 'gone' end";
+    // KEYS = key, TTL in seconds, token: taken with SETNX then EXPIRE, or refreshed if mine.
+    let ttl_in_keys = "local got = redis.call('setnx', KEYS[1], KEYS[3])\n\
+        if got == 1 or redis.call('get', KEYS[1]) == KEYS[3] then\n\
+        redis.call('expire', KEYS[1], KEYS[2]) return 'taken' end\nreturn 'busy'";
+    // Every key must hold the token, else a long error reply and nothing deleted.
+    let long_error = "local vals = redis.call('mget', unpack(KEYS))\nfor i = 1, #KEYS do\n\
+        if vals[i] ~= ARGV[1] then\n\
+        return redis.error_reply('LOCKLOST this lock is no longer held by the caller, nothing was released')\n\
+        end\nend\nredis.call('del', unpack(KEYS))\nreturn redis.status_reply('OK')";
+    let mut case = 0;
+    let mut run = async |script: &str, keys_after: &[&str], argv: &[&str], states: &[&[Start]]| {
+        for from in states {
+            case += 1;
+            let mut keys: Vec<String> = (0..from.len()).map(|i| format!("r2:{case}:{i}")).collect();
+            keys.extend(keys_after.iter().map(|k| k.to_string()));
+            let mut from = from.to_vec();
+            from.resize(keys.len(), H(Missing));
+            let (want, got) = both_from(&reference, &ms, &p, script, &keys, &from, argv).await;
+            assert_eq!(got, want, "{script} {keys:?} {argv:?} from {from:?}");
+        }
+    };
+    run(spread, &[], &["20000", "tok"], single).await;
+    run(truthy, &["tok"], &[], single).await;
+    run(ttl_in_keys, &["20", "tok"], &[], single).await;
+    run(long_error, &[], &["tok"], single).await;
+    run(long_error, &[], &["tok"], multi).await;
+    // Spread with another number of arguments: PSETEX of another arity, which Redis refuses;
+    // the proxy does not take it for the acquisition (an error, nothing written).
+    let mut c = Client::connect(&p).await;
+    let three = ["EVAL", spread, "1", "r2:arity", "20000", "tok", "x"];
+    assert!(c.raw(&three).await.starts_with('-'));
+    assert!(reference.client().await.raw(&three).await.starts_with('-'));
+    assert_eq!(values_on(&ms, "r2:arity").await, vec![None, None, None]);
+}
+
+/// The spread acquisition is a Redlock acquisition: held by another client on two of three
+/// masters, it is refused, and the master where it created the key is cleaned up; held on one
+/// master only, a quorum grants it. (Negative control: the same key written on the free master
+/// directly by the script, as one Redis runs it, stays there.)
+#[tokio::test]
+async fn a_refused_spread_acquisition_undoes_what_it_created() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let spread = "if redis.call('exists', KEYS[1]) == 0 then\n\
+        return redis.call('psetex', KEYS[1], unpack(ARGV)) end";
+    for m in &ms[1..] {
+        m.client()
+            .await
+            .cmd(&["SET", "r2:q", "other", "PX", "10000"])
+            .await;
+    }
+    let mut c = Client::connect(&p).await;
+    let args = ["EVAL", spread, "1", "r2:q", "10000", "tok"];
+    assert_eq!(c.raw(&args).await, "$-1\r\n");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let other = Some("other".to_string());
+    assert_eq!(
+        values_on(&ms, "r2:q").await,
+        vec![None, other.clone(), other.clone()]
+    );
+    // Negative control: the client's own script, run on the free master as written, leaves
+    // its value there (a partial grant nobody undoes).
+    assert_eq!(ms[0].client().await.raw(&args).await, "+OK\r\n");
+    assert_eq!(
+        values_on(&ms, "r2:q").await,
+        vec![Some("tok".to_string()), other.clone(), other]
+    );
+    // Held on one master only: granted by a quorum.
+    for m in &ms {
+        m.client().await.cmd(&["DEL", "r2:q"]).await;
+    }
+    ms[2]
+        .client()
+        .await
+        .cmd(&["SET", "r2:q", "other", "PX", "10000"])
+        .await;
+    assert_eq!(c.raw(&args).await, "+OK\r\n");
+    assert_eq!(
+        values_on(&ms, "r2:q").await[..2],
+        [Some("tok".to_string()), Some("tok".to_string())]
+    );
+}
+
+/// A constant written unless the key already holds it (a mutex without ownership that
+/// overwrites any other value) runs as `SET key c IFNE c PX ttl`: from every starting state it
+/// answers what one Redis answers, with the script's own constants. Across masters it is a
+/// quorum write: held with the constant on two of three masters, it is refused and the master
+/// where it wrote gets its old value back. (Negative control: the client's script run on that
+/// master as written leaves its write there.)
+#[tokio::test]
+async fn a_constant_written_unless_held_is_a_quorum_ifne() {
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let script = "local v = redis.call('get', KEYS[1])\nif v ~= 'busy' then\n\
+        redis.call('set', KEYS[1], 'busy', 'EX', ARGV[1])\nreturn 1\nend\nreturn 0";
+    for (case, from) in [None, Some("busy"), Some("someone")]
+        .into_iter()
+        .enumerate()
+    {
+        let keys = vec![format!("ifne:{case}")];
+        let (want, got) = both_values(&reference, &ms, &p, script, &keys, &[from], &["20"]).await;
+        assert_eq!(got, want, "from {from:?}");
+    }
+    // The constant on two masters, another value on the third: refused there and given back.
+    for (i, v) in ["someone", "busy", "busy"].iter().enumerate() {
+        ms[i]
+            .client()
+            .await
+            .cmd(&["SET", "ifne:q", v, "PX", "10000"])
+            .await;
+    }
+    let mut c = Client::connect(&p).await;
+    let args = ["EVAL", script, "1", "ifne:q", "20"];
+    assert_eq!(c.raw(&args).await, ":0\r\n");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let held = |v: &str| Some(v.to_string());
+    assert_eq!(
+        values_on(&ms, "ifne:q").await,
+        vec![held("someone"), held("busy"), held("busy")]
+    );
+    assert!(pttl(&ms[0], "ifne:q").await <= 10_000);
+    // Negative control: the script as written on master 0 overwrites the value there.
+    assert_eq!(ms[0].client().await.raw(&args).await, ":1\r\n");
+    assert_eq!(values_on(&ms, "ifne:q").await[0], held("busy"));
+    // Another value on two masters: written by a quorum.
+    for m in &ms[..2] {
+        m.client()
+            .await
+            .cmd(&["SET", "ifne:q", "someone", "PX", "10000"])
+            .await;
+    }
+    assert_eq!(c.raw(&args).await, ":1\r\n");
+    assert_eq!(
+        values_on(&ms, "ifne:q").await,
+        vec![held("busy"), held("busy"), held("busy")]
+    );
+    // A TTL beyond max_ttl_ms is an error, never a write.
+    let long = ["EVAL", script, "1", "ifne:long", "999999999"];
+    assert!(c.raw(&long).await.starts_with("-ERR"));
+    assert_eq!(values_on(&ms, "ifne:long").await, vec![None, None, None]);
 }

@@ -448,7 +448,7 @@ fn answer(shape: Answer, ok: bool, keys: usize) -> Reply {
 }
 
 /// One of a script's constant replies (see [`crate::lockop::Replies`]).
-fn constant(l: Lit) -> Reply {
+pub(super) fn constant(l: Lit) -> Reply {
     match l {
         Lit::Int(n) => Reply::Integer(n),
         Lit::Nil => Reply::Nil,

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::action::Action;
 use super::hashlock::{HashLockOp, Publication};
-use super::keys::SetOptions;
+use super::keys::{Cond, SetOptions};
 use super::lease::Leased;
 use super::lock::{LockOp, Publish, Wake};
 use super::session::Conn;
@@ -28,7 +28,7 @@ use crate::config::UnknownScripts;
 use crate::error::Error;
 use crate::lockop::{
     ARGV_AFTER_KEYS, Choice, HashOp, HashScript, LockScript, Op, Param, PlainSet, PublishCommand,
-    TtlUnit,
+    TtlUnit, WriteUnless,
 };
 use crate::proxy::Proxy;
 use crate::quorum::{Request, ask};
@@ -76,7 +76,7 @@ fn split_keys(args: &[Bytes]) -> Result<(&[Bytes], &[Bytes]), Reply> {
     Ok(rest.split_at(n as usize))
 }
 
-fn run(proxy: &Arc<Proxy>, conn: &Conn, script: &Script, args: Vec<Bytes>) -> Action {
+fn run(proxy: &Arc<Proxy>, conn: &mut Conn, script: &Script, args: Vec<Bytes>) -> Action {
     let (keys, argv) = match split_keys(&args) {
         Ok(split) => split,
         Err(e) => return e.into(),
@@ -104,9 +104,62 @@ fn run(proxy: &Arc<Proxy>, conn: &Conn, script: &Script, args: Vec<Bytes>) -> Ac
             Some(Err(e)) => return e.into(),
             None => {}
         },
+        Meaning::Unless(w) => {
+            if let Some(action) = run_unless(proxy, conn, w, keys, argv) {
+                return action;
+            }
+        }
         Meaning::Unknown => {}
     }
     unknown(proxy, script, keys, &args)
+}
+
+/// Runs a script that writes a constant unless the key holds it (see [`WriteUnless`]) as
+/// `SET key c IFNE c PX ttl`, a quorum write (see `conditional`), answering the script's own
+/// constants: its "written" where a quorum wrote, its "not written" where the write was
+/// refused (the key holds `c` on a quorum, or no quorum wrote), and errors as they are. `None`
+/// when the call does not fit (no key, too few arguments): it then runs as written.
+fn run_unless(
+    proxy: &Arc<Proxy>,
+    conn: &mut Conn,
+    w: &WriteUnless,
+    keys: &[Bytes],
+    argv: &[Bytes],
+) -> Option<Action> {
+    use futures_util::FutureExt;
+    let key = keys.first()?.clone();
+    let ttl = argv.get(w.ttl_arg.checked_sub(1)?)?;
+    let Some(n) = parse_int(ttl) else {
+        return Some(Reply::from(Error::NotAnInteger).into());
+    };
+    let ms = match w.unit {
+        TtlUnit::Millis => Some(n),
+        TtlUnit::Seconds => n.checked_mul(1000),
+    };
+    let Some(ms) = ms.filter(|ms| *ms > 0) else {
+        return Some(Reply::from(Error::InvalidExpire("set")).into());
+    };
+    let args = vec![Bytes::from_static(b"SET"), key, w.value.clone()];
+    let opts = SetOptions {
+        ttl_ms: Some(ms),
+        cond: Some(Cond::Ne(w.value.clone())),
+        ..SetOptions::default()
+    };
+    let (ok, no) = (w.ok, w.no);
+    let answer = move |r: Reply| {
+        if r.is_ok() {
+            super::lock::constant(ok)
+        } else if matches!(r, Reply::Nil) {
+            super::lock::constant(no)
+        } else {
+            r
+        }
+    };
+    Some(match super::conditional::set(proxy, conn, args, opts) {
+        Action::Reply(r) => Action::Reply(answer(r)),
+        Action::Later(later) => Action::Later(Box::pin(later.map(answer))),
+        close @ Action::Close(_) => close,
+    })
 }
 
 /// Runs a script that is one plain `SET` (see [`PlainSet`]) as that command: a write by the
@@ -197,6 +250,10 @@ fn leased_hash_lock(proxy: &Arc<Proxy>, conn: &Conn, op: HashLockOp) -> Action {
 /// script's layout (too few keys or arguments): the script then runs as written, as Redis would
 /// run it, under the unknown-script policy.
 fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<LockOp, Reply>> {
+    // A script that spreads ARGV into a command means its operation for one count only.
+    if lock.argv_count.is_some_and(|m| m != argv.len()) {
+        return None;
+    }
     let mixed;
     // With parameters in KEYS and ARGV both, the positions that stand for parameters the call
     // did not pass (the padding below): the call does not fit the layout.
@@ -515,6 +572,7 @@ mod tests {
             answer: Answer::Count,
             signal: None,
             announce: None,
+            argv_count: None,
         }
     }
 

@@ -37,6 +37,11 @@ const MAX_TERMS: usize = 16;
 /// real `ARGV` indexes start at 1.
 pub const ORDER: usize = 0;
 
+/// The pseudo-`ARGV` index of assumptions that another client's value equals a literal
+/// (`GET KEYS[1] == "1"`), made only with [`Layout::literal_forks`]: the literal is the
+/// assumption's text.
+pub const HOLDS: usize = usize::MAX;
+
 /// The assumption "`PTTL(KEYS[a])` < `PTTL(KEYS[b])`", recorded under [`ORDER`].
 pub fn order(a: usize, b: usize) -> Vec<u8> {
     format!("pttl(KEYS[{a}]) < pttl(KEYS[{b}])").into_bytes()
@@ -414,6 +419,15 @@ pub struct Layout {
     /// True when each key has its own field: `KEYS[i]`'s is `ARGV[field + i - 1]` (Redisson's
     /// multi-lock renewal).
     pub field_per_key: bool,
+    /// 0: `ARGV` holds as many arguments as the script reads, and spreading it into a command
+    /// (`unpack(ARGV)`) is not followed. `m`: the run stands for a call with exactly `m`
+    /// arguments, `unpack(ARGV)` spreads `ARGV[1]` to `ARGV[m]` and `ARGV[j]` past `m` is nil
+    /// (see [`crate::lockop::LockScript::argv_count`]).
+    pub argv_count: usize,
+    /// True: a comparison of another client's value with a string literal forks the run (see
+    /// [`HOLDS`]) where it would stop it (a constant written as the lock's value, compared
+    /// with itself).
+    pub literal_forks: bool,
 }
 
 impl Layout {
@@ -425,6 +439,8 @@ impl Layout {
             keys_as_args: false,
             field,
             field_per_key: per_key,
+            argv_count: 0,
+            literal_forks: false,
         }
     }
 }
@@ -679,7 +695,14 @@ impl Machine<'_> {
                         Expr::Local(id) => {
                             self.set_local(*id, vals.get(k).cloned().unwrap_or(Val::Nil))
                         }
-                        _ => return fail("assigns to a global or a table"),
+                        // Redis runs scripts with their globals read-only: such a script fails
+                        // on every call ("Attempt to modify a readonly table" on Redis 7).
+                        Expr::Global(g) => {
+                            return fail(format!(
+                                "assigns to the global {g}, which Redis refuses when the script runs"
+                            ));
+                        }
+                        _ => return fail("assigns to a table"),
                     }
                 }
             }
@@ -808,7 +831,14 @@ impl Machine<'_> {
             let from = out.len();
             match self.expr(t)? {
                 Val::Argv if !self.layout.keys_as_args => {
-                    out.extend((1..=names.saturating_sub(from)).map(Val::Arg));
+                    let m = self.layout.argv_count;
+                    out.extend((1..=names.saturating_sub(from)).map(|j| {
+                        if m > 0 && j > m {
+                            Val::Nil
+                        } else {
+                            Val::Arg(j)
+                        }
+                    }));
                 }
                 Val::Keys if !self.layout.keys_as_args => {
                     let n = self.keys.len();
@@ -872,6 +902,11 @@ impl Machine<'_> {
                         Val::Key(i as usize)
                     }
                     (Val::Keys, Val::Num(_)) => Val::Nil,
+                    (Val::Argv, Val::Num(j))
+                        if self.layout.argv_count > 0 && j as usize > self.layout.argv_count =>
+                    {
+                        Val::Nil
+                    }
                     (Val::Argv, Val::Num(j)) if j >= 1 => Val::Arg(j as usize),
                     (Val::Redis, Val::Str(s)) if s == b"call" || s == b"pcall" => Val::Call,
                     (t, Val::Str(s)) if library(&t, &s).is_some() => {
@@ -1056,6 +1091,9 @@ impl Machine<'_> {
             (Arg(i), Arg(j)) | (NumArg(i), NumArg(j)) | (Other(i), Other(j)) if i == j => true,
             (Arg(j), Str(s)) | (Str(s), Arg(j)) => self.assume(*j, s)?,
             (Other(_), Arg(t)) | (Arg(t), Other(_)) if *t == self.layout.token => false,
+            (Other(_), Str(s)) | (Str(s), Other(_)) if self.layout.literal_forks => {
+                self.assume(HOLDS, s)?
+            }
             (Pttl(_), Num(n)) | (Num(n), Pttl(_)) if *n <= 0 => false,
             (Ttl(_), Num(n)) | (Num(n), Ttl(_)) if *n < 0 => false,
             (Many(k), Num(n)) | (Num(n), Many(k)) if *n < 2 + k => false,
@@ -1464,6 +1502,11 @@ impl Machine<'_> {
                     return fail("unpack of KEYS with parameters");
                 }
                 Val::Keys => out.extend((1..=self.keys.len()).map(Val::Key)),
+                // ARGV spread into the command: followed for a known count only.
+                Val::Argv if self.layout.argv_count > 0 && !self.layout.keys_as_args => {
+                    out.extend((1..=self.layout.argv_count).map(Val::Arg));
+                }
+                Val::Argv => return fail("spreads ARGV into a command (unpack(ARGV))"),
                 Val::Table(items) => out.extend(items.into_iter().take_while(|v| *v != Val::Nil)),
                 v => return fail(format!("unpack of {v}")),
             }

@@ -18,7 +18,7 @@ use bytes::Bytes;
 
 use crate::lockop::{
     Announce, AnnounceWhen, Answer, Choice, HashScript, Lit, LockScript, NumTest, Op, Param,
-    PlainSet, Replies, Short, Signal, TtlUnit,
+    PlainSet, Replies, Short, Signal, TtlUnit, WriteUnless,
 };
 use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
 use parse::{Block, KeyUse, key_use_block};
@@ -53,6 +53,8 @@ pub enum Recognised {
     Plain(PlainSet),
     /// A read–write or fair lock operation (see [`redisson`]).
     Redisson(redisson::RedissonScript),
+    /// A constant written unless the key holds it (see [`WriteUnless`]).
+    Unless(WriteUnless),
 }
 
 /// The lock or hash-lock operation a script performs, if its behaviour matches one exactly;
@@ -64,6 +66,9 @@ pub fn recognise_any(body: &[u8]) -> Option<Recognised> {
     }
     if let Some(plain) = plain_set(&block) {
         return Some(Recognised::Plain(plain));
+    }
+    if let Some(unless) = write_unless(&block) {
+        return Some(Recognised::Unless(unless));
     }
     if let Some(hash) = hash::recognise_block(body, &block) {
         return Some(Recognised::Hash(hash));
@@ -108,6 +113,8 @@ fn reason(body: &[u8]) -> String {
             keys_as_args: false,
             field: 0,
             field_per_key: false,
+            argv_count: 0,
+            literal_forks: false,
         };
         match analyse::explore(&block, n, layout) {
             Err(e) => {
@@ -116,10 +123,36 @@ fn reason(body: &[u8]) -> String {
             Ok(runs) if runs.iter().any(|r| r.foreign) => {
                 return "it runs a command that is no lock operation".into();
             }
+            Ok(runs) if mixed_units(&runs) => {
+                return "it sets the same TTL argument in milliseconds on one path and in \
+                        seconds on another (PX and EXPIRE), a TTL per path the proxy does not carry"
+                    .into();
+            }
             Ok(_) => return "what it does is not one lock operation".into(),
         }
     }
     why.unwrap_or_default()
+}
+
+/// Whether the runs set a TTL from the same argument in milliseconds on one path and in
+/// seconds on another (an acquisition by `SET ... PX ARGV[2]` and a refresh by `EXPIRE
+/// ARGV[2]`): the refresh then holds the key a thousand times longer than the acquisition.
+fn mixed_units(runs: &[Run]) -> bool {
+    let set = |r: &Run| {
+        r.end
+            .iter()
+            .filter_map(|k| match &k.ttl {
+                TtlNow::Set {
+                    seconds,
+                    v: Val::Arg(j),
+                } => Some((*j, *seconds)),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let all: Vec<(usize, bool)> = runs.iter().flat_map(set).collect();
+    all.iter()
+        .any(|(j, s)| all.iter().any(|(k, t)| j == k && s != t))
 }
 
 /// The behaviour table of a script: one line per run (starting state and argument case),
@@ -148,6 +181,8 @@ pub fn behaviour_with(body: &[u8], token: usize) -> Result<Vec<String>, String> 
             keys_as_args: false,
             field: 0,
             field_per_key: false,
+            argv_count: 0,
+            literal_forks: false,
         };
         out.extend(
             analyse::explore(&block, n, layout)?
@@ -172,6 +207,8 @@ fn plain_set(block: &Block) -> Option<PlainSet> {
         keys_as_args: false,
         field: 0,
         field_per_key: false,
+        argv_count: 0,
+        literal_forks: false,
     };
     let runs = analyse::explore(block, 1, layout).ok()?;
     let mut found: Option<PlainSet> = None;
@@ -213,19 +250,162 @@ fn plain_set(block: &Block) -> Option<PlainSet> {
     found
 }
 
+/// A script on `KEYS[1]` alone that writes one constant `c` with a TTL of `ARGV[t]` wherever
+/// the key does not hold `c` (missing, or any other value, which it overwrites), and leaves it
+/// untouched where it holds `c`, answering one constant for each (see [`WriteUnless`]). Runs
+/// from a held key fork on whether its value is `c` (see [`analyse::HOLDS`]); the caller's
+/// token sits in an argument the script never reads, so a key holding "the token" is one more
+/// value it cannot tell from another's.
+fn write_unless(block: &Block) -> Option<WriteUnless> {
+    let mut u = KeyUse::default();
+    key_use_block(block, &mut u);
+    if u.dynamic || u.max_literal > 1 || u.argv_whole {
+        return None;
+    }
+    let layout = Layout {
+        token: MAX_TOKEN_ARG + 1,
+        keys_as_args: false,
+        field: 0,
+        field_per_key: false,
+        argv_count: 0,
+        literal_forks: true,
+    };
+    let runs = analyse::explore(block, 1, layout).ok()?;
+    // The constant compared with: every assumption is "the held value is c".
+    let mut c: Option<&[u8]> = None;
+    for r in &runs {
+        if r.foreign
+            || r.prefix.is_some()
+            || !r.calls.iter().all(|(cmd, _)| {
+                matches!(
+                    cmd.as_slice(),
+                    b"get"
+                        | b"set"
+                        | b"setex"
+                        | b"psetex"
+                        | b"pexpire"
+                        | b"expire"
+                        | b"exists"
+                        | b"pttl"
+                        | b"ttl"
+                )
+            })
+        {
+            return None;
+        }
+        for (j, s, _) in &r.assumed {
+            if *j != analyse::HOLDS && *j != layout.token {
+                return None;
+            }
+            if *c.get_or_insert(s) != s.as_slice() {
+                return None;
+            }
+        }
+    }
+    let c = c.filter(|c| !c.is_empty())?;
+    let holds_c = |r: &Run| r.assumed.iter().any(|(_, _, yes)| *yes);
+    let (mut found, mut ok, mut no): (Option<(usize, TtlUnit)>, Option<Val>, Option<Val>) =
+        (None, None, None);
+    for r in &runs {
+        let start = KeyNow::start(1, r.start[0], layout.token);
+        // A held key not yet compared with `c` could hold it: the run must have asked.
+        if r.start[0].held != Held::Missing && r.assumed.is_empty() {
+            return None;
+        }
+        if holds_c(r) {
+            if r.end[0] != start || *no.get_or_insert_with(|| r.reply.clone()) != r.reply {
+                return None;
+            }
+            continue;
+        }
+        let this = match &r.end[..] {
+            [
+                KeyNow {
+                    value: Some(v),
+                    ttl:
+                        TtlNow::Set {
+                            seconds,
+                            v: Val::Arg(t),
+                        },
+                },
+            ] if *t <= MAX_TOKEN_ARG
+                && match v {
+                    Val::Str(s) => s == c,
+                    Val::Num(n) => n.to_string().as_bytes() == c,
+                    _ => false,
+                } =>
+            {
+                let unit = if *seconds {
+                    TtlUnit::Seconds
+                } else {
+                    TtlUnit::Millis
+                };
+                (*t, unit)
+            }
+            _ => return None,
+        };
+        if *found.get_or_insert(this) != this
+            || *ok.get_or_insert_with(|| r.reply.clone()) != r.reply
+        {
+            return None;
+        }
+    }
+    let lit = |v: &Val| match v {
+        Val::Num(n) => Some(Lit::Int(*n)),
+        Val::Nil => Some(Lit::Nil),
+        Val::Status => Some(Lit::Ok),
+        Val::Str(s) => Short::new(s).map(Lit::Bulk),
+        Val::Error(e) => Short::new(e).map(Lit::Error),
+        Val::Table(items) => match items.as_slice() {
+            [Val::Num(n)] => Some(Lit::Single(*n)),
+            _ => None,
+        },
+        _ => None,
+    };
+    let (ttl_arg, unit) = found?;
+    let (ok, no) = (lit(&ok?)?, lit(&no?)?);
+    (ok != no).then(|| WriteUnless {
+        value: Bytes::copy_from_slice(c),
+        ttl_arg,
+        unit,
+        ok,
+        no,
+    })
+}
+
 /// The highest `ARGV` index tried as the token's place.
 const MAX_TOKEN_ARG: usize = 8;
 
 fn classify(block: &Block) -> Option<LockScript> {
     let mut u = KeyUse::default();
     key_use_block(block, &mut u);
+    classify_counted(block, &u, 0).or_else(|| {
+        // `unpack(ARGV)` spread into a command: read as a call with exactly `m` arguments,
+        // the first count that makes a lock operation of it.
+        u.argv_whole
+            .then(|| {
+                (1..=MAX_TOKEN_ARG).find_map(|m| {
+                    let mut lock = classify_counted(block, &u, m)?;
+                    lock.argv_count = Some(m);
+                    Some(lock)
+                })
+            })
+            .flatten()
+    })
+}
+
+/// [`classify`] for calls with `argv_count` arguments (0: as many as the script reads; see
+/// [`Layout::argv_count`]).
+fn classify_counted(block: &Block, u: &KeyUse, argv_count: usize) -> Option<LockScript> {
     // The token may sit in any of the first arguments the script names (most put it first).
-    let tokens = || 1..=u.max_argv.clamp(1, MAX_TOKEN_ARG);
+    let tokens = || 1..=u.max_argv.max(argv_count).clamp(1, MAX_TOKEN_ARG);
     let argv = |token| Layout {
         token,
         keys_as_args: false,
         field: 0,
         field_per_key: false,
+        argv_count,
+        literal_forks: false,
     };
     if u.dynamic {
         // Works on all of KEYS: unrolled over one and two keys.
@@ -235,7 +415,10 @@ fn classify(block: &Block) -> Option<LockScript> {
     if u.max_literal <= 1 {
         return tokens()
             .find_map(|t| classify_with(block, &[1], argv(t)))
-            .or_else(|| literal_acquire(block));
+            .or_else(|| (argv_count == 0).then(|| literal_acquire(block))?);
+    }
+    if argv_count > 0 {
+        return None;
     }
     // A release that publishes to a channel named by KEYS[2].
     if u.max_literal == 2
@@ -256,6 +439,8 @@ fn classify(block: &Block) -> Option<LockScript> {
                 keys_as_args: true,
                 field: 0,
                 field_per_key: false,
+                argv_count: 0,
+                literal_forks: false,
             };
             classify_with(block, &[1], layout)
         })
@@ -275,6 +460,8 @@ fn literal_acquire(block: &Block) -> Option<LockScript> {
         keys_as_args: false,
         field: 0,
         field_per_key: false,
+        argv_count: 0,
+        literal_forks: false,
     };
     let mut runs = analyse::explore(block, 1, layout).ok()?;
     if runs
@@ -321,6 +508,8 @@ fn classify_signal(block: &Block) -> Option<LockScript> {
         keys_as_args: false,
         field: 0,
         field_per_key: false,
+        argv_count: 0,
+        literal_forks: false,
     };
     let runs = analyse::explore(block, 2, layout).ok()?;
     let mut signal: Option<(Val, usize)> = None;
@@ -392,6 +581,7 @@ fn classify_signal(block: &Block) -> Option<LockScript> {
             always,
         }),
         announce: None,
+        argv_count: None,
     })
 }
 
@@ -590,6 +780,7 @@ fn classify_runs(runs: &[Run], all_keys: bool, layout: Layout) -> Option<LockScr
         answer,
         signal: None,
         announce: None,
+        argv_count: None,
     };
     match switches.as_slice() {
         [] => {
@@ -672,6 +863,7 @@ fn classify_prefix(
         answer,
         signal: None,
         announce: None,
+        argv_count: None,
     })
 }
 

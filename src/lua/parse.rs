@@ -709,6 +709,8 @@ pub(super) struct KeyUse {
     pub(super) dynamic: bool,
     /// The highest literal `ARGV[j]` (at most 64).
     pub(super) max_argv: usize,
+    /// `ARGV` used as a whole (`unpack(ARGV)`), not only indexed.
+    pub(super) argv_whole: bool,
 }
 
 pub(super) fn key_use_block(b: &Block, u: &mut KeyUse) {
@@ -764,6 +766,7 @@ fn key_use(e: &Expr, u: &mut KeyUse) {
             }
         },
         Expr::Global(g) if g == "KEYS" => u.dynamic = true,
+        Expr::Global(g) if g == "ARGV" => u.argv_whole = true,
         Expr::Index(t, k) if matches!(&**t, Expr::Global(g) if g == "ARGV") => {
             if let Expr::Num(n) = &**k
                 && n.fract() == 0.0
