@@ -261,6 +261,22 @@ impl Rig {
             .collect()
     }
 
+    /// `SENTINEL FAILOVER` of member `i`, asked again for a while when refused (a Sentinel may
+    /// not count the replica as promotable yet: `NOGOODSLAVE` until it has read its `INFO`).
+    pub async fn fail_over(&self, i: usize) {
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            let reply = self.sentinels[0]
+                .cmd(&["SENTINEL", "FAILOVER", NAMES[i]])
+                .await;
+            if reply == Reply::ok() {
+                return;
+            }
+            assert!(Instant::now() < until, "SENTINEL FAILOVER: {reply:?}");
+            sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Waits until a Sentinel names `want` as member `i`'s primary (the one that led the
     /// failover knows first, and announces it with `+switch-master`).
     pub async fn wait_primary(&self, i: usize, want: &str, within: Duration) {
