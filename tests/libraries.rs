@@ -12,7 +12,9 @@
 //! read–sleep–write on a counter kept in a Redis the proxy does not use, under the lock. No
 //! update may be lost; the same run with the lock bypassed must lose some (so the test can
 //! fail); and none may be lost while a master is SIGKILLed mid-run and restarted empty. The
-//! long kill run drives twelve libraries at once while the masters are killed in turn.
+//! long kill run drives twelve libraries at once while the masters are killed in turn. Some of
+//! them also run with Redis Cluster members and with Sentinel members, across `SENTINEL
+//! FAILOVER` and a `kill -9` of a primary.
 
 mod support;
 

@@ -401,6 +401,20 @@ mod tests {
     use bytes::Bytes;
 
     #[test]
+    fn the_primary_named_last_wakes_its_watchers_only_when_it_changes() {
+        let s = Sentinels::new(Vec::new(), "m".into(), None, None, false);
+        let mut named = s.named();
+        assert_eq!(*named.borrow(), "");
+        s.name("10.0.0.1:6379");
+        assert!(named.has_changed().unwrap());
+        assert_eq!(*named.borrow_and_update(), "10.0.0.1:6379");
+        s.name("10.0.0.1:6379");
+        assert!(!named.has_changed().unwrap(), "the same primary again");
+        s.name("10.0.0.2:6379");
+        assert!(named.has_changed().unwrap());
+    }
+
+    #[test]
     fn replies_the_sentinels_give() {
         let ok = Reply::Array(vec![
             Reply::Bulk(Bytes::from_static(b"10.0.0.1")),
