@@ -516,22 +516,34 @@ fn parse_push(reply: Reply) -> Option<Message> {
 /// a demoted primary until something closed it (Sentinel's own reconfiguration does, some
 /// seconds later, when it can reach that node), and messages published on the new primary
 /// would not reach it meanwhile.
+///
+/// A Redis Cluster member's link goes to one of its seeds (Redis Cluster forwards every
+/// `PUBLISH` to every node): the first, and the next one after each failure, so a seed that is
+/// gone for good (killed and replaced by its replica) does not leave the member without a link.
 async fn link(hub: std::sync::Weak<Hub>, index: usize, addr: Link, changed: Arc<Notify>) {
     const FIRST: Duration = Duration::from_millis(50);
     let mut backoff = FIRST;
     let mut named = addr.sentinel.as_ref().map(|s| s.named());
+    let mut target = addr.clone();
+    let mut seed = 0;
     loop {
         if hub.strong_count() == 0 {
             return;
         }
-        match run_link(&hub, index, &addr, &changed, named.as_mut(), &mut backoff).await {
+        if !addr.seeds.is_empty() {
+            target.addr.clone_from(&addr.seeds[seed % addr.seeds.len()]);
+        }
+        match run_link(&hub, index, &target, &changed, named.as_mut(), &mut backoff).await {
             Ok(End::HubGone) => return,
             Ok(End::Switched) => {
                 debug!("the Sentinels named another primary: the pubsub link follows");
                 backoff = FIRST;
                 continue;
             }
-            Err(e) => debug!(error = %e, "pubsub connection ended"),
+            Err(e) => {
+                debug!(error = %e, node = %target.addr, "pubsub connection ended");
+                seed += 1;
+            }
         }
         let pause = sleep(backoff.mul_f64(rand::random_range(0.5..1.0)));
         backoff = (backoff * 2).min(Duration::from_secs(2));

@@ -387,40 +387,6 @@ async fn rediss_sentinel_speaks_tls_to_the_sentinels_and_the_data_nodes() {
     assert_eq!(replica.cli(("", "data-pw"), &["GET", "tls-lock-2"]), "tok");
 }
 
-/// Publishes `channel payload-<n>` on `node` directly, again every 200 ms, until `sub` (a
-/// client subscribed to `channel` through the proxy) receives one of them, or panics after
-/// `within`.
-async fn published_on_reaches(node: &str, sub: &mut Client, channel: &str, within: Duration) {
-    let until = Instant::now() + within;
-    let mut direct: Option<Client> = None;
-    for n in 0.. {
-        assert!(
-            Instant::now() < until,
-            "nothing published on {node} reached the subscriber within {within:?}"
-        );
-        if direct.is_none() {
-            direct = Client::try_connect(node).await;
-        }
-        if let Some(d) = direct.as_mut() {
-            let payload = format!("{node}-{n}");
-            if d.try_cmd(&["PUBLISH", channel, &payload], Duration::from_secs(2))
-                .await
-                .is_none()
-            {
-                direct = None;
-            }
-        }
-        let deadline = Instant::now() + Duration::from_millis(200);
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            match sub.try_read(left).await {
-                Some(m) if String::from_utf8_lossy(&m).contains(&format!("{node}-")) => return,
-                Some(_) => {}
-                None => break,
-            }
-        }
-    }
-}
-
 /// How many pub/sub connections `node` serves (`CLIENT LIST` lines with a subscription).
 fn subscribers_on(node: &Master) -> usize {
     node.cli(("", ""), &["CLIENT", "LIST"])
