@@ -508,19 +508,64 @@ fn parse_push(reply: Reply) -> Option<Message> {
 
 /// One master's subscriber connection: keeps its subscriptions equal to what the hub wants and
 /// hands every message to the hub. Ends when the hub is gone.
+///
+/// A Sentinel member's link follows the member's primary as its data connection does: it is
+/// dropped as soon as the Sentinels name another node than the one it is on (a
+/// `+switch-master`, or an answer naming it), and dials again at once, resolving through the
+/// Sentinels; a link waiting to retry retries at once too. Without this the link would stay on
+/// a demoted primary until something closed it (Sentinel's own reconfiguration does, some
+/// seconds later, when it can reach that node), and messages published on the new primary
+/// would not reach it meanwhile.
+///
+/// A Redis Cluster member's link goes to one of its seeds (Redis Cluster forwards every
+/// `PUBLISH` to every node): the first, and the next one after each failure, so a seed that is
+/// gone for good (killed and replaced by its replica) does not leave the member without a link.
 async fn link(hub: std::sync::Weak<Hub>, index: usize, addr: Link, changed: Arc<Notify>) {
-    let mut backoff = Duration::from_millis(50);
+    const FIRST: Duration = Duration::from_millis(50);
+    let mut backoff = FIRST;
+    let mut named = addr.sentinel.as_ref().map(|s| s.named());
+    let mut target = addr.clone();
+    let mut seed = 0;
     loop {
         if hub.strong_count() == 0 {
             return;
         }
-        match run_link(&hub, index, &addr, &changed).await {
-            Ok(()) => return,
-            Err(e) => debug!(error = %e, "pubsub connection ended"),
+        if !addr.seeds.is_empty() {
+            target.addr.clone_from(&addr.seeds[seed % addr.seeds.len()]);
         }
-        sleep(backoff.mul_f64(rand::random_range(0.5..1.0))).await;
+        match run_link(&hub, index, &target, &changed, named.as_mut(), &mut backoff).await {
+            Ok(End::HubGone) => return,
+            Ok(End::Switched) => {
+                debug!("the Sentinels named another primary: the pubsub link follows");
+                backoff = FIRST;
+                continue;
+            }
+            Err(e) => {
+                debug!(error = %e, node = %target.addr, "pubsub connection ended");
+                seed += 1;
+            }
+        }
+        let pause = sleep(backoff.mul_f64(rand::random_range(0.5..1.0)));
         backoff = (backoff * 2).min(Duration::from_secs(2));
+        match named.as_mut() {
+            // A new primary named while waiting: try it now.
+            Some(n) => {
+                tokio::select! {
+                    _ = pause => {}
+                    Ok(()) = n.changed() => backoff = FIRST,
+                }
+            }
+            None => pause.await,
+        }
     }
+}
+
+/// Why a link ended without an error.
+enum End {
+    /// Nobody needs the hub any more.
+    HubGone,
+    /// The Sentinels named another primary than the node the link is on.
+    Switched,
 }
 
 async fn run_link(
@@ -528,10 +573,18 @@ async fn run_link(
     index: usize,
     addr: &Link,
     changed: &Notify,
-) -> std::io::Result<()> {
-    let mut stream = crate::backend::dial(addr, Duration::from_secs(2))
+    mut named: Option<&mut tokio::sync::watch::Receiver<String>>,
+    backoff: &mut Duration,
+) -> std::io::Result<End> {
+    if let Some(n) = named.as_mut() {
+        // A switch heard from here on ends the connection about to be made.
+        n.borrow_and_update();
+    }
+    let (mut stream, node) = crate::backend::dial_to(addr, Duration::from_secs(2))
         .await
         .map_err(std::io::Error::other)?;
+    // Connected: a later failure starts its retries from the shortest pause again.
+    *backoff = Duration::from_millis(50);
     if let Some(h) = hub.upgrade() {
         h.unconfirm(index);
     }
@@ -545,7 +598,7 @@ async fn run_link(
     loop {
         if std::mem::take(&mut changes) {
             let Some(h) = hub.upgrade() else {
-                return Ok(());
+                return Ok(End::HubGone);
             };
             let wanted = h.wanted();
             drop(h);
@@ -564,6 +617,7 @@ async fn run_link(
         }
         tokio::select! {
             _ = changed.notified() => changes = true,
+            Some(()) = switched(named.as_deref_mut(), &node) => return Ok(End::Switched),
             n = stream.read_buf(&mut buf) => {
                 if n? == 0 {
                     return Err(std::io::ErrorKind::UnexpectedEof.into());
@@ -573,7 +627,7 @@ async fn run_link(
                     .map_err(std::io::Error::other)?
                 {
                     let Some(h) = hub.upgrade() else {
-                        return Ok(());
+                        return Ok(End::HubGone);
                     };
                     match parse_push(reply.clone()) {
                         Some(m) => h.deliver(index, m),
@@ -585,6 +639,26 @@ async fn run_link(
                     buf = BytesMut::with_capacity(4096);
                 }
             }
+        }
+    }
+}
+
+/// Resolves when the Sentinels name another primary than `node`; never without Sentinels (a
+/// closed channel, the member gone, counts as no news).
+async fn switched(
+    named: Option<&mut tokio::sync::watch::Receiver<String>>,
+    node: &str,
+) -> Option<()> {
+    let Some(named) = named else {
+        return std::future::pending().await;
+    };
+    loop {
+        if named.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        let now = named.borrow_and_update().clone();
+        if !now.is_empty() && now != node {
+            return Some(());
         }
     }
 }

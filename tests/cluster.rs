@@ -580,7 +580,8 @@ async fn cluster_and_standalone_members_mix_on_the_command_line() {
 
 /// Trust is per shard: with one cluster member (N = 1), a failover of one shard refuses the
 /// locks of that shard's slots for the quarantine window, while keys of the other shards are
-/// granted all along; after the window the shard votes again.
+/// granted all along; after the window the shard votes again. The failover kills the member's
+/// first seed: a client subscribed through the proxy still gets what is published afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_quarantines_only_that_shards_slots() {
     let mut cl = RedisCluster::start();
@@ -600,6 +601,14 @@ async fn a_failover_quarantines_only_that_shards_slots() {
     };
     let (k0, k1) = (key_in(0), key_in(5461));
     let mut c = Client::connect(&p).await;
+    // A subscriber through the proxy, whose link to the member starts on its first seed.
+    let mut sub = Client::connect(&p).await;
+    sub.send(&["SUBSCRIBE", "probe"]).await;
+    let confirm = sub
+        .try_read(Duration::from_secs(10))
+        .await
+        .expect("confirmed");
+    assert!(String::from_utf8_lossy(&confirm).contains("subscribe"));
     let promoted = blocking(|| cl.fail_over(0));
     let addr = cl.nodes[promoted].addr();
     let until = Instant::now() + Duration::from_secs(10);
@@ -630,4 +639,7 @@ async fn a_failover_quarantines_only_that_shards_slots() {
         c.cmd(&["SET", &k0, "t2", "NX", "PX", "1000"]).await,
         Reply::ok()
     );
+    // The first seed is gone: the subscriber link finds another seed, and what is published
+    // in the cluster reaches the subscriber again.
+    published_on_reaches(&addr, &mut sub, "probe", Duration::from_secs(30)).await;
 }

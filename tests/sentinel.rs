@@ -22,305 +22,21 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::fault::{Fault, FaultProxy};
+use support::fault::Fault;
 use support::load::{Checker, Load, Spec, Targets, Verdict, report};
+use support::sentinel::*;
 use support::*;
 use tokio::time::{Instant, sleep};
-
-/// The proxies' `max_ttl_ms`: the quarantine window is 2000 ms + 22 ms of drift.
-const MAX_TTL_MS: u64 = 2000;
 
 /// Longer than the quarantine window, with a margin.
 const WINDOW_AND_MARGIN: Duration = Duration::from_millis(2600);
 
 /// Contended resources.
 const RESOURCES: usize = 4;
-
-/// A real `redis-sentinel` on a free port, killed on drop.
-struct Sentinel {
-    port: u16,
-    child: Child,
-    _dir: Scratch,
-}
-
-/// One monitored master: name, address, `down-after-milliseconds`.
-struct Watch<'a> {
-    name: &'a str,
-    addr: String,
-    down_after_ms: u64,
-}
-
-impl Sentinel {
-    fn start(watches: &[Watch<'_>]) -> Sentinel {
-        Sentinel::start_with(watches, "")
-    }
-
-    /// A Sentinel with `extra` configuration lines; when they hold `tls-cert-file` it listens
-    /// for TLS only.
-    fn start_with(watches: &[Watch<'_>], extra: &str) -> Sentinel {
-        for _ in 0..10 {
-            let port = free_port();
-            let dir = Scratch::new("sentinel");
-            let listen = if extra.contains("tls-cert-file") {
-                format!("port 0\ntls-port {port}")
-            } else {
-                format!("port {port}")
-            };
-            let mut conf = format!(
-                "{listen}\nbind 127.0.0.1\ndaemonize no\ndir {}\nlogfile {}\n{extra}\n",
-                dir.path(""),
-                dir.path("sentinel.log")
-            );
-            for w in watches {
-                let (host, p) = w.addr.rsplit_once(':').expect("host:port");
-                // A long failover-timeout: Sentinel leaves a replica that replicates through
-                // the fault proxy (another address than the primary's) alone for that long.
-                conf.push_str(&format!(
-                    "sentinel monitor {n} {host} {p} 2\n\
-                     sentinel down-after-milliseconds {n} {d}\n\
-                     sentinel failover-timeout {n} 120000\n\
-                     sentinel parallel-syncs {n} 1\n",
-                    n = w.name,
-                    d = w.down_after_ms
-                ));
-            }
-            let path = dir.path("sentinel.conf");
-            std::fs::write(&path, conf).expect("sentinel.conf");
-            let mut child = Command::new("redis-sentinel")
-                .arg(&path)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-sentinel must be installed (scripts/deps.sh test installs it)");
-            for _ in 0..200 {
-                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    return Sentinel {
-                        port,
-                        child,
-                        _dir: dir,
-                    };
-                }
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        panic!("could not start redis-sentinel");
-    }
-
-    fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    async fn cmd(&self, args: &[&str]) -> Reply {
-        Client::connect(&self.addr()).await.cmd(args).await
-    }
-
-    /// `SENTINEL MASTER name` as field → value.
-    async fn master(&self, name: &str) -> std::collections::HashMap<String, String> {
-        let Reply::Array(items) = self.cmd(&["SENTINEL", "MASTER", name]).await else {
-            return Default::default();
-        };
-        let text = |r: &Reply| match r {
-            Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
-            _ => String::new(),
-        };
-        items
-            .chunks(2)
-            .filter(|kv| kv.len() == 2)
-            .map(|kv| (text(&kv[0]), text(&kv[1])))
-            .collect()
-    }
-
-    /// The primary this Sentinel names for `name`.
-    async fn primary(&self, name: &str) -> String {
-        match self
-            .cmd(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", name])
-            .await
-        {
-            Reply::Array(hp) => match hp.as_slice() {
-                [Reply::Bulk(h), Reply::Bulk(p)] => format!(
-                    "{}:{}",
-                    String::from_utf8_lossy(h),
-                    String::from_utf8_lossy(p)
-                ),
-                _ => String::new(),
-            },
-            _ => String::new(),
-        }
-    }
-}
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Three members (primary + replica, the replica replicating through a fault proxy), member 2's
-/// primary behind a fault proxy that the Sentinels and the proxies use, three Sentinels.
-struct Rig {
-    primaries: Vec<Master>,
-    replicas: Vec<Master>,
-    /// Between each replica and its primary.
-    repl: Vec<FaultProxy>,
-    /// In front of member 2's primary.
-    cut: FaultProxy,
-    sentinels: Vec<Sentinel>,
-    /// The data nodes' working folders.
-    _dirs: Vec<Scratch>,
-}
-
-/// A `redis-server` working in a scratch folder of its own (kept in `dirs`): a full
-/// resynchronisation writes an RDB file there, not into the tests' working folder, where a
-/// `redis-server` started later would load it.
-fn data_node(dirs: &mut Vec<Scratch>, extra: &[&str]) -> Master {
-    let dir = Scratch::new("data");
-    let path = dir.path("");
-    let mut args = vec!["--dir", &path];
-    args.extend(extra);
-    let m = Master::start_with(&args);
-    dirs.push(dir);
-    m
-}
-
-const NAMES: [&str; 3] = ["m0", "m1", "m2"];
-
-impl Rig {
-    async fn start() -> Rig {
-        let mut dirs = Vec::new();
-        let primaries: Vec<Master> = (0..3)
-            .map(|_| tokio::task::block_in_place(|| data_node(&mut dirs, &[])))
-            .collect();
-        let mut repl = Vec::new();
-        let mut replicas = Vec::new();
-        for p in &primaries {
-            let f = FaultProxy::start(p.addr()).await;
-            let port = f.addr.rsplit_once(':').expect("port").1.to_string();
-            replicas.push(tokio::task::block_in_place(|| {
-                data_node(&mut dirs, &["--replicaof", "127.0.0.1", &port])
-            }));
-            repl.push(f);
-        }
-        let cut = FaultProxy::start(primaries[2].addr()).await;
-        let watches = [
-            Watch {
-                name: NAMES[0],
-                addr: primaries[0].addr(),
-                down_after_ms: 1000,
-            },
-            Watch {
-                name: NAMES[1],
-                addr: primaries[1].addr(),
-                down_after_ms: 1000,
-            },
-            // Cut off on purpose for a few seconds: not a failure to fail over.
-            Watch {
-                name: NAMES[2],
-                addr: cut.addr.clone(),
-                down_after_ms: 30_000,
-            },
-        ];
-        let sentinels = tokio::task::block_in_place(|| {
-            (0..3)
-                .map(|_| Sentinel::start(&watches))
-                .collect::<Vec<_>>()
-        });
-        let rig = Rig {
-            primaries,
-            replicas,
-            repl,
-            cut,
-            sentinels,
-            _dirs: dirs,
-        };
-        rig.wait_ready().await;
-        rig
-    }
-
-    /// Until every Sentinel knows the other two and each member's replica, and every replica
-    /// is in sync.
-    async fn wait_ready(&self) {
-        let until = Instant::now() + Duration::from_secs(30);
-        loop {
-            let mut ready = true;
-            for s in &self.sentinels {
-                for n in NAMES {
-                    let m = s.master(n).await;
-                    ready &= m.get("num-other-sentinels").map(String::as_str) == Some("2")
-                        && m.get("num-slaves").map(String::as_str) == Some("1");
-                }
-            }
-            for r in &self.replicas {
-                let info = r.cli(("", ""), &["INFO", "replication"]);
-                ready &= info.contains("master_link_status:up");
-            }
-            if ready {
-                return;
-            }
-            assert!(Instant::now() < until, "Sentinels not ready after 30 s");
-            sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    /// The members as the proxies' `backends`.
-    fn backends(&self) -> Vec<String> {
-        let sentinels: Vec<String> = self.sentinels.iter().map(Sentinel::addr).collect();
-        NAMES
-            .iter()
-            .map(|n| format!("redis-sentinel://{}#{n}", sentinels.join(",")))
-            .collect()
-    }
-
-    /// Waits until a Sentinel names `want` as member `i`'s primary (the one that led the
-    /// failover knows first, and announces it with `+switch-master`).
-    async fn wait_primary(&self, i: usize, want: &str, within: Duration) {
-        let until = Instant::now() + within;
-        loop {
-            for s in &self.sentinels {
-                if s.primary(NAMES[i]).await == want {
-                    return;
-                }
-            }
-            assert!(
-                Instant::now() < until,
-                "member {i}: the Sentinels do not name {want} after {within:?}"
-            );
-            sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-fn sentinel_config(backends: &[String], quarantine: bool) -> Config {
-    init_logs();
-    let mut c = config_for(backends);
-    c.max_ttl_ms = MAX_TTL_MS;
-    c.node_timeout_ms = 100;
-    c.stall_timeout_ms = 500;
-    c.connect_timeout_ms = 300;
-    c.probe_interval_ms = 100;
-    c.quarantine = quarantine;
-    c.clock_watch = true;
-    c
-}
-
-/// Field `name` of proxy `p`'s `INFO` line for master `i`.
-async fn master_field(p: &str, i: usize, name: &str) -> String {
-    let info = redlock_info(p).await;
-    field(&info, &format!("master{i}"))
-        .split(',')
-        .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
-        .unwrap_or("")
-        .to_string()
-}
 
 /// The scenario, with failover quarantine on or off. Returns the checker and how many faults
 /// were injected.
@@ -669,4 +385,60 @@ async fn rediss_sentinel_speaks_tls_to_the_sentinels_and_the_data_nodes() {
         Reply::ok()
     );
     assert_eq!(replica.cli(("", "data-pw"), &["GET", "tls-lock-2"]), "tok");
+}
+
+/// How many pub/sub connections `node` serves (`CLIENT LIST` lines with a subscription).
+fn subscribers_on(node: &Master) -> usize {
+    node.cli(("", ""), &["CLIENT", "LIST"])
+        .lines()
+        .filter(|l| !l.contains(" sub=0 psub=0 ") && !l.contains("name=sentinel-"))
+        .count()
+}
+
+/// A client subscribed through the proxy keeps getting what is published on each member's
+/// primary across failovers, because the proxy's subscriber link for a Sentinel member follows
+/// the primary the Sentinels name, as its data connection does.
+///
+/// `SENTINEL FAILOVER` of member 0, whose old primary the Sentinels then cannot demote (its
+/// `CLIENT` command is renamed away, so their `MULTI … SLAVEOF … CLIENT KILL … EXEC` aborts: as
+/// when the Sentinels cannot reach it but the proxy can). It stays a primary that replicates
+/// nothing and keeps its clients, so a link left on it would never hear what is published on
+/// the new primary: the link must move on `+switch-master`. Then a `kill -9` of member 1's
+/// primary: its link breaks, and must find the promoted replica through the Sentinels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pubsub_subscribers_follow_a_sentinel_failover() {
+    let mut rig = Rig::start_with(&["--rename-command", "CLIENT", ""]).await;
+    let p = proxy(sentinel_config(&rig.backends(), true))
+        .await
+        .to_string();
+    wait_trusted(&p, 3, Duration::from_secs(10)).await;
+    let mut sub = Client::connect(&p).await;
+    sub.send(&["SUBSCRIBE", "probe"]).await;
+    let confirm = sub
+        .try_read(Duration::from_secs(10))
+        .await
+        .expect("confirmed");
+    assert!(String::from_utf8_lossy(&confirm).contains("subscribe"));
+    let within = Duration::from_secs(30);
+    published_on_reaches(&rig.primaries[0].addr(), &mut sub, "probe", within).await;
+
+    // SENTINEL FAILOVER: member 0's replica promoted, the old primary left a primary.
+    rig.fail_over(0).await;
+    let new0 = rig.replicas[0].addr();
+    rig.wait_primary(0, &new0, Duration::from_secs(20)).await;
+    published_on_reaches(&new0, &mut sub, "probe", within).await;
+    let until = Instant::now() + within;
+    while subscribers_on(&rig.replicas[0]) == 0 {
+        assert!(
+            Instant::now() < until,
+            "the subscriber link did not move to member 0's new primary"
+        );
+        sleep(Duration::from_millis(100)).await;
+    }
+
+    // kill -9 of member 1's primary: the link breaks and must find the promoted replica.
+    tokio::task::block_in_place(|| rig.primaries[1].kill());
+    let new1 = rig.replicas[1].addr();
+    rig.wait_primary(1, &new1, Duration::from_secs(30)).await;
+    published_on_reaches(&new1, &mut sub, "probe", within).await;
 }

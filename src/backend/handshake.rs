@@ -117,6 +117,15 @@ pub(super) async fn connect(
 /// A side connection to a master (the pub/sub links): TCP, TLS when configured, and `AUTH`
 /// when configured, within `within`. Errors name no password.
 pub async fn dial(link: &super::target::Link, within: Duration) -> Result<Wire, String> {
+    dial_to(link, within).await.map(|(wire, _)| wire)
+}
+
+/// [`dial`], and the address connected to (for a Sentinel member, the primary its Sentinels
+/// named).
+pub async fn dial_to(
+    link: &super::target::Link,
+    within: Duration,
+) -> Result<(Wire, String), String> {
     let addr = match &link.sentinel {
         None => link.addr.clone(),
         Some(s) => s.resolve(within).await?,
@@ -159,9 +168,10 @@ pub async fn dial(link: &super::target::Link, within: Duration) -> Result<Wire, 
         }
         Ok(wire)
     };
-    timeout(within, open)
+    let wire = timeout(within, open)
         .await
-        .map_err(|_| "connect timed out".to_string())?
+        .map_err(|_| "connect timed out".to_string())??;
+    Ok((wire, addr))
 }
 
 /// Sorts an I/O error: a TLS failure (a certificate refused by either side surfaces as

@@ -56,10 +56,10 @@ use tokio::time::{Instant, sleep_until};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use clock::ClockWatch;
-pub use handshake::dial;
 #[cfg(test)]
 use handshake::info_field;
 use handshake::{Refused, admit, connect};
+pub use handshake::{dial, dial_to};
 pub use health::{MasterInfo, Status};
 use io::{Ended, serve};
 

@@ -54,6 +54,9 @@ pub struct Sentinels {
     /// Sentinel left behind (cut off from the others, still naming a demoted primary) does not
     /// keep the member down.
     first: AtomicUsize,
+    /// The primary the Sentinels named last (by an answer or a `+switch-master`), for the side
+    /// connections that must follow it too (the pub/sub links); "" before they named one.
+    named: watch::Sender<String>,
 }
 
 impl fmt::Debug for Sentinels {
@@ -81,7 +84,28 @@ impl Sentinels {
             tls,
             tls_name_follows_host,
             first: AtomicUsize::new(0),
+            named: watch::Sender::new(String::new()),
         }
+    }
+
+    /// The primary the Sentinels named last, changing with every answer or `+switch-master`
+    /// that names another: a side connection to the member (the pub/sub links) watches it and
+    /// reconnects (resolving again) when it no longer names the node it is on.
+    pub fn named(&self) -> watch::Receiver<String> {
+        self.named.subscribe()
+    }
+
+    /// Records `addr` as the primary named last (waking the watchers of [`Sentinels::named`]
+    /// only when it changed).
+    fn name(&self, addr: &str) {
+        self.named.send_if_modified(|last| {
+            if last == addr {
+                false
+            } else {
+                addr.clone_into(last);
+                true
+            }
+        });
     }
 
     /// Asks the next Sentinel first from now on (the node the last answer named could not be
@@ -109,7 +133,10 @@ impl Sentinels {
         let first = self.first.load(Ordering::Relaxed);
         for s in (0..n).map(|i| &self.sentinels[(first + i) % n]) {
             match timeout(within, self.ask_primary(s)).await {
-                Ok(Ok(found)) => return Ok(found),
+                Ok(Ok(found)) => {
+                    self.name(&found.0);
+                    return Ok(found);
+                }
                 Ok(Err(e)) => why.push(format!("{}: {e}", s.addr())),
                 Err(_) => why.push(format!("{}: timed out", s.addr())),
             }
@@ -347,6 +374,7 @@ pub(super) async fn watch(
                             && let Some((name, to)) = switch_of(payload)
                             && name == sentinels.master
                         {
+                            sentinels.name(&to);
                             bump("+switch-master", &to);
                         }
                     }
@@ -371,6 +399,20 @@ pub(super) async fn watch(
 mod tests {
     use super::*;
     use bytes::Bytes;
+
+    #[test]
+    fn the_primary_named_last_wakes_its_watchers_only_when_it_changes() {
+        let s = Sentinels::new(Vec::new(), "m".into(), None, None, false);
+        let mut named = s.named();
+        assert_eq!(*named.borrow(), "");
+        s.name("10.0.0.1:6379");
+        assert!(named.has_changed().unwrap());
+        assert_eq!(*named.borrow_and_update(), "10.0.0.1:6379");
+        s.name("10.0.0.1:6379");
+        assert!(!named.has_changed().unwrap(), "the same primary again");
+        s.name("10.0.0.2:6379");
+        assert!(named.has_changed().unwrap());
+    }
 
     #[test]
     fn replies_the_sentinels_give() {

@@ -209,3 +209,37 @@ pub fn redis_cli(port: u16, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     text.trim().to_string()
 }
+
+/// Publishes `channel payload-<n>` on `node` directly, again every 200 ms, until `sub` (a
+/// client subscribed to `channel` through the proxy) receives one of them, or panics after
+/// `within`.
+pub async fn published_on_reaches(node: &str, sub: &mut Client, channel: &str, within: Duration) {
+    let until = tokio::time::Instant::now() + within;
+    let mut direct: Option<Client> = None;
+    for n in 0.. {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "nothing published on {node} reached the subscriber within {within:?}"
+        );
+        if direct.is_none() {
+            direct = Client::try_connect(node).await;
+        }
+        if let Some(d) = direct.as_mut() {
+            let payload = format!("{node}-{n}");
+            if d.try_cmd(&["PUBLISH", channel, &payload], Duration::from_secs(2))
+                .await
+                .is_none()
+            {
+                direct = None;
+            }
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(200);
+        while let Some(left) = deadline.checked_duration_since(tokio::time::Instant::now()) {
+            match sub.try_read(left).await {
+                Some(m) if String::from_utf8_lossy(&m).contains(&format!("{node}-")) => return,
+                Some(_) => {}
+                None => break,
+            }
+        }
+    }
+}

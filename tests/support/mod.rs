@@ -15,6 +15,8 @@
 //! - [`differential`]: the same steps on one redis-server and through the proxy.
 //! - [`cluster`]: real Redis Clusters (six nodes, three primaries with a replica each) and
 //!   their faults: a primary killed and its replica promoted, a slot range resharded.
+//! - [`sentinel`]: real `redis-sentinel` processes and a rig of three Sentinel members (a
+//!   primary and a replica each), the proxy settings the Sentinel tests share.
 //! - [`tls`]: scratch folders, and the certificates the TLS tests use.
 //! - [`fault`]: a TCP fault proxy to put between the proxy and a master.
 //! - [`load`]: many lock clients on a few contended resources, two checkers of mutual exclusion,
@@ -30,12 +32,13 @@ pub mod fault;
 pub mod load;
 pub mod master;
 pub mod proxy;
+pub mod sentinel;
 pub mod tls;
 
 use std::path::PathBuf;
 
 #[allow(unused_imports)]
-pub use client::{Client, redis_cli};
+pub use client::{Client, published_on_reaches, redis_cli};
 #[allow(unused_imports)]
 pub use cluster::RedisCluster;
 #[allow(unused_imports)]
