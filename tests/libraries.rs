@@ -1867,6 +1867,15 @@ async fn libraries_keep_working_across_sentinel_failovers() {
     })
     .await;
     eprintln!("{what}: {batches} batches, {lost} updates lost with the lock bypassed");
+    // Three bypassed workers that a loaded machine starts one after the other may not overlap:
+    // then the control runs once more, with six workers, as the other libraries' controls do.
+    let lost = if lost > 0 {
+        lost
+    } else {
+        let run = run_n(redis_py_worker, 6, &p, &counter, "fo-control", 15, true).await;
+        eprintln!("control again, six workers: {run:?}");
+        run.lost()
+    };
     assert!(
         lost > 0,
         "the control should lose updates, or the test proves nothing"
