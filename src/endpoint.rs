@@ -79,8 +79,7 @@ impl Endpoint {
         if host.is_empty() {
             return Err("empty host".into());
         }
-        if host.contains(['[', ']']) || host.chars().any(|c| c.is_whitespace() || c.is_control())
-        {
+        if host.contains(['[', ']']) || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(format!("bad host '{host}'"));
         }
         let port = port_of(port)?;
@@ -585,8 +584,14 @@ mod tests {
             ("[::1]:6379", "[::1]:6379"),
             ("::1:6379", "[::1]:6379"),
             ("redis://[fe80::1]:1/0", "[fe80::1]:1"),
-            ("redis-sentinel://[::1],[::2]:5#m", "redis-sentinel://[::1]:26379,[::2]:5#m"),
-            ("redis-cluster://[::1]:7000,h:7001", "redis-cluster://[::1]:7000,h:7001"),
+            (
+                "redis-sentinel://[::1],[::2]:5#m",
+                "redis-sentinel://[::1]:26379,[::2]:5#m",
+            ),
+            (
+                "redis-cluster://[::1]:7000,h:7001",
+                "redis-cluster://[::1]:7000,h:7001",
+            ),
         ] {
             assert_eq!(Member::parse(good).expect(good).name(), name);
         }
@@ -621,10 +626,7 @@ mod tests {
         assert!(twice("redis-sentinel://s:1,t:1#m;redis-sentinel://t:1#m").is_some());
         // Two master names on the same Sentinels are two primaries; a seed or Sentinel listed
         // twice inside one member is still one member.
-        assert_eq!(
-            twice("redis-sentinel://s:1#m;redis-sentinel://s:1#n"),
-            None
-        );
+        assert_eq!(twice("redis-sentinel://s:1#m;redis-sentinel://s:1#n"), None);
         assert_eq!(twice("redis-cluster://a:1,a:1;b:1"), None);
     }
 

@@ -135,7 +135,9 @@ pub fn parse_set(args: &Args<'_>) -> Result<SetOptions, Reply> {
             // seconds must fit in milliseconds; anything beyond is an invalid expire time.
             let now = super::spec::unix_ms();
             let ms = match unit {
-                Word::Ex => n.checked_mul(1000).filter(|ms| ms.checked_add(now).is_some()),
+                Word::Ex => n
+                    .checked_mul(1000)
+                    .filter(|ms| ms.checked_add(now).is_some()),
                 Word::Px => n.checked_add(now).map(|_| n),
                 Word::ExAt => n.checked_mul(1000).map(|at| at - now),
                 _ => Some(n - now),
