@@ -202,6 +202,14 @@ const SET_IFEQ_HOSTILE: &[&str] = &[
     "SET l x IFEQ a PXAT 1 GET",
     "SET l x IFEQ a PX 9223372036854775807",
     "LLEN l",
+    // The expiry commands at the same edges.
+    "SET k v",
+    "PEXPIRE k 9223372036854775807",
+    "EXPIRE k 9223372036854775",
+    "EXPIRE k 9223372036854776",
+    "EXPIREAT k 9223372036854776",
+    "PEXPIRE k -9223372036854775808",
+    "EXISTS k",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
