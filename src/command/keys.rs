@@ -274,7 +274,9 @@ pub(super) fn expire_where(
     // once added to the clock; beyond, an invalid expire time.
     let now = unix_ms();
     let ms = match cmd {
-        Cmd::Expire => n.checked_mul(1000).filter(|ms| ms.checked_add(now).is_some()),
+        Cmd::Expire => n
+            .checked_mul(1000)
+            .filter(|ms| ms.checked_add(now).is_some()),
         Cmd::Pexpire => n.checked_add(now).map(|_| n),
         Cmd::Expireat => n.checked_mul(1000).map(|at| at.saturating_sub(now)),
         _ => Some(n.saturating_sub(now)),

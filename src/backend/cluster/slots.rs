@@ -54,7 +54,8 @@ pub struct Range {
 pub fn parse_cluster_slots(reply: &Reply, seed_host: &str) -> Result<Vec<Range>, String> {
     let Reply::Array(ranges) = reply else {
         return Err(match reply {
-            Reply::Error(e) => String::from_utf8_lossy(e).into_owned(),
+            // At most 200 bytes of it: a hostile node's error may be megabytes long.
+            Reply::Error(e) => String::from_utf8_lossy(&e[..e.len().min(200)]).into_owned(),
             _ => "CLUSTER SLOTS: unexpected reply".into(),
         });
     };
@@ -188,5 +189,47 @@ mod tests {
         );
         assert!(parse_cluster_slots(&Reply::Array(vec![Reply::Integer(1)]), "h").is_err());
         assert_eq!(ranges_text(&[(0, 5460), (7, 7)]), "0-5460 7");
+    }
+
+    /// Hostile `CLUSTER SLOTS` replies, as bytes on the wire: each is decoded without a panic
+    /// or a large allocation, and none becomes a slot map.
+    #[test]
+    fn garbage_from_a_cluster_node_is_no_slot_map() {
+        use crate::wire::master::ReplyDecoder;
+        use bytes::BytesMut;
+        let node = |slots: &str, port: &str| {
+            format!("*1\r\n*3\r\n{slots}*2\r\n$9\r\n127.0.0.1\r\n{port}\r\n").into_bytes()
+        };
+        let mut deep = b"*1\r\n".repeat(10_000);
+        deep.extend_from_slice(b":1\r\n");
+        let long_error = [b"-".as_slice(), &[b'E'; 100_000], b"\r\n"].concat();
+        for wire in [
+            b"*4294967295\r\n".to_vec(),
+            b"*9223372036854775807\r\n:1\r\n".to_vec(),
+            node(":-1\r\n:5\r\n", ":7000"),
+            node(":0\r\n:16384\r\n", ":7000"),
+            node(":9223372036854775807\r\n:0\r\n", ":7000"),
+            node(":-9223372036854775808\r\n:0\r\n", ":7000"),
+            node(":0\r\n:16383\r\n", ":0"),
+            node(":0\r\n:16383\r\n", ":-7000"),
+            node(":0\r\n:16383\r\n", ":65536"),
+            node(":0\r\n:16383\r\n", "$4\r\n7000"),
+            node("$1\r\n0\r\n:16383\r\n", ":7000"),
+            b"*1\r\n*3\r\n:0\r\n:16383\r\n:5\r\n".to_vec(),
+            b"*1\r\n*2\r\n:0\r\n:16383\r\n".to_vec(),
+            b"*1\r\n:5\r\n".to_vec(),
+            b"*1\r\n*0\r\n".to_vec(),
+            b"$99999999999\r\n".to_vec(),
+            b"-MOVED 1 not-an-address\r\n".to_vec(),
+            b"\x00\xff\xfe garbage\r\n".to_vec(),
+            long_error,
+            deep,
+        ] {
+            let mut buf = BytesMut::from(&wire[..]);
+            if let Ok(Some(reply)) = ReplyDecoder::default().decode(&mut buf) {
+                let e = parse_cluster_slots(&reply, "seed").expect_err(&format!("{reply:?}"));
+                assert!(!e.is_empty() && e.len() < 300, "{e}");
+            }
+        }
     }
 }
