@@ -60,6 +60,11 @@ pub enum LegacyDecision {
     FirstMaster,
 }
 
+/// The most members `backends` may list: every one is a connection (a cluster member several)
+/// and a position in each vote, and a membership change counts the old and new ones together
+/// in 64 bits.
+pub const MAX_BACKENDS: usize = 64;
+
 /// The proxy's settings. Field names are the TOML keys.
 #[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -490,6 +495,13 @@ impl Config {
                     .into(),
             );
         }
+        if self.backends.len() > MAX_BACKENDS {
+            return bad(format!(
+                "{} backends: at most {MAX_BACKENDS} (a Redlock quorum needs a few independent \
+                 masters, not hundreds)",
+                self.backends.len()
+            ));
+        }
         let mut members = Vec::with_capacity(self.backends.len());
         for b in &self.backends {
             let member = crate::endpoint::Member::parse(b).map_err(|m| {
@@ -757,6 +769,16 @@ mod tests {
                 .to_string()
                 .contains("bad backend address")
         );
+    }
+
+    #[test]
+    fn a_huge_backends_list_is_refused() {
+        let list: Vec<String> = (1..=MAX_BACKENDS + 1).map(|p| format!("h:{p}")).collect();
+        let c = Config::from_toml(&format!("backends = {list:?}")).unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("65 backends: at most 64"), "{e}");
+        let c = Config::from_toml(&format!("backends = {:?}", &list[..MAX_BACKENDS])).unwrap();
+        assert!(c.validate().is_ok());
     }
 
     #[test]

@@ -228,7 +228,15 @@ async fn a_user_limited_to_lock_keys_gets_noperm_for_any_other_key() {
     for cmd in [
         &["SET", "other:a", "t2", "IFEQ", "t1", "PX", "10000"][..],
         &["SET", "other:a", "t2", "IFNE", "t1", "GET"],
-        &["SET", "other:a", "t2", "IFDEQ", "0000000000000000", "EXAT", "1"],
+        &[
+            "SET",
+            "other:a",
+            "t2",
+            "IFDEQ",
+            "0000000000000000",
+            "EXAT",
+            "1",
+        ],
         &["SET", "other:a", "t2", "IFDNE", "0000000000000000"],
         &["DELEX", "other:a"],
         &["DELEX", "other:a", "IFEQ", "t1"],
