@@ -326,7 +326,7 @@ pub(super) async fn watch(
             .await
             .map_err(|_| "SUBSCRIBE timed out".to_string())??;
             if matches!(confirm, Reply::Error(_)) {
-                return Err(format!("SUBSCRIBE refused: {confirm:?}"));
+                return Err(format!("SUBSCRIBE refused: {}", shown(&confirm)));
             }
             Ok::<_, String>((wire, buf, decoder))
         };
