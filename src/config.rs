@@ -60,6 +60,11 @@ pub enum LegacyDecision {
     FirstMaster,
 }
 
+/// The most members `backends` may list: every one is a connection (a cluster member several)
+/// and a position in each vote, and a membership change counts the old and new ones together
+/// in 64 bits.
+pub const MAX_BACKENDS: usize = 64;
+
 /// The proxy's settings. Field names are the TOML keys.
 #[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -490,13 +495,28 @@ impl Config {
                     .into(),
             );
         }
+        if self.backends.len() > MAX_BACKENDS {
+            return bad(format!(
+                "{} backends: at most {MAX_BACKENDS} (a Redlock quorum needs a few independent \
+                 masters, not hundreds)",
+                self.backends.len()
+            ));
+        }
+        let mut members = Vec::with_capacity(self.backends.len());
         for b in &self.backends {
-            crate::endpoint::Member::parse(b).map_err(|m| {
+            let member = crate::endpoint::Member::parse(b).map_err(|m| {
                 ConfigError::Invalid(format!(
                     "bad backend address '{}': {m}",
                     crate::endpoint::redact(b)
                 ))
             })?;
+            members.push(member);
+        }
+        if let Some((a, b)) = crate::endpoint::listed_twice(&members) {
+            return bad(format!(
+                "backends '{a}' and '{b}' name the same master: each master votes once, so \
+                 list it once"
+            ));
         }
         if self.backend_password.is_some() && self.backend_password_file.is_some() {
             return bad("set backend_password or backend_password_file, not both".into());
@@ -749,6 +769,32 @@ mod tests {
                 .to_string()
                 .contains("bad backend address")
         );
+    }
+
+    #[test]
+    fn a_huge_backends_list_is_refused() {
+        let list: Vec<String> = (1..=MAX_BACKENDS + 1).map(|p| format!("h:{p}")).collect();
+        let c = Config::from_toml(&format!("backends = {list:?}")).unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("65 backends: at most 64"), "{e}");
+        let c = Config::from_toml(&format!("backends = {:?}", &list[..MAX_BACKENDS])).unwrap();
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn a_master_listed_twice_is_refused() {
+        // The same master twice would vote twice: `a:1` alone would be a quorum of three.
+        for list in [
+            r#"["127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7000"]"#,
+            r#"["localhost:7000", "redis://LOCALHOST:7000/0"]"#,
+            r#"["redis-cluster://h:1,h:2", "redis-cluster://h:3,h:2"]"#,
+        ] {
+            let c = Config::from_toml(&format!("backends = {list}")).unwrap();
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains("name the same master"), "{list}: {e}");
+        }
+        let c = Config::from_toml(r#"backends = ["h:1", "h:2", "h:3"]"#).unwrap();
+        assert!(c.validate().is_ok());
     }
 
     #[test]

@@ -79,11 +79,10 @@ impl Endpoint {
         if host.is_empty() {
             return Err("empty host".into());
         }
-        let port = port
-            .parse::<u16>()
-            .ok()
-            .filter(|p| *p > 0)
-            .ok_or_else(|| format!("bad port '{port}'"))?;
+        if host.contains(['[', ']']) || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!("bad host '{host}'"));
+        }
+        let port = port_of(port)?;
         Ok(Endpoint {
             host: host.to_string(),
             port,
@@ -269,6 +268,15 @@ impl SentinelUrl {
     }
 }
 
+/// A port: 1 to 65535 in decimal digits only (no sign, no spaces).
+fn port_of(text: &str) -> Result<u16, String> {
+    Some(text)
+        .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|p| p.parse::<u16>().ok())
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("bad port '{text}'"))
+}
+
 /// One `host[:port]` of a Sentinel list (IPv6 in brackets).
 fn sentinel_host(text: &str) -> Result<Endpoint, String> {
     let (host, port) = if let Some(r) = text.strip_prefix('[') {
@@ -289,13 +297,12 @@ fn sentinel_host(text: &str) -> Result<Endpoint, String> {
     if host.is_empty() {
         return Err("empty Sentinel host".into());
     }
+    if host.contains(['[', ']']) || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("bad Sentinel host '{host}'"));
+    }
     let port = match port {
         None => SENTINEL_PORT,
-        Some(p) => p
-            .parse::<u16>()
-            .ok()
-            .filter(|p| *p > 0)
-            .ok_or_else(|| format!("bad port '{p}'"))?,
+        Some(p) => port_of(p)?,
     };
     Ok(Endpoint {
         host: host.to_string(),
@@ -335,6 +342,37 @@ pub fn split_backends(list: &str) -> Vec<String> {
     }
     out.retain(|s| !s.is_empty());
     out
+}
+
+/// The first two members of `members` that name the same master (both names, as logs give
+/// them), if any: the same `host:port` (host without case), a cluster seed another member
+/// also names, or a Sentinel another Sentinel member also asks for the same master name. A
+/// master listed twice would vote twice, so a "quorum" could be fewer masters than it says.
+pub fn listed_twice(members: &[Member]) -> Option<(String, String)> {
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (i, m) in members.iter().enumerate() {
+        let places: Vec<String> = match m {
+            Member::Standalone(e) => vec![e.addr().to_ascii_lowercase()],
+            Member::Cluster(seeds) => seeds
+                .iter()
+                .map(|e| e.addr().to_ascii_lowercase())
+                .collect(),
+            Member::Sentinel(s) => s
+                .sentinels
+                .iter()
+                .map(|e| format!("{}#{}", e.addr().to_ascii_lowercase(), s.master))
+                .collect(),
+        };
+        for p in places {
+            match seen.get(&p) {
+                Some(&j) if j != i => return Some((members[j].name(), m.name())),
+                _ => {
+                    seen.insert(p, i);
+                }
+            }
+        }
+    }
+    None
 }
 
 /// True for a cluster URL, whose seeds follow it.
@@ -514,6 +552,82 @@ mod tests {
         assert!(!redact("redis-sentinel://hunter2@s1:bad#m").contains("hunter2"));
         let s = SentinelUrl::parse(text).unwrap().unwrap();
         assert!(!format!("{s:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn hostile_member_urls_are_clear_errors() {
+        for bad in [
+            "h:+1",
+            "h: 1",
+            "h:65536",
+            "h:-1",
+            "h:",
+            ":1",
+            "[:1",
+            "[]:1",
+            "[::1]",
+            "h x:1",
+            "redis://h:99999999999999999999",
+            "redis-cluster://",
+            "redis-cluster://,",
+            "redis-cluster://h:1,h:0",
+            "redis-sentinel://#m",
+            "redis-sentinel://s1:+1#m",
+            "redis-sentinel://s]:1#m",
+            "rediss-sentinel://a:1#m#n",
+            "foo://h:1",
+        ] {
+            let e = Member::parse(bad).expect_err(bad);
+            assert!(!e.is_empty(), "{bad}");
+        }
+        for (good, name) in [
+            ("[::1]:6379", "[::1]:6379"),
+            ("::1:6379", "[::1]:6379"),
+            ("redis://[fe80::1]:1/0", "[fe80::1]:1"),
+            (
+                "redis-sentinel://[::1],[::2]:5#m",
+                "redis-sentinel://[::1]:26379,[::2]:5#m",
+            ),
+            (
+                "redis-cluster://[::1]:7000,h:7001",
+                "redis-cluster://[::1]:7000,h:7001",
+            ),
+        ] {
+            assert_eq!(Member::parse(good).expect(good).name(), name);
+        }
+        // A huge list parses member by member, without anything quadratic.
+        let many: Vec<String> = (1..=20_000).map(|p| format!("h:{p}")).collect();
+        let members: Vec<Member> = split_backends(&many.join(","))
+            .iter()
+            .map(|m| Member::parse(m).unwrap())
+            .collect();
+        assert_eq!(members.len(), 20_000);
+        assert_eq!(listed_twice(&members), None);
+    }
+
+    #[test]
+    fn a_master_listed_twice_is_found() {
+        let twice = |list: &str| {
+            let members: Vec<Member> = split_backends(list)
+                .iter()
+                .map(|m| Member::parse(m).unwrap())
+                .collect();
+            listed_twice(&members)
+        };
+        assert_eq!(twice("a:1,b:1,c:1"), None);
+        assert_eq!(
+            twice("a:1,b:1,A:1"),
+            Some(("a:1".to_string(), "A:1".to_string()))
+        );
+        assert!(twice("a:1;redis://a:1").is_some());
+        assert!(twice("[::1]:1;::1:1").is_some());
+        assert!(twice("redis-cluster://a:1,b:2;redis-cluster://c:3,b:2").is_some());
+        assert!(twice("a:1;redis-cluster://a:1").is_some());
+        assert!(twice("redis-sentinel://s:1,t:1#m;redis-sentinel://t:1#m").is_some());
+        // Two master names on the same Sentinels are two primaries; a seed or Sentinel listed
+        // twice inside one member is still one member.
+        assert_eq!(twice("redis-sentinel://s:1#m;redis-sentinel://s:1#n"), None);
+        assert_eq!(twice("redis-cluster://a:1,a:1;b:1"), None);
     }
 
     #[test]

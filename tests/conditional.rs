@@ -148,6 +148,80 @@ async fn set_ifeq_answers_as_valkey_9_1_does() {
     differential_against(valkey_server("9.1"), SET_IFEQ).await;
 }
 
+/// Hostile `SET … IFEQ` forms: an absolute expiry already past (the write, where its condition
+/// holds, deletes the key; with `GET` the old value either way), on a key of another type too;
+/// numbers at the edges of i64 (an overflow once the clock is added is an invalid expire
+/// time); repeated and misplaced options; empty keys and values (a double space is an empty
+/// argument); inside `MULTI`.
+const SET_IFEQ_HOSTILE: &[&str] = &[
+    "SET k v",
+    "SET k w IFEQ v EXAT 1",
+    "GET k",
+    "SET k v",
+    "SET k w IFEQ v PXAT 1 GET",
+    "GET k",
+    "SET k v",
+    "SET k w IFEQ x EXAT 1 GET",
+    "SET k w IFEQ x PXAT 1",
+    "GET k",
+    "SET gone w IFEQ x EXAT 1",
+    "SET gone w IFEQ x EXAT 1 GET",
+    "EXISTS gone",
+    "SET k w IFEQ v PX 9223372036854775807",
+    "SET k w IFEQ v EX 9223372036854775",
+    "SET k w IFEQ v EX 9223372036854776",
+    "SET k w IFEQ v PX 9223372036854775808",
+    "SET k w IFEQ v PX -9223372036854775808",
+    "SET k w IFEQ v PX -9223372036854775809",
+    "SET k w IFEQ v EXAT 9223372036854776",
+    "SET k w IFEQ v PX 007",
+    "SET k w IFEQ v PX +5",
+    "SET k w IFEQ v PX 1.5",
+    "SET k w IFEQ v PX ",
+    "SET k w IFEQ v PX 100000 KEEPTTL",
+    "SET k w KEEPTTL IFEQ v KEEPTTL",
+    "SET k w IFEQ v EX abc EX 100",
+    "SET k w IFEQ v EX abc PX 100",
+    "SET k w IFEQ v FOO",
+    "SET k w FOO IFEQ v",
+    "SET k w IFEQ v GET GET GET",
+    "GET k",
+    "SET k  IFEQ w",
+    "GET k",
+    "SET k v IFEQ ",
+    "GET k",
+    "SET  x IFEQ y",
+    "MULTI",
+    "SET k w IFEQ v PX abc",
+    "SET k w IFEQ v EXAT 1 GET",
+    "SET k w IFEQ v EX 9223372036854775",
+    "EXISTS k",
+    "EXEC",
+    "D:RPUSH l a",
+    "SET l x IFEQ a EXAT 1",
+    "SET l x IFEQ a PXAT 1 GET",
+    "SET l x IFEQ a PX 9223372036854775807",
+    "LLEN l",
+    // The expiry commands at the same edges.
+    "SET k v",
+    "PEXPIRE k 9223372036854775807",
+    "EXPIRE k 9223372036854775",
+    "EXPIRE k 9223372036854776",
+    "EXPIREAT k 9223372036854776",
+    "PEXPIRE k -9223372036854775808",
+    "EXISTS k",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_set_ifeq_answers_as_valkey_8_1_does() {
+    differential_against(valkey_server("8.1"), SET_IFEQ_HOSTILE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_set_ifeq_answers_as_valkey_9_1_does() {
+    differential_against(valkey_server("9.1"), SET_IFEQ_HOSTILE).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delifeq_answers_as_valkey_9_1_does() {
     differential_against(
@@ -549,4 +623,44 @@ async fn releases_with_delifeq_and_delex_lose_no_update_under_contention() {
     // next holder's lock, and a third client gets it while the second still holds it.
     let v = contended(Release::Del, "del").await;
     assert!(v.violations() > 0, "plain DEL: {v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_past_expiry_deletes_only_where_a_quorum_agrees() {
+    let ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut c = Client::connect(&p).await;
+    // The masters disagree: A's lock on one, B's on two (B holds it).
+    ms[0]
+        .client()
+        .await
+        .cmd(&["SET", "lock", "a", "PX", "10000"])
+        .await;
+    for m in &ms[1..] {
+        m.client()
+            .await
+            .cmd(&["SET", "lock", "b", "PX", "10000"])
+            .await;
+    }
+    // A's release-by-expiry lands on its one master only: refused, and that master gets A's
+    // value back (with its TTL), so nothing of the lock changes; GET names B's value, which
+    // fails the condition.
+    let r = c
+        .cmd(&["SET", "lock", "z", "IFEQ", "a", "EXAT", "1", "GET"])
+        .await;
+    assert_eq!(r, Reply::Bulk("b".into()));
+    sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        values_on(&ms, "lock").await,
+        vec![Some("a".into()), Some("b".into()), Some("b".into())]
+    );
+    let ttl = ms[0].client().await.cmd(&["PTTL", "lock"]).await;
+    assert!(matches!(ttl, Reply::Integer(t) if t > 5000), "{ttl:?}");
+    // B's, on its quorum: deleted (OK), and the key is free for the next holder.
+    let r = c.cmd(&["SET", "lock", "z", "IFEQ", "b", "PXAT", "1"]).await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(
+        values_on(&ms, "lock").await,
+        vec![Some("a".into()), None, None]
+    );
 }

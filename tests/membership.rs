@@ -334,6 +334,15 @@ async fn a_bad_file_or_a_second_change_during_a_transition_keeps_the_members() {
         "+OK\r\n"
     );
     assert_eq!(c.raw(&["CLIENT", "ID"]).await, id);
+    // A file that lists one master twice (it would vote twice): the old list stays, with an
+    // error naming both entries.
+    p.rewrite(&[addrs[0].clone(), addrs[1].clone(), addrs[0].clone()]);
+    p.signal("HUP");
+    let log = logged(&p, "name the same master").await;
+    assert!(log.contains("ERROR"), "{log}");
+    let info = p.info().await;
+    assert_eq!(field(&info, "masters"), "3", "{info}");
+    assert!(master_line(&info, 2).contains(&addrs[2]), "{info}");
     // A valid file that changes another setting too: applied for the members, the other
     // setting named in a warning.
     let mut list = addrs[..2].to_vec();

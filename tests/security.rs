@@ -223,6 +223,35 @@ async fn a_user_limited_to_lock_keys_gets_noperm_for_any_other_key() {
         noperm
     );
     assert_eq!(c.raw(&["DEL", "lock:a", "other:a"]).await, noperm);
+    // The conditional commands of Redis 8.4 and Valkey, every form, outside the pattern (and
+    // inside it, where they run).
+    for cmd in [
+        &["SET", "other:a", "t2", "IFEQ", "t1", "PX", "10000"][..],
+        &["SET", "other:a", "t2", "IFNE", "t1", "GET"],
+        &[
+            "SET",
+            "other:a",
+            "t2",
+            "IFDEQ",
+            "0000000000000000",
+            "EXAT",
+            "1",
+        ],
+        &["SET", "other:a", "t2", "IFDNE", "0000000000000000"],
+        &["DELEX", "other:a"],
+        &["DELEX", "other:a", "IFEQ", "t1"],
+        &["DELEX", "other:a", "IFDNE", "0000000000000000"],
+        &["DELIFEQ", "other:a", "t1"],
+        &["DIGEST", "other:a"],
+    ] {
+        assert_eq!(c.raw(cmd).await, noperm, "{cmd:?}");
+    }
+    assert_eq!(
+        c.raw(&["SET", "lock:a", "t1", "IFEQ", "t1", "PX", "10000"])
+            .await,
+        "+OK\r\n"
+    );
+    assert_eq!(c.raw(&["DIGEST", "lock:a"]).await.len(), 23);
     assert_eq!(c.raw(&["WATCH", "other:a"]).await, noperm);
     assert_eq!(c.raw(&["MULTI"]).await, "+OK\r\n");
     assert_eq!(c.raw(&["GET", "other:a"]).await, noperm);

@@ -442,3 +442,99 @@ async fn pubsub_subscribers_follow_a_sentinel_failover() {
     rig.wait_primary(1, &new1, Duration::from_secs(30)).await;
     published_on_reaches(&new1, &mut sub, "probe", within).await;
 }
+
+/// Replies a fake Sentinel or cluster node sends, one per connection in turn, whatever it is
+/// asked: huge and negative lengths, wrong types, bad ports and slots, deep nesting, binary
+/// junk, and a reply larger than any the proxy reads.
+fn garbage() -> Vec<Vec<u8>> {
+    let node = |slots: &str, port: &str| {
+        format!("*1\r\n*3\r\n{slots}*2\r\n$9\r\n127.0.0.1\r\n{port}\r\n").into_bytes()
+    };
+    let mut big = b"*100000000\r\n".to_vec();
+    big.extend(b":1\r\n".repeat(600_000));
+    vec![
+        b"*4294967295\r\n".to_vec(),
+        b"*9223372036854775807\r\n:1\r\n".to_vec(),
+        b"*2\r\n:1\r\n:2\r\n".to_vec(),
+        b"*2\r\n$9\r\n127.0.0.1\r\n$5\r\n99999\r\n".to_vec(),
+        b"*2\r\n$0\r\n\r\n$1\r\n0\r\n".to_vec(),
+        node(":-1\r\n:5\r\n", ":7000"),
+        node(":0\r\n:16384\r\n", ":7000"),
+        node(":0\r\n:16383\r\n", ":0"),
+        node(":0\r\n:16383\r\n", ":-7000"),
+        node(":9223372036854775807\r\n:0\r\n", ":7000"),
+        b"*1\r\n*3\r\n:0\r\n:16383\r\n:5\r\n".to_vec(),
+        b"*1\r\n:5\r\n".to_vec(),
+        b"$99999999999\r\n".to_vec(),
+        b"$-5\r\n".to_vec(),
+        b"*-1\r\n".to_vec(),
+        b"*1\r\n".repeat(200_000),
+        b"\x00\xff\xfe garbage\r\n".to_vec(),
+        b"-MOVED 1 not-an-address\r\n".to_vec(),
+        b"+OK\r\n".to_vec(),
+        big,
+    ]
+}
+
+/// A fake server answering every read with the next connection's garbage (see [`garbage`]).
+async fn garbage_server() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let replies = Arc::new(garbage());
+        let mut n = 0usize;
+        while let Ok((mut s, _)) = listener.accept().await {
+            let reply = replies.clone();
+            let i = n % reply.len();
+            n += 1;
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = vec![0u8; 4096];
+                while let Ok(k) = s.read(&mut buf).await {
+                    if k == 0 || s.write_all(&reply[i]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_or_cluster_node_answering_garbage_is_only_a_member_down() {
+    let ms = masters(3);
+    let sentinel = garbage_server().await;
+    let cluster = garbage_server().await;
+    let mut backends = addrs(&ms);
+    backends.push(format!("redis-sentinel://{sentinel}#mymaster"));
+    backends.push(format!("redis-cluster://{cluster}"));
+    let proxy = ProxyProcess::start(&backends, "", &[]);
+    let info = proxy.info_when_up(3).await;
+    assert_eq!(field(&info, "masters_up"), "3", "{info}");
+    // Every garbage reply is met more than once while the members keep retrying.
+    sleep(Duration::from_millis(4000)).await;
+    let mut c = proxy.client().await;
+    let info = c.text(&["INFO", "redlock"]).await;
+    for m in ["master3", "master4"] {
+        let line = field(&info, m);
+        assert!(line.contains("status=down,last_error="), "{m}: {info}");
+        assert!(
+            !line.contains("last_error=,"),
+            "{m} without its reason: {info}"
+        );
+    }
+    // The three real masters are a quorum of five: locks are granted and released as usual.
+    assert!(
+        c.cmd(&["SET", "lock", "t", "NX", "PX", "10000"])
+            .await
+            .is_ok()
+    );
+    assert_eq!(
+        c.cmd(&["SET", "lock", "u", "NX", "PX", "10000"]).await,
+        Reply::Nil
+    );
+    assert_eq!(c.cmd(&["DELIFEQ", "lock", "t"]).await, Reply::Integer(1));
+    let log = proxy.stderr();
+    assert!(!log.contains("panicked"), "{log}");
+}

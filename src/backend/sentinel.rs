@@ -234,18 +234,37 @@ fn primary_of(reply: &Reply) -> Result<String, String> {
     match reply {
         Reply::Array(items) => match items.as_slice() {
             [Reply::Bulk(host), Reply::Bulk(port)] => {
-                let host = std::str::from_utf8(host).map_err(|_| "bad host")?;
-                let port: u16 = std::str::from_utf8(port)
+                let host = std::str::from_utf8(host)
                     .ok()
-                    .and_then(|p| p.parse().ok())
+                    .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()))
+                    .ok_or("bad host")?;
+                // Decimal digits only, 1 to 65535 (the parser alone would take `+6379`).
+                let port: u16 = Some(port.as_ref())
+                    .filter(|p| !p.is_empty() && p.iter().all(u8::is_ascii_digit))
+                    .and_then(|p| std::str::from_utf8(p).ok()?.parse().ok())
+                    .filter(|p| *p > 0)
                     .ok_or("bad port")?;
                 Ok(join(host, port))
             }
-            _ => Err(format!("unexpected reply {reply:?}")),
+            _ => Err(format!("unexpected reply {}", shown(reply))),
         },
         Reply::Nil => Err("does not know this master name".into()),
-        Reply::Error(e) => Err(String::from_utf8_lossy(e).into_owned()),
-        other => Err(format!("unexpected reply {other:?}")),
+        Reply::Error(e) if e.is_empty() => Err("an empty error".into()),
+        Reply::Error(_) => Err(shown(reply)),
+        other => Err(format!("unexpected reply {}", shown(other))),
+    }
+}
+
+/// A reply as an error message names it: at most 200 characters of its `Debug` text, since a
+/// hostile Sentinel's reply may be a megabyte.
+fn shown(reply: &Reply) -> String {
+    let text = match reply {
+        Reply::Error(e) => String::from_utf8_lossy(&e[..e.len().min(200)]).into_owned(),
+        other => format!("{other:?}"),
+    };
+    match text.char_indices().nth(200) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text,
     }
 }
 
@@ -334,7 +353,7 @@ pub(super) async fn watch(
             .await
             .map_err(|_| "SUBSCRIBE timed out".to_string())??;
             if matches!(confirm, Reply::Error(_)) {
-                return Err(format!("SUBSCRIBE refused: {confirm:?}"));
+                return Err(format!("SUBSCRIBE refused: {}", shown(&confirm)));
             }
             Ok::<_, String>((wire, buf, decoder))
         };
@@ -438,5 +457,42 @@ mod tests {
         assert_eq!(age_of(&master), Some(Duration::from_millis(2040)));
         assert_eq!(age_of(&Reply::Error(Bytes::from_static(b"ERR no"))), None);
         assert_eq!(switch_of(b"m a b c notaport"), None);
+    }
+
+    /// Hostile replies to `SENTINEL GET-MASTER-ADDR-BY-NAME`, as bytes on the wire: each is
+    /// decoded without a panic or a large allocation, and none names a primary.
+    #[test]
+    fn garbage_from_a_sentinel_names_no_primary() {
+        let mut deep = b"*1\r\n".repeat(10_000);
+        deep.extend_from_slice(b":1\r\n");
+        let long_error = [b"-".as_slice(), &[b'E'; 100_000], b"\r\n"].concat();
+        for wire in [
+            &b"*4294967295\r\n"[..],
+            b"*9223372036854775807\r\n:1\r\n",
+            b"*-9223372036854775808\r\n",
+            b"*2\r\n:1\r\n:2\r\n",
+            b"*2\r\n$9\r\n127.0.0.1\r\n$5\r\n99999\r\n",
+            b"*2\r\n$9\r\n127.0.0.1\r\n$1\r\n0\r\n",
+            b"*2\r\n$9\r\n127.0.0.1\r\n$5\r\n+6379\r\n",
+            b"*2\r\n$0\r\n\r\n$4\r\n6379\r\n",
+            b"*2\r\n$4\r\na b\n\r\n$4\r\n6379\r\n",
+            b"*2\r\n$2\r\n\xff\xfe\r\n$4\r\n6379\r\n",
+            b"*3\r\n$1\r\nh\r\n$4\r\n6379\r\n$1\r\nx\r\n",
+            b"$99999999999\r\n",
+            b"$-5\r\n",
+            b"*-1\r\n",
+            b"\x00\xff\xfe garbage\r\n",
+            b"+OK\r\n",
+            b"-\r\n",
+            &long_error,
+            &deep,
+        ] {
+            let mut buf = BytesMut::from(wire);
+            let decoded = ReplyDecoder::default().decode(&mut buf);
+            if let Ok(Some(reply)) = decoded {
+                let e = primary_of(&reply).expect_err(&format!("{reply:?}"));
+                assert!(!e.is_empty() && e.len() < 300, "{e}");
+            }
+        }
     }
 }

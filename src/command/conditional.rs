@@ -39,7 +39,8 @@ use crate::wire::master::{command, eval};
 use crate::wire::reply::Reply;
 
 /// A conditional `SET` on one master: `KEYS[1]` the key; `ARGV` = new value, mode (`1` the key
-/// holds `ARGV[3]`, `2` it does not, `3` it is missing), `ARGV[3]`, TTL in ms (`0`: none),
+/// holds `ARGV[3]`, `2` it does not, `3` it is missing), `ARGV[3]`, TTL in ms (`0`: none, `-1`:
+/// an absolute expiry already past, so the write deletes the key, as Redis's does),
 /// `1` for `KEEPTTL`, the deadlock guard's TTL (`0`: off). Answers `{1, old, old pttl, new
 /// pttl}` where it wrote, `{0, old, old pttl}` where it did not; a key of another type raises
 /// `WRONGTYPE`. A key that would be left without a TTL gets the guard's, in the same step; a
@@ -51,6 +52,7 @@ pub const COND_SET: &str = "local v = redis.call('get', KEYS[1]) \
     elseif m == '3' then ok = (v == false) end \
     local t = redis.call('pttl', KEYS[1]) \
     if not ok then return {0, v, t} end \
+    if ARGV[4] == '-1' then redis.call('del', KEYS[1]) return {1, v, t, -2} end \
     if ARGV[4] ~= '0' then redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[4]) \
     elseif ARGV[5] == '1' then \
       redis.call('set', KEYS[1], ARGV[1], 'keepttl') \
@@ -129,13 +131,11 @@ pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, opts: SetOptio
         keep_ttl: opts.keep_ttl,
         get: opts.get,
     };
-    if w.ttl_ms.is_some_and(|t| t <= 0) {
-        // An absolute expiry already past: the value would be born expired. Nothing is written,
-        // as for an acquisition, and the answer is "not set".
-        return not_set_reply(&w, None).into();
-    }
+    // An absolute expiry already past (`EXAT`/`PXAT`) is no error: as in Redis and Valkey, a
+    // write whose condition holds deletes the key (the value is born expired), so it is a
+    // conditional delete decided by the quorum, whose refusal gives each master its value back.
     let lease = match (w.ttl_ms, w.get) {
-        (Some(ttl_ms), false) => conn
+        (Some(ttl_ms), false) if ttl_ms > 0 => conn
             .leases_for(std::iter::once(w.key.as_ref()))
             .map(|leases| {
                 let lock = Leased::Plain {
@@ -209,6 +209,7 @@ async fn read_values(proxy: &Proxy, masters: &Masters, key: &Bytes) -> Result<Ba
 async fn plan_set(proxy: &Proxy, masters: &Masters, w: &Write) -> Result<Plan, Reply> {
     let mut ttl = itoa::Buffer::new();
     let ttl: &[u8] = match w.ttl_ms {
+        Some(t) if t <= 0 => b"-1",
         Some(t) => ttl.format(t).as_bytes(),
         None => b"0",
     };
@@ -275,13 +276,17 @@ async fn run_set(proxy: &Proxy, w: &Write) -> Reply {
     let cfg = proxy.config();
     let min = Duration::from_millis(cfg.min_validity_ms);
     let elapsed = start.elapsed();
-    let valid = decided
-        .quorum_th(|_, r| new_ttl_of(r), |t| *t)
-        .is_some_and(|t| {
-            t == i64::MAX
-                || validity(Duration::from_millis(t as u64), elapsed, cfg.drift_factor)
-                    .is_some_and(|v| v > min)
-        });
+    // A write with an expiry already past deleted the key where it landed: a quorum of those
+    // decides, with no lock left to be valid.
+    let deleting = w.ttl_ms.is_some_and(|t| t <= 0);
+    let valid = deleting
+        || decided
+            .quorum_th(|_, r| new_ttl_of(r), |t| *t)
+            .is_some_and(|t| {
+                t == i64::MAX
+                    || validity(Duration::from_millis(t as u64), elapsed, cfg.drift_factor)
+                        .is_some_and(|v| v > min)
+            });
     if valid && decided.agree(wrote) {
         Counters::bump(&proxy.counters().grants);
         return set_reply(w, &decided);

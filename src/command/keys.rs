@@ -270,11 +270,19 @@ pub(super) fn expire_where(
     let Some(n) = parse_int(&args[2]) else {
         return Reply::from(Error::NotAnInteger).into();
     };
+    // As Redis: seconds must fit in milliseconds, and a relative expiry must still be a time
+    // once added to the clock; beyond, an invalid expire time.
+    let now = unix_ms();
     let ms = match cmd {
-        Cmd::Expire => n.saturating_mul(1000),
-        Cmd::Pexpire => n,
-        Cmd::Expireat => n.saturating_mul(1000).saturating_sub(unix_ms()),
-        _ => n.saturating_sub(unix_ms()),
+        Cmd::Expire => n
+            .checked_mul(1000)
+            .filter(|ms| ms.checked_add(now).is_some()),
+        Cmd::Pexpire => n.checked_add(now).map(|_| n),
+        Cmd::Expireat => n.checked_mul(1000).map(|at| at.saturating_sub(now)),
+        _ => Some(n.saturating_sub(now)),
+    };
+    let Some(ms) = ms else {
+        return Reply::from(Error::InvalidExpire(cmd.spec().name)).into();
     };
     if let Some(e) = too_long(proxy, ms) {
         return e.into();

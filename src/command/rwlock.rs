@@ -86,6 +86,9 @@ pub struct RwLockOp {
     pub field: Bytes,
     /// The TTL in ms (acquisitions and renewals), 0 otherwise.
     pub ttl_ms: i64,
+    /// The client's script, where the masters run it wrapped (acquisitions): an error it
+    /// raises then names the wrapper's SHA (see [`as_clients`]).
+    pub wrapped: Option<Bytes>,
 }
 
 /// Binds a recognised script to one call. `None` when the call does not fit its layout (it then
@@ -128,6 +131,7 @@ pub fn bind(
             | RedissonOp::FairAcquire
             | RedissonOp::FairTryAcquire
     );
+    let client = acquires.then(|| body.clone());
     let wrapped;
     let body: &[u8] = if acquires {
         wrapped = wrap(body, script.field_arg)?;
@@ -146,6 +150,7 @@ pub fn bind(
         keys: keys.to_vec(),
         field,
         ttl_ms,
+        wrapped: client,
     }))
 }
 
@@ -241,6 +246,16 @@ fn waits(ballots: &Ballots) -> impl Iterator<Item = i64> + '_ {
 
 /// The error a quorum of masters answered alike: raised by the script (a key of another type:
 /// `WRONGTYPE`), or returned by it (`redis.error_reply`).
+/// An error a wrapped script raised names the wrapper's SHA after ` script: `, which the client
+/// never sent: it is answered without that origin, as the proxy answers the errors of every
+/// script it runs in its own form (any other error is passed on as it is).
+fn as_clients(e: Reply, wrapped: Option<&Bytes>) -> Reply {
+    match wrapped {
+        Some(_) => e.from_our_script(),
+        None => e,
+    }
+}
+
 fn agreed_error(ballots: &Ballots) -> Option<Reply> {
     if let Some(e) = ballots.majority_error() {
         return Some(e.clone());
@@ -286,7 +301,7 @@ async fn acquire(proxy: Arc<Proxy>, op: RwLockOp, held: Held) -> Reply {
     );
     Counters::bump(&proxy.counters().denials);
     let refused = match agreed_error(&ballots) {
-        Some(e) => e,
+        Some(e) => as_clients(e, op.wrapped.as_ref()),
         None if op.op == RedissonOp::FairTryAcquire => Reply::Integer(1),
         None if op.op == RedissonOp::FairAcquire => Reply::Integer(fair_wait_hint(&ballots)),
         None => Reply::Integer(wait_hint(&ballots)),

@@ -131,11 +131,16 @@ pub fn parse_set(args: &Args<'_>) -> Result<SetOptions, Reply> {
             if n <= 0 {
                 return Err(invalid());
             }
+            // As Redis: a relative expiry must still be a time once added to the clock, and
+            // seconds must fit in milliseconds; anything beyond is an invalid expire time.
+            let now = super::spec::unix_ms();
             let ms = match unit {
-                Word::Ex => n.checked_mul(1000),
-                Word::Px => Some(n),
-                Word::ExAt => n.checked_mul(1000).map(|at| at - super::spec::unix_ms()),
-                _ => Some(n - super::spec::unix_ms()),
+                Word::Ex => n
+                    .checked_mul(1000)
+                    .filter(|ms| ms.checked_add(now).is_some()),
+                Word::Px => n.checked_add(now).map(|_| n),
+                Word::ExAt => n.checked_mul(1000).map(|at| at - now),
+                _ => Some(n - now),
             }
             .ok_or_else(invalid)?;
             o.ttl_ms = Some(ms);
@@ -211,8 +216,10 @@ impl Set {
             Word::Ex => n.checked_mul(1000)?,
             _ => return None,
         };
-        // A positive `n` has a positive product, so this is the general parser's `n <= 0`.
-        if ttl_ms <= 0 {
+        // A positive `n` has a positive product, so this is the general parser's `n <= 0`;
+        // a TTL that could overflow the clock (beyond 2^60 ms) is left to the general parser,
+        // which words it as Redis does.
+        if !(1..=FAST_TTL_MAX).contains(&ttl_ms) {
             return None;
         }
         Some(ttl_ms)
@@ -249,6 +256,10 @@ impl Set {
         })
     }
 }
+
+/// The largest TTL the fast path reads: far beyond any `max_ttl_ms`, and so far from
+/// `i64::MAX` that adding the clock cannot overflow.
+const FAST_TTL_MAX: i64 = 1 << 60;
 
 /// The usual TTL argument, read without overflow checks: 1 to 18 digits without a leading
 /// zero (so below 10^18, within `i64`), which [`parse_int`] reads as the same positive number.
@@ -411,6 +422,33 @@ mod tests {
                 "ERR invalid expire time in 'set' command"
             ))
         );
+        // Numbers at the edges of i64, answered as Redis 7+ and Valkey answer them: a relative
+        // expiry that overflows once the clock is added, seconds beyond i64 milliseconds, and
+        // the smallest i64 (an integer, so an invalid expire time, not a non-integer).
+        for text in [
+            "SET k v PX 9223372036854775807",
+            "SET k v EX 9223372036854775",
+            "SET k v EX 9223372036854776",
+            "SET k v NX PX 9223372036854775807",
+            "SET k v NX EX 9223372036854775",
+            "SET k v IFEQ v PX 9223372036854775807",
+            "SET k v PX -9223372036854775808",
+            "SET k v IFEQ v PX -9223372036854775808",
+            "SET k v EXAT 9223372036854776",
+        ] {
+            assert_eq!(
+                Set::parse(args(text), 0).err(),
+                Some(Reply::from(Error::InvalidExpire("set"))),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            parse_set(&args("SET k v PX -9223372036854775809")),
+            Err(Reply::from(Error::NotAnInteger))
+        );
+        // An absolute expiry far ahead is a time (the proxy's max_ttl_ms then refuses it).
+        assert!(parse_set(&args("SET k v PXAT 9223372036854775807")).is_ok());
+        assert!(parse_set(&args("SET k v EXAT 9223372036854775")).is_ok());
     }
 
     #[test]

@@ -31,14 +31,15 @@ pub fn parse_int(text: &[u8]) -> Option<i64> {
     if digits[0] == b'0' && (digits.len() > 1 || negative) {
         return None;
     }
+    // Accumulated as a negative number, whose range reaches `i64::MIN` (as Redis's reads).
     let mut n: i64 = 0;
     for &d in digits {
         if !d.is_ascii_digit() {
             return None;
         }
-        n = n.checked_mul(10)?.checked_add(i64::from(d - b'0'))?;
+        n = n.checked_mul(10)?.checked_sub(i64::from(d - b'0'))?;
     }
-    Some(if negative { -n } else { n })
+    if negative { Some(n) } else { n.checked_neg() }
 }
 
 #[cfg(test)]
@@ -64,6 +65,7 @@ mod tests {
         assert_eq!(parse_int(b"-1"), Some(-1));
         assert_eq!(parse_int(b"9223372036854775807"), Some(i64::MAX));
         assert_eq!(parse_int(b"-9223372036854775807"), Some(-i64::MAX));
+        assert_eq!(parse_int(b"-9223372036854775808"), Some(i64::MIN));
         for bad in [
             &b""[..],
             b"-",
@@ -72,6 +74,7 @@ mod tests {
             b"1 ",
             b"1a",
             b"9223372036854775808",
+            b"-9223372036854775809",
             b"00000000000000000001",
             b"010",
             b"-0",

@@ -155,12 +155,35 @@ pub fn redirect(reply: &Reply) -> Option<Redirect> {
     };
     let text = std::str::from_utf8(text).ok()?;
     let mut words = text.split(' ');
-    match words.next()? {
-        "MOVED" => Some(Redirect::Moved(words.nth(1)?.to_string())),
-        "ASK" => Some(Redirect::Ask(words.nth(1)?.to_string())),
+    // A redirection names a slot and a `host:port`; anything else (a hostile or broken node)
+    // is no redirection, so the error stands as that node's answer and no connection is made
+    // to an address that is none.
+    let kind = words.next()?;
+    let mut target = || {
+        let slot = words.next()?.parse::<u16>().ok().filter(|s| *s < 16_384);
+        let addr = words.next().filter(|a| is_node_addr(a));
+        slot.and(addr).map(str::to_string)
+    };
+    match kind {
+        "MOVED" => Some(Redirect::Moved(target()?)),
+        "ASK" => Some(Redirect::Ask(target()?)),
         "TRYAGAIN" => Some(Redirect::Retry),
         _ => None,
     }
+}
+
+/// Whether `addr` is a node address as redirections write them: `host:port` (an IPv6 host
+/// bare or in brackets; Redis 7 leaves the host out when it does not know it), a port of 1 to
+/// 65535 in digits, a host of printable ASCII.
+fn is_node_addr(addr: &str) -> bool {
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return false;
+    };
+    host.len() <= 255
+        && host.bytes().all(|b| b.is_ascii_graphic())
+        && !port.is_empty()
+        && port.bytes().all(|b| b.is_ascii_digit())
+        && port.parse::<u16>().is_ok_and(|p| p > 0)
 }
 
 #[cfg(test)]
@@ -205,5 +228,33 @@ mod tests {
         );
         assert_eq!(redirect(&Reply::error("ERR x")), None);
         assert_eq!(redirect(&Reply::Integer(1)), None);
+        assert_eq!(
+            redirect(&Reply::error("MOVED 1 [::1]:7000")),
+            Some(Redirect::Moved("[::1]:7000".into()))
+        );
+        assert_eq!(
+            redirect(&Reply::error("MOVED 1 :7000")),
+            Some(Redirect::Moved(":7000".into()))
+        );
+        // A redirection without a slot and an address is none: the error stands as the
+        // node's answer, and no connection is opened to something that is not an address.
+        for bad in [
+            "MOVED",
+            "MOVED 1",
+            "ASK 1",
+            "MOVED 1 not-an-address",
+            "ASK 1 not-an-address",
+            "ASK 1 h:0",
+            "ASK 1 h:65536",
+            "ASK 1 h:+7000",
+            "ASK 1 h:",
+            "MOVED 16384 h:7000",
+            "MOVED -1 h:7000",
+            "MOVED x h:7000",
+        ] {
+            assert_eq!(redirect(&Reply::error(bad)), None, "{bad}");
+        }
+        let long = format!("ASK 1 {}:7000", "h".repeat(100_000));
+        assert_eq!(redirect(&Reply::error(&long)), None);
     }
 }

@@ -6,6 +6,10 @@ use crate::wire::reply::Reply;
 /// Number of hash slots in a Redis Cluster.
 pub const SLOTS: usize = 16_384;
 
+/// The most primaries a slot map may name: Redis Cluster's documented ceiling of 1,000 nodes,
+/// rounded up (each one is a connection the member keeps).
+const MAX_PRIMARIES: usize = 1_024;
+
 /// CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0, no reflection), the checksum the
 /// Redis Cluster specification names for key slots.
 pub fn crc16(data: &[u8]) -> u16 {
@@ -54,11 +58,16 @@ pub struct Range {
 pub fn parse_cluster_slots(reply: &Reply, seed_host: &str) -> Result<Vec<Range>, String> {
     let Reply::Array(ranges) = reply else {
         return Err(match reply {
-            Reply::Error(e) => String::from_utf8_lossy(e).into_owned(),
+            // At most 200 bytes of it: a hostile node's error may be megabytes long.
+            Reply::Error(e) => String::from_utf8_lossy(&e[..e.len().min(200)]).into_owned(),
             _ => "CLUSTER SLOTS: unexpected reply".into(),
         });
     };
-    let mut out = Vec::with_capacity(ranges.len());
+    let mut out = Vec::with_capacity(ranges.len().min(SLOTS));
+    // Each slot has one owner: a slot in two ranges is a broken (or hostile) map, and refusing
+    // it bounds the work of reading and installing a map to the slot count.
+    let mut taken = vec![false; SLOTS];
+    let mut primaries: std::collections::HashSet<String> = std::collections::HashSet::new();
     for r in ranges {
         let Reply::Array(parts) = r else {
             return Err("CLUSTER SLOTS: a range is not an array".into());
@@ -73,9 +82,23 @@ pub fn parse_cluster_slots(reply: &Reply, seed_host: &str) -> Result<Vec<Range>,
             .next()
             .ok_or("CLUSTER SLOTS: a range without a primary")??;
         let replicas = nodes.collect::<Result<Vec<_>, _>>()?;
+        let (start, end) = (start.min(end), end.max(start));
+        if let Some(s) =
+            (start..=end).find(|s| std::mem::replace(&mut taken[usize::from(*s)], true))
+        {
+            return Err(format!("CLUSTER SLOTS: slot {s} is in two ranges"));
+        }
+        if !primaries.contains(&primary) {
+            if primaries.len() == MAX_PRIMARIES {
+                return Err(format!(
+                    "CLUSTER SLOTS: more than {MAX_PRIMARIES} primaries (Redis Cluster's limit)"
+                ));
+            }
+            primaries.insert(primary.clone());
+        }
         out.push(Range {
-            start: start.min(end),
-            end: end.max(start),
+            start,
+            end,
             primary,
             replicas,
         });
@@ -188,5 +211,77 @@ mod tests {
         );
         assert!(parse_cluster_slots(&Reply::Array(vec![Reply::Integer(1)]), "h").is_err());
         assert_eq!(ranges_text(&[(0, 5460), (7, 7)]), "0-5460 7");
+    }
+
+    /// Hostile `CLUSTER SLOTS` replies, as bytes on the wire: each is decoded without a panic
+    /// or a large allocation, and none becomes a slot map.
+    #[test]
+    fn garbage_from_a_cluster_node_is_no_slot_map() {
+        use crate::wire::master::ReplyDecoder;
+        use bytes::BytesMut;
+        let node = |slots: &str, port: &str| {
+            format!("*1\r\n*3\r\n{slots}*2\r\n$9\r\n127.0.0.1\r\n{port}\r\n").into_bytes()
+        };
+        let mut deep = b"*1\r\n".repeat(10_000);
+        deep.extend_from_slice(b":1\r\n");
+        let long_error = [b"-".as_slice(), &[b'E'; 100_000], b"\r\n"].concat();
+        for wire in [
+            b"*4294967295\r\n".to_vec(),
+            b"*9223372036854775807\r\n:1\r\n".to_vec(),
+            node(":-1\r\n:5\r\n", ":7000"),
+            node(":0\r\n:16384\r\n", ":7000"),
+            node(":9223372036854775807\r\n:0\r\n", ":7000"),
+            node(":-9223372036854775808\r\n:0\r\n", ":7000"),
+            node(":0\r\n:16383\r\n", ":0"),
+            node(":0\r\n:16383\r\n", ":-7000"),
+            node(":0\r\n:16383\r\n", ":65536"),
+            node(":0\r\n:16383\r\n", "$4\r\n7000"),
+            node("$1\r\n0\r\n:16383\r\n", ":7000"),
+            b"*1\r\n*3\r\n:0\r\n:16383\r\n:5\r\n".to_vec(),
+            b"*1\r\n*2\r\n:0\r\n:16383\r\n".to_vec(),
+            b"*1\r\n:5\r\n".to_vec(),
+            b"*1\r\n*0\r\n".to_vec(),
+            b"$99999999999\r\n".to_vec(),
+            b"-MOVED 1 not-an-address\r\n".to_vec(),
+            b"\x00\xff\xfe garbage\r\n".to_vec(),
+            long_error,
+            deep,
+            // Two ranges sharing a slot.
+            b"*2\r\n*3\r\n:0\r\n:10\r\n*2\r\n$1\r\na\r\n:1\r\n*3\r\n:10\r\n:20\r\n*2\r\n$1\r\nb\r\n:1\r\n"
+                .to_vec(),
+        ] {
+            let mut buf = BytesMut::from(&wire[..]);
+            if let Ok(Some(reply)) = ReplyDecoder::default().decode(&mut buf) {
+                let e = parse_cluster_slots(&reply, "seed").expect_err(&format!("{reply:?}"));
+                assert!(!e.is_empty() && e.len() < 300, "{e}");
+            }
+        }
+    }
+
+    /// A map as large as a hostile node can make it: the whole slot space in every one of a
+    /// hundred thousand ranges (work without a bound: 1.6 billion slot writes when installed)
+    /// and one primary for each slot. Both are refused after reading at most the slot count.
+    #[test]
+    fn a_map_whose_size_only_a_hostile_node_makes_is_refused() {
+        let range = |start: i64, end: i64, host: String| {
+            Reply::Array(vec![
+                Reply::Integer(start),
+                Reply::Integer(end),
+                Reply::Array(vec![Reply::Bulk(Bytes::from(host)), Reply::Integer(7000)]),
+            ])
+        };
+        let whole = Reply::Array((0..100_000).map(|_| range(0, 16_383, "h".into())).collect());
+        let e = parse_cluster_slots(&whole, "seed").unwrap_err();
+        assert!(e.contains("slot 0 is in two ranges"), "{e}");
+        let each = Reply::Array((0..16_384).map(|s| range(s, s, format!("h{s}"))).collect());
+        let e = parse_cluster_slots(&each, "seed").unwrap_err();
+        assert!(e.contains("more than 1024 primaries"), "{e}");
+        // A real-sized map: 1,000 primaries, one slot range each (and the rest on one).
+        let mut ranges: Vec<Reply> = (0..1_000).map(|s| range(s, s, format!("h{s}"))).collect();
+        ranges.push(range(1_000, 16_383, "h0".into()));
+        assert_eq!(
+            parse_cluster_slots(&Reply::Array(ranges), "seed").map(|r| r.len()),
+            Ok(1_001)
+        );
     }
 }
