@@ -62,6 +62,16 @@ const REFRESH_GAP: Duration = Duration::from_millis(100);
 /// Redirections followed for one command before it fails.
 const MAX_REDIRECTS: usize = 8;
 
+/// The most node connections a member keeps: every primary a slot map may name, and as many
+/// again for the nodes `ASK` sends to (an importing node is usually a primary already).
+const MAX_NODES: usize = 2 * slots::MAX_PRIMARIES;
+
+/// Whether a member keeping `nodes` may use `addr`: one it knows, or a new one while it keeps
+/// fewer than `max`.
+fn room_for<V>(nodes: &HashMap<String, V>, addr: &str, max: usize) -> bool {
+    nodes.len() < max || nodes.contains_key(addr)
+}
+
 struct Shard {
     primary: String,
     backend: Backend,
@@ -393,7 +403,10 @@ impl Cluster {
                         Err(BackendError::Excluded)
                     };
                 }
-                Some(Redirect::Ask(addr)) => ask = Some(self.node_for_ask(&addr).await),
+                Some(Redirect::Ask(addr)) => match self.node_for_ask(&addr).await {
+                    Some(b) => ask = Some(b),
+                    None => return Err(BackendError::Down),
+                },
                 Some(Redirect::Moved(addr)) => {
                     // A primary the map already knows (slots moved by resharding) is used at
                     // once; anything else (a promoted replica) only once the map says so, so
@@ -413,14 +426,22 @@ impl Cluster {
         Err(BackendError::Closed)
     }
 
-    /// The node an `ASK` names: a known node's connection, or a new one once it is up.
-    async fn node_for_ask(&self, addr: &str) -> Backend {
+    /// The node an `ASK` names: a known node's connection, or a new one once it is up. `None`
+    /// when the member already keeps [`MAX_NODES`] connections and `addr` is none of them: a
+    /// node that names ever new addresses opens no more.
+    async fn node_for_ask(&self, addr: &str) -> Option<Backend> {
+        {
+            let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+            if !room_for(&nodes, addr, MAX_NODES) {
+                return None;
+            }
+        }
         let b = self.node(addr);
         let until = tokio::time::Instant::now() + self.settings.connect_timeout;
         while !b.is_up() && tokio::time::Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        b
+        Some(b)
     }
 
     fn node(&self, addr: &str) -> Backend {
@@ -677,4 +698,21 @@ fn encode(args: &[Bytes]) -> Bytes {
     let mut out = BytesMut::new();
     encode_command(&mut out, &parts);
     out.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ask_to_ever_new_nodes_opens_no_more_than_the_cap() {
+        let mut nodes: HashMap<String, ()> = HashMap::new();
+        for i in 0..3 {
+            assert!(room_for(&nodes, &format!("h:{i}"), 3));
+            nodes.insert(format!("h:{i}"), ());
+        }
+        assert!(!room_for(&nodes, "h:3", 3), "a fourth new node");
+        assert!(room_for(&nodes, "h:1", 3), "a node it keeps");
+        const { assert!(MAX_NODES >= slots::MAX_PRIMARIES) };
+    }
 }

@@ -8,7 +8,7 @@ pub const SLOTS: usize = 16_384;
 
 /// The most primaries a slot map may name: Redis Cluster's documented ceiling of 1,000 nodes,
 /// rounded up (each one is a connection the member keeps).
-const MAX_PRIMARIES: usize = 1_024;
+pub(super) const MAX_PRIMARIES: usize = 1_024;
 
 /// CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0, no reflection), the checksum the
 /// Redis Cluster specification names for key slots.
