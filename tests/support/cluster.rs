@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{Master, redis_cli};
+use super::{Master, free_port, redis_cli};
 
 /// A running cluster; its nodes are killed on drop.
 pub struct RedisCluster {
@@ -33,7 +33,13 @@ impl RedisCluster {
             std::fs::create_dir_all(&dir).expect("scratch dir");
             let d = dir.to_string_lossy().into_owned();
             let timeout = NODE_TIMEOUT_MS.to_string();
+            // The bus port chosen as the client port is: Redis's default, the client port plus
+            // 10,000, lands in the kernel's ephemeral range, where an outgoing connection may
+            // hold it and the node then exits.
+            let bus = free_port().to_string();
             nodes.push(Master::start_with(&[
+                "--cluster-port",
+                &bus,
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
