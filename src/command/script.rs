@@ -27,8 +27,8 @@ use super::spec::parse_int;
 use crate::config::UnknownScripts;
 use crate::error::Error;
 use crate::lockop::{
-    ARGV_AFTER_KEYS, Choice, HashOp, HashScript, LockScript, Op, Param, PlainSet, PublishCommand,
-    TtlUnit, WriteUnless,
+    ARGV_AFTER_KEYS, Answer, Choice, HashOp, HashScript, LockScript, Op, Param, PlainSet,
+    PublishCommand, TtlUnit, WriteUnless,
 };
 use crate::proxy::Proxy;
 use crate::quorum::{Request, ask};
@@ -329,6 +329,7 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
             }))
         }
     };
+    let mut answer = lock.answer;
     let ttl_ms = if matches!(op, Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect) {
         0
     } else if op == Op::Remaining {
@@ -342,10 +343,17 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
             return None;
         }
         let arg = argv.get(lock.ttl_arg.checked_sub(1)?)?;
+        let given = parse_int(arg);
         let ms = match lock.unit {
-            TtlUnit::Millis => parse_int(arg),
-            TtlUnit::Seconds => parse_int(arg).map(|s| s.saturating_mul(1000)),
+            TtlUnit::Millis => given,
+            TtlUnit::Seconds => given.map(|s| s.saturating_mul(1000)),
         };
+        // A script that answers the TTL it was given: that TTL, in its own unit.
+        if let (Answer::Const(c), Some(n)) = (answer, given)
+            && c.use_ttl()
+        {
+            answer = Answer::Const(c.bind_ttl(n));
+        }
         match ms {
             Some(ms) if ms > 0 || (ms == 0 && op == Op::ExtendAdd) => ms,
             Some(_) => {
@@ -375,7 +383,7 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
         keys,
         token,
         ttl_ms,
-        answer: lock.answer,
+        answer,
         wake,
         publish,
     }))

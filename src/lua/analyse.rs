@@ -154,6 +154,10 @@ pub enum Lib {
     StatusReply,
     /// `redis.error_reply`.
     ErrorReply,
+    /// `redis.replicate_commands()`: switches a script to effects replication, the default
+    /// since Redis 5 and the only mode since 7; it changes nothing the script does and
+    /// answers `true`.
+    Replicate,
 }
 
 impl fmt::Display for Val {
@@ -1581,6 +1585,7 @@ impl Machine<'_> {
                 }
                 _ => fail("an error reply it does not model"),
             },
+            Val::Lib(Lib::Replicate) if args.is_empty() => Ok(Val::Bool(true)),
             f => fail(format!("calls {f}")),
         }
     }
@@ -1717,6 +1722,7 @@ fn library(t: &Val, name: &[u8]) -> Option<Lib> {
         (Val::Lib(Lib::String), b"sub") => Some(Lib::StringSub),
         (Val::Redis, b"status_reply") => Some(Lib::StatusReply),
         (Val::Redis, b"error_reply") => Some(Lib::ErrorReply),
+        (Val::Redis, b"replicate_commands") => Some(Lib::Replicate),
         _ => None,
     }
 }

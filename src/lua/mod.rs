@@ -928,7 +928,11 @@ fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
             if timed && ttl_arg == runs[0].layout.token {
                 continue;
             }
-            for answer in ANSWERS.into_iter().chain(constant_replies(runs, op)) {
+            for answer in
+                ANSWERS
+                    .into_iter()
+                    .chain(constant_replies(runs, op, timed.then_some(ttl_arg)))
+            {
                 if runs.iter().all(|r| matches(r, op, ttl_arg, unit, answer)) {
                     return Some((op, ttl_arg, unit, answer));
                 }
@@ -942,7 +946,12 @@ fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
 /// reply of a run where it succeeds, of one where it is refused and, for a release, of one
 /// where every key was missing. `None` when a reply is not a constant or success and refusal
 /// look the same.
-fn constant_replies(runs: &[&Run], op: Op) -> Option<Answer> {
+///
+/// With `ttl` (an operation that sets the TTL `ARGV[ttl]`), a reply may also be that argument
+/// (`return tonumber(ARGV[2])` or `return ARGV[2]` after setting it): a constant per call, bound
+/// to each call's TTL (see [`Lit::TtlNum`]). A TTL reply must then differ from every other reply
+/// for every TTL the proxy accepts (a positive integer), or the script stays unknown.
+fn constant_replies(runs: &[&Run], op: Op, ttl: Option<usize>) -> Option<Answer> {
     let reply_where = |f: &dyn Fn(&Run) -> bool| runs.iter().find(|r| f(r)).map(|r| &r.reply);
     let every = |r: &Run, h: Held| r.start.iter().all(|s| s.held == h);
     let strict_refresh =
@@ -983,6 +992,8 @@ fn constant_replies(runs: &[&Run], op: Op) -> Option<Answer> {
             [Val::Num(n)] => Some(Lit::Single(*n)),
             _ => None,
         },
+        Val::NumArg(j) if Some(*j) == ttl => Some(Lit::TtlNum),
+        Val::Arg(j) if Some(*j) == ttl => Some(Lit::TtlText),
         _ => None,
     };
     let replies = Replies {
@@ -991,13 +1002,21 @@ fn constant_replies(runs: &[&Run], op: Op) -> Option<Answer> {
         gone: lit(gone)?,
         again: lit(again)?,
     };
+    let all = [replies.ok, replies.no, replies.gone, replies.again];
+    if all.iter().any(|l| l.is_ttl()) && all.iter().any(|l| !l.is_ttl() && l.may_look_like_a_ttl())
+    {
+        return None;
+    }
     let told_apart = replies.ok != replies.no && replies.again != replies.no;
     (told_apart || op == Op::Remaining).then_some(Answer::Const(replies))
 }
 
-/// A constant reply as the analyser's value.
-fn lit_val(l: Lit) -> Val {
+/// A constant reply as the analyser's value (a reply of the TTL argument: `ARGV[ttl_arg]`).
+fn lit_val(l: Lit, ttl_arg: usize) -> Val {
     match l {
+        Lit::TtlNum => Val::NumArg(ttl_arg),
+        Lit::TtlText => Val::Arg(ttl_arg),
+        Lit::Decimal(n) => Val::Str(n.to_string().into_bytes()),
         Lit::Int(n) => Val::Num(n),
         Lit::Nil => Val::Nil,
         Lit::Ok => Val::Status,
@@ -1050,10 +1069,10 @@ fn strict_success(r: &Run, op: Op) -> bool {
 }
 
 /// The reply the proxy gives for a granted (`ok`) or refused operation (as `command::lock`).
-fn expected(answer: Answer, ok: bool, n: usize) -> Val {
+fn expected(answer: Answer, ok: bool, n: usize, ttl_arg: usize) -> Val {
     match (answer, ok) {
-        (Answer::Const(c), true) => lit_val(c.ok),
-        (Answer::Const(c), false) => lit_val(c.no),
+        (Answer::Const(c), true) => lit_val(c.ok, ttl_arg),
+        (Answer::Const(c), false) => lit_val(c.no, ttl_arg),
         (Answer::OkNil | Answer::OkZero, true) => Val::Status,
         (Answer::OkNil, false) => Val::Nil,
         (Answer::Count, true) => Val::Num(n as i64),
@@ -1090,8 +1109,10 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 Answer::Tristate if deleted == n => Val::Num(1),
                 Answer::Tristate if deleted + missing == n => Val::Num(-1),
                 Answer::Tristate => Val::Num(0),
-                Answer::Const(c) if deleted + missing == n && deleted < n => lit_val(c.gone),
-                shape => expected(shape, deleted == n, n),
+                Answer::Const(c) if deleted + missing == n && deleted < n => {
+                    lit_val(c.gone, ttl_arg)
+                }
+                shape => expected(shape, deleted == n, n, ttl_arg),
             };
             r.end == end && r.reply == reply
         }
@@ -1112,9 +1133,9 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 Answer::Count => Val::Num(if mine { n as i64 } else { 0 }),
                 Answer::Tristate => return false,
                 Answer::Const(c) if r.start.iter().all(|s| s.held == Held::Missing) => {
-                    lit_val(c.gone)
+                    lit_val(c.gone, ttl_arg)
                 }
-                shape => expected(shape, mine, n),
+                shape => expected(shape, mine, n, ttl_arg),
             };
             r.end == end && r.reply == reply
         }
@@ -1130,12 +1151,12 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 return false;
             }
             if !r.start.iter().all(|s| s.held == Held::Token) {
-                return r.reply == lit_val(c.no);
+                return r.reply == lit_val(c.no, ttl_arg);
             }
             if !r.start.iter().all(|s| s.ttl) {
                 // Held, a key without a TTL (never one the proxy granted): the proxy answers
                 // `ok`; the script may also answer the TTL of a key that has one.
-                return r.reply == lit_val(c.ok)
+                return r.reply == lit_val(c.ok, ttl_arg)
                     || (1..=n).any(|k| r.start[k - 1].ttl && r.reply == in_unit(k));
             }
             match n {
@@ -1165,7 +1186,7 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
             let existed = r.start.iter().filter(|s| s.held != Held::Missing).count();
             let reply = match answer {
                 Answer::Count => Val::Num(existed as i64),
-                shape => expected(shape, existed == n, n),
+                shape => expected(shape, existed == n, n, ttl_arg),
             };
             r.end.iter().all(|k| *k == gone) && r.reply == reply
         }
@@ -1200,7 +1221,7 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
             if n != 1 {
                 return false;
             }
-            let reply_ok = expected(answer, true, n);
+            let reply_ok = expected(answer, true, n, ttl_arg);
             match r.start[0].held {
                 Held::Missing => {
                     let taken = KeyNow {
@@ -1214,12 +1235,12 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 }
                 Held::Token => {
                     let again = match answer {
-                        Answer::Const(c) => lit_val(c.again),
-                        shape => expected(shape, true, n),
+                        Answer::Const(c) => lit_val(c.again, ttl_arg),
+                        shape => expected(shape, true, n, ttl_arg),
                     };
                     r.end == unchanged && r.reply == again
                 }
-                Held::Other => r.end == unchanged && r.reply == expected(answer, false, n),
+                Held::Other => r.end == unchanged && r.reply == expected(answer, false, n, ttl_arg),
             }
         }
         _ => {
@@ -1247,13 +1268,13 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 && r.start.iter().all(|s| s.held != Held::Other);
             let again = match answer {
                 Answer::Const(c) if r.start.iter().all(|s| s.held == Held::Token) => {
-                    lit_val(c.again)
+                    lit_val(c.again, ttl_arg)
                 }
-                shape => expected(shape, true, n),
+                shape => expected(shape, true, n, ttl_arg),
             };
             let won = r.end == success && r.reply == again;
             let lost = r.end == unchanged
-                && (r.reply == expected(answer, false, n)
+                && (r.reply == expected(answer, false, n, ttl_arg)
                     || (lenient && answer == Answer::ZeroOne && r.reply == Val::Num(2)));
             if strict_success(r, op) || (lenient && won) {
                 won || (lenient && lost)
