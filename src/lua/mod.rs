@@ -128,10 +128,40 @@ fn reason(body: &[u8]) -> String {
                         seconds on another (PX and EXPIRE), a TTL per path the proxy does not carry"
                     .into();
             }
-            Ok(_) => return "what it does is not one lock operation".into(),
+            Ok(runs) => return not_a_lock_because(&runs).into(),
         }
     }
     why.unwrap_or_default()
+}
+
+/// Why runs the analyser followed are no lock operation, where a common shape says more than
+/// "not one lock operation": a reply of the time the key has left (each master counts its own,
+/// so no one answer across the masters is the one Redis would give), a reply of another
+/// holder's value, a TTL written in the script rather than taken from the call.
+fn not_a_lock_because(runs: &[Run]) -> &'static str {
+    let answers = |f: &dyn Fn(&Val) -> bool| runs.iter().any(|r| shows(&r.reply, f));
+    if answers(&|v| matches!(v, Val::Pttl(_) | Val::Ttl(_))) {
+        "it answers the time the key has left (PTTL/TTL), which each master counts on its own \
+         clock: no answer across the masters is the one Redis would give"
+    } else if answers(&|v| matches!(v, Val::Other(_))) {
+        "it answers the value another client holds, which the masters need not agree on"
+    } else if runs.iter().any(|r| {
+        r.end
+            .iter()
+            .any(|k| matches!(&k.ttl, TtlNow::Set { v: Val::Num(_), .. }))
+    }) {
+        "it sets a TTL written in the script, not one taken from its arguments"
+    } else {
+        "what it does is not one lock operation"
+    }
+}
+
+/// Whether `v`, or a value in it (a table, a sum), passes `f`.
+fn shows(v: &Val, f: &dyn Fn(&Val) -> bool) -> bool {
+    f(v) || match v {
+        Val::Table(items) | Val::Sum(items) => items.iter().any(|i| shows(i, f)),
+        _ => false,
+    }
 }
 
 /// Whether the runs set a TTL from the same argument in milliseconds on one path and in
