@@ -954,6 +954,81 @@ mod tests {
         }
     }
 
+    /// `redis.replicate_commands()` changes nothing a script does (it answers `true`), and a
+    /// reply of the TTL the call gave is kept as that TTL; near misses stay unknown.
+    #[test]
+    fn replicate_commands_and_ttl_replies() {
+        let text = "redis.replicate_commands() if redis.call('get', KEYS[1]) == ARGV[1] then \
+            return redis.call('del', KEYS[1]) end return 0";
+        let Meaning::Lock(l) = recognise(text.as_bytes()) else {
+            panic!("{text}");
+        };
+        assert_eq!(
+            (l.choice, l.answer),
+            (Choice::Always(Op::Release), Answer::OneZero)
+        );
+        for (text, unit, ok, no) in [
+            (
+                "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[1], ARGV[2]) \
+                 return tonumber(ARGV[2]) end return 0",
+                TtlUnit::Millis,
+                Lit::TtlNum,
+                Lit::Int(0),
+            ),
+            (
+                "if redis.call('get', KEYS[1]) ~= ARGV[1] then return false end \
+                 redis.call('expire', KEYS[1], ARGV[2]) return ARGV[2]",
+                TtlUnit::Seconds,
+                Lit::TtlText,
+                Lit::Nil,
+            ),
+        ] {
+            let Meaning::Lock(l) = recognise(text.as_bytes()) else {
+                panic!("{text}");
+            };
+            assert_eq!(
+                (l.choice, l.unit, l.ttl_arg, l.answer),
+                (
+                    Choice::Always(Op::Extend),
+                    unit,
+                    2,
+                    Answer::Const(Replies::new(ok, no, no))
+                ),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            Replies::new(Lit::TtlNum, Lit::Int(0), Lit::Int(0)).bind_ttl(30),
+            Replies::new(Lit::Int(30), Lit::Int(0), Lit::Int(0))
+        );
+        assert_eq!(
+            Replies::new(Lit::TtlText, Lit::Nil, Lit::Nil).bind_ttl(30),
+            Replies::new(Lit::Decimal(30), Lit::Nil, Lit::Nil)
+        );
+        for text in [
+            // The refusal could be a TTL (a positive number or its digits): not told apart.
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[1], ARGV[2]) \
+             return tonumber(ARGV[2]) end return 5",
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[1], ARGV[2]) \
+             return ARGV[2] end return '100'",
+            // Another argument than the TTL it set, and the TTL of a release.
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[1], ARGV[2]) \
+             return tonumber(ARGV[3]) end return 0",
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) \
+             return tonumber(ARGV[2]) end return 0",
+            // The TTL answered on refusal as well as on success.
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[1], ARGV[2]) end \
+             return tonumber(ARGV[2])",
+            // replicate_commands with an argument, or another redis function.
+            "redis.replicate_commands(1) if redis.call('get', KEYS[1]) == ARGV[1] then \
+             return redis.call('del', KEYS[1]) end return 0",
+            "redis.set_repl(redis.REPL_ALL) if redis.call('get', KEYS[1]) == ARGV[1] then \
+             return redis.call('del', KEYS[1]) end return 0",
+        ] {
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
+        }
+    }
+
     #[test]
     fn seconds_are_a_unit() {
         for text in [

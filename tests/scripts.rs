@@ -2348,3 +2348,132 @@ async fn a_constant_written_unless_held_is_a_quorum_ifne() {
     assert!(c.raw(&long).await.starts_with("-ERR"));
     assert_eq!(values_on(&ms, "ifne:long").await, vec![None, None, None]);
 }
+
+/// Shapes recognised in the third round, in our own spellings, from every starting state,
+/// answer through the proxy (3 masters, unknown scripts refused) what one redis-server answers
+/// and leave the same value and TTL on a majority: `redis.replicate_commands()` before the
+/// work (a no-op since Redis 5), and a reply of the TTL the call gave (`tonumber(ARGV[t])`, an
+/// integer, or `ARGV[t]`, a string, in the script's own unit), bound to each call.
+#[tokio::test]
+async fn third_round_shapes_answer_what_one_redis_answers() {
+    use Held::*;
+    use Start::{Expired, Held as H};
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
+    // Effects replication switched on first; then take it or refresh it if it is ours.
+    let replicated = "redis.replicate_commands()\nlocal held = redis.call('GET', KEYS[1])\n\
+        if not held or held == ARGV[1] then\n\
+        redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 'taken' end\nreturn 'busy'";
+    // A refresh answering the new TTL in ms (a number), -1 when not ours.
+    let ttl_number = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return -1 end\n\
+        redis.call('pexpire', KEYS[1], ARGV[2])\nreturn tonumber(ARGV[2])";
+    // A refresh in seconds answering the TTL as it was given (a string), nil when not ours.
+    let ttl_text = "local mine = redis.call('get', KEYS[1]) == ARGV[1]\n\
+        if mine then redis.call('expire', KEYS[1], ARGV[2]) return ARGV[2] end\nreturn nil";
+    // An acquisition answering the lease it took (ms), 0 when busy; pcall and replicate too.
+    let ttl_acquire = "redis.replicate_commands();\n\
+        if redis.pcall('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then\n\
+        return tonumber(ARGV[2]) end\nreturn 0";
+    let mut case = 0;
+    let mut run = async |script: &str, argv: &[&str]| {
+        for from in single {
+            case += 1;
+            let keys = vec![format!("r3:{case}:0")];
+            let (want, got) = both_from(&reference, &ms, &p, script, &keys, from, argv).await;
+            assert_eq!(got, want, "{script} {argv:?} from {from:?}");
+        }
+    };
+    run(replicated, &["tok", "20000"]).await;
+    run(ttl_number, &["tok", "20000"]).await;
+    run(ttl_number, &["tok", "15000"]).await;
+    run(ttl_text, &["tok", "20"]).await;
+    run(ttl_acquire, &["tok", "20000"]).await;
+    run(ttl_acquire, &["tok", "12345"]).await;
+    // A TTL the proxy refuses (not a positive integer) is an error, never a grant.
+    let mut c = Client::connect(&p).await;
+    for bad in ["0", "-5", "12.5", "abc"] {
+        let r = c
+            .raw(&["EVAL", ttl_acquire, "1", "r3:bad", "tok", bad])
+            .await;
+        assert!(r.starts_with("-ERR"), "{bad}: {r}");
+    }
+    assert_eq!(values_on(&ms, "r3:bad").await, vec![None, None, None]);
+}
+
+/// An acquisition that answers its TTL is a Redlock acquisition: held by another client on two
+/// of three masters, it answers the script's refusal (0) and the key it created on the free
+/// master is taken back; held on one master only, a quorum grants it and it answers the TTL.
+/// (Negative control: the same script run on the free master as written answers the TTL there
+/// and leaves its key, a grant no quorum made.)
+#[tokio::test]
+async fn a_refused_acquisition_answering_its_ttl_undoes_what_it_created() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let script = "redis.replicate_commands()\n\
+        if redis.call('exists', KEYS[1]) == 1 then return 0 end\n\
+        redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])\nreturn tonumber(ARGV[2])";
+    for m in &ms[1..] {
+        m.client()
+            .await
+            .cmd(&["SET", "r3:q", "other", "PX", "10000"])
+            .await;
+    }
+    let mut c = Client::connect(&p).await;
+    let args = ["EVAL", script, "1", "r3:q", "tok", "10000"];
+    assert_eq!(c.raw(&args).await, ":0\r\n");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let other = Some("other".to_string());
+    assert_eq!(
+        values_on(&ms, "r3:q").await,
+        vec![None, other.clone(), other.clone()]
+    );
+    // Negative control: on the free master alone, the script grants and keeps its key.
+    assert_eq!(ms[0].client().await.raw(&args).await, ":10000\r\n");
+    assert_eq!(
+        values_on(&ms, "r3:q").await,
+        vec![Some("tok".to_string()), other.clone(), other]
+    );
+    // Held on one master only: granted by a quorum, answering the TTL it was given.
+    for m in &ms {
+        m.client().await.cmd(&["DEL", "r3:q"]).await;
+    }
+    ms[2]
+        .client()
+        .await
+        .cmd(&["SET", "r3:q", "other", "PX", "10000"])
+        .await;
+    assert_eq!(c.raw(&args).await, ":10000\r\n");
+    assert_eq!(
+        values_on(&ms, "r3:q").await[..2],
+        [Some("tok".to_string()), Some("tok".to_string())]
+    );
+}
+
+/// Lock scripts whose answer no quorum can give as one Redis would stay refused, and the
+/// error names why: a refusal answering the key's remaining time (each master's own), one
+/// answering another holder's value, and a refresh with a TTL written in the script. Nothing
+/// is written.
+#[tokio::test]
+async fn scripts_answering_per_master_facts_are_refused_with_their_reason() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let mut c = Client::connect(&p).await;
+    let pttl_reply = "if redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then\n\
+        return -1 end\nreturn redis.call('pttl', KEYS[1])";
+    let r = c
+        .raw(&["EVAL", pttl_reply, "1", "r3:why", "tok", "1000"])
+        .await;
+    assert!(r.contains("answers the time the key has left"), "{r}");
+    let holder = "local v = redis.call('get', KEYS[1])\n\
+        if v and v ~= ARGV[1] then return v end\n\
+        return redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])";
+    let r = c.raw(&["EVAL", holder, "1", "r3:why", "tok", "1000"]).await;
+    assert!(r.contains("answers the value another client holds"), "{r}");
+    let fixed = "if redis.call('get', KEYS[1]) == ARGV[1] then\n\
+        return redis.call('pexpire', KEYS[1], 30000) end\nreturn 0";
+    let r = c.raw(&["EVAL", fixed, "1", "r3:why", "tok"]).await;
+    assert!(r.contains("a TTL written in the script"), "{r}");
+    assert_eq!(values_on(&ms, "r3:why").await, vec![None, None, None]);
+}
