@@ -997,6 +997,18 @@ mod tests {
                 "{text}"
             );
         }
+        // redis.log writes to the server's log only, whatever its message holds.
+        let logged = "local v = redis.call('get', KEYS[1]) \
+            if v ~= ARGV[1] then redis.log(redis.LOG_WARNING, 'lost ' .. KEYS[1], v) return 0 end \
+            redis.log(redis.LOG_DEBUG, 'extending by ' .. ARGV[2]) \
+            return redis.call('pexpire', KEYS[1], ARGV[2])";
+        let Meaning::Lock(l) = recognise(logged.as_bytes()) else {
+            panic!("{logged}");
+        };
+        assert_eq!(
+            (l.choice, l.answer),
+            (Choice::Always(Op::Extend), Answer::OneZero)
+        );
         assert_eq!(
             Replies::new(Lit::TtlNum, Lit::Int(0), Lit::Int(0)).bind_ttl(30),
             Replies::new(Lit::Int(30), Lit::Int(0), Lit::Int(0))
@@ -1023,6 +1035,11 @@ mod tests {
             "redis.replicate_commands(1) if redis.call('get', KEYS[1]) == ARGV[1] then \
              return redis.call('del', KEYS[1]) end return 0",
             "redis.set_repl(redis.REPL_ALL) if redis.call('get', KEYS[1]) == ARGV[1] then \
+             return redis.call('del', KEYS[1]) end return 0",
+            // redis.log without a message, or at a level Redis refuses: an error there.
+            "redis.log(redis.LOG_DEBUG) if redis.call('get', KEYS[1]) == ARGV[1] then \
+             return redis.call('del', KEYS[1]) end return 0",
+            "redis.log(7, 'x') if redis.call('get', KEYS[1]) == ARGV[1] then \
              return redis.call('del', KEYS[1]) end return 0",
         ] {
             assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");

@@ -2352,7 +2352,7 @@ async fn a_constant_written_unless_held_is_a_quorum_ifne() {
 /// Shapes recognised in the third round, in our own spellings, from every starting state,
 /// answer through the proxy (3 masters, unknown scripts refused) what one redis-server answers
 /// and leave the same value and TTL on a majority: `redis.replicate_commands()` before the
-/// work (a no-op since Redis 5), and a reply of the TTL the call gave (`tonumber(ARGV[t])`, an
+/// work (a no-op since Redis 5), `redis.log`, and a reply of the TTL the call gave (`tonumber(ARGV[t])`, an
 /// integer, or `ARGV[t]`, a string, in the script's own unit), bound to each call.
 #[tokio::test]
 async fn third_round_shapes_answer_what_one_redis_answers() {
@@ -2369,8 +2369,10 @@ async fn third_round_shapes_answer_what_one_redis_answers() {
     // A refresh answering the new TTL in ms (a number), -1 when not ours.
     let ttl_number = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return -1 end\n\
         redis.call('pexpire', KEYS[1], ARGV[2])\nreturn tonumber(ARGV[2])";
-    // A refresh in seconds answering the TTL as it was given (a string), nil when not ours.
+    // A refresh in seconds answering the TTL as it was given (a string), nil when not ours;
+    // it writes to the server's log on the way.
     let ttl_text = "local mine = redis.call('get', KEYS[1]) == ARGV[1]\n\
+        redis.log(redis.LOG_NOTICE, 'refresh of ' .. KEYS[1], tostring(mine))\n\
         if mine then redis.call('expire', KEYS[1], ARGV[2]) return ARGV[2] end\nreturn nil";
     // An acquisition answering the lease it took (ms), 0 when busy; pcall and replicate too.
     let ttl_acquire = "redis.replicate_commands();\n\

@@ -158,6 +158,8 @@ pub enum Lib {
     /// since Redis 5 and the only mode since 7; it changes nothing the script does and
     /// answers `true`.
     Replicate,
+    /// `redis.log(level, message, ...)`: writes to the server's log only, answers nothing.
+    Log,
 }
 
 impl fmt::Display for Val {
@@ -913,6 +915,9 @@ impl Machine<'_> {
                     }
                     (Val::Argv, Val::Num(j)) if j >= 1 => Val::Arg(j as usize),
                     (Val::Redis, Val::Str(s)) if s == b"call" || s == b"pcall" => Val::Call,
+                    (Val::Redis, Val::Str(s)) if log_level(&s).is_some() => {
+                        Val::Num(log_level(&s).unwrap_or_default())
+                    }
                     (t, Val::Str(s)) if library(&t, &s).is_some() => {
                         library(&t, &s).map_or(Val::Nil, Val::Lib)
                     }
@@ -1586,6 +1591,13 @@ impl Machine<'_> {
                 _ => fail("an error reply it does not model"),
             },
             Val::Lib(Lib::Replicate) if args.is_empty() => Ok(Val::Bool(true)),
+            // The message may be any values the script has (a key's name, a reply): Redis only
+            // writes them to its log. Fewer than two arguments or another level is an error
+            // there, and stays unknown here.
+            Val::Lib(Lib::Log) => match self.exprs(args)?.as_slice() {
+                [Val::Num(0..=3), _, ..] => Ok(Val::Nil),
+                _ => fail("a redis.log it does not model"),
+            },
             f => fail(format!("calls {f}")),
         }
     }
@@ -1723,6 +1735,18 @@ fn library(t: &Val, name: &[u8]) -> Option<Lib> {
         (Val::Redis, b"status_reply") => Some(Lib::StatusReply),
         (Val::Redis, b"error_reply") => Some(Lib::ErrorReply),
         (Val::Redis, b"replicate_commands") => Some(Lib::Replicate),
+        (Val::Redis, b"log") => Some(Lib::Log),
+        _ => None,
+    }
+}
+
+/// The value of Redis's `redis.LOG_*` level constants.
+fn log_level(name: &[u8]) -> Option<i64> {
+    match name {
+        b"LOG_DEBUG" => Some(0),
+        b"LOG_VERBOSE" => Some(1),
+        b"LOG_NOTICE" => Some(2),
+        b"LOG_WARNING" => Some(3),
         _ => None,
     }
 }
