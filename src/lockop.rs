@@ -393,6 +393,9 @@ pub struct LockScript {
     /// without ownership, `PSETEX KEYS[1] ARGV[1] 'locked'`): the token is this literal, and
     /// `token_arg` is unused. Only for a plain `Acquire`.
     pub token_literal: Option<Bytes>,
+    /// A TTL written in the script (in `unit`) instead of a TTL argument
+    /// (`redis.call('expire', KEYS[1], 30)`): every call sets that TTL, and `ttl_arg` is 0.
+    pub ttl_literal: Option<i64>,
     /// The reply its library expects.
     pub answer: Answer,
     /// The wake-up signal it leaves, if any.

@@ -87,6 +87,7 @@ impl Declared {
                 all_keys: d.all_keys,
                 params_in_keys: false,
                 token_literal: None,
+                ttl_literal: None,
                 answer: d.reply,
                 signal: None,
                 announce: None,
@@ -1046,6 +1047,57 @@ mod tests {
         }
     }
 
+    /// A TTL written in the script is that operation's TTL on every call; near misses (no
+    /// positive integer, or a literal on one path and an argument on another) stay unknown.
+    #[test]
+    fn ttl_literals() {
+        for (text, op, unit, k) in [
+            (
+                "if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then redis.call('expire', KEYS[1], 30) \
+                 return 1 end return 0",
+                Op::Acquire,
+                TtlUnit::Seconds,
+                30,
+            ),
+            (
+                "if redis.call('get', KEYS[1]) == ARGV[1] then \
+                 return redis.call('pexpire', KEYS[1], 15000) end return 0",
+                Op::Extend,
+                TtlUnit::Millis,
+                15000,
+            ),
+            (
+                "local v = redis.call('get', KEYS[1]) if not v or v == ARGV[1] then \
+                 redis.call('set', KEYS[1], ARGV[1], 'EX', 60) return 1 end return 0",
+                Op::AcquireOrRefresh,
+                TtlUnit::Seconds,
+                60,
+            ),
+        ] {
+            let Meaning::Lock(l) = recognise(text.as_bytes()) else {
+                panic!("{text}");
+            };
+            assert_eq!(
+                (l.choice, l.unit, l.ttl_arg, l.ttl_literal, l.token_arg),
+                (Choice::Always(op), unit, 0, Some(k), 1),
+                "{text}"
+            );
+        }
+        for text in [
+            // EXPIRE 0 deletes; a negative TTL too.
+            "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], 0) end return 0",
+            "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], -1) end return 0",
+            // Taken for ARGV[2], refreshed for a literal.
+            "local v = redis.call('get', KEYS[1]) if not v then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) end \
+             if v == ARGV[1] then return redis.call('pexpire', KEYS[1], 30000) end return 0",
+            // Two different literals on two paths.
+            "local v = redis.call('get', KEYS[1]) if not v then return redis.call('set', KEYS[1], ARGV[1], 'PX', 10000) end \
+             if v == ARGV[1] then return redis.call('pexpire', KEYS[1], 30000) end return 0",
+        ] {
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
+        }
+    }
+
     #[test]
     fn seconds_are_a_unit() {
         for text in [
@@ -1311,8 +1363,8 @@ mod tests {
             "local n = 0 for i, k in ipairs(KEYS) do if i == 3 then redis.call('del', k) elseif redis.call('get', k) == ARGV[1] then n = n + redis.call('del', k) end end return n",
             // Overwrites another holder's lock, and answers what no SET answers.
             "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1",
-            // Sets the TTL from a literal, not from an argument.
-            "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], 5000) end return 0",
+            // (A TTL from a literal, not from an argument, is that TTL on every call: see
+            // `ttl_literals`.)
             // A string compared outside redis.call keeps its case.
             "if redis.call('get',KEYS[1]) == 'ARGV' then return redis.call('del',KEYS[1]) else return 0 end",
         ] {

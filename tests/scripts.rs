@@ -2352,7 +2352,7 @@ async fn a_constant_written_unless_held_is_a_quorum_ifne() {
 /// Shapes recognised in the third round, in our own spellings, from every starting state,
 /// answer through the proxy (3 masters, unknown scripts refused) what one redis-server answers
 /// and leave the same value and TTL on a majority: `redis.replicate_commands()` before the
-/// work (a no-op since Redis 5), `redis.log`, and a reply of the TTL the call gave (`tonumber(ARGV[t])`, an
+/// work (a no-op since Redis 5), `redis.log`, a TTL written in the script, and a reply of the TTL the call gave (`tonumber(ARGV[t])`, an
 /// integer, or `ARGV[t]`, a string, in the script's own unit), bound to each call.
 #[tokio::test]
 async fn third_round_shapes_answer_what_one_redis_answers() {
@@ -2393,6 +2393,13 @@ async fn third_round_shapes_answer_what_one_redis_answers() {
     run(ttl_text, &["tok", "20"]).await;
     run(ttl_acquire, &["tok", "20000"]).await;
     run(ttl_acquire, &["tok", "12345"]).await;
+    // TTLs written in the script: taken for 20 s, refreshed for 20 s, in both units.
+    let fixed_take = "if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then\n\
+        redis.call('expire', KEYS[1], 20) return 'OK' end\nreturn 'LOCKED'";
+    let fixed_refresh = "local v = redis.call('get', KEYS[1])\n\
+        if v == ARGV[1] then return redis.call('pexpire', KEYS[1], 20000) end\nreturn 0";
+    run(fixed_take, &["tok"]).await;
+    run(fixed_refresh, &["tok"]).await;
     // A TTL the proxy refuses (not a positive integer) is an error, never a grant.
     let mut c = Client::connect(&p).await;
     for bad in ["0", "-5", "12.5", "abc"] {
@@ -2401,62 +2408,82 @@ async fn third_round_shapes_answer_what_one_redis_answers() {
             .await;
         assert!(r.starts_with("-ERR"), "{bad}: {r}");
     }
+    // A TTL written in the script beyond max_ttl_ms: an error on every call, nothing written.
+    let too_long = "if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then\n\
+        redis.call('expire', KEYS[1], 999999999) return 1 end\nreturn 0";
+    let r = c.raw(&["EVAL", too_long, "1", "r3:bad", "tok"]).await;
+    assert!(r.starts_with("-ERR"), "{r}");
     assert_eq!(values_on(&ms, "r3:bad").await, vec![None, None, None]);
 }
 
-/// An acquisition that answers its TTL is a Redlock acquisition: held by another client on two
-/// of three masters, it answers the script's refusal (0) and the key it created on the free
-/// master is taken back; held on one master only, a quorum grants it and it answers the TTL.
-/// (Negative control: the same script run on the free master as written answers the TTL there
-/// and leaves its key, a grant no quorum made.)
+/// An acquisition that answers its TTL, and one whose TTL is written in the script, are
+/// Redlock acquisitions: held by another client on two of three masters, each answers the
+/// script's refusal (0) and the key it created on the free master is taken back; held on one
+/// master only, a quorum grants it, with the script's grant reply and TTL. (Negative control:
+/// the same script run on the free master as written grants there and leaves its key, a grant
+/// no quorum made.)
 #[tokio::test]
 async fn a_refused_acquisition_answering_its_ttl_undoes_what_it_created() {
     let ms = masters(3);
     let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
-    let script = "redis.replicate_commands()\n\
+    let answers_ttl = "redis.replicate_commands()\n\
         if redis.call('exists', KEYS[1]) == 1 then return 0 end\n\
         redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])\nreturn tonumber(ARGV[2])";
-    for m in &ms[1..] {
-        m.client()
+    let fixed_ttl = "if redis.call('setnx', KEYS[1], ARGV[1]) == 0 then return 0 end\n\
+        redis.call('pexpire', KEYS[1], 10000)\nreturn 1";
+    for (script, argv, granted) in [
+        (answers_ttl, &["tok", "10000"][..], ":10000\r\n"),
+        (fixed_ttl, &["tok"][..], ":1\r\n"),
+    ] {
+        for m in &ms {
+            m.client().await.cmd(&["DEL", "r3:q"]).await;
+        }
+        for m in &ms[1..] {
+            m.client()
+                .await
+                .cmd(&["SET", "r3:q", "other", "PX", "10000"])
+                .await;
+        }
+        let mut c = Client::connect(&p).await;
+        let mut args = vec!["EVAL", script, "1", "r3:q"];
+        args.extend(argv);
+        assert_eq!(c.raw(&args).await, ":0\r\n", "{script}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let other = Some("other".to_string());
+        assert_eq!(
+            values_on(&ms, "r3:q").await,
+            vec![None, other.clone(), other.clone()],
+            "{script}"
+        );
+        // Negative control: on the free master alone, the script grants and keeps its key.
+        assert_eq!(ms[0].client().await.raw(&args).await, granted);
+        assert_eq!(
+            values_on(&ms, "r3:q").await,
+            vec![Some("tok".to_string()), other.clone(), other]
+        );
+        // Held on one master only: granted by a quorum, with the script's reply and TTL.
+        for m in &ms {
+            m.client().await.cmd(&["DEL", "r3:q"]).await;
+        }
+        ms[2]
+            .client()
             .await
             .cmd(&["SET", "r3:q", "other", "PX", "10000"])
             .await;
+        assert_eq!(c.raw(&args).await, granted, "{script}");
+        assert_eq!(
+            values_on(&ms, "r3:q").await[..2],
+            [Some("tok".to_string()), Some("tok".to_string())]
+        );
+        let left = pttl(&ms[0], "r3:q").await;
+        assert!(left > 5_000 && left <= 10_000, "{script}: {left}");
     }
-    let mut c = Client::connect(&p).await;
-    let args = ["EVAL", script, "1", "r3:q", "tok", "10000"];
-    assert_eq!(c.raw(&args).await, ":0\r\n");
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let other = Some("other".to_string());
-    assert_eq!(
-        values_on(&ms, "r3:q").await,
-        vec![None, other.clone(), other.clone()]
-    );
-    // Negative control: on the free master alone, the script grants and keeps its key.
-    assert_eq!(ms[0].client().await.raw(&args).await, ":10000\r\n");
-    assert_eq!(
-        values_on(&ms, "r3:q").await,
-        vec![Some("tok".to_string()), other.clone(), other]
-    );
-    // Held on one master only: granted by a quorum, answering the TTL it was given.
-    for m in &ms {
-        m.client().await.cmd(&["DEL", "r3:q"]).await;
-    }
-    ms[2]
-        .client()
-        .await
-        .cmd(&["SET", "r3:q", "other", "PX", "10000"])
-        .await;
-    assert_eq!(c.raw(&args).await, ":10000\r\n");
-    assert_eq!(
-        values_on(&ms, "r3:q").await[..2],
-        [Some("tok".to_string()), Some("tok".to_string())]
-    );
 }
 
 /// Lock scripts whose answer no quorum can give as one Redis would stay refused, and the
 /// error names why: a refusal answering the key's remaining time (each master's own), one
-/// answering another holder's value, and a refresh with a TTL written in the script. Nothing
-/// is written.
+/// answering another holder's value, and a script that takes the lock for the TTL the call
+/// gives but refreshes it for one written in the script. Nothing is written.
 #[tokio::test]
 async fn scripts_answering_per_master_facts_are_refused_with_their_reason() {
     let ms = masters(3);
@@ -2473,9 +2500,11 @@ async fn scripts_answering_per_master_facts_are_refused_with_their_reason() {
         return redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])";
     let r = c.raw(&["EVAL", holder, "1", "r3:why", "tok", "1000"]).await;
     assert!(r.contains("answers the value another client holds"), "{r}");
-    let fixed = "if redis.call('get', KEYS[1]) == ARGV[1] then\n\
-        return redis.call('pexpire', KEYS[1], 30000) end\nreturn 0";
-    let r = c.raw(&["EVAL", fixed, "1", "r3:why", "tok"]).await;
+    // Taken for ARGV[2] ms, refreshed for a fixed 30 s: a TTL per path the proxy does not carry.
+    let fixed = "local v = redis.call('get', KEYS[1])\n\
+        if not v then return redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2]) end\n\
+        if v == ARGV[1] then return redis.call('pexpire', KEYS[1], 30000) end\nreturn false";
+    let r = c.raw(&["EVAL", fixed, "1", "r3:why", "tok", "1000"]).await;
     assert!(r.contains("a TTL written in the script"), "{r}");
     assert_eq!(values_on(&ms, "r3:why").await, vec![None, None, None]);
 }

@@ -339,11 +339,15 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
             TtlUnit::Seconds => 1000,
         }
     } else {
-        if padded.contains(&lock.ttl_arg) {
-            return None;
-        }
-        let arg = argv.get(lock.ttl_arg.checked_sub(1)?)?;
-        let given = parse_int(arg);
+        let given = if let Some(k) = lock.ttl_literal {
+            // A TTL written in the script: the same on every call.
+            Some(k)
+        } else {
+            if padded.contains(&lock.ttl_arg) {
+                return None;
+            }
+            parse_int(argv.get(lock.ttl_arg.checked_sub(1)?)?)
+        };
         let ms = match lock.unit {
             TtlUnit::Millis => given,
             TtlUnit::Seconds => given.map(|s| s.saturating_mul(1000)),
@@ -577,6 +581,7 @@ mod tests {
             all_keys,
             params_in_keys: false,
             token_literal: None,
+            ttl_literal: None,
             answer: Answer::Count,
             signal: None,
             announce: None,

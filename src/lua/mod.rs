@@ -409,7 +409,7 @@ const MAX_TOKEN_ARG: usize = 8;
 fn classify(block: &Block) -> Option<LockScript> {
     let mut u = KeyUse::default();
     key_use_block(block, &mut u);
-    classify_counted(block, &u, 0).or_else(|| {
+    let lock = classify_counted(block, &u, 0).or_else(|| {
         // `unpack(ARGV)` spread into a command: read as a call with exactly `m` arguments,
         // the first count that makes a lock operation of it.
         u.argv_whole
@@ -421,7 +421,37 @@ fn classify(block: &Block) -> Option<LockScript> {
                 })
             })
             .flatten()
-    })
+    })?;
+    literal_ttl(lock)
+}
+
+/// The base of the pseudo-argument index that stands for a TTL written in the script: index
+/// `TTL_LITERAL + k` is the literal `k` (see [`ttl_val`]); no real argument index comes near.
+const TTL_LITERAL: usize = usize::MAX / 2;
+
+/// Largest TTL literal taken for one (the proxy's `max_ttl_ms` applies on top, per call).
+const MAX_TTL_LITERAL: i64 = i32::MAX as i64;
+
+/// The TTL value `ttl_arg` stands for in a run: `ARGV[ttl_arg]`, or a literal.
+fn ttl_val(ttl_arg: usize) -> Val {
+    match ttl_arg.checked_sub(TTL_LITERAL) {
+        Some(k) => Val::Num(k as i64),
+        None => Val::Arg(ttl_arg),
+    }
+}
+
+/// A lock whose TTL the script writes as a literal (`EXPIRE KEYS[1] 30`): the literal moves to
+/// [`LockScript::ttl_literal`]. Only for the plain layouts (ARGV parameters, no signal, no
+/// spread `ARGV`); others stay unknown.
+fn literal_ttl(mut lock: LockScript) -> Option<LockScript> {
+    if let Some(k) = lock.ttl_arg.checked_sub(TTL_LITERAL) {
+        if lock.params_in_keys || lock.signal.is_some() || lock.argv_count.is_some() {
+            return None;
+        }
+        lock.ttl_literal = Some(i64::try_from(k).ok()?);
+        lock.ttl_arg = 0;
+    }
+    Some(lock)
 }
 
 /// [`classify`] for calls with `argv_count` arguments (0: as many as the script reads; see
@@ -603,6 +633,7 @@ fn classify_signal(block: &Block) -> Option<LockScript> {
         all_keys: false,
         params_in_keys: false,
         token_literal: None,
+        ttl_literal: None,
         answer,
         signal: Some(Signal {
             key: 2,
@@ -807,6 +838,7 @@ fn classify_runs(runs: &[Run], all_keys: bool, layout: Layout) -> Option<LockScr
         all_keys,
         params_in_keys: layout.keys_as_args,
         token_literal: None,
+        ttl_literal: None,
         answer,
         signal: None,
         announce: None,
@@ -890,6 +922,7 @@ fn classify_prefix(
         all_keys,
         params_in_keys: false,
         token_literal: None,
+        ttl_literal: None,
         answer,
         signal: None,
         announce: None,
@@ -1069,6 +1102,9 @@ fn ttl_of(runs: &[&Run], op: Op) -> Option<(usize, TtlUnit)> {
                     },
                     (Op::ExtendAdd, _) => return None,
                     (_, Val::Arg(d)) => *d,
+                    (_, Val::Num(k)) if (1..=MAX_TTL_LITERAL).contains(k) => {
+                        TTL_LITERAL + *k as usize
+                    }
                     _ => return None,
                 };
                 let unit = if *seconds {
@@ -1258,7 +1294,7 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                         value: Some(Val::Arg(r.layout.token)),
                         ttl: TtlNow::Set {
                             seconds: unit == TtlUnit::Seconds,
-                            v: Val::Arg(ttl_arg),
+                            v: ttl_val(ttl_arg),
                         },
                     };
                     r.end == [taken] && r.reply == reply_ok
@@ -1278,7 +1314,7 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 let v = if op == Op::ExtendAdd {
                     Val::Sum(vec![Val::Arg(ttl_arg), Val::Pttl(i + 1)])
                 } else {
-                    Val::Arg(ttl_arg)
+                    ttl_val(ttl_arg)
                 };
                 TtlNow::Set {
                     seconds: unit == TtlUnit::Seconds,
