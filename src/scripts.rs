@@ -1098,6 +1098,33 @@ mod tests {
         }
     }
 
+    /// A many-key acquisition that takes the keys one by one and gives back the ones it took
+    /// when one is busy (`for j = 1, i - 1 do del(KEYS[j])`) is all or nothing; one that gives
+    /// back too many (the busy key too) or none stays unknown.
+    #[test]
+    fn a_many_key_acquisition_that_rolls_back() {
+        let body = |upto: &str| {
+            format!(
+                "for i, key in ipairs(KEYS) do \
+                 if not redis.call('set', key, ARGV[1], 'NX', 'PX', ARGV[2]) then \
+                 {upto} return 0 end end return 1"
+            )
+        };
+        let Meaning::Lock(l) =
+            recognise(body("for j = 1, i - 1 do redis.call('del', KEYS[j]) end").as_bytes())
+        else {
+            panic!("rollback");
+        };
+        assert_eq!(
+            (l.choice, l.all_keys, l.answer),
+            (Choice::Always(Op::Acquire), true, Answer::OneZero)
+        );
+        for upto in ["for j = 1, i do redis.call('del', KEYS[j]) end", ""] {
+            let text = body(upto);
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
+        }
+    }
+
     #[test]
     fn seconds_are_a_unit() {
         for text in [

@@ -2352,7 +2352,8 @@ async fn a_constant_written_unless_held_is_a_quorum_ifne() {
 /// Shapes recognised in the third round, in our own spellings, from every starting state,
 /// answer through the proxy (3 masters, unknown scripts refused) what one redis-server answers
 /// and leave the same value and TTL on a majority: `redis.replicate_commands()` before the
-/// work (a no-op since Redis 5), `redis.log`, a TTL written in the script, and a reply of the TTL the call gave (`tonumber(ARGV[t])`, an
+/// work (a no-op since Redis 5), `redis.log`, a TTL written in the script, a many-key
+/// acquisition that gives back what it took when a key is busy, and a reply of the TTL the call gave (`tonumber(ARGV[t])`, an
 /// integer, or `ARGV[t]`, a string, in the script's own unit), bound to each call.
 #[tokio::test]
 async fn third_round_shapes_answer_what_one_redis_answers() {
@@ -2400,6 +2401,25 @@ async fn third_round_shapes_answer_what_one_redis_answers() {
         if v == ARGV[1] then return redis.call('pexpire', KEYS[1], 20000) end\nreturn 0";
     run(fixed_take, &["tok"]).await;
     run(fixed_refresh, &["tok"]).await;
+    // Many keys taken one by one, the ones taken given back when one is busy: all or nothing.
+    let rollback = "for i, key in ipairs(KEYS) do\n\
+        if not redis.call('set', key, ARGV[1], 'NX', 'PX', ARGV[2]) then\n\
+        for j = 1, i - 1 do redis.call('del', KEYS[j]) end\nreturn 0 end\nend\nreturn 1";
+    let many: &[&[Start]] = &[
+        &[H(Missing), H(Missing), H(Missing)],
+        &[H(Missing), H(Missing), H(Other)],
+        &[H(Missing), H(Other), H(Missing)],
+        &[H(Other), H(Missing)],
+        &[H(Mine), H(Missing)],
+        &[Expired, H(Missing)],
+    ];
+    for from in many {
+        case += 1;
+        let keys: Vec<String> = (0..from.len()).map(|i| format!("r3:{case}:{i}")).collect();
+        let argv = ["tok", "20000"];
+        let (want, got) = both_from(&reference, &ms, &p, rollback, &keys, from, &argv).await;
+        assert_eq!(got, want, "rollback from {from:?}");
+    }
     // A TTL the proxy refuses (not a positive integer) is an error, never a grant.
     let mut c = Client::connect(&p).await;
     for bad in ["0", "-5", "12.5", "abc"] {
@@ -2507,4 +2527,41 @@ async fn scripts_answering_per_master_facts_are_refused_with_their_reason() {
     let r = c.raw(&["EVAL", fixed, "1", "r3:why", "tok", "1000"]).await;
     assert!(r.contains("a TTL written in the script"), "{r}");
     assert_eq!(values_on(&ms, "r3:why").await, vec![None, None, None]);
+}
+
+/// The many-key acquisition that gives back what it took is a Redlock acquisition over all its
+/// keys: with the second key held by another client on two of three masters, it answers 0 and
+/// the keys it created on the free master are taken back. (Negative control: run as written
+/// on the free master alone, it answers 1 and keeps both keys there.)
+#[tokio::test]
+async fn a_refused_many_key_acquisition_with_rollback_undoes_what_it_created() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let script = "for i, key in ipairs(KEYS) do\n\
+        if not redis.call('set', key, ARGV[1], 'NX', 'PX', ARGV[2]) then\n\
+        for j = 1, i - 1 do redis.call('del', KEYS[j]) end\nreturn 0 end\nend\nreturn 1";
+    for m in &ms[1..] {
+        m.client()
+            .await
+            .cmd(&["SET", "r3:m:b", "other", "PX", "10000"])
+            .await;
+    }
+    let mut c = Client::connect(&p).await;
+    let args = ["EVAL", script, "2", "r3:m:a", "r3:m:b", "tok", "10000"];
+    assert_eq!(c.raw(&args).await, ":0\r\n");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let other = Some("other".to_string());
+    assert_eq!(values_on(&ms, "r3:m:a").await, vec![None, None, None]);
+    assert_eq!(
+        values_on(&ms, "r3:m:b").await,
+        vec![None, other.clone(), other.clone()]
+    );
+    // Negative control: the script as written on the free master takes both keys there.
+    assert_eq!(ms[0].client().await.raw(&args).await, ":1\r\n");
+    let tok = Some("tok".to_string());
+    assert_eq!(values_on(&ms, "r3:m:a").await[0], tok);
+    assert_eq!(
+        values_on(&ms, "r3:m:b").await,
+        vec![tok, other.clone(), other]
+    );
 }

@@ -1056,6 +1056,13 @@ impl Machine<'_> {
             Bin::Gt => Val::Bool(less(&r, &l, false)?),
             Bin::Ge => Val::Bool(less(&r, &l, true)?),
             Bin::Add => add(l, r)?,
+            // A bound that follows the keys (`for j = 1, i - 1` over the keys before `KEYS[i]`).
+            Bin::Sub if matches!((&l, &r), (Val::Count(_), Val::Num(_))) => {
+                let (Val::Count(a), Val::Num(b)) = (l, r) else {
+                    return fail("subtracts unknown numbers");
+                };
+                Val::Count(a.checked_sub(b).ok_or_else(overflow)?)
+            }
             Bin::Sub => match (numeric(l)?, numeric(r)?) {
                 (Val::Num(x), Val::Num(y)) => Val::Num(x.checked_sub(y).ok_or_else(overflow)?),
                 (l, Val::Num(y)) => add(l, Val::Num(y.checked_neg().ok_or_else(overflow)?))?,
