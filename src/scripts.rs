@@ -1125,6 +1125,32 @@ mod tests {
         }
     }
 
+    /// `tostring` of a command's table reply is Lua's `table: 0x…`: it equals no literal
+    /// without that prefix (so `tostring(set(...)) == 'false'` is a test of the refusal), and
+    /// anything it cannot be told apart from stays unknown.
+    #[test]
+    fn tostring_of_a_table_reply() {
+        let text = "local r = tostring(redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])) \
+            if r == 'false' then return 0 end return 1";
+        let Meaning::Lock(l) = recognise(text.as_bytes()) else {
+            panic!("{text}");
+        };
+        assert_eq!(
+            (l.choice, l.answer),
+            (Choice::Always(Op::Acquire), Answer::OneZero)
+        );
+        for text in [
+            // A literal that could be the address, an argument, and the address answered.
+            "local r = tostring(redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])) \
+             if r == 'table: 0x1' then return 0 end return 1",
+            "local r = tostring(redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])) \
+             if r == ARGV[3] then return 0 end return 1",
+            "return tostring(redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]))",
+        ] {
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
+        }
+    }
+
     #[test]
     fn seconds_are_a_unit() {
         for text in [

@@ -2353,7 +2353,8 @@ async fn a_constant_written_unless_held_is_a_quorum_ifne() {
 /// answer through the proxy (3 masters, unknown scripts refused) what one redis-server answers
 /// and leave the same value and TTL on a majority: `redis.replicate_commands()` before the
 /// work (a no-op since Redis 5), `redis.log`, a TTL written in the script, a many-key
-/// acquisition that gives back what it took when a key is busy, and a reply of the TTL the call gave (`tonumber(ARGV[t])`, an
+/// acquisition that gives back what it took when a key is busy, `tostring` of a command's
+/// table reply, and a reply of the TTL the call gave (`tonumber(ARGV[t])`, an
 /// integer, or `ARGV[t]`, a string, in the script's own unit), bound to each call.
 #[tokio::test]
 async fn third_round_shapes_answer_what_one_redis_answers() {
@@ -2400,6 +2401,10 @@ async fn third_round_shapes_answer_what_one_redis_answers() {
     let fixed_refresh = "local v = redis.call('get', KEYS[1])\n\
         if v == ARGV[1] then return redis.call('pexpire', KEYS[1], 20000) end\nreturn 0";
     run(fixed_take, &["tok"]).await;
+    // tostring of SET's reply: 'false' when refused, a table's address when written.
+    let tostring_set = "local ret = redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', tonumber(ARGV[2]))\n\
+        if tostring(ret) == 'false' then return false end\nreturn true";
+    run(tostring_set, &["tok", "20000"]).await;
     run(fixed_refresh, &["tok"]).await;
     // Many keys taken one by one, the ones taken given back when one is busy: all or nothing.
     let rollback = "for i, key in ipairs(KEYS) do\n\

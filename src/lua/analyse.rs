@@ -106,6 +106,9 @@ pub enum Val {
     Joined,
     /// The result of a command the analyser does not model.
     Opaque,
+    /// `tostring` of a table (a status or array reply): Lua's `table: 0x…`, an address that
+    /// equals no string literal without that prefix; compared with anything else, undecided.
+    Addr,
     /// `KEYS`.
     Keys,
     /// `ARGV`.
@@ -191,6 +194,7 @@ impl fmt::Display for Val {
             Val::Key(i) => write!(f, "KEYS[{i}]"),
             Val::Built(i) => write!(f, "KEYS[{i}]..."),
             Val::Joined => write!(f, "a joined string"),
+            Val::Addr => write!(f, "a table's address"),
             Val::Error(e) => write!(f, "-{}", String::from_utf8_lossy(e)),
             Val::Head(v, j) => write!(f, "head({v}, ARGV[{j}])"),
             other => write!(f, "{other:?}"),
@@ -594,6 +598,7 @@ fn kind(v: &Val) -> u8 {
         | Val::Key(_)
         | Val::Built(_)
         | Val::Joined
+        | Val::Addr
         | Val::Head(..) => 3,
         Val::Status
         | Val::Table(_)
@@ -967,6 +972,8 @@ impl Machine<'_> {
                     Val::ToString => match arg {
                         Val::NumArg(j) => Val::Arg(j),
                         Val::Bool(b) => Val::Str(b.to_string().into_bytes()),
+                        Val::Nil => Val::Str(b"nil".to_vec()),
+                        Val::Status | Val::Table(_) => Val::Addr,
                         Val::Num(n) => Val::Str(n.to_string().into_bytes()),
                         v @ (Val::Arg(_) | Val::Str(_) | Val::Other(_)) => v,
                         v => return fail(format!("tostring of {v}")),
@@ -1110,6 +1117,7 @@ impl Machine<'_> {
             (Other(_), Str(s)) | (Str(s), Other(_)) if self.layout.literal_forks => {
                 self.assume(HOLDS, s)?
             }
+            (Addr, Str(s)) | (Str(s), Addr) if !s.starts_with(b"table: ") => false,
             (Pttl(_), Num(n)) | (Num(n), Pttl(_)) if *n <= 0 => false,
             (Ttl(_), Num(n)) | (Num(n), Ttl(_)) if *n < 0 => false,
             (Many(k), Num(n)) | (Num(n), Many(k)) if *n < 2 + k => false,
