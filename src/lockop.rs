@@ -113,6 +113,22 @@ impl Replies {
             again: ok,
         }
     }
+
+    /// Whether any reply is the call's TTL argument (see [`Lit::TtlNum`]).
+    pub fn use_ttl(&self) -> bool {
+        self.ok.is_ttl() || self.no.is_ttl() || self.gone.is_ttl() || self.again.is_ttl()
+    }
+
+    /// These replies with the call's TTL argument (`ttl`, in the script's unit) in place of
+    /// [`Lit::TtlNum`] and [`Lit::TtlText`].
+    pub fn bind_ttl(self, ttl: i64) -> Replies {
+        Replies {
+            ok: self.ok.bind_ttl(ttl),
+            no: self.no.bind_ttl(ttl),
+            gone: self.gone.bind_ttl(ttl),
+            again: self.again.bind_ttl(ttl),
+        }
+    }
 }
 
 /// One constant reply.
@@ -130,6 +146,44 @@ pub enum Lit {
     Error(Short),
     /// A one-element array of an integer, `*1 :n` (a script's `return {n}`).
     Single(i64),
+    /// The TTL argument as a number, `:n` (a script's `return tonumber(ARGV[t])` after it set
+    /// that TTL): bound to each call's TTL, in the script's own unit, by [`Replies::bind_ttl`].
+    TtlNum,
+    /// The TTL argument as given, a bulk string (a script's `return ARGV[t]`): bound as
+    /// [`Lit::TtlNum`] is, to [`Lit::Decimal`].
+    TtlText,
+    /// A bulk string of an integer's decimal digits: a [`Lit::TtlText`] bound to a call's TTL
+    /// (which the proxy reads only in Redis's canonical spelling, so the digits are exactly
+    /// the argument's bytes).
+    Decimal(i64),
+}
+
+impl Lit {
+    /// Whether this reply is the call's TTL argument, unbound.
+    pub fn is_ttl(self) -> bool {
+        matches!(self, Lit::TtlNum | Lit::TtlText)
+    }
+
+    /// Whether a bound TTL reply (a positive integer, or its digits) could look like this one.
+    pub fn may_look_like_a_ttl(self) -> bool {
+        match self {
+            Lit::Int(n) | Lit::Decimal(n) => n > 0,
+            Lit::Bulk(s) => {
+                let b = s.as_bytes();
+                !b.is_empty() && b[0] != b'0' && b.iter().all(u8::is_ascii_digit)
+            }
+            Lit::TtlNum | Lit::TtlText => true,
+            Lit::Nil | Lit::Ok | Lit::Error(_) | Lit::Single(_) => false,
+        }
+    }
+
+    fn bind_ttl(self, ttl: i64) -> Lit {
+        match self {
+            Lit::TtlNum => Lit::Int(ttl),
+            Lit::TtlText => Lit::Decimal(ttl),
+            l => l,
+        }
+    }
 }
 
 /// A constant reply text, kept once for the whole process so [`Answer`] stays `Copy` and small
@@ -339,6 +393,9 @@ pub struct LockScript {
     /// without ownership, `PSETEX KEYS[1] ARGV[1] 'locked'`): the token is this literal, and
     /// `token_arg` is unused. Only for a plain `Acquire`.
     pub token_literal: Option<Bytes>,
+    /// A TTL written in the script (in `unit`) instead of a TTL argument
+    /// (`redis.call('expire', KEYS[1], 30)`): every call sets that TTL, and `ttl_arg` is 0.
+    pub ttl_literal: Option<i64>,
     /// The reply its library expects.
     pub answer: Answer,
     /// The wake-up signal it leaves, if any.

@@ -87,6 +87,7 @@ impl Declared {
                 all_keys: d.all_keys,
                 params_in_keys: false,
                 token_literal: None,
+                ttl_literal: None,
                 answer: d.reply,
                 signal: None,
                 announce: None,
@@ -954,6 +955,202 @@ mod tests {
         }
     }
 
+    /// `redis.replicate_commands()` changes nothing a script does (it answers `true`), and a
+    /// reply of the TTL the call gave is kept as that TTL; near misses stay unknown.
+    #[test]
+    fn replicate_commands_and_ttl_replies() {
+        let text = "redis.replicate_commands() if redis.call('get', KEYS[1]) == ARGV[1] then \
+            return redis.call('del', KEYS[1]) end return 0";
+        let Meaning::Lock(l) = recognise(text.as_bytes()) else {
+            panic!("{text}");
+        };
+        assert_eq!(
+            (l.choice, l.answer),
+            (Choice::Always(Op::Release), Answer::OneZero)
+        );
+        for (text, unit, ok, no) in [
+            (
+                "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[1], ARGV[2]) \
+                 return tonumber(ARGV[2]) end return 0",
+                TtlUnit::Millis,
+                Lit::TtlNum,
+                Lit::Int(0),
+            ),
+            (
+                "if redis.call('get', KEYS[1]) ~= ARGV[1] then return false end \
+                 redis.call('expire', KEYS[1], ARGV[2]) return ARGV[2]",
+                TtlUnit::Seconds,
+                Lit::TtlText,
+                Lit::Nil,
+            ),
+        ] {
+            let Meaning::Lock(l) = recognise(text.as_bytes()) else {
+                panic!("{text}");
+            };
+            assert_eq!(
+                (l.choice, l.unit, l.ttl_arg, l.answer),
+                (
+                    Choice::Always(Op::Extend),
+                    unit,
+                    2,
+                    Answer::Const(Replies::new(ok, no, no))
+                ),
+                "{text}"
+            );
+        }
+        // redis.log writes to the server's log only, whatever its message holds.
+        let logged = "local v = redis.call('get', KEYS[1]) \
+            if v ~= ARGV[1] then redis.log(redis.LOG_WARNING, 'lost ' .. KEYS[1], v) return 0 end \
+            redis.log(redis.LOG_DEBUG, 'extending by ' .. ARGV[2]) \
+            return redis.call('pexpire', KEYS[1], ARGV[2])";
+        let Meaning::Lock(l) = recognise(logged.as_bytes()) else {
+            panic!("{logged}");
+        };
+        assert_eq!(
+            (l.choice, l.answer),
+            (Choice::Always(Op::Extend), Answer::OneZero)
+        );
+        assert_eq!(
+            Replies::new(Lit::TtlNum, Lit::Int(0), Lit::Int(0)).bind_ttl(30),
+            Replies::new(Lit::Int(30), Lit::Int(0), Lit::Int(0))
+        );
+        assert_eq!(
+            Replies::new(Lit::TtlText, Lit::Nil, Lit::Nil).bind_ttl(30),
+            Replies::new(Lit::Decimal(30), Lit::Nil, Lit::Nil)
+        );
+        for text in [
+            // The refusal could be a TTL (a positive number or its digits): not told apart.
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[1], ARGV[2]) \
+             return tonumber(ARGV[2]) end return 5",
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[1], ARGV[2]) \
+             return ARGV[2] end return '100'",
+            // Another argument than the TTL it set, and the TTL of a release.
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[1], ARGV[2]) \
+             return tonumber(ARGV[3]) end return 0",
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) \
+             return tonumber(ARGV[2]) end return 0",
+            // The TTL answered on refusal as well as on success.
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('pexpire', KEYS[1], ARGV[2]) end \
+             return tonumber(ARGV[2])",
+            // replicate_commands with an argument, or another redis function.
+            "redis.replicate_commands(1) if redis.call('get', KEYS[1]) == ARGV[1] then \
+             return redis.call('del', KEYS[1]) end return 0",
+            "redis.set_repl(redis.REPL_ALL) if redis.call('get', KEYS[1]) == ARGV[1] then \
+             return redis.call('del', KEYS[1]) end return 0",
+            // redis.log without a message, or at a level Redis refuses: an error there.
+            "redis.log(redis.LOG_DEBUG) if redis.call('get', KEYS[1]) == ARGV[1] then \
+             return redis.call('del', KEYS[1]) end return 0",
+            "redis.log(7, 'x') if redis.call('get', KEYS[1]) == ARGV[1] then \
+             return redis.call('del', KEYS[1]) end return 0",
+        ] {
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
+        }
+    }
+
+    /// A TTL written in the script is that operation's TTL on every call; near misses (no
+    /// positive integer, or a literal on one path and an argument on another) stay unknown.
+    #[test]
+    fn ttl_literals() {
+        for (text, op, unit, k) in [
+            (
+                "if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then redis.call('expire', KEYS[1], 30) \
+                 return 1 end return 0",
+                Op::Acquire,
+                TtlUnit::Seconds,
+                30,
+            ),
+            (
+                "if redis.call('get', KEYS[1]) == ARGV[1] then \
+                 return redis.call('pexpire', KEYS[1], 15000) end return 0",
+                Op::Extend,
+                TtlUnit::Millis,
+                15000,
+            ),
+            (
+                "local v = redis.call('get', KEYS[1]) if not v or v == ARGV[1] then \
+                 redis.call('set', KEYS[1], ARGV[1], 'EX', 60) return 1 end return 0",
+                Op::AcquireOrRefresh,
+                TtlUnit::Seconds,
+                60,
+            ),
+        ] {
+            let Meaning::Lock(l) = recognise(text.as_bytes()) else {
+                panic!("{text}");
+            };
+            assert_eq!(
+                (l.choice, l.unit, l.ttl_arg, l.ttl_literal, l.token_arg),
+                (Choice::Always(op), unit, 0, Some(k), 1),
+                "{text}"
+            );
+        }
+        for text in [
+            // EXPIRE 0 deletes; a negative TTL too.
+            "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], 0) end return 0",
+            "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], -1) end return 0",
+            // Taken for ARGV[2], refreshed for a literal.
+            "local v = redis.call('get', KEYS[1]) if not v then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) end \
+             if v == ARGV[1] then return redis.call('pexpire', KEYS[1], 30000) end return 0",
+            // Two different literals on two paths.
+            "local v = redis.call('get', KEYS[1]) if not v then return redis.call('set', KEYS[1], ARGV[1], 'PX', 10000) end \
+             if v == ARGV[1] then return redis.call('pexpire', KEYS[1], 30000) end return 0",
+        ] {
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
+        }
+    }
+
+    /// A many-key acquisition that takes the keys one by one and gives back the ones it took
+    /// when one is busy (`for j = 1, i - 1 do del(KEYS[j])`) is all or nothing; one that gives
+    /// back too many (the busy key too) or none stays unknown.
+    #[test]
+    fn a_many_key_acquisition_that_rolls_back() {
+        let body = |upto: &str| {
+            format!(
+                "for i, key in ipairs(KEYS) do \
+                 if not redis.call('set', key, ARGV[1], 'NX', 'PX', ARGV[2]) then \
+                 {upto} return 0 end end return 1"
+            )
+        };
+        let Meaning::Lock(l) =
+            recognise(body("for j = 1, i - 1 do redis.call('del', KEYS[j]) end").as_bytes())
+        else {
+            panic!("rollback");
+        };
+        assert_eq!(
+            (l.choice, l.all_keys, l.answer),
+            (Choice::Always(Op::Acquire), true, Answer::OneZero)
+        );
+        for upto in ["for j = 1, i do redis.call('del', KEYS[j]) end", ""] {
+            let text = body(upto);
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
+        }
+    }
+
+    /// `tostring` of a command's table reply is Lua's `table: 0x…`: it equals no literal
+    /// without that prefix (so `tostring(set(...)) == 'false'` is a test of the refusal), and
+    /// anything it cannot be told apart from stays unknown.
+    #[test]
+    fn tostring_of_a_table_reply() {
+        let text = "local r = tostring(redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])) \
+            if r == 'false' then return 0 end return 1";
+        let Meaning::Lock(l) = recognise(text.as_bytes()) else {
+            panic!("{text}");
+        };
+        assert_eq!(
+            (l.choice, l.answer),
+            (Choice::Always(Op::Acquire), Answer::OneZero)
+        );
+        for text in [
+            // A literal that could be the address, an argument, and the address answered.
+            "local r = tostring(redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])) \
+             if r == 'table: 0x1' then return 0 end return 1",
+            "local r = tostring(redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])) \
+             if r == ARGV[3] then return 0 end return 1",
+            "return tostring(redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]))",
+        ] {
+            assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
+        }
+    }
+
     #[test]
     fn seconds_are_a_unit() {
         for text in [
@@ -1219,8 +1416,8 @@ mod tests {
             "local n = 0 for i, k in ipairs(KEYS) do if i == 3 then redis.call('del', k) elseif redis.call('get', k) == ARGV[1] then n = n + redis.call('del', k) end end return n",
             // Overwrites another holder's lock, and answers what no SET answers.
             "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1",
-            // Sets the TTL from a literal, not from an argument.
-            "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], 5000) end return 0",
+            // (A TTL from a literal, not from an argument, is that TTL on every call: see
+            // `ttl_literals`.)
             // A string compared outside redis.call keeps its case.
             "if redis.call('get',KEYS[1]) == 'ARGV' then return redis.call('del',KEYS[1]) else return 0 end",
         ] {

@@ -456,6 +456,12 @@ pub(super) fn constant(l: Lit) -> Reply {
         Lit::Bulk(s) => Reply::Bulk(Bytes::copy_from_slice(s.as_bytes())),
         Lit::Error(e) => Reply::Error(Bytes::copy_from_slice(e.as_bytes())),
         Lit::Single(n) => Reply::Array(vec![Reply::Integer(n)]),
+        Lit::Decimal(n) => Reply::Bulk(Bytes::from(n.to_string())),
+        // Bound to the call's TTL when the script's call is read (`command::script`); never
+        // left unbound there, and never answered as a grant if it were.
+        Lit::TtlNum | Lit::TtlText => Reply::Error(Bytes::from_static(
+            b"ERR redlock-proxy: a script's TTL reply was not bound to its call",
+        )),
     }
 }
 

@@ -27,8 +27,8 @@ use super::spec::parse_int;
 use crate::config::UnknownScripts;
 use crate::error::Error;
 use crate::lockop::{
-    ARGV_AFTER_KEYS, Choice, HashOp, HashScript, LockScript, Op, Param, PlainSet, PublishCommand,
-    TtlUnit, WriteUnless,
+    ARGV_AFTER_KEYS, Answer, Choice, HashOp, HashScript, LockScript, Op, Param, PlainSet,
+    PublishCommand, TtlUnit, WriteUnless,
 };
 use crate::proxy::Proxy;
 use crate::quorum::{Request, ask};
@@ -329,6 +329,7 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
             }))
         }
     };
+    let mut answer = lock.answer;
     let ttl_ms = if matches!(op, Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect) {
         0
     } else if op == Op::Remaining {
@@ -338,14 +339,25 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
             TtlUnit::Seconds => 1000,
         }
     } else {
-        if padded.contains(&lock.ttl_arg) {
-            return None;
-        }
-        let arg = argv.get(lock.ttl_arg.checked_sub(1)?)?;
-        let ms = match lock.unit {
-            TtlUnit::Millis => parse_int(arg),
-            TtlUnit::Seconds => parse_int(arg).map(|s| s.saturating_mul(1000)),
+        let given = if let Some(k) = lock.ttl_literal {
+            // A TTL written in the script: the same on every call.
+            Some(k)
+        } else {
+            if padded.contains(&lock.ttl_arg) {
+                return None;
+            }
+            parse_int(argv.get(lock.ttl_arg.checked_sub(1)?)?)
         };
+        let ms = match lock.unit {
+            TtlUnit::Millis => given,
+            TtlUnit::Seconds => given.map(|s| s.saturating_mul(1000)),
+        };
+        // A script that answers the TTL it was given: that TTL, in its own unit.
+        if let (Answer::Const(c), Some(n)) = (answer, given)
+            && c.use_ttl()
+        {
+            answer = Answer::Const(c.bind_ttl(n));
+        }
         match ms {
             Some(ms) if ms > 0 || (ms == 0 && op == Op::ExtendAdd) => ms,
             Some(_) => {
@@ -375,7 +387,7 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
         keys,
         token,
         ttl_ms,
-        answer: lock.answer,
+        answer,
         wake,
         publish,
     }))
@@ -569,6 +581,7 @@ mod tests {
             all_keys,
             params_in_keys: false,
             token_literal: None,
+            ttl_literal: None,
             answer: Answer::Count,
             signal: None,
             announce: None,

@@ -106,6 +106,9 @@ pub enum Val {
     Joined,
     /// The result of a command the analyser does not model.
     Opaque,
+    /// `tostring` of a table (a status or array reply): Lua's `table: 0x…`, an address that
+    /// equals no string literal without that prefix; compared with anything else, undecided.
+    Addr,
     /// `KEYS`.
     Keys,
     /// `ARGV`.
@@ -154,6 +157,12 @@ pub enum Lib {
     StatusReply,
     /// `redis.error_reply`.
     ErrorReply,
+    /// `redis.replicate_commands()`: switches a script to effects replication, the default
+    /// since Redis 5 and the only mode since 7; it changes nothing the script does and
+    /// answers `true`.
+    Replicate,
+    /// `redis.log(level, message, ...)`: writes to the server's log only, answers nothing.
+    Log,
 }
 
 impl fmt::Display for Val {
@@ -185,6 +194,7 @@ impl fmt::Display for Val {
             Val::Key(i) => write!(f, "KEYS[{i}]"),
             Val::Built(i) => write!(f, "KEYS[{i}]..."),
             Val::Joined => write!(f, "a joined string"),
+            Val::Addr => write!(f, "a table's address"),
             Val::Error(e) => write!(f, "-{}", String::from_utf8_lossy(e)),
             Val::Head(v, j) => write!(f, "head({v}, ARGV[{j}])"),
             other => write!(f, "{other:?}"),
@@ -588,6 +598,7 @@ fn kind(v: &Val) -> u8 {
         | Val::Key(_)
         | Val::Built(_)
         | Val::Joined
+        | Val::Addr
         | Val::Head(..) => 3,
         Val::Status
         | Val::Table(_)
@@ -909,6 +920,9 @@ impl Machine<'_> {
                     }
                     (Val::Argv, Val::Num(j)) if j >= 1 => Val::Arg(j as usize),
                     (Val::Redis, Val::Str(s)) if s == b"call" || s == b"pcall" => Val::Call,
+                    (Val::Redis, Val::Str(s)) if log_level(&s).is_some() => {
+                        Val::Num(log_level(&s).unwrap_or_default())
+                    }
                     (t, Val::Str(s)) if library(&t, &s).is_some() => {
                         library(&t, &s).map_or(Val::Nil, Val::Lib)
                     }
@@ -958,6 +972,8 @@ impl Machine<'_> {
                     Val::ToString => match arg {
                         Val::NumArg(j) => Val::Arg(j),
                         Val::Bool(b) => Val::Str(b.to_string().into_bytes()),
+                        Val::Nil => Val::Str(b"nil".to_vec()),
+                        Val::Status | Val::Table(_) => Val::Addr,
                         Val::Num(n) => Val::Str(n.to_string().into_bytes()),
                         v @ (Val::Arg(_) | Val::Str(_) | Val::Other(_)) => v,
                         v => return fail(format!("tostring of {v}")),
@@ -1047,6 +1063,13 @@ impl Machine<'_> {
             Bin::Gt => Val::Bool(less(&r, &l, false)?),
             Bin::Ge => Val::Bool(less(&r, &l, true)?),
             Bin::Add => add(l, r)?,
+            // A bound that follows the keys (`for j = 1, i - 1` over the keys before `KEYS[i]`).
+            Bin::Sub if matches!((&l, &r), (Val::Count(_), Val::Num(_))) => {
+                let (Val::Count(a), Val::Num(b)) = (l, r) else {
+                    return fail("subtracts unknown numbers");
+                };
+                Val::Count(a.checked_sub(b).ok_or_else(overflow)?)
+            }
             Bin::Sub => match (numeric(l)?, numeric(r)?) {
                 (Val::Num(x), Val::Num(y)) => Val::Num(x.checked_sub(y).ok_or_else(overflow)?),
                 (l, Val::Num(y)) => add(l, Val::Num(y.checked_neg().ok_or_else(overflow)?))?,
@@ -1094,6 +1117,7 @@ impl Machine<'_> {
             (Other(_), Str(s)) | (Str(s), Other(_)) if self.layout.literal_forks => {
                 self.assume(HOLDS, s)?
             }
+            (Addr, Str(s)) | (Str(s), Addr) if !s.starts_with(b"table: ") => false,
             (Pttl(_), Num(n)) | (Num(n), Pttl(_)) if *n <= 0 => false,
             (Ttl(_), Num(n)) | (Num(n), Ttl(_)) if *n < 0 => false,
             (Many(k), Num(n)) | (Num(n), Many(k)) if *n < 2 + k => false,
@@ -1581,6 +1605,14 @@ impl Machine<'_> {
                 }
                 _ => fail("an error reply it does not model"),
             },
+            Val::Lib(Lib::Replicate) if args.is_empty() => Ok(Val::Bool(true)),
+            // The message may be any values the script has (a key's name, a reply): Redis only
+            // writes them to its log. Fewer than two arguments or another level is an error
+            // there, and stays unknown here.
+            Val::Lib(Lib::Log) => match self.exprs(args)?.as_slice() {
+                [Val::Num(0..=3), _, ..] => Ok(Val::Nil),
+                _ => fail("a redis.log it does not model"),
+            },
             f => fail(format!("calls {f}")),
         }
     }
@@ -1717,6 +1749,19 @@ fn library(t: &Val, name: &[u8]) -> Option<Lib> {
         (Val::Lib(Lib::String), b"sub") => Some(Lib::StringSub),
         (Val::Redis, b"status_reply") => Some(Lib::StatusReply),
         (Val::Redis, b"error_reply") => Some(Lib::ErrorReply),
+        (Val::Redis, b"replicate_commands") => Some(Lib::Replicate),
+        (Val::Redis, b"log") => Some(Lib::Log),
+        _ => None,
+    }
+}
+
+/// The value of Redis's `redis.LOG_*` level constants.
+fn log_level(name: &[u8]) -> Option<i64> {
+    match name {
+        b"LOG_DEBUG" => Some(0),
+        b"LOG_VERBOSE" => Some(1),
+        b"LOG_NOTICE" => Some(2),
+        b"LOG_WARNING" => Some(3),
         _ => None,
     }
 }

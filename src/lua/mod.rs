@@ -128,10 +128,40 @@ fn reason(body: &[u8]) -> String {
                         seconds on another (PX and EXPIRE), a TTL per path the proxy does not carry"
                     .into();
             }
-            Ok(_) => return "what it does is not one lock operation".into(),
+            Ok(runs) => return not_a_lock_because(&runs).into(),
         }
     }
     why.unwrap_or_default()
+}
+
+/// Why runs the analyser followed are no lock operation, where a common shape says more than
+/// "not one lock operation": a reply of the time the key has left (each master counts its own,
+/// so no one answer across the masters is the one Redis would give), a reply of another
+/// holder's value, a TTL written in the script rather than taken from the call.
+fn not_a_lock_because(runs: &[Run]) -> &'static str {
+    let answers = |f: &dyn Fn(&Val) -> bool| runs.iter().any(|r| shows(&r.reply, f));
+    if answers(&|v| matches!(v, Val::Pttl(_) | Val::Ttl(_))) {
+        "it answers the time the key has left (PTTL/TTL), which each master counts on its own \
+         clock: no answer across the masters is the one Redis would give"
+    } else if answers(&|v| matches!(v, Val::Other(_))) {
+        "it answers the value another client holds, which the masters need not agree on"
+    } else if runs.iter().any(|r| {
+        r.end
+            .iter()
+            .any(|k| matches!(&k.ttl, TtlNow::Set { v: Val::Num(_), .. }))
+    }) {
+        "it sets a TTL written in the script, not one taken from its arguments"
+    } else {
+        "what it does is not one lock operation"
+    }
+}
+
+/// Whether `v`, or a value in it (a table, a sum), passes `f`.
+fn shows(v: &Val, f: &dyn Fn(&Val) -> bool) -> bool {
+    f(v) || match v {
+        Val::Table(items) | Val::Sum(items) => items.iter().any(|i| shows(i, f)),
+        _ => false,
+    }
 }
 
 /// Whether the runs set a TTL from the same argument in milliseconds on one path and in
@@ -379,7 +409,7 @@ const MAX_TOKEN_ARG: usize = 8;
 fn classify(block: &Block) -> Option<LockScript> {
     let mut u = KeyUse::default();
     key_use_block(block, &mut u);
-    classify_counted(block, &u, 0).or_else(|| {
+    let lock = classify_counted(block, &u, 0).or_else(|| {
         // `unpack(ARGV)` spread into a command: read as a call with exactly `m` arguments,
         // the first count that makes a lock operation of it.
         u.argv_whole
@@ -391,7 +421,37 @@ fn classify(block: &Block) -> Option<LockScript> {
                 })
             })
             .flatten()
-    })
+    })?;
+    literal_ttl(lock)
+}
+
+/// The base of the pseudo-argument index that stands for a TTL written in the script: index
+/// `TTL_LITERAL + k` is the literal `k` (see [`ttl_val`]); no real argument index comes near.
+const TTL_LITERAL: usize = usize::MAX / 2;
+
+/// Largest TTL literal taken for one (the proxy's `max_ttl_ms` applies on top, per call).
+const MAX_TTL_LITERAL: i64 = i32::MAX as i64;
+
+/// The TTL value `ttl_arg` stands for in a run: `ARGV[ttl_arg]`, or a literal.
+fn ttl_val(ttl_arg: usize) -> Val {
+    match ttl_arg.checked_sub(TTL_LITERAL) {
+        Some(k) => Val::Num(k as i64),
+        None => Val::Arg(ttl_arg),
+    }
+}
+
+/// A lock whose TTL the script writes as a literal (`EXPIRE KEYS[1] 30`): the literal moves to
+/// [`LockScript::ttl_literal`]. Only for the plain layouts (ARGV parameters, no signal, no
+/// spread `ARGV`); others stay unknown.
+fn literal_ttl(mut lock: LockScript) -> Option<LockScript> {
+    if let Some(k) = lock.ttl_arg.checked_sub(TTL_LITERAL) {
+        if lock.params_in_keys || lock.signal.is_some() || lock.argv_count.is_some() {
+            return None;
+        }
+        lock.ttl_literal = Some(i64::try_from(k).ok()?);
+        lock.ttl_arg = 0;
+    }
+    Some(lock)
 }
 
 /// [`classify`] for calls with `argv_count` arguments (0: as many as the script reads; see
@@ -573,6 +633,7 @@ fn classify_signal(block: &Block) -> Option<LockScript> {
         all_keys: false,
         params_in_keys: false,
         token_literal: None,
+        ttl_literal: None,
         answer,
         signal: Some(Signal {
             key: 2,
@@ -777,6 +838,7 @@ fn classify_runs(runs: &[Run], all_keys: bool, layout: Layout) -> Option<LockScr
         all_keys,
         params_in_keys: layout.keys_as_args,
         token_literal: None,
+        ttl_literal: None,
         answer,
         signal: None,
         announce: None,
@@ -860,6 +922,7 @@ fn classify_prefix(
         all_keys,
         params_in_keys: false,
         token_literal: None,
+        ttl_literal: None,
         answer,
         signal: None,
         announce: None,
@@ -928,7 +991,11 @@ fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
             if timed && ttl_arg == runs[0].layout.token {
                 continue;
             }
-            for answer in ANSWERS.into_iter().chain(constant_replies(runs, op)) {
+            for answer in
+                ANSWERS
+                    .into_iter()
+                    .chain(constant_replies(runs, op, timed.then_some(ttl_arg)))
+            {
                 if runs.iter().all(|r| matches(r, op, ttl_arg, unit, answer)) {
                     return Some((op, ttl_arg, unit, answer));
                 }
@@ -942,7 +1009,12 @@ fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
 /// reply of a run where it succeeds, of one where it is refused and, for a release, of one
 /// where every key was missing. `None` when a reply is not a constant or success and refusal
 /// look the same.
-fn constant_replies(runs: &[&Run], op: Op) -> Option<Answer> {
+///
+/// With `ttl` (an operation that sets the TTL `ARGV[ttl]`), a reply may also be that argument
+/// (`return tonumber(ARGV[2])` or `return ARGV[2]` after setting it): a constant per call, bound
+/// to each call's TTL (see [`Lit::TtlNum`]). A TTL reply must then differ from every other reply
+/// for every TTL the proxy accepts (a positive integer), or the script stays unknown.
+fn constant_replies(runs: &[&Run], op: Op, ttl: Option<usize>) -> Option<Answer> {
     let reply_where = |f: &dyn Fn(&Run) -> bool| runs.iter().find(|r| f(r)).map(|r| &r.reply);
     let every = |r: &Run, h: Held| r.start.iter().all(|s| s.held == h);
     let strict_refresh =
@@ -983,6 +1055,8 @@ fn constant_replies(runs: &[&Run], op: Op) -> Option<Answer> {
             [Val::Num(n)] => Some(Lit::Single(*n)),
             _ => None,
         },
+        Val::NumArg(j) if Some(*j) == ttl => Some(Lit::TtlNum),
+        Val::Arg(j) if Some(*j) == ttl => Some(Lit::TtlText),
         _ => None,
     };
     let replies = Replies {
@@ -991,13 +1065,21 @@ fn constant_replies(runs: &[&Run], op: Op) -> Option<Answer> {
         gone: lit(gone)?,
         again: lit(again)?,
     };
+    let all = [replies.ok, replies.no, replies.gone, replies.again];
+    if all.iter().any(|l| l.is_ttl()) && all.iter().any(|l| !l.is_ttl() && l.may_look_like_a_ttl())
+    {
+        return None;
+    }
     let told_apart = replies.ok != replies.no && replies.again != replies.no;
     (told_apart || op == Op::Remaining).then_some(Answer::Const(replies))
 }
 
-/// A constant reply as the analyser's value.
-fn lit_val(l: Lit) -> Val {
+/// A constant reply as the analyser's value (a reply of the TTL argument: `ARGV[ttl_arg]`).
+fn lit_val(l: Lit, ttl_arg: usize) -> Val {
     match l {
+        Lit::TtlNum => Val::NumArg(ttl_arg),
+        Lit::TtlText => Val::Arg(ttl_arg),
+        Lit::Decimal(n) => Val::Str(n.to_string().into_bytes()),
         Lit::Int(n) => Val::Num(n),
         Lit::Nil => Val::Nil,
         Lit::Ok => Val::Status,
@@ -1020,6 +1102,9 @@ fn ttl_of(runs: &[&Run], op: Op) -> Option<(usize, TtlUnit)> {
                     },
                     (Op::ExtendAdd, _) => return None,
                     (_, Val::Arg(d)) => *d,
+                    (_, Val::Num(k)) if (1..=MAX_TTL_LITERAL).contains(k) => {
+                        TTL_LITERAL + *k as usize
+                    }
                     _ => return None,
                 };
                 let unit = if *seconds {
@@ -1050,10 +1135,10 @@ fn strict_success(r: &Run, op: Op) -> bool {
 }
 
 /// The reply the proxy gives for a granted (`ok`) or refused operation (as `command::lock`).
-fn expected(answer: Answer, ok: bool, n: usize) -> Val {
+fn expected(answer: Answer, ok: bool, n: usize, ttl_arg: usize) -> Val {
     match (answer, ok) {
-        (Answer::Const(c), true) => lit_val(c.ok),
-        (Answer::Const(c), false) => lit_val(c.no),
+        (Answer::Const(c), true) => lit_val(c.ok, ttl_arg),
+        (Answer::Const(c), false) => lit_val(c.no, ttl_arg),
         (Answer::OkNil | Answer::OkZero, true) => Val::Status,
         (Answer::OkNil, false) => Val::Nil,
         (Answer::Count, true) => Val::Num(n as i64),
@@ -1090,8 +1175,10 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 Answer::Tristate if deleted == n => Val::Num(1),
                 Answer::Tristate if deleted + missing == n => Val::Num(-1),
                 Answer::Tristate => Val::Num(0),
-                Answer::Const(c) if deleted + missing == n && deleted < n => lit_val(c.gone),
-                shape => expected(shape, deleted == n, n),
+                Answer::Const(c) if deleted + missing == n && deleted < n => {
+                    lit_val(c.gone, ttl_arg)
+                }
+                shape => expected(shape, deleted == n, n, ttl_arg),
             };
             r.end == end && r.reply == reply
         }
@@ -1112,9 +1199,9 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 Answer::Count => Val::Num(if mine { n as i64 } else { 0 }),
                 Answer::Tristate => return false,
                 Answer::Const(c) if r.start.iter().all(|s| s.held == Held::Missing) => {
-                    lit_val(c.gone)
+                    lit_val(c.gone, ttl_arg)
                 }
-                shape => expected(shape, mine, n),
+                shape => expected(shape, mine, n, ttl_arg),
             };
             r.end == end && r.reply == reply
         }
@@ -1130,12 +1217,12 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 return false;
             }
             if !r.start.iter().all(|s| s.held == Held::Token) {
-                return r.reply == lit_val(c.no);
+                return r.reply == lit_val(c.no, ttl_arg);
             }
             if !r.start.iter().all(|s| s.ttl) {
                 // Held, a key without a TTL (never one the proxy granted): the proxy answers
                 // `ok`; the script may also answer the TTL of a key that has one.
-                return r.reply == lit_val(c.ok)
+                return r.reply == lit_val(c.ok, ttl_arg)
                     || (1..=n).any(|k| r.start[k - 1].ttl && r.reply == in_unit(k));
             }
             match n {
@@ -1165,7 +1252,7 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
             let existed = r.start.iter().filter(|s| s.held != Held::Missing).count();
             let reply = match answer {
                 Answer::Count => Val::Num(existed as i64),
-                shape => expected(shape, existed == n, n),
+                shape => expected(shape, existed == n, n, ttl_arg),
             };
             r.end.iter().all(|k| *k == gone) && r.reply == reply
         }
@@ -1200,26 +1287,26 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
             if n != 1 {
                 return false;
             }
-            let reply_ok = expected(answer, true, n);
+            let reply_ok = expected(answer, true, n, ttl_arg);
             match r.start[0].held {
                 Held::Missing => {
                     let taken = KeyNow {
                         value: Some(Val::Arg(r.layout.token)),
                         ttl: TtlNow::Set {
                             seconds: unit == TtlUnit::Seconds,
-                            v: Val::Arg(ttl_arg),
+                            v: ttl_val(ttl_arg),
                         },
                     };
                     r.end == [taken] && r.reply == reply_ok
                 }
                 Held::Token => {
                     let again = match answer {
-                        Answer::Const(c) => lit_val(c.again),
-                        shape => expected(shape, true, n),
+                        Answer::Const(c) => lit_val(c.again, ttl_arg),
+                        shape => expected(shape, true, n, ttl_arg),
                     };
                     r.end == unchanged && r.reply == again
                 }
-                Held::Other => r.end == unchanged && r.reply == expected(answer, false, n),
+                Held::Other => r.end == unchanged && r.reply == expected(answer, false, n, ttl_arg),
             }
         }
         _ => {
@@ -1227,7 +1314,7 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 let v = if op == Op::ExtendAdd {
                     Val::Sum(vec![Val::Arg(ttl_arg), Val::Pttl(i + 1)])
                 } else {
-                    Val::Arg(ttl_arg)
+                    ttl_val(ttl_arg)
                 };
                 TtlNow::Set {
                     seconds: unit == TtlUnit::Seconds,
@@ -1247,13 +1334,13 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 && r.start.iter().all(|s| s.held != Held::Other);
             let again = match answer {
                 Answer::Const(c) if r.start.iter().all(|s| s.held == Held::Token) => {
-                    lit_val(c.again)
+                    lit_val(c.again, ttl_arg)
                 }
-                shape => expected(shape, true, n),
+                shape => expected(shape, true, n, ttl_arg),
             };
             let won = r.end == success && r.reply == again;
             let lost = r.end == unchanged
-                && (r.reply == expected(answer, false, n)
+                && (r.reply == expected(answer, false, n, ttl_arg)
                     || (lenient && answer == Answer::ZeroOne && r.reply == Val::Num(2)));
             if strict_success(r, op) || (lenient && won) {
                 won || (lenient && lost)
