@@ -380,20 +380,8 @@ fn write_unless(block: &Block) -> Option<WriteUnless> {
             return None;
         }
     }
-    let lit = |v: &Val| match v {
-        Val::Num(n) => Some(Lit::Int(*n)),
-        Val::Nil => Some(Lit::Nil),
-        Val::Status => Some(Lit::Ok),
-        Val::Str(s) => Short::new(s).map(Lit::Bulk),
-        Val::Error(e) => Short::new(e).map(Lit::Error),
-        Val::Table(items) => match items.as_slice() {
-            [Val::Num(n)] => Some(Lit::Single(*n)),
-            _ => None,
-        },
-        _ => None,
-    };
     let (ttl_arg, unit) = found?;
-    let (ok, no) = (lit(&ok?)?, lit(&no?)?);
+    let (ok, no) = (reply_lit(&ok?, None)?, reply_lit(&no?, None)?);
     (ok != no).then(|| WriteUnless {
         value: Bytes::copy_from_slice(c),
         ttl_arg,
@@ -1045,20 +1033,7 @@ fn constant_replies(runs: &[&Run], op: Op, ttl: Option<usize>) -> Option<Answer>
             (ok, no, no, again)
         }
     };
-    let lit = |v: &Val| match v {
-        Val::Num(n) => Some(Lit::Int(*n)),
-        Val::Nil => Some(Lit::Nil),
-        Val::Status => Some(Lit::Ok),
-        Val::Str(s) => Short::new(s).map(Lit::Bulk),
-        Val::Error(e) => Short::new(e).map(Lit::Error),
-        Val::Table(items) => match items.as_slice() {
-            [Val::Num(n)] => Some(Lit::Single(*n)),
-            _ => None,
-        },
-        Val::NumArg(j) if Some(*j) == ttl => Some(Lit::TtlNum),
-        Val::Arg(j) if Some(*j) == ttl => Some(Lit::TtlText),
-        _ => None,
-    };
+    let lit = |v: &Val| reply_lit(v, ttl);
     let replies = Replies {
         ok: lit(ok)?,
         no: lit(no)?,
@@ -1072,6 +1047,26 @@ fn constant_replies(runs: &[&Run], op: Op, ttl: Option<usize>) -> Option<Answer>
     }
     let told_apart = replies.ok != replies.no && replies.again != replies.no;
     (told_apart || op == Op::Remaining).then_some(Answer::Const(replies))
+}
+
+/// The constant a script answers with `v`, if it is one the proxy can give: a number, nil, a
+/// status `OK`, a short string or error, a one-number table, or (where `ttl` names the TTL
+/// argument) that argument as a number or as text.
+fn reply_lit(v: &Val, ttl: Option<usize>) -> Option<Lit> {
+    match v {
+        Val::Num(n) => Some(Lit::Int(*n)),
+        Val::Nil => Some(Lit::Nil),
+        Val::Status => Some(Lit::Ok),
+        Val::Str(s) => Short::new(s).map(Lit::Bulk),
+        Val::Error(e) => Short::new(e).map(Lit::Error),
+        Val::Table(items) => match items.as_slice() {
+            [Val::Num(n)] => Some(Lit::Single(*n)),
+            _ => None,
+        },
+        Val::NumArg(j) if Some(*j) == ttl => Some(Lit::TtlNum),
+        Val::Arg(j) if Some(*j) == ttl => Some(Lit::TtlText),
+        _ => None,
+    }
 }
 
 /// A constant reply as the analyser's value (a reply of the TTL argument: `ARGV[ttl_arg]`).
