@@ -602,13 +602,7 @@ async fn a_failover_quarantines_only_that_shards_slots() {
     let (k0, k1) = (key_in(0), key_in(5461));
     let mut c = Client::connect(&p).await;
     // A subscriber through the proxy, whose link to the member starts on its first seed.
-    let mut sub = Client::connect(&p).await;
-    sub.send(&["SUBSCRIBE", "probe"]).await;
-    let confirm = sub
-        .try_read(Duration::from_secs(10))
-        .await
-        .expect("confirmed");
-    assert!(String::from_utf8_lossy(&confirm).contains("subscribe"));
+    let mut sub = subscribed(&p, "probe").await;
     let promoted = blocking(|| cl.fail_over(0));
     let addr = cl.nodes[promoted].addr();
     let until = Instant::now() + Duration::from_secs(10);

@@ -412,13 +412,7 @@ async fn pubsub_subscribers_follow_a_sentinel_failover() {
         .await
         .to_string();
     wait_trusted(&p, 3, Duration::from_secs(10)).await;
-    let mut sub = Client::connect(&p).await;
-    sub.send(&["SUBSCRIBE", "probe"]).await;
-    let confirm = sub
-        .try_read(Duration::from_secs(10))
-        .await
-        .expect("confirmed");
-    assert!(String::from_utf8_lossy(&confirm).contains("subscribe"));
+    let mut sub = subscribed(&p, "probe").await;
     let within = Duration::from_secs(30);
     published_on_reaches(&rig.primaries[0].addr(), &mut sub, "probe", within).await;
 

@@ -210,6 +210,19 @@ pub fn redis_cli(port: u16, args: &[&str]) -> String {
     text.trim().to_string()
 }
 
+/// A client connected to `addr` and subscribed to `channel`, its confirmation read (panics
+/// when none comes within 10 s).
+pub async fn subscribed(addr: &str, channel: &str) -> Client {
+    let mut sub = Client::connect(addr).await;
+    sub.send(&["SUBSCRIBE", channel]).await;
+    let confirm = sub
+        .try_read(Duration::from_secs(10))
+        .await
+        .expect("confirmed");
+    assert!(String::from_utf8_lossy(&confirm).contains("subscribe"));
+    sub
+}
+
 /// Publishes `channel payload-<n>` on `node` directly, again every 200 ms, until `sub` (a
 /// client subscribed to `channel` through the proxy) receives one of them, or panics after
 /// `within`.

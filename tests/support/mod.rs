@@ -38,7 +38,7 @@ pub mod tls;
 use std::path::PathBuf;
 
 #[allow(unused_imports)]
-pub use client::{Client, published_on_reaches, redis_cli};
+pub use client::{Client, published_on_reaches, redis_cli, subscribed};
 #[allow(unused_imports)]
 pub use cluster::RedisCluster;
 #[allow(unused_imports)]
