@@ -503,12 +503,7 @@ async fn a_refused_multi_key_acquire_undoes_exactly_what_it_wrote() {
     let mut c = Client::connect(&p).await;
     let acquire = lua("redlock5_ACQUIRE_SCRIPT");
     // Another client holds `b` on two masters: a quorum refuses [a, b, c].
-    for m in &ms[..2] {
-        m.client()
-            .await
-            .cmd(&["SET", "mk:b", "other", "PX", "10000"])
-            .await;
-    }
+    held_by_other(&ms[..2], "mk:b").await;
     assert_eq!(
         c.raw(&[
             "EVAL", &acquire, "3", "mk:a", "mk:b", "mk:c", "tok", "10000"
@@ -1787,6 +1782,16 @@ async fn generalised_lock_scripts_answer_what_one_redis_answers() {
     assert_eq!(values_on(&ms, "gen:none").await, vec![None, None, None]);
 }
 
+/// Another client's lock on `key` (value `other`, 10 s) on each of `ms`.
+async fn held_by_other(ms: &[Master], key: &str) {
+    for m in ms {
+        m.client()
+            .await
+            .cmd(&["SET", key, "other", "PX", "10000"])
+            .await;
+    }
+}
+
 /// The PTTL of `key` on one master.
 async fn pttl(m: &Master, key: &str) -> i64 {
     let r = m.client().await.raw(&["PTTL", key]).await;
@@ -1857,12 +1862,7 @@ async fn take_or_keep_counts_the_ttl_left_where_the_key_was_already_mine() {
     }
     assert!(pttl(&ms[2], "keep:long").await > 10_000);
     // Another holder on two masters: refused, their keys untouched.
-    for m in &ms[..2] {
-        m.client()
-            .await
-            .cmd(&["SET", "keep:other", "other", "PX", "10000"])
-            .await;
-    }
+    held_by_other(&ms[..2], "keep:other").await;
     let r = c
         .raw(&["EVAL", keep, "1", "keep:other", "tok", "20000"])
         .await;
@@ -2282,12 +2282,7 @@ async fn a_refused_spread_acquisition_undoes_what_it_created() {
     let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
     let spread = "if redis.call('exists', KEYS[1]) == 0 then\n\
         return redis.call('psetex', KEYS[1], unpack(ARGV)) end";
-    for m in &ms[1..] {
-        m.client()
-            .await
-            .cmd(&["SET", "r2:q", "other", "PX", "10000"])
-            .await;
-    }
+    held_by_other(&ms[1..], "r2:q").await;
     let mut c = Client::connect(&p).await;
     let args = ["EVAL", spread, "1", "r2:q", "10000", "tok"];
     assert_eq!(c.raw(&args).await, "$-1\r\n");
@@ -2308,11 +2303,7 @@ async fn a_refused_spread_acquisition_undoes_what_it_created() {
     for m in &ms {
         m.client().await.cmd(&["DEL", "r2:q"]).await;
     }
-    ms[2]
-        .client()
-        .await
-        .cmd(&["SET", "r2:q", "other", "PX", "10000"])
-        .await;
+    held_by_other(&ms[2..], "r2:q").await;
     assert_eq!(c.raw(&args).await, "+OK\r\n");
     assert_eq!(
         values_on(&ms, "r2:q").await[..2],
@@ -2494,12 +2485,7 @@ async fn a_refused_acquisition_answering_its_ttl_undoes_what_it_created() {
         for m in &ms {
             m.client().await.cmd(&["DEL", "r3:q"]).await;
         }
-        for m in &ms[1..] {
-            m.client()
-                .await
-                .cmd(&["SET", "r3:q", "other", "PX", "10000"])
-                .await;
-        }
+        held_by_other(&ms[1..], "r3:q").await;
         let mut c = Client::connect(&p).await;
         let mut args = vec!["EVAL", script, "1", "r3:q"];
         args.extend(argv);
@@ -2521,11 +2507,7 @@ async fn a_refused_acquisition_answering_its_ttl_undoes_what_it_created() {
         for m in &ms {
             m.client().await.cmd(&["DEL", "r3:q"]).await;
         }
-        ms[2]
-            .client()
-            .await
-            .cmd(&["SET", "r3:q", "other", "PX", "10000"])
-            .await;
+        held_by_other(&ms[2..], "r3:q").await;
         assert_eq!(c.raw(&args).await, granted, "{script}");
         assert_eq!(
             values_on(&ms, "r3:q").await[..2],
@@ -2576,12 +2558,7 @@ async fn a_refused_many_key_acquisition_with_rollback_undoes_what_it_created() {
     let script = "for i, key in ipairs(KEYS) do\n\
         if not redis.call('set', key, ARGV[1], 'NX', 'PX', ARGV[2]) then\n\
         for j = 1, i - 1 do redis.call('del', KEYS[j]) end\nreturn 0 end\nend\nreturn 1";
-    for m in &ms[1..] {
-        m.client()
-            .await
-            .cmd(&["SET", "r3:m:b", "other", "PX", "10000"])
-            .await;
-    }
+    held_by_other(&ms[1..], "r3:m:b").await;
     let mut c = Client::connect(&p).await;
     let args = ["EVAL", script, "2", "r3:m:a", "r3:m:b", "tok", "10000"];
     assert_eq!(c.raw(&args).await, ":0\r\n");
