@@ -84,9 +84,17 @@ impl Proxy {
         let scripts = ScriptCache::new(&config.scripts, config.script_cache_bytes);
         let lease_patterns = crate::acl::patterns(&config.lease_keys);
         let leases_on = !config.lease_keys.is_empty() || accounts.any_lease_keys();
+        let members = Membership::new(members);
+        // The hub's subscriber links follow the members in force (see `Hub::follow`).
+        let follower = Arc::downgrade(&hub);
+        members.observe(move |links| {
+            if let Some(hub) = follower.upgrade() {
+                hub.follow(links);
+            }
+        });
         Arc::new(Proxy {
             config,
-            members: Membership::new(members),
+            members,
             settings,
             scripts,
             keylocks: Arc::new(KeyLocks::default()),

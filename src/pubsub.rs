@@ -12,6 +12,13 @@
 //! sending a message once deliver it once, and a message genuinely published twice (each
 //! master sends it twice) is delivered twice. A master that is down simply sends nothing; a
 //! group is forgotten after [`DEDUP_WINDOW`] without copies.
+//!
+//! **Following the members.** A change of members (`SIGHUP`, [`crate::quorum::members`]) hands
+//! the hub the links of the members in force ([`Hub::follow`]): a member that stays keeps its
+//! link as it is (no gap, no resubscription), a member added gets a new link that subscribes
+//! to everything wanted at once, and a member no longer in force has its link closed. Each
+//! link has its own id, never reused, so copies counted for a removed link are never taken for
+//! those of the link that replaced it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -21,9 +28,11 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::{Instant, sleep};
+use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span};
 
 use crate::backend::target::Link;
+use crate::quorum::members::same;
 use crate::wire::master::{ReplyDecoder, command};
 use crate::wire::reply::Reply;
 
@@ -128,17 +137,22 @@ impl Sink {
 
 /// Copies of one message seen so far.
 struct Copies {
-    per_master: Vec<u32>,
+    /// Copies counted per source: a link's id, or [`LOCAL`]. A short list (one entry per
+    /// link that sent the message), searched in order.
+    per_source: Vec<(u64, u32)>,
     delivered: u32,
     last: Instant,
 }
+
+/// The source id of the messages this proxy publishes itself (links count from 1).
+const LOCAL: u64 = 0;
 
 type Group = (Kind, Option<Bytes>, Bytes, Bytes);
 
 #[derive(Default)]
 struct State {
-    /// Which masters have confirmed each subscription of the links.
-    confirmed: HashMap<(Kind, Bytes), HashSet<usize>>,
+    /// Which links (by id) have confirmed each subscription.
+    confirmed: HashMap<(Kind, Bytes), HashSet<u64>>,
     /// Local subscribers of each (kind, name).
     subs: HashMap<(Kind, Bytes), HashMap<u64, Sink>>,
     /// Each client's sink, once it has subscribed to anything.
@@ -147,47 +161,144 @@ struct State {
     last_prune: Option<Instant>,
 }
 
+/// One member's subscriber link, as the hub keeps it.
+struct Slot {
+    /// Its id: the source of its copies and confirmations. Never reused.
+    id: u64,
+    link: Link,
+    /// Wakes it when the wanted subscriptions change.
+    changed: Arc<Notify>,
+    /// Closes it when its member is no longer in force.
+    closed: CancellationToken,
+}
+
+/// The links, one per member in force.
+struct Links {
+    live: Vec<Slot>,
+    /// The next link's id.
+    next: u64,
+    /// The links run from the first subscriber on: a proxy nobody subscribes through keeps no
+    /// extra connections.
+    started: bool,
+}
+
 /// The proxy's publish/subscribe hub.
 pub struct Hub {
     state: Mutex<State>,
-    /// Wakes every master link when the wanted subscriptions change.
-    changed: Vec<Arc<Notify>>,
+    /// The links. Taken before `state` when both are.
+    links: Mutex<Links>,
     /// Wakes subscribers waiting for the masters to confirm a subscription.
     confirmed: Notify,
-    masters: usize,
-    links: Vec<Link>,
-    /// The links start with the first subscriber: a proxy nobody subscribes through keeps no
-    /// extra connections.
-    started: std::sync::Once,
 }
 
 impl Hub {
-    /// A hub for `addrs`, with one subscriber connection per master once someone subscribes
+    /// A hub for `links`, with one subscriber connection per master once someone subscribes
     /// (reconnecting with a short backoff).
     pub fn new(links: &[Link]) -> Arc<Hub> {
-        Arc::new(Hub {
+        let hub = Arc::new(Hub {
             state: Mutex::default(),
-            changed: links.iter().map(|_| Arc::new(Notify::new())).collect(),
+            links: Mutex::new(Links {
+                live: Vec::new(),
+                next: LOCAL + 1,
+                started: false,
+            }),
             confirmed: Notify::new(),
-            masters: links.len(),
-            links: links.to_vec(),
-            started: std::sync::Once::new(),
-        })
+        });
+        hub.follow(links);
+        hub
+    }
+
+    fn links(&self) -> std::sync::MutexGuard<'_, Links> {
+        self.links.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn start_links(self: &Arc<Self>) {
-        self.started.call_once(|| {
-            for (i, l) in self.links.iter().enumerate() {
-                let span = info_span!("pubsub", backend.addr = %l.addr);
-                tokio::spawn(
-                    link(Arc::downgrade(self), i, l.clone(), self.changed[i].clone())
-                        .instrument(span),
-                );
-            }
-        });
+        let mut links = self.links();
+        if std::mem::replace(&mut links.started, true) {
+            return;
+        }
+        for slot in &links.live {
+            self.spawn_link(slot);
+        }
     }
 
-    /// How many masters have confirmed the links' subscription to `name`.
+    fn spawn_link(self: &Arc<Self>, slot: &Slot) {
+        let span = info_span!("pubsub", backend.addr = %slot.link.addr);
+        let closed = slot.closed.clone();
+        let run = link(
+            Arc::downgrade(self),
+            slot.id,
+            slot.link.clone(),
+            slot.changed.clone(),
+        );
+        tokio::spawn(
+            async move {
+                // Dropping the link's future closes its connection.
+                tokio::select! {
+                    () = closed.cancelled() => debug!("member no longer in force: pubsub link closed"),
+                    () = run => {}
+                }
+            }
+            .instrument(span),
+        );
+    }
+
+    /// Makes the links those of `members`: a member that already has a link (the same
+    /// address, credentials and TLS use) keeps it untouched, each other member gets one
+    /// (subscribed to everything wanted as soon as it connects), and the links of members not
+    /// in `members` are closed, their confirmations forgotten.
+    ///
+    /// The member set calls this with every member of the snapshot new operations take, so
+    /// during a transition the links of the removed members stay open until it ends: releases
+    /// still publish there (operations that started before the change, and proxies not yet
+    /// reloaded, which the transition waits for), and a full replacement of the members would
+    /// otherwise leave subscribers hearing nothing from those proxies. Closing them at the
+    /// change would only lose messages; keeping them costs one connection each for one window.
+    pub fn follow(self: &Arc<Self>, members: &[Link]) {
+        let mut links = self.links();
+        let mut kept = vec![false; links.live.len()];
+        let mut added = Vec::new();
+        for m in members {
+            match (0..links.live.len()).find(|&j| !kept[j] && same(&links.live[j].link, m)) {
+                Some(j) => kept[j] = true,
+                None => added.push(m.clone()),
+            }
+        }
+        let mut gone = Vec::new();
+        let mut j = 0;
+        links.live.retain(|slot| {
+            let keep = kept[j];
+            j += 1;
+            if !keep {
+                slot.closed.cancel();
+                gone.push(slot.id);
+            }
+            keep
+        });
+        for link in added {
+            let slot = Slot {
+                id: links.next,
+                link,
+                changed: Arc::new(Notify::new()),
+                closed: CancellationToken::new(),
+            };
+            links.next += 1;
+            if links.started {
+                self.spawn_link(&slot);
+            }
+            links.live.push(slot);
+        }
+        if !gone.is_empty() {
+            self.lock().confirmed.retain(|_, ids| {
+                ids.retain(|id| !gone.contains(id));
+                !ids.is_empty()
+            });
+        }
+        drop(links);
+        self.confirmed.notify_waiters();
+    }
+
+    /// How many links have confirmed their subscription to `name`.
     pub fn confirmations(&self, kind: Kind, name: &Bytes) -> usize {
         self.lock()
             .confirmed
@@ -195,15 +306,15 @@ impl Hub {
             .map_or(0, HashSet::len)
     }
 
-    /// Waits until a quorum of masters confirm the subscription to `name`, or `within`: a
+    /// Waits until a quorum of the links confirm the subscription to `name`, or `within`: a
     /// message published after `SUBSCRIBE` was answered then reaches the subscriber.
     pub async fn confirmed(&self, kind: Kind, name: &Bytes, within: Duration) {
-        let quorum = crate::quorum::quorum(self.masters);
         let until = Instant::now() + within;
         loop {
             let woken = self.confirmed.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
+            let quorum = crate::quorum::quorum(self.links().live.len());
             if self.confirmations(kind, name) >= quorum {
                 return;
             }
@@ -285,8 +396,8 @@ impl Hub {
     }
 
     fn wake_links(&self) {
-        for n in &self.changed {
-            n.notify_one();
+        for slot in &self.links().live {
+            slot.changed.notify_one();
         }
     }
 
@@ -294,8 +405,8 @@ impl Hub {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A master's answer to a link's (un)subscription.
-    fn confirm(&self, from: usize, reply: &Reply) {
+    /// A master's answer to link `from`'s (un)subscription.
+    fn confirm(&self, from: u64, reply: &Reply) {
         let (Reply::Array(items) | Reply::Push(items)) = reply else {
             return;
         };
@@ -312,6 +423,11 @@ impl Hub {
             b"sunsubscribe" => (Kind::Shard, false),
             _ => return,
         };
+        // A link closed meanwhile confirms nothing (its confirmations were forgotten).
+        let links = self.links();
+        if !links.live.iter().any(|s| s.id == from) {
+            return;
+        }
         let mut state = self.lock();
         let masters = state.confirmed.entry((kind, name.clone())).or_default();
         if on {
@@ -323,11 +439,12 @@ impl Hub {
             }
         }
         drop(state);
+        drop(links);
         self.confirmed.notify_waiters();
     }
 
-    /// Master `from`'s link (re)connected: none of its subscriptions stand yet.
-    fn unconfirm(&self, from: usize) {
+    /// Link `from` (re)connected: none of its subscriptions stand yet.
+    fn unconfirm(&self, from: u64) {
         self.lock().confirmed.retain(|_, masters| {
             masters.remove(&from);
             !masters.is_empty()
@@ -344,12 +461,12 @@ impl Hub {
             channel,
             payload,
         };
-        self.deliver(self.masters, message);
+        self.deliver(LOCAL, message);
     }
 
-    /// A copy of a message from master `from`: delivered to the local subscribers unless an
-    /// earlier copy from another master already was (see the module docs).
-    fn deliver(&self, from: usize, message: Message) {
+    /// A copy of a message from link `from` (or [`LOCAL`]): delivered to the local subscribers
+    /// unless an earlier copy from another source already was (see the module docs).
+    fn deliver(&self, from: u64, message: Message) {
         let now = Instant::now();
         let mut state = self.lock();
         if state
@@ -367,17 +484,20 @@ impl Hub {
             message.channel.clone(),
             message.payload.clone(),
         );
-        let masters = self.masters;
         let copies = state.copies.entry(group).or_insert_with(|| Copies {
-            // One count more than masters: this proxy's own copy (see `deliver_local`).
-            per_master: vec![0; masters + 1],
+            per_source: Vec::with_capacity(4),
             delivered: 0,
             last: now,
         });
         copies.last = now;
-        let Some(count) = copies.per_master.get_mut(from) else {
-            return;
+        let at = match copies.per_source.iter().position(|(id, _)| *id == from) {
+            Some(at) => at,
+            None => {
+                copies.per_source.push((from, 0));
+                copies.per_source.len() - 1
+            }
         };
+        let count = &mut copies.per_source[at].1;
         *count += 1;
         if *count <= copies.delivered {
             return;
@@ -520,7 +640,7 @@ fn parse_push(reply: Reply) -> Option<Message> {
 /// A Redis Cluster member's link goes to one of its seeds (Redis Cluster forwards every
 /// `PUBLISH` to every node): the first, and the next one after each failure, so a seed that is
 /// gone for good (killed and replaced by its replica) does not leave the member without a link.
-async fn link(hub: std::sync::Weak<Hub>, index: usize, addr: Link, changed: Arc<Notify>) {
+async fn link(hub: std::sync::Weak<Hub>, index: u64, addr: Link, changed: Arc<Notify>) {
     const FIRST: Duration = Duration::from_millis(50);
     let mut backoff = FIRST;
     let mut named = addr.sentinel.as_ref().map(|s| s.named());
@@ -570,7 +690,7 @@ enum End {
 
 async fn run_link(
     hub: &std::sync::Weak<Hub>,
-    index: usize,
+    index: u64,
     addr: &Link,
     changed: &Notify,
     mut named: Option<&mut tokio::sync::watch::Receiver<String>>,
@@ -667,18 +787,27 @@ async fn switched(
 mod tests {
     use super::*;
 
-    fn hub(n: usize) -> Arc<Hub> {
-        let link = Link {
+    fn at(port: usize) -> Link {
+        Link {
             sentinel: None,
-            addr: "127.0.0.1:1".into(),
+            addr: format!("127.0.0.1:{port}"),
             auth: None,
             tls: None,
             seeds: Vec::new(),
-        };
-        let hub = Hub::new(&vec![link; n]);
-        // No links in unit tests.
-        hub.started.call_once(|| {});
+        }
+    }
+
+    /// A hub of `n` masters, their links numbered 1 to `n`.
+    fn hub(n: usize) -> Arc<Hub> {
+        let links: Vec<Link> = (1..=n).map(at).collect();
+        let hub = Hub::new(&links);
+        // No link tasks in unit tests.
+        hub.links().started = true;
         hub
+    }
+
+    fn ids(h: &Hub) -> Vec<u64> {
+        h.links().live.iter().map(|s| s.id).collect()
     }
 
     fn msg(payload: &'static str) -> Message {
@@ -703,13 +832,13 @@ mod tests {
         let h = hub(3);
         let mut s = h.attach(1);
         assert!(h.subscribe(1, Kind::Channel, &Bytes::from_static(b"ch")));
-        for master in 0..3 {
+        for master in 1..=3 {
             h.deliver(master, msg("0"));
         }
         assert_eq!(drain(&mut s), vec![Bytes::from_static(b"0")]);
         // Published twice: every master sends it twice, delivered twice.
         for _ in 0..2 {
-            for master in [2, 0, 1] {
+            for master in [3, 1, 2] {
                 h.deliver(master, msg("again"));
             }
         }
@@ -727,9 +856,9 @@ mod tests {
         let mut b = h.attach(2);
         h.subscribe(1, Kind::Channel, &Bytes::from_static(b"ch"));
         h.subscribe(2, Kind::Pattern, &Bytes::from_static(b"c*"));
-        h.deliver(0, msg("plain"));
+        h.deliver(1, msg("plain"));
         h.deliver(
-            0,
+            1,
             Message {
                 kind: Kind::Pattern,
                 pattern: Some(Bytes::from_static(b"c*")),
@@ -740,6 +869,53 @@ mod tests {
         assert_eq!(drain(&mut b), vec![Bytes::from_static(b"by pattern")]);
         h.detach(1);
         assert!(h.wanted().len() == 1);
+    }
+
+    /// In a runtime: the links added are spawned (to ports nobody listens on).
+    #[tokio::test]
+    async fn the_links_follow_the_members() {
+        let h = hub(3);
+        let mut s = h.attach(1);
+        let ch = Bytes::from_static(b"ch");
+        h.subscribe(1, Kind::Channel, &ch);
+        for id in 1..=3 {
+            h.confirm(
+                id,
+                &Reply::Array(vec![
+                    Reply::Bulk("subscribe".into()),
+                    Reply::Bulk(ch.clone()),
+                ]),
+            );
+        }
+        assert_eq!(h.confirmations(Kind::Channel, &ch), 3);
+        // The third member replaced by a fourth: the others keep their links, the third's
+        // confirmation is forgotten, and the new link gets a new id.
+        h.follow(&[at(1), at(2), at(4)]);
+        assert_eq!(ids(&h), [1, 2, 4]);
+        assert_eq!(h.confirmations(Kind::Channel, &ch), 2);
+        // A late answer from the closed link counts for nothing.
+        h.confirm(
+            3,
+            &Reply::Array(vec![
+                Reply::Bulk("subscribe".into()),
+                Reply::Bulk(ch.clone()),
+            ]),
+        );
+        assert_eq!(h.confirmations(Kind::Channel, &ch), 2);
+        // One message from every link in force is still delivered once, the new one included.
+        for id in [4, 1, 2] {
+            h.deliver(id, msg("after"));
+        }
+        assert_eq!(drain(&mut s), vec![Bytes::from_static(b"after")]);
+        // Every original member replaced: messages from the new links alone reach the client.
+        h.follow(&[at(5), at(6), at(4)]);
+        assert_eq!(ids(&h), [4, 5, 6]);
+        h.deliver(5, msg("new only"));
+        h.deliver(6, msg("new only"));
+        assert_eq!(drain(&mut s), vec![Bytes::from_static(b"new only")]);
+        // The same list again changes nothing.
+        h.follow(&[at(4), at(5), at(6)]);
+        assert_eq!(ids(&h), [4, 5, 6]);
     }
 
     #[test]

@@ -16,7 +16,7 @@
 //! old side must be one set, the one every other proxy may still be deciding with. The safety
 //! argument, and what it asks of an operator running several proxies, is in `docs/design.md`.
 
-use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -33,7 +33,13 @@ pub struct Membership {
     current: RwLock<Masters>,
     /// What changes take and give; only reloads and the end of a transition lock it.
     state: Mutex<State>,
+    /// Told the links of every member in the snapshot new operations take, each time it is
+    /// swapped (see [`Membership::observe`]).
+    observer: OnceLock<Observer>,
 }
+
+/// What [`Membership::observe`] calls.
+type Observer = Box<dyn Fn(&[Link]) + Send + Sync>;
 
 /// One member: how it is reached, and its handle.
 struct Member {
@@ -81,7 +87,7 @@ impl Changed {
 }
 
 /// Two links reach the same member: the same address, credentials and TLS use.
-fn same(a: &Link, b: &Link) -> bool {
+pub(crate) fn same(a: &Link, b: &Link) -> bool {
     a.addr == b.addr && a.seeds == b.seeds && a.auth == b.auth && a.tls.is_some() == b.tls.is_some()
 }
 
@@ -100,7 +106,23 @@ impl Membership {
                 until: None,
                 generation: 0,
             }),
+            observer: OnceLock::new(),
         })
+    }
+
+    /// Calls `f` with the links of the members in the snapshot new operations take, whenever
+    /// a change or the end of a transition swaps it (during a transition: the old members and
+    /// the new, those that stay once), in the order of the swaps (it runs under the lock that
+    /// orders them). The pub/sub hub follows the members this way. Set once; later calls are
+    /// ignored.
+    pub fn observe(&self, f: impl Fn(&[Link]) + Send + Sync + 'static) {
+        let _ = self.observer.set(Box::new(f));
+    }
+
+    fn tell(&self, links: &[Link]) {
+        if let Some(f) = self.observer.get() {
+            f(links);
+        }
     }
 
     /// The snapshot an operation takes when it starts, and keeps to its end.
@@ -175,6 +197,7 @@ impl Membership {
         }
         // The union: the old set in its order, then the members added.
         let mut union: Vec<Backend> = state.members.iter().map(|m| m.backend.clone()).collect();
+        let mut union_links: Vec<Link> = state.members.iter().map(|m| m.link.clone()).collect();
         let mut new_positions = Vec::with_capacity(links.len());
         let mut members = Vec::with_capacity(links.len());
         for (link, k) in links.into_iter().zip(kept) {
@@ -190,12 +213,14 @@ impl Membership {
                     }
                     new_positions.push(union.len());
                     union.push(b.clone());
+                    union_links.push(link.clone());
                     b
                 }
             };
             members.push(Member { link, backend });
         }
         state.generation += 1;
+        let in_force = rules.transition.is_some();
         let snapshot = match rules.transition {
             Some(length) => {
                 let old_positions: Vec<usize> = (0..old).collect();
@@ -215,6 +240,12 @@ impl Membership {
         };
         state.members = members;
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = snapshot;
+        if in_force {
+            self.tell(&union_links);
+        } else {
+            let links: Vec<Link> = state.members.iter().map(|m| m.link.clone()).collect();
+            self.tell(&links);
+        }
         Ok(changed)
     }
 
@@ -227,6 +258,8 @@ impl Membership {
         state.until = None;
         let masters: Masters = state.members.iter().map(|m| m.backend.clone()).collect();
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = masters;
+        let links: Vec<Link> = state.members.iter().map(|m| m.link.clone()).collect();
+        self.tell(&links);
         let addrs: Vec<&str> = state.members.iter().map(|m| m.link.addr.as_str()).collect();
         info!(masters = ?addrs, "membership transition ended: the new member set alone decides");
     }
