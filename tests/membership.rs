@@ -429,3 +429,138 @@ async fn readyz_and_metrics_during_a_transition() {
     );
     ms[1].resume();
 }
+
+/// Waits until `p` has logged `text` at least `n` times; panics after 5 s.
+async fn logged_times(p: &ProxyProcess, text: &str, n: usize) {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let log = p.stderr();
+        if log.matches(text).count() >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "{text:?} not logged {n} times:\n{log}"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until the transition in progress on `p` has ended; panics after 15 s.
+async fn transition_over(p: &ProxyProcess) {
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        let info = p.info().await;
+        if field(&info, "membership_transition") == "0" {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "the transition never ended:\n{info}"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// How many connections of master `node` are subscribed to `channel` (`PUBSUB NUMSUB`).
+async fn subscribers_on(node: &str, channel: &str) -> String {
+    let mut c = Client::connect(node).await;
+    c.raw(&["PUBSUB", "NUMSUB", channel]).await
+}
+
+/// Waits until master `node` has `n` subscribers to `channel`; panics after 10 s.
+async fn numsub(node: &str, channel: &str, n: usize) {
+    let want = format!("*2\r\n${}\r\n{channel}\r\n:{n}\r\n", channel.len());
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = subscribers_on(node, channel).await;
+        if now == want {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "{node} never had {n} subscribers of {channel}: {now:?}"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits for `n` messages for `sub` carrying `payload` within `within`; answers how many came.
+async fn copies_of(sub: &mut Client, payload: &str, within: Duration) -> usize {
+    let until = Instant::now() + within;
+    let mut seen = 0;
+    while let Some(left) = until.checked_duration_since(Instant::now()) {
+        match sub.try_read(left).await {
+            Some(m) => seen += String::from_utf8_lossy(&m).matches(payload).count(),
+            None => break,
+        }
+    }
+    seen
+}
+
+/// Releases publish their unlock message on the masters where they deleted (Redisson's and
+/// Spring's waiters, python-redis-lock's signal): a client subscribed through the proxy must
+/// hear what is published on members added by `SIGHUP`, also once every member it started
+/// with is gone. The hub's links follow the members: D gets a link at the change (a message
+/// published on D alone reaches both a `SUBSCRIBE` and a `PSUBSCRIBE` client), C's link stays
+/// until the transition ends and is closed then, and after {A,B,C} → {A,B,D} → {D,E,F} only
+/// the new members are published on. Before the hub followed the members, nothing published
+/// on D reached the subscribers (the links stayed on A, B and C).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_hear_the_members_a_reload_adds() {
+    let ms = masters(6);
+    let addrs: Vec<String> = ms.iter().map(|m| m.addr()).collect();
+    let (a, b, c, d, e, f) = (
+        &addrs[0], &addrs[1], &addrs[2], &addrs[3], &addrs[4], &addrs[5],
+    );
+    let p = ProxyProcess::start(
+        &[a.clone(), b.clone(), c.clone()],
+        &format!("{MAX_TTL}\nquarantine = false"),
+        &[],
+    );
+    ready(&p).await;
+    let mut sub = subscribed(&p.addr, "unlock:ch").await;
+    let mut psub = Client::connect(&p.addr).await;
+    psub.send(&["PSUBSCRIBE", "unlock:p:*"]).await;
+    let confirm = psub
+        .try_read(Duration::from_secs(10))
+        .await
+        .expect("confirmed");
+    assert!(String::from_utf8_lossy(&confirm).contains("psubscribe"));
+    let within = Duration::from_secs(10);
+    published_on_reaches(c, &mut sub, "unlock:ch", within).await;
+
+    // D in place of C.
+    p.rewrite(&[a.clone(), b.clone(), d.clone()]);
+    p.signal("HUP");
+    logged_times(&p, "member list changed", 1).await;
+    published_on_reaches(d, &mut sub, "unlock:ch", within).await;
+    published_on_reaches(d, &mut psub, "unlock:p:x", within).await;
+    // C's link stays for the transition (releases that started before, and proxies not yet
+    // reloaded, still publish there), and is closed when it ends.
+    numsub(c, "unlock:ch", 1).await;
+    transition_over(&p).await;
+    numsub(c, "unlock:ch", 0).await;
+    // A release publishes on every member it deleted on: the subscriber hears it once.
+    for node in [a, b, d] {
+        let mut direct = Client::connect(node).await;
+        direct.raw(&["PUBLISH", "unlock:ch", "released-once"]).await;
+    }
+    assert_eq!(
+        copies_of(&mut sub, "released-once", Duration::from_millis(1000)).await,
+        1
+    );
+
+    // Every original member replaced: {A,B,D} → {D,E,F}.
+    p.rewrite(&[d.clone(), e.clone(), f.clone()]);
+    p.signal("HUP");
+    logged_times(&p, "member list changed", 2).await;
+    transition_over(&p).await;
+    for old in [a, b, c] {
+        numsub(old, "unlock:ch", 0).await;
+    }
+    for new in [d, e, f] {
+        published_on_reaches(new, &mut sub, "unlock:ch", within).await;
+        published_on_reaches(new, &mut psub, "unlock:p:y", within).await;
+    }
+}
