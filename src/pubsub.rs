@@ -627,7 +627,8 @@ fn parse_push(reply: Reply) -> Option<Message> {
 }
 
 /// One master's subscriber connection: keeps its subscriptions equal to what the hub wants and
-/// hands every message to the hub. Ends when the hub is gone.
+/// hands every message to the hub. Ends when the hub is gone; dropped (its connection closed)
+/// when its member is no longer in force ([`Hub::follow`]).
 ///
 /// A Sentinel member's link follows the member's primary as its data connection does: it is
 /// dropped as soon as the Sentinels name another node than the one it is on (a
