@@ -357,6 +357,32 @@ mod tests {
         assert_eq!(m.transition_left(), None);
     }
 
+    /// The observer (the pub/sub hub) sees the union during the transition, then the new set.
+    #[tokio::test(start_paused = true)]
+    async fn the_observer_sees_every_member_in_force() {
+        let m = set(&["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]);
+        let seen: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
+        let log = seen.clone();
+        m.observe(move |links| {
+            let addrs = links.iter().map(|l| l.addr.clone()).collect();
+            log.lock().unwrap().push(addrs);
+        });
+        let links = vec![
+            link("127.0.0.1:1"),
+            link("127.0.0.1:2"),
+            link("127.0.0.1:4"),
+        ];
+        m.change(links, RULES, spawn).unwrap();
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                vec!["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4"],
+                vec!["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:4"],
+            ]
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn without_the_transition_rule_the_new_set_decides_at_once() {
         let m = set(&["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]);
