@@ -2578,3 +2578,72 @@ async fn a_refused_many_key_acquisition_with_rollback_undoes_what_it_created() {
         vec![tok, other.clone(), other]
     );
 }
+
+/// Scripts that test how many arguments they were given (`#ARGV`) before acting, or take a TTL
+/// argument with a default (`ARGV[2] or 30000`), answer what one Redis answers from every
+/// starting state when called with the arguments they ask for.
+#[tokio::test]
+async fn argument_count_tests_answer_what_one_redis_answers() {
+    use Held::*;
+    use Start::{Expired, Held as H};
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
+    let take = "if #ARGV < 2 then return redis.error_reply('ERR usage: token ttl') end\n\
+        if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end\n\
+        return 0";
+    let extend = "if #ARGV ~= 2 then return redis.error_reply('wrong number of arguments') end\n\
+        if redis.call('get', KEYS[1]) == ARGV[1] then\n\
+        return redis.call('pexpire', KEYS[1], ARGV[2]) end\nreturn 0";
+    let release = "if #ARGV == 0 then return redis.error_reply('no token') end\n\
+        if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end\n\
+        return 0";
+    let defaulted = "local ttl = ARGV[2] or 30000\n\
+        if redis.call('get', KEYS[1]) == ARGV[1] then\n\
+        redis.call('pexpire', KEYS[1], ttl) return 1 end\nreturn 0";
+    let mut case = 0;
+    let mut run = async |script: &str, argv: &[&str]| {
+        for from in single {
+            case += 1;
+            let keys = vec![format!("r4:{case}:0")];
+            let (want, got) = both_from(&reference, &ms, &p, script, &keys, from, argv).await;
+            assert_eq!(got, want, "{script} {argv:?} from {from:?}");
+        }
+    };
+    run(take, &["tok", "20000"]).await;
+    run(extend, &["tok", "20000"]).await;
+    run(release, &["tok"]).await;
+    run(defaulted, &["tok", "20000"]).await;
+}
+
+/// An acquisition guarded by `#ARGV` is a Redlock acquisition: held by another client on two
+/// of three masters, it answers the script's refusal and the key it created on the free master
+/// is taken back (negative control: the script as written on that master keeps its key). With
+/// too few arguments it is not a lock operation: refused, nothing written.
+#[tokio::test]
+async fn a_refused_acquisition_guarded_by_argv_count_undoes_what_it_created() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let take = "if #ARGV < 2 then return redis.error_reply('ERR usage: token ttl') end\n\
+        if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end\n\
+        return 0";
+    held_by_other(&ms[1..], "r4:q").await;
+    let mut c = Client::connect(&p).await;
+    let args = ["EVAL", take, "1", "r4:q", "tok", "10000"];
+    assert_eq!(c.raw(&args).await, ":0\r\n");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let other = Some("other".to_string());
+    assert_eq!(
+        values_on(&ms, "r4:q").await,
+        vec![None, other.clone(), other.clone()]
+    );
+    assert_eq!(ms[0].client().await.raw(&args).await, ":1\r\n");
+    assert_eq!(
+        values_on(&ms, "r4:q").await,
+        vec![Some("tok".to_string()), other.clone(), other]
+    );
+    let r = c.raw(&["EVAL", take, "1", "r4:few", "tok"]).await;
+    assert!(r.starts_with("-"), "{r}");
+    assert_eq!(values_on(&ms, "r4:few").await, vec![None, None, None]);
+}

@@ -998,6 +998,13 @@ impl Machine<'_> {
                     (Un::Not, v) => Val::Bool(!truthy(&v)?),
                     (Un::Neg, Val::Num(n)) => Val::Num(n.checked_neg().ok_or_else(overflow)?),
                     (Un::Len, Val::Keys) => Val::Count(self.keys.len() as i64),
+                    // `#ARGV` in a run that stands for a call with exactly `m` arguments
+                    // (`if #ARGV < 2 then return redis.error_reply(...) end`).
+                    (Un::Len, Val::Argv)
+                        if self.layout.argv_count > 0 && !self.layout.keys_as_args =>
+                    {
+                        Val::Num(self.layout.argv_count as i64)
+                    }
                     (Un::Len, Val::Table(t)) => {
                         Val::Num(t.iter().take_while(|v| **v != Val::Nil).count() as i64)
                     }
