@@ -2647,3 +2647,81 @@ async fn a_refused_acquisition_guarded_by_argv_count_undoes_what_it_created() {
     assert!(r.starts_with("-"), "{r}");
     assert_eq!(values_on(&ms, "r4:few").await, vec![None, None, None]);
 }
+
+/// `SET key token NX PX ttl GET` inside a script (Redis 7.0: the old value, nil when there was
+/// none, whether or not it wrote) read as the acquisition it is: from every starting state the
+/// answer and effect match one Redis's. A script answering the old value itself (another
+/// holder's, different on each master) is refused with its reason.
+#[tokio::test]
+async fn set_with_get_in_scripts_answers_what_one_redis_answers() {
+    use Held::*;
+    use Start::{Expired, Held as H};
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
+    let take_or_keep = "local old = redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')\n\
+        if not old then return 1 end\n\
+        if old == ARGV[1] then redis.call('pexpire', KEYS[1], ARGV[2]) return 1 end\n\
+        return 0";
+    let take = "if not redis.call('SET', KEYS[1], ARGV[1], 'GET', 'PX', ARGV[2], 'NX') then\n\
+        return 'OK' end\nreturn 'BUSY'";
+    let mut case = 0;
+    let mut run = async |script: &str, argv: &[&str]| {
+        for from in single {
+            case += 1;
+            let keys = vec![format!("r4g:{case}:0")];
+            let (want, got) = both_from(&reference, &ms, &p, script, &keys, from, argv).await;
+            assert_eq!(got, want, "{script} {argv:?} from {from:?}");
+        }
+    };
+    run(take_or_keep, &["tok", "20000"]).await;
+    run(take, &["tok", "20000"]).await;
+    let mut c = Client::connect(&p).await;
+    let holder = "return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')";
+    let r = c
+        .raw(&["EVAL", holder, "1", "r4g:why", "tok", "1000"])
+        .await;
+    assert!(r.starts_with("-ERR redlock-proxy does not know"), "{r}");
+    assert!(
+        r.contains("it answers the value another client holds"),
+        "{r}"
+    );
+    assert_eq!(values_on(&ms, "r4g:why").await, vec![None, None, None]);
+}
+
+/// A `SET ... NX GET` acquisition is a Redlock acquisition: held by another client on two of
+/// three masters, it answers the script's refusal and the key it created on the free master is
+/// taken back (negative control: the script as written on that master keeps its key).
+#[tokio::test]
+async fn a_refused_set_get_acquisition_undoes_what_it_created() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let take = "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET') then\n\
+        return 1 end\nreturn 0";
+    held_by_other(&ms[1..], "r4g:q").await;
+    let mut c = Client::connect(&p).await;
+    let args = ["EVAL", take, "1", "r4g:q", "tok", "10000"];
+    assert_eq!(c.raw(&args).await, ":0\r\n");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let other = Some("other".to_string());
+    assert_eq!(
+        values_on(&ms, "r4g:q").await,
+        vec![None, other.clone(), other.clone()]
+    );
+    assert_eq!(ms[0].client().await.raw(&args).await, ":1\r\n");
+    assert_eq!(
+        values_on(&ms, "r4g:q").await,
+        vec![Some("tok".to_string()), other.clone(), other]
+    );
+    // Held on one master only: granted by a quorum.
+    for m in &ms {
+        m.client().await.cmd(&["DEL", "r4g:q"]).await;
+    }
+    held_by_other(&ms[2..], "r4g:q").await;
+    assert_eq!(c.raw(&args).await, ":1\r\n");
+    assert_eq!(
+        values_on(&ms, "r4g:q").await[..2],
+        [Some("tok".to_string()), Some("tok".to_string())]
+    );
+}

@@ -1253,6 +1253,9 @@ impl Machine<'_> {
                     v => return fail(format!("sets a key to {v}")),
                 };
                 let (mut nx, mut xx, mut keep, mut ttl) = (false, false, false, None);
+                // `GET` (Redis 6.2, with `NX` from 7.0): the reply is the old value (nil for
+                // none), whether or not the write happened.
+                let mut get = false;
                 let mut o = 0;
                 while o < opts.len() {
                     let Val::Str(name) = &opts[o] else {
@@ -1262,6 +1265,7 @@ impl Machine<'_> {
                         b"nx" => nx = true,
                         b"xx" => xx = true,
                         b"keepttl" => keep = true,
+                        b"get" => get = true,
                         unit @ (b"px" | b"ex") if o + 1 < opts.len() => {
                             ttl = Some(ttl_set(unit == b"ex", &opts[o + 1])?);
                             o += 1;
@@ -1271,8 +1275,14 @@ impl Machine<'_> {
                     o += 1;
                 }
                 let exists = self.keys[i].value.is_some();
+                let old = match &self.keys[i].value {
+                    Some(Val::Table(_) | Val::Hash { .. }) if get => {
+                        return fail("SET ... GET on a key of another type");
+                    }
+                    v => v.clone().unwrap_or(Val::Bool(false)),
+                };
                 if (nx && exists) || (xx && !exists) {
-                    Val::Bool(false)
+                    if get { old } else { Val::Bool(false) }
                 } else {
                     let ttl = match ttl {
                         Some(t) => t,
@@ -1283,7 +1293,7 @@ impl Machine<'_> {
                         value: Some(value),
                         ttl,
                     };
-                    Val::Status
+                    if get { old } else { Val::Status }
                 }
             }
             (b"setex" | b"psetex", [k, t, v]) => {
