@@ -2725,3 +2725,47 @@ async fn a_refused_set_get_acquisition_undoes_what_it_created() {
         [Some("tok".to_string()), Some("tok".to_string())]
     );
 }
+
+/// `PEXPIRE key ttl GT|LT|XX|NX` in an extend (Redis 7.0 options). `GT`/`LT` take effect only
+/// where the new TTL is more/less than the time the key has left, which each master counts on
+/// its own clock: such an extend is refused and the error says why, nothing written. `XX`
+/// and `NX` depend only on whether the key has a TTL, which the analyser follows.
+#[tokio::test]
+async fn expiry_options_in_an_extend_answer_what_one_redis_answers_or_say_why_not() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let mut c = Client::connect(&p).await;
+    lock_as(&mut c, "r4x:held", "tok").await;
+    for flag in ["GT", "lt"] {
+        let extend = format!(
+            "if redis.call('get', KEYS[1]) == ARGV[1] then\n\
+             return redis.call('pexpire', KEYS[1], ARGV[2], '{flag}') end\nreturn 0"
+        );
+        let r = c
+            .raw(&["EVAL", &extend, "1", "r4x:held", "tok", "60000"])
+            .await;
+        assert!(r.starts_with("-ERR redlock-proxy does not know"), "{r}");
+        assert!(r.contains("it sets the expiry with"), "{r}");
+        for m in &ms {
+            assert!(pttl(m, "r4x:held").await <= 10_000, "{flag}");
+        }
+    }
+    // NX never acts on a key with a TTL, as every lock has: no extend, and the error says so.
+    let nx = "if redis.call('get', KEYS[1]) == ARGV[1] then\n\
+        return redis.call('pexpire', KEYS[1], ARGV[2], 'NX') end\nreturn 0";
+    let r = c.raw(&["EVAL", nx, "1", "r4x:held", "tok", "60000"]).await;
+    assert!(r.contains("it sets the expiry with NX"), "{r}");
+    // XX sets the TTL wherever the key has one: a plain extend, from every start as one Redis.
+    use Held::*;
+    use Start::{Expired, Held as H};
+    let reference = Master::start();
+    let xx = "if redis.call('get', KEYS[1]) == ARGV[1] then\n\
+        return redis.call('pexpire', KEYS[1], ARGV[2], 'XX') end\nreturn 0";
+    let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
+    for (case, from) in single.iter().enumerate() {
+        let keys = vec![format!("r4x:{case}")];
+        let argv = ["tok", "20000"];
+        let (want, got) = both_from(&reference, &ms, &p, xx, &keys, from, &argv).await;
+        assert_eq!(got, want, "XX from {from:?}");
+    }
+}

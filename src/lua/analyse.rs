@@ -1376,10 +1376,15 @@ impl Machine<'_> {
                     Some(v) => return fail(format!("GETRANGE of {v}")),
                 }
             }
-            (b"pexpire" | b"expire", [k, t]) => {
+            (b"pexpire" | b"expire", [k, t, flag @ ..]) if flag.len() <= 1 => {
                 let i = key(k)?;
                 let ttl = ttl_set(cmd == b"expire", t)?;
-                if self.keys[i].value.is_none() {
+                let sets = match flag {
+                    [] => true,
+                    [Val::Str(f)] => expire_flag(f, &self.keys[i].ttl, &ttl)?,
+                    _ => return fail("an EXPIRE option that is not a literal"),
+                };
+                if self.keys[i].value.is_none() || !sets {
                     Val::Num(0)
                 } else {
                     self.keys[i].ttl = ttl;
@@ -1394,6 +1399,31 @@ impl Machine<'_> {
             }
         })
     }
+}
+
+/// Whether `EXPIRE`/`PEXPIRE` with option `flag` (Redis 7.0: `NX`, `XX`, `GT`, `LT`) sets the
+/// TTL `new` on a key whose TTL is `now`. `NX` and `XX` depend only on whether the key has a
+/// TTL. `GT` and `LT` compare with the time the key has left: decided for a key without a TTL
+/// (counted as infinite) and for one this script set to the same value, refused otherwise,
+/// since each master counts the time left on its own clock.
+fn expire_flag(flag: &[u8], now: &TtlNow, new: &TtlNow) -> R<bool> {
+    let flag = flag.to_ascii_lowercase();
+    Ok(match (flag.as_slice(), now) {
+        (b"nx", now) => *now == TtlNow::None,
+        (b"xx", now) => *now != TtlNow::None,
+        (b"gt", TtlNow::None) => false,
+        (b"lt", TtlNow::None) => true,
+        (b"gt" | b"lt", now) if now == new => false,
+        (b"gt" | b"lt", _) => {
+            let f = String::from_utf8_lossy(&flag).to_uppercase();
+            return fail(format!(
+                "it sets the expiry with {f}, which acts only where the new TTL is {} the time \
+                 left, each master's own: no one answer across the masters",
+                if f == "GT" { "more than" } else { "less than" }
+            ));
+        }
+        _ => return fail("an EXPIRE option Redis refuses"),
+    })
 }
 
 /// `table.insert`.

@@ -151,6 +151,13 @@ fn not_a_lock_because(runs: &[Run]) -> &'static str {
             .any(|k| matches!(&k.ttl, TtlNow::Set { v: Val::Num(_), .. }))
     }) {
         "it sets a TTL written in the script, not one taken from its arguments"
+    } else if runs.iter().any(|r| {
+        r.calls.iter().any(|(c, a)| {
+            (c == b"pexpire" || c == b"expire")
+                && matches!(a.get(2), Some(Val::Str(f)) if f.eq_ignore_ascii_case(b"nx"))
+        })
+    }) {
+        "it sets the expiry with NX, which never acts on a key that has one, as every lock has"
     } else {
         "what it does is not one lock operation"
     }
