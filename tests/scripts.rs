@@ -2615,6 +2615,10 @@ async fn argument_count_tests_answer_what_one_redis_answers() {
     run(extend, &["tok", "20000"]).await;
     run(release, &["tok"]).await;
     run(defaulted, &["tok", "20000"]).await;
+    // A TTL written in the script unless the call passes one: read for calls that pass it.
+    let optional = "local ttl = 30000\nif #ARGV > 1 then ttl = tonumber(ARGV[2]) end\n\
+        if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ttl) then return 1 end\nreturn 0";
+    run(optional, &["tok", "20000"]).await;
 }
 
 /// An acquisition guarded by `#ARGV` is a Redlock acquisition: held by another client on two

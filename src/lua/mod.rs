@@ -404,20 +404,22 @@ const MAX_TOKEN_ARG: usize = 8;
 fn classify(block: &Block) -> Option<LockScript> {
     let mut u = KeyUse::default();
     key_use_block(block, &mut u);
-    let lock = classify_counted(block, &u, 0).or_else(|| {
-        // `unpack(ARGV)` spread into a command: read as a call with exactly `m` arguments,
-        // the first count that makes a lock operation of it.
-        u.argv_whole
-            .then(|| {
-                (1..=MAX_TOKEN_ARG).find_map(|m| {
-                    let mut lock = classify_counted(block, &u, m)?;
-                    lock.argv_count = Some(m);
-                    Some(lock)
+    classify_counted(block, &u, 0)
+        .and_then(literal_ttl)
+        .or_else(|| {
+            // `unpack(ARGV)` spread into a command, or `#ARGV` tested: read as a call with
+            // exactly `m` arguments, the first count that makes a lock operation of it (a
+            // TTL written in the script for fewer arguments is none: see [`literal_ttl`]).
+            u.argv_whole
+                .then(|| {
+                    (1..=MAX_TOKEN_ARG).find_map(|m| {
+                        let mut lock = classify_counted(block, &u, m)?;
+                        lock.argv_count = Some(m);
+                        literal_ttl(lock)
+                    })
                 })
-            })
-            .flatten()
-    })?;
-    literal_ttl(lock)
+                .flatten()
+        })
 }
 
 /// The base of the pseudo-argument index that stands for a TTL written in the script: index
