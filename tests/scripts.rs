@@ -2578,3 +2578,198 @@ async fn a_refused_many_key_acquisition_with_rollback_undoes_what_it_created() {
         vec![tok, other.clone(), other]
     );
 }
+
+/// Scripts that test how many arguments they were given (`#ARGV`) before acting, or take a TTL
+/// argument with a default (`ARGV[2] or 30000`), answer what one Redis answers from every
+/// starting state when called with the arguments they ask for.
+#[tokio::test]
+async fn argument_count_tests_answer_what_one_redis_answers() {
+    use Held::*;
+    use Start::{Expired, Held as H};
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
+    let take = "if #ARGV < 2 then return redis.error_reply('ERR usage: token ttl') end\n\
+        if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end\n\
+        return 0";
+    let extend = "if #ARGV ~= 2 then return redis.error_reply('wrong number of arguments') end\n\
+        if redis.call('get', KEYS[1]) == ARGV[1] then\n\
+        return redis.call('pexpire', KEYS[1], ARGV[2]) end\nreturn 0";
+    let release = "if #ARGV == 0 then return redis.error_reply('no token') end\n\
+        if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end\n\
+        return 0";
+    let defaulted = "local ttl = ARGV[2] or 30000\n\
+        if redis.call('get', KEYS[1]) == ARGV[1] then\n\
+        redis.call('pexpire', KEYS[1], ttl) return 1 end\nreturn 0";
+    let mut case = 0;
+    let mut run = async |script: &str, argv: &[&str]| {
+        for from in single {
+            case += 1;
+            let keys = vec![format!("r4:{case}:0")];
+            let (want, got) = both_from(&reference, &ms, &p, script, &keys, from, argv).await;
+            assert_eq!(got, want, "{script} {argv:?} from {from:?}");
+        }
+    };
+    run(take, &["tok", "20000"]).await;
+    run(extend, &["tok", "20000"]).await;
+    run(release, &["tok"]).await;
+    run(defaulted, &["tok", "20000"]).await;
+    // A TTL written in the script unless the call passes one: read for calls that pass it.
+    let optional = "local ttl = 30000\nif #ARGV > 1 then ttl = tonumber(ARGV[2]) end\n\
+        if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ttl) then return 1 end\nreturn 0";
+    run(optional, &["tok", "20000"]).await;
+}
+
+/// An acquisition guarded by `#ARGV` is a Redlock acquisition: held by another client on two
+/// of three masters, it answers the script's refusal and the key it created on the free master
+/// is taken back (negative control: the script as written on that master keeps its key). With
+/// too few arguments it is not a lock operation: refused, nothing written.
+#[tokio::test]
+async fn a_refused_acquisition_guarded_by_argv_count_undoes_what_it_created() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let take = "if #ARGV < 2 then return redis.error_reply('ERR usage: token ttl') end\n\
+        if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end\n\
+        return 0";
+    held_by_other(&ms[1..], "r4:q").await;
+    let mut c = Client::connect(&p).await;
+    let args = ["EVAL", take, "1", "r4:q", "tok", "10000"];
+    assert_eq!(c.raw(&args).await, ":0\r\n");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let other = Some("other".to_string());
+    assert_eq!(
+        values_on(&ms, "r4:q").await,
+        vec![None, other.clone(), other.clone()]
+    );
+    assert_eq!(ms[0].client().await.raw(&args).await, ":1\r\n");
+    assert_eq!(
+        values_on(&ms, "r4:q").await,
+        vec![Some("tok".to_string()), other.clone(), other]
+    );
+    let r = c.raw(&["EVAL", take, "1", "r4:few", "tok"]).await;
+    assert!(r.starts_with("-"), "{r}");
+    assert_eq!(values_on(&ms, "r4:few").await, vec![None, None, None]);
+}
+
+/// `SET key token NX PX ttl GET` inside a script (Redis 7.0: the old value, nil when there was
+/// none, whether or not it wrote) read as the acquisition it is: from every starting state the
+/// answer and effect match one Redis's. A script answering the old value itself (another
+/// holder's, different on each master) is refused with its reason.
+#[tokio::test]
+async fn set_with_get_in_scripts_answers_what_one_redis_answers() {
+    use Held::*;
+    use Start::{Expired, Held as H};
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
+    let take_or_keep = "local old = redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')\n\
+        if not old then return 1 end\n\
+        if old == ARGV[1] then redis.call('pexpire', KEYS[1], ARGV[2]) return 1 end\n\
+        return 0";
+    let take = "if not redis.call('SET', KEYS[1], ARGV[1], 'GET', 'PX', ARGV[2], 'NX') then\n\
+        return 'OK' end\nreturn 'BUSY'";
+    let mut case = 0;
+    let mut run = async |script: &str, argv: &[&str]| {
+        for from in single {
+            case += 1;
+            let keys = vec![format!("r4g:{case}:0")];
+            let (want, got) = both_from(&reference, &ms, &p, script, &keys, from, argv).await;
+            assert_eq!(got, want, "{script} {argv:?} from {from:?}");
+        }
+    };
+    run(take_or_keep, &["tok", "20000"]).await;
+    run(take, &["tok", "20000"]).await;
+    let mut c = Client::connect(&p).await;
+    let holder = "return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')";
+    let r = c
+        .raw(&["EVAL", holder, "1", "r4g:why", "tok", "1000"])
+        .await;
+    assert!(r.starts_with("-ERR redlock-proxy does not know"), "{r}");
+    assert!(
+        r.contains("it answers the value another client holds"),
+        "{r}"
+    );
+    assert_eq!(values_on(&ms, "r4g:why").await, vec![None, None, None]);
+}
+
+/// A `SET ... NX GET` acquisition is a Redlock acquisition: held by another client on two of
+/// three masters, it answers the script's refusal and the key it created on the free master is
+/// taken back (negative control: the script as written on that master keeps its key).
+#[tokio::test]
+async fn a_refused_set_get_acquisition_undoes_what_it_created() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let take = "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET') then\n\
+        return 1 end\nreturn 0";
+    held_by_other(&ms[1..], "r4g:q").await;
+    let mut c = Client::connect(&p).await;
+    let args = ["EVAL", take, "1", "r4g:q", "tok", "10000"];
+    assert_eq!(c.raw(&args).await, ":0\r\n");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let other = Some("other".to_string());
+    assert_eq!(
+        values_on(&ms, "r4g:q").await,
+        vec![None, other.clone(), other.clone()]
+    );
+    assert_eq!(ms[0].client().await.raw(&args).await, ":1\r\n");
+    assert_eq!(
+        values_on(&ms, "r4g:q").await,
+        vec![Some("tok".to_string()), other.clone(), other]
+    );
+    // Held on one master only: granted by a quorum.
+    for m in &ms {
+        m.client().await.cmd(&["DEL", "r4g:q"]).await;
+    }
+    held_by_other(&ms[2..], "r4g:q").await;
+    assert_eq!(c.raw(&args).await, ":1\r\n");
+    assert_eq!(
+        values_on(&ms, "r4g:q").await[..2],
+        [Some("tok".to_string()), Some("tok".to_string())]
+    );
+}
+
+/// `PEXPIRE key ttl GT|LT|XX|NX` in an extend (Redis 7.0 options). `GT`/`LT` take effect only
+/// where the new TTL is more/less than the time the key has left, which each master counts on
+/// its own clock: such an extend is refused and the error says why, nothing written. `XX`
+/// and `NX` depend only on whether the key has a TTL, which the analyser follows.
+#[tokio::test]
+async fn expiry_options_in_an_extend_answer_what_one_redis_answers_or_say_why_not() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let mut c = Client::connect(&p).await;
+    lock_as(&mut c, "r4x:held", "tok").await;
+    for flag in ["GT", "lt"] {
+        let extend = format!(
+            "if redis.call('get', KEYS[1]) == ARGV[1] then\n\
+             return redis.call('pexpire', KEYS[1], ARGV[2], '{flag}') end\nreturn 0"
+        );
+        let r = c
+            .raw(&["EVAL", &extend, "1", "r4x:held", "tok", "60000"])
+            .await;
+        assert!(r.starts_with("-ERR redlock-proxy does not know"), "{r}");
+        assert!(r.contains("it sets the expiry with"), "{r}");
+        for m in &ms {
+            assert!(pttl(m, "r4x:held").await <= 10_000, "{flag}");
+        }
+    }
+    // NX never acts on a key with a TTL, as every lock has: no extend, and the error says so.
+    let nx = "if redis.call('get', KEYS[1]) == ARGV[1] then\n\
+        return redis.call('pexpire', KEYS[1], ARGV[2], 'NX') end\nreturn 0";
+    let r = c.raw(&["EVAL", nx, "1", "r4x:held", "tok", "60000"]).await;
+    assert!(r.contains("it sets the expiry with NX"), "{r}");
+    // XX sets the TTL wherever the key has one: a plain extend, from every start as one Redis.
+    use Held::*;
+    use Start::{Expired, Held as H};
+    let reference = Master::start();
+    let xx = "if redis.call('get', KEYS[1]) == ARGV[1] then\n\
+        return redis.call('pexpire', KEYS[1], ARGV[2], 'XX') end\nreturn 0";
+    let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
+    for (case, from) in single.iter().enumerate() {
+        let keys = vec![format!("r4x:{case}")];
+        let argv = ["tok", "20000"];
+        let (want, got) = both_from(&reference, &ms, &p, xx, &keys, from, &argv).await;
+        assert_eq!(got, want, "XX from {from:?}");
+    }
+}

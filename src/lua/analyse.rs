@@ -998,6 +998,13 @@ impl Machine<'_> {
                     (Un::Not, v) => Val::Bool(!truthy(&v)?),
                     (Un::Neg, Val::Num(n)) => Val::Num(n.checked_neg().ok_or_else(overflow)?),
                     (Un::Len, Val::Keys) => Val::Count(self.keys.len() as i64),
+                    // `#ARGV` in a run that stands for a call with exactly `m` arguments
+                    // (`if #ARGV < 2 then return redis.error_reply(...) end`).
+                    (Un::Len, Val::Argv)
+                        if self.layout.argv_count > 0 && !self.layout.keys_as_args =>
+                    {
+                        Val::Num(self.layout.argv_count as i64)
+                    }
                     (Un::Len, Val::Table(t)) => {
                         Val::Num(t.iter().take_while(|v| **v != Val::Nil).count() as i64)
                     }
@@ -1246,6 +1253,9 @@ impl Machine<'_> {
                     v => return fail(format!("sets a key to {v}")),
                 };
                 let (mut nx, mut xx, mut keep, mut ttl) = (false, false, false, None);
+                // `GET` (Redis 6.2, with `NX` from 7.0): the reply is the old value (nil for
+                // none), whether or not the write happened.
+                let mut get = false;
                 let mut o = 0;
                 while o < opts.len() {
                     let Val::Str(name) = &opts[o] else {
@@ -1255,6 +1265,7 @@ impl Machine<'_> {
                         b"nx" => nx = true,
                         b"xx" => xx = true,
                         b"keepttl" => keep = true,
+                        b"get" => get = true,
                         unit @ (b"px" | b"ex") if o + 1 < opts.len() => {
                             ttl = Some(ttl_set(unit == b"ex", &opts[o + 1])?);
                             o += 1;
@@ -1264,8 +1275,14 @@ impl Machine<'_> {
                     o += 1;
                 }
                 let exists = self.keys[i].value.is_some();
+                let old = match &self.keys[i].value {
+                    Some(Val::Table(_) | Val::Hash { .. }) if get => {
+                        return fail("SET ... GET on a key of another type");
+                    }
+                    v => v.clone().unwrap_or(Val::Bool(false)),
+                };
                 if (nx && exists) || (xx && !exists) {
-                    Val::Bool(false)
+                    if get { old } else { Val::Bool(false) }
                 } else {
                     let ttl = match ttl {
                         Some(t) => t,
@@ -1276,7 +1293,7 @@ impl Machine<'_> {
                         value: Some(value),
                         ttl,
                     };
-                    Val::Status
+                    if get { old } else { Val::Status }
                 }
             }
             (b"setex" | b"psetex", [k, t, v]) => {
@@ -1359,10 +1376,15 @@ impl Machine<'_> {
                     Some(v) => return fail(format!("GETRANGE of {v}")),
                 }
             }
-            (b"pexpire" | b"expire", [k, t]) => {
+            (b"pexpire" | b"expire", [k, t, flag @ ..]) if flag.len() <= 1 => {
                 let i = key(k)?;
                 let ttl = ttl_set(cmd == b"expire", t)?;
-                if self.keys[i].value.is_none() {
+                let sets = match flag {
+                    [] => true,
+                    [Val::Str(f)] => expire_flag(f, &self.keys[i].ttl, &ttl)?,
+                    _ => return fail("an EXPIRE option that is not a literal"),
+                };
+                if self.keys[i].value.is_none() || !sets {
                     Val::Num(0)
                 } else {
                     self.keys[i].ttl = ttl;
@@ -1377,6 +1399,31 @@ impl Machine<'_> {
             }
         })
     }
+}
+
+/// Whether `EXPIRE`/`PEXPIRE` with option `flag` (Redis 7.0: `NX`, `XX`, `GT`, `LT`) sets the
+/// TTL `new` on a key whose TTL is `now`. `NX` and `XX` depend only on whether the key has a
+/// TTL. `GT` and `LT` compare with the time the key has left: decided for a key without a TTL
+/// (counted as infinite) and for one this script set to the same value, refused otherwise,
+/// since each master counts the time left on its own clock.
+fn expire_flag(flag: &[u8], now: &TtlNow, new: &TtlNow) -> R<bool> {
+    let flag = flag.to_ascii_lowercase();
+    Ok(match (flag.as_slice(), now) {
+        (b"nx", now) => *now == TtlNow::None,
+        (b"xx", now) => *now != TtlNow::None,
+        (b"gt", TtlNow::None) => false,
+        (b"lt", TtlNow::None) => true,
+        (b"gt" | b"lt", now) if now == new => false,
+        (b"gt" | b"lt", _) => {
+            let f = String::from_utf8_lossy(&flag).to_uppercase();
+            return fail(format!(
+                "it sets the expiry with {f}, which acts only where the new TTL is {} the time \
+                 left, each master's own: no one answer across the masters",
+                if f == "GT" { "more than" } else { "less than" }
+            ));
+        }
+        _ => return fail("an EXPIRE option Redis refuses"),
+    })
 }
 
 /// `table.insert`.

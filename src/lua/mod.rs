@@ -151,6 +151,13 @@ fn not_a_lock_because(runs: &[Run]) -> &'static str {
             .any(|k| matches!(&k.ttl, TtlNow::Set { v: Val::Num(_), .. }))
     }) {
         "it sets a TTL written in the script, not one taken from its arguments"
+    } else if runs.iter().any(|r| {
+        r.calls.iter().any(|(c, a)| {
+            (c == b"pexpire" || c == b"expire")
+                && matches!(a.get(2), Some(Val::Str(f)) if f.eq_ignore_ascii_case(b"nx"))
+        })
+    }) {
+        "it sets the expiry with NX, which never acts on a key that has one, as every lock has"
     } else {
         "what it does is not one lock operation"
     }
@@ -397,20 +404,22 @@ const MAX_TOKEN_ARG: usize = 8;
 fn classify(block: &Block) -> Option<LockScript> {
     let mut u = KeyUse::default();
     key_use_block(block, &mut u);
-    let lock = classify_counted(block, &u, 0).or_else(|| {
-        // `unpack(ARGV)` spread into a command: read as a call with exactly `m` arguments,
-        // the first count that makes a lock operation of it.
-        u.argv_whole
-            .then(|| {
-                (1..=MAX_TOKEN_ARG).find_map(|m| {
-                    let mut lock = classify_counted(block, &u, m)?;
-                    lock.argv_count = Some(m);
-                    Some(lock)
+    classify_counted(block, &u, 0)
+        .and_then(literal_ttl)
+        .or_else(|| {
+            // `unpack(ARGV)` spread into a command, or `#ARGV` tested: read as a call with
+            // exactly `m` arguments, the first count that makes a lock operation of it (a
+            // TTL written in the script for fewer arguments is none: see [`literal_ttl`]).
+            u.argv_whole
+                .then(|| {
+                    (1..=MAX_TOKEN_ARG).find_map(|m| {
+                        let mut lock = classify_counted(block, &u, m)?;
+                        lock.argv_count = Some(m);
+                        literal_ttl(lock)
+                    })
                 })
-            })
-            .flatten()
-    })?;
-    literal_ttl(lock)
+                .flatten()
+        })
 }
 
 /// The base of the pseudo-argument index that stands for a TTL written in the script: index
