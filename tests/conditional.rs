@@ -22,21 +22,15 @@ use support::load::{Checker, Load, Release, Spec, Targets};
 use support::*;
 use tokio::time::sleep;
 
-/// Runs `steps` (split on spaces; `{at}` becomes a unix time in ms 100 s ahead, `{at_s}` the
-/// same in seconds) on `addr` and returns the transcript. A step starting with `D:` goes
+/// Runs `steps` (their arguments as [`step_args`] makes them) on `addr` and returns the
+/// transcript. A step starting with `D:` goes
 /// straight to each server in `direct` (the proxy writes no lists, so a key of another type is
 /// made there) and is not recorded.
 async fn transcript(addr: &str, direct: &[String], steps: &[&str]) -> Vec<String> {
-    let at = (now_ms() + 100_000).to_string();
-    let at_s = (now_ms() / 1000 + 100).to_string();
     let mut c = Client::connect(addr).await;
     let mut out = Vec::new();
     for step in steps {
-        let args: Vec<String> = step
-            .trim_start_matches("D:")
-            .split(' ')
-            .map(|s| s.replace("{at}", &at).replace("{at_s}", &at_s))
-            .collect();
+        let args = step_args(step.trim_start_matches("D:")).await;
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         if step.starts_with("D:") {
             for d in direct {

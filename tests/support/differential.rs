@@ -15,9 +15,11 @@ pub fn now_ms() -> u64 {
 /// Runs `steps` (split on spaces; `{at}` becomes a unix time in ms 100 s ahead, `{at_s}` the
 /// same in seconds) on `addr`, two connections: steps starting with `B:` go through the second
 /// one.
+///
+/// The times are taken when a step names them, and `{at_s}` early in a second: Redis rounds a
+/// `TTL` to the nearest second, so a whole-second expiry set late in a second (100 s ahead of
+/// the second's start, 99.6 s ahead of now) would read 99 on one server and 100 on another.
 pub async fn transcript(addr: &str, steps: &[&str]) -> Vec<String> {
-    let at = (now_ms() + 100_000).to_string();
-    let at_s = (now_ms() / 1000 + 100).to_string();
     let mut a = Client::connect(addr).await;
     let mut b = Client::connect(addr).await;
     let mut out = Vec::new();
@@ -26,14 +28,27 @@ pub async fn transcript(addr: &str, steps: &[&str]) -> Vec<String> {
             Some(rest) => (&mut b, rest),
             None => (&mut a, *step),
         };
-        let args: Vec<String> = step
-            .split(' ')
-            .map(|s| s.replace("{at}", &at).replace("{at_s}", &at_s))
-            .collect();
+        let args = step_args(step).await;
         let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
         out.push(format!("{step} -> {}", c.raw(&args).await.escape_debug()));
     }
     out
+}
+
+/// The arguments of one transcript step: split on spaces, `{at}` a unix time in ms 100 s from
+/// now, `{at_s}` the same in seconds, taken early in a second (see [`transcript`]).
+pub async fn step_args(step: &str) -> Vec<String> {
+    if step.contains("{at_s}") {
+        let into_second = now_ms() % 1000;
+        if into_second > 100 {
+            tokio::time::sleep(std::time::Duration::from_millis(1000 - into_second)).await;
+        }
+    }
+    let at = (now_ms() + 100_000).to_string();
+    let at_s = (now_ms() / 1000 + 100).to_string();
+    step.split(' ')
+        .map(|s| s.replace("{at}", &at).replace("{at_s}", &at_s))
+        .collect()
 }
 
 /// Runs `steps` (see [`transcript`]) on one redis-server and through a proxy in front of three
