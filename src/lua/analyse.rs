@@ -441,16 +441,26 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// The plain layout: parameters in `ARGV`, the token in `ARGV[token]`, no hash field, as
+    /// many arguments as the script reads, no literal forks.
+    pub fn argv(token: usize) -> Layout {
+        Layout {
+            token,
+            keys_as_args: false,
+            field: 0,
+            field_per_key: false,
+            argv_count: 0,
+            literal_forks: false,
+        }
+    }
+
     /// A hash lock's layout: parameters in `ARGV`, the caller's field in `ARGV[field]` (with
     /// `per_key`, one field per key from there).
     pub fn hash(field: usize, per_key: bool) -> Layout {
         Layout {
-            token: 0,
-            keys_as_args: false,
             field,
             field_per_key: per_key,
-            argv_count: 0,
-            literal_forks: false,
+            ..Layout::argv(0)
         }
     }
 }

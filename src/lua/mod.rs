@@ -108,14 +108,7 @@ fn reason(body: &[u8]) -> String {
     let n = u.max_literal.max(1);
     let mut why = None;
     for token in 1..=u.max_argv.clamp(1, MAX_TOKEN_ARG) {
-        let layout = Layout {
-            token,
-            keys_as_args: false,
-            field: 0,
-            field_per_key: false,
-            argv_count: 0,
-            literal_forks: false,
-        };
+        let layout = Layout::argv(token);
         match analyse::explore(&block, n, layout) {
             Err(e) => {
                 why.get_or_insert(e);
@@ -213,14 +206,7 @@ pub fn behaviour_with(body: &[u8], token: usize) -> Result<Vec<String>, String> 
     };
     let mut out = Vec::new();
     for n in ns {
-        let layout = Layout {
-            token,
-            keys_as_args: false,
-            field: 0,
-            field_per_key: false,
-            argv_count: 0,
-            literal_forks: false,
-        };
+        let layout = Layout::argv(token);
         out.extend(
             analyse::explore(&block, n, layout)?
                 .iter()
@@ -239,14 +225,7 @@ fn plain_set(block: &Block) -> Option<PlainSet> {
     if u.dynamic || u.max_literal > 1 {
         return None;
     }
-    let layout = Layout {
-        token: 1,
-        keys_as_args: false,
-        field: 0,
-        field_per_key: false,
-        argv_count: 0,
-        literal_forks: false,
-    };
+    let layout = Layout::argv(1);
     let runs = analyse::explore(block, 1, layout).ok()?;
     let mut found: Option<PlainSet> = None;
     for r in &runs {
@@ -300,12 +279,8 @@ fn write_unless(block: &Block) -> Option<WriteUnless> {
         return None;
     }
     let layout = Layout {
-        token: MAX_TOKEN_ARG + 1,
-        keys_as_args: false,
-        field: 0,
-        field_per_key: false,
-        argv_count: 0,
         literal_forks: true,
+        ..Layout::argv(MAX_TOKEN_ARG + 1)
     };
     let runs = analyse::explore(block, 1, layout).ok()?;
     // The constant compared with: every assumption is "the held value is c".
@@ -457,12 +432,8 @@ fn classify_counted(block: &Block, u: &KeyUse, argv_count: usize) -> Option<Lock
     // The token may sit in any of the first arguments the script names (most put it first).
     let tokens = || 1..=u.max_argv.max(argv_count).clamp(1, MAX_TOKEN_ARG);
     let argv = |token| Layout {
-        token,
-        keys_as_args: false,
-        field: 0,
-        field_per_key: false,
         argv_count,
-        literal_forks: false,
+        ..Layout::argv(token)
     };
     if u.dynamic {
         // Works on all of KEYS: unrolled over one and two keys.
@@ -492,12 +463,8 @@ fn classify_counted(block: &Block, u: &KeyUse, argv_count: usize) -> Option<Lock
     (1..u.max_literal)
         .find_map(|token| {
             let layout = Layout {
-                token,
                 keys_as_args: true,
-                field: 0,
-                field_per_key: false,
-                argv_count: 0,
-                literal_forks: false,
+                ..Layout::argv(token)
             };
             classify_with(block, &[1], layout)
         })
@@ -512,14 +479,7 @@ fn classify_counted(block: &Block, u: &KeyUse, argv_count: usize) -> Option<Lock
 /// every run that writes must write the same literal, and only a plain `Acquire` of one key
 /// with no signal or announcement is accepted (a release of such a lock would be anyone's).
 fn literal_acquire(block: &Block) -> Option<LockScript> {
-    let layout = Layout {
-        token: MAX_TOKEN_ARG + 1,
-        keys_as_args: false,
-        field: 0,
-        field_per_key: false,
-        argv_count: 0,
-        literal_forks: false,
-    };
+    let layout = Layout::argv(MAX_TOKEN_ARG + 1);
     let mut runs = analyse::explore(block, 1, layout).ok()?;
     if runs
         .iter()
@@ -560,14 +520,7 @@ fn literal_acquire(block: &Block) -> Option<LockScript> {
 /// exactly where the operation did its work on `KEYS[1]`. The lock operation itself is judged
 /// on `KEYS[1]` alone, from every starting state of both keys, like any other script.
 fn classify_signal(block: &Block) -> Option<LockScript> {
-    let layout = Layout {
-        token: 1,
-        keys_as_args: false,
-        field: 0,
-        field_per_key: false,
-        argv_count: 0,
-        literal_forks: false,
-    };
+    let layout = Layout::argv(1);
     let runs = analyse::explore(block, 2, layout).ok()?;
     let mut signal: Option<(Val, usize)> = None;
     let mut fired = Vec::with_capacity(runs.len());
