@@ -50,6 +50,9 @@ const CONNECTED: u8 = 1;
 /// [`MasterInfo`]'s link bit: the server is another member's too (see [`super::identity`]).
 const DUPLICATE: u8 = 2;
 
+/// Members made so far (each takes the next number, see [`MasterInfo::made`]).
+static MADE: AtomicU64 = AtomicU64::new(0);
+
 /// Shared state of one master: written by its driver, read by votes and `INFO`.
 #[derive(Debug)]
 pub struct MasterInfo {
@@ -85,6 +88,9 @@ pub struct MasterInfo {
     /// Redis 7.0 or later: `SET ... NX GET` is allowed, so a reentrant acquisition of one key
     /// needs no script.
     set_nx_get: AtomicBool,
+    /// When the member was made, among all members: of two members reaching one server, the
+    /// one made first (listed first) votes (see [`super::identity`]).
+    made: u64,
     /// Why the last connect failed or the connection ended; cleared on connect.
     last_error: Mutex<String>,
     /// Connections opened after the first.
@@ -120,11 +126,17 @@ impl MasterInfo {
             restarts: AtomicU64::new(0),
             clock_jumps: AtomicU64::new(0),
             set_nx_get: AtomicBool::new(false),
+            made: MADE.fetch_add(1, Ordering::Relaxed),
             last_error: Mutex::new(String::new()),
             reconnects: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
             latency: crate::counters::Latency::default(),
         }
+    }
+
+    /// The order in which members were made (listed, for those of one configuration).
+    pub(super) fn made(&self) -> u64 {
+        self.made
     }
 
     /// True when the master accepts `SET key value NX PX ms GET` (Redis 7.0 or later).

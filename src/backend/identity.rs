@@ -8,13 +8,20 @@
 //! `INFO server`, which the greeting reads anyway) on behalf of the member it votes for (a
 //! cluster member's shard connections on behalf of the cluster member).
 //!
-//! The first member to claim a `run_id` keeps it; any other member that claims it while the
-//! first still holds it is a *duplicate*: its votes never count and it is sent nothing (it
-//! answers as a member that is down would), `INFO` shows it as `status=duplicate` with
-//! `quarantine_reason=duplicate of member <name>`, and an ERROR is logged. The claim is made
-//! before the connection is marked up, and given back after it is marked down, so two members
-//! holding one server are never both counted, not even for a moment. When the holder's
-//! connection ends, the `run_id` passes to the next member still connected to that server.
+//! Of the members connected to one server, the one made first (for one configuration: listed
+//! first) holds it; every other is a *duplicate*: its votes never count and it is sent nothing
+//! (it answers as a member that is down would), `INFO` shows it as `status=duplicate` with
+//! `quarantine_reason=duplicate of member <name>`, `/metrics` as `redlock_master_duplicate`, and
+//! an ERROR is logged. A member is a duplicate while any server it reaches is held by another
+//! (a cluster member that shares one node with another member is a duplicate as a whole), so
+//! two cluster members that are one cluster never end up each holding some of its nodes.
+//!
+//! A claim is made before the connection is marked up and given back after it is marked
+//! down, and a holder that a claim displaces is marked a duplicate under the same lock,
+//! before the new connection counts. A vote counts a member's reply only if the member was
+//! trusted when the request was sent and still is when the reply comes, so two members
+//! reaching one server are never both counted, not even across a change of holder. When the
+//! holder's connection ends, the server passes to the next member still connected to it.
 //!
 //! None of this runs per request: the request path reads one bit, in the atomic it already
 //! reads to tell whether the member is connected ([`super::health`]).
@@ -29,7 +36,7 @@ use super::health::MasterInfo;
 /// Which member holds each server (`run_id`), for every member of one proxy.
 #[derive(Debug, Default)]
 pub struct Identities {
-    /// Each `run_id`'s claims, the holder first.
+    /// Each `run_id`'s claims, in the order their members were made: the holder first.
     claims: Mutex<HashMap<String, Vec<Claim>>>,
 }
 
@@ -82,19 +89,28 @@ impl Identities {
     }
 
     /// A connection of `member` reaches the server `run_id`: call before the connection is
-    /// marked up. The member becomes a duplicate when another member holds the server.
+    /// marked up. The member is a duplicate when a member made before it holds the server; a
+    /// holder made after it is one from now on.
     pub(super) fn claim(&self, run_id: &str, member: &Arc<MasterInfo>) {
         let mut claims = self.lock();
         let list = claims.entry(run_id.to_string()).or_default();
         match list.iter_mut().find(|c| Arc::ptr_eq(&c.member, member)) {
             Some(c) => c.connections += 1,
-            None => list.push(Claim {
-                member: member.clone(),
-                connections: 1,
-            }),
+            None => {
+                let at = list.partition_point(|c| c.member.made() < member.made());
+                list.insert(
+                    at,
+                    Claim {
+                        member: member.clone(),
+                        connections: 1,
+                    },
+                );
+            }
         }
-        let holder = list[0].member.addr.clone();
-        judge(&claims, member, Some((run_id, &holder)));
+        let all: Vec<Arc<MasterInfo>> = list.iter().map(|c| c.member.clone()).collect();
+        for m in &all {
+            judge(&claims, m, run_id);
+        }
     }
 
     /// A connection of `member` to `run_id` ended: call after it is marked down. The server
@@ -110,48 +126,49 @@ impl Identities {
                 list.remove(i);
             }
         }
-        let others: Vec<Arc<MasterInfo>> = list.iter().map(|c| c.member.clone()).collect();
+        let mut all: Vec<Arc<MasterInfo>> = list.iter().map(|c| c.member.clone()).collect();
         if list.is_empty() {
             claims.remove(run_id);
         }
-        judge(&claims, member, None);
-        for m in &others {
-            judge(&claims, m, None);
+        all.push(member.clone());
+        for m in &all {
+            judge(&claims, m, run_id);
         }
     }
 }
 
 /// Sets whether `member` is a duplicate: it is while another member holds any server it
-/// claims. `new` names the claim just made (`run_id`, holder), for the log.
-fn judge(
-    claims: &HashMap<String, Vec<Claim>>,
-    member: &Arc<MasterInfo>,
-    new: Option<(&str, &str)>,
-) {
-    let of = claims.iter().find_map(|(run_id, list)| {
+/// reaches. Logs a change (`run_id`: the server whose claims just changed, for the log).
+fn judge(claims: &HashMap<String, Vec<Claim>>, member: &Arc<MasterInfo>, run_id: &str) {
+    // The server named in the change first, so the log names it when it is the reason.
+    let held_by_other = |id: &str, list: &Vec<Claim>| {
         let holder = &list.first()?.member;
         let mine = list.iter().any(|c| Arc::ptr_eq(&c.member, member));
-        (mine && !Arc::ptr_eq(holder, member)).then(|| (run_id.as_str(), holder.addr.as_str()))
-    });
-    let was = member.is_duplicate();
+        (mine && !Arc::ptr_eq(holder, member)).then(|| (id.to_string(), holder.addr.clone()))
+    };
+    let of = claims
+        .get_key_value(run_id)
+        .and_then(|(id, list)| held_by_other(id, list))
+        .or_else(|| claims.iter().find_map(|(id, list)| held_by_other(id, list)));
+    let was = member.is_duplicate().then(|| member.duplicate_of());
     match of {
-        Some((run_id, holder)) => {
-            if !was || new.is_some_and(|(id, _)| id == run_id) {
-                error!(
-                    member = %member.addr,
-                    duplicate_of = holder,
-                    run_id,
-                    status = "duplicate",
-                    "members '{}' and '{holder}' reach the same Redis server (run_id {run_id}): \
-                     it votes once, through '{holder}'; '{}' is sent nothing and its votes never \
-                     count until it reaches another server (list each master once)",
-                    member.addr,
-                    member.addr
-                );
-            }
-            member.set_duplicate(Some(holder));
+        // Already a duplicate of that member: nothing to say.
+        Some((_, holder)) if was.as_deref() == Some(holder.as_str()) => {}
+        Some((id, holder)) => {
+            member.set_duplicate(Some(&holder));
+            error!(
+                member = %member.addr,
+                duplicate_of = %holder,
+                run_id = %id,
+                status = "duplicate",
+                "members '{}' and '{holder}' reach the same Redis server (run_id {id}): it \
+                 votes once, through '{holder}'; '{}' is sent nothing and its votes do not \
+                 count while it reaches that server (list each master once)",
+                member.addr,
+                member.addr
+            );
         }
-        None if was => {
+        None if was.is_some() => {
             member.set_duplicate(None);
             info!(
                 member = %member.addr,
@@ -173,7 +190,7 @@ mod tests {
     }
 
     #[test]
-    fn the_first_to_claim_a_server_holds_it_and_the_next_takes_over_when_it_leaves() {
+    fn the_member_listed_first_holds_a_server_and_the_next_takes_over_while_it_is_gone() {
         let ids = Identities::default();
         let (a, b, c) = (member("a:1"), member("b:1"), member("c:1"));
         ids.claim("r1", &a);
@@ -196,17 +213,19 @@ mod tests {
         a.set_connected(false);
         ids.release("r1", &a);
         assert!(!b.is_duplicate() && b.is_trusted());
-        // a comes back: now it is the duplicate.
-        a.set_connected(true);
+        // a comes back: listed first, it holds the server again, and b is the duplicate
+        // before a's connection counts.
         ids.claim("r1", &a);
-        assert!(a.is_duplicate() && !a.is_trusted());
-        assert_eq!(a.duplicate_of(), "b:1");
-        // a reconnects to another server: it counts again.
-        a.set_connected(false);
-        ids.release("r1", &a);
-        ids.claim("r3", &a);
+        assert!(b.is_duplicate() && !b.is_trusted());
         a.set_connected(true);
         assert!(a.is_trusted());
+        assert_eq!(b.duplicate_of(), "a:1");
+        // b reconnects to another server: it counts again.
+        b.set_connected(false);
+        ids.release("r1", &b);
+        ids.claim("r3", &b);
+        b.set_connected(true);
+        assert!(b.is_trusted());
     }
 
     #[test]
@@ -225,7 +244,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cluster_member_claims_for_each_shard_and_is_a_duplicate_if_any_is_held() {
+    fn a_cluster_member_is_a_duplicate_while_any_of_its_servers_is_held() {
         let ids = Identities::default();
         let (single, cluster) = (member("n2:1"), member("redis-cluster://n1:1"));
         ids.claim("shard1", &cluster);
@@ -234,8 +253,9 @@ mod tests {
         ids.claim("shard2", &cluster);
         assert!(
             cluster.is_duplicate(),
-            "one of its shards is another member's server"
+            "one of its shards is the other's server"
         );
+        assert!(single.is_trusted());
         // Two connections of one member to one server are still one member.
         ids.claim("shard1", &cluster);
         ids.release("shard2", &cluster);
@@ -244,5 +264,20 @@ mod tests {
         assert!(ids.lock().contains_key("shard1"), "one connection remains");
         ids.release("shard1", &cluster);
         assert!(!ids.lock().contains_key("shard1"));
+    }
+
+    #[test]
+    fn two_members_that_are_one_cluster_do_not_each_keep_part_of_it() {
+        let ids = Identities::default();
+        let (x, y) = (member("redis-cluster://a:1"), member("redis-cluster://b:1"));
+        // Each reaches a different node first.
+        ids.claim("node1", &x);
+        ids.claim("node2", &y);
+        assert!(x.is_trusted() && y.is_trusted());
+        ids.claim("node2", &x);
+        ids.claim("node1", &y);
+        assert!(x.is_trusted(), "the member listed first holds every node");
+        assert!(y.is_duplicate());
+        assert_eq!(y.duplicate_of(), "redis-cluster://a:1");
     }
 }
