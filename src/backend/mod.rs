@@ -60,7 +60,7 @@ use clock::ClockWatch;
 #[cfg(test)]
 use handshake::info_field;
 use handshake::{Refused, admit, connect};
-pub use handshake::{dial, dial_to};
+pub use handshake::{dial, dial_primary};
 pub use health::{MasterInfo, Status};
 use io::{Ended, serve};
 
