@@ -170,10 +170,14 @@ fn judge(claims: &HashMap<String, Vec<Claim>>, member: &Arc<MasterInfo>, run_id:
         }
         None if was.is_some() => {
             member.set_duplicate(None);
-            info!(
-                member = %member.addr,
-                "member no longer reaches a server another member holds: its votes count again"
-            );
+            // A duplicate whose own connection ended says nothing: it is down.
+            if member.is_connected() {
+                info!(
+                    member = %member.addr,
+                    "member holds the server it reaches now (no other member listed before it \
+                     reaches it): its votes count"
+                );
+            }
         }
         None => {}
     }
