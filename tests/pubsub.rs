@@ -187,10 +187,13 @@ async fn subscriptions_reach_masters_that_require_a_password() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_subscriber_link_refuses_a_replica_and_finds_the_primary() {
     init_logs();
-    let primary = Master::start();
+    // Each in a scratch folder: the full resynchronisation writes an RDB file there, not into
+    // the tests' working folder, where a redis-server started later would load it.
+    let mut dirs = Vec::new();
+    let primary = support::sentinel::data_node(&mut dirs, &[]);
     let repl = support::fault::FaultProxy::start(primary.addr()).await;
     let (host, port) = repl.addr.rsplit_once(':').unwrap();
-    let replica = Master::start_with(&["--replicaof", host, port]);
+    let replica = support::sentinel::data_node(&mut dirs, &["--replicaof", host, port]);
     // The replica is in sync (it hears the primary's messages while replication runs).
     let mut r = Client::connect(&replica.addr()).await;
     for _ in 0..200 {
