@@ -137,6 +137,12 @@ pub struct Config {
     /// plus drift). 0 (the default) means twice the quarantine window, which leaves one window
     /// to reload every other proxy.
     pub membership_transition_ms: u64,
+    /// One Redis server, one vote: every member's connection reports the server's `run_id`
+    /// when it connects, and a member that reaches a server another member already reaches
+    /// (the same master under two names, such as `127.0.0.1:6379` and `localhost:6379`) is a
+    /// duplicate: it is sent nothing and its votes never count. `false` switches the check
+    /// off: unsafe, a negative control for tests (one master could then be counted twice).
+    pub member_identity_check: bool,
     /// Declares that every master persists every write (`appendonly yes` + `appendfsync
     /// always`), so a restart loses nothing and needs no quarantine. The proxy checks each
     /// master on connect and quarantines any that does not.
@@ -396,6 +402,7 @@ impl Default for Config {
             quarantine: true,
             membership_transition: true,
             membership_transition_ms: 0,
+            member_identity_check: true,
             masters_persist: false,
             clock_watch: true,
             clock_jump_ms: 5,

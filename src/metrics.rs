@@ -247,12 +247,30 @@ impl Collector for ProxyCollector {
                 None,
                 gauge,
             )?;
-            for m in masters.iter().filter(|m| !m.quarantine_left().is_zero()) {
+            for m in masters
+                .iter()
+                .filter(|m| !m.quarantine_left().is_zero() && !m.is_duplicate())
+            {
                 {
                     let reason = m.quarantine_reason();
-                    let labels = [("master", m.addr.as_str()), ("reason", reason)];
+                    let labels = [("master", m.addr.as_str()), ("reason", reason.as_str())];
                     flag(true).encode(family.encode_family(&labels)?)?;
                 }
+            }
+        }
+        {
+            let mut family = e.encode_descriptor(
+                "redlock_master_duplicate",
+                "1 for each member that reaches the same Redis server (run_id) as another member, \
+                 labelled with that member (of): the server votes through that one only, and \
+                 this one is sent nothing.",
+                None,
+                gauge,
+            )?;
+            for m in masters.iter().filter(|m| m.is_duplicate()) {
+                let of = m.duplicate_of();
+                let labels = [("master", m.addr.as_str()), ("of", of.as_str())];
+                flag(true).encode(family.encode_family(&labels)?)?;
             }
         }
         {
@@ -352,18 +370,19 @@ impl Collector for ProxyCollector {
                 "redlock_master_info",
                 "Always 1: the member's kind (standalone, sentinel, cluster), the data node serving it \
                  (primary) and why its votes do not count now (quarantine_reason: restart, young, \
-                 failover, clock; empty when they count).",
+                 failover, new-member, clock, or duplicate of member <name>; empty when they count).",
                 None,
                 gauge,
             )?;
             for b in snapshot.iter() {
                 let m = b.info();
                 let primary = m.primary();
+                let reason = m.quarantine_reason();
                 let labels = [
                     ("master", m.addr.as_str()),
                     ("kind", b.kind()),
                     ("primary", primary.as_str()),
-                    ("quarantine_reason", m.quarantine_reason()),
+                    ("quarantine_reason", reason.as_str()),
                 ];
                 ConstGauge::new(1i64).encode(family.encode_family(&labels)?)?;
             }

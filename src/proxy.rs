@@ -254,6 +254,9 @@ fn settings(config: &Config) -> Settings {
         auth: None,
         tls: None,
         sentinel: None,
+        identity: config
+            .member_identity_check
+            .then(|| crate::backend::identity::Claimant::new(Arc::default())),
     }
 }
 

@@ -638,6 +638,10 @@ fn parse_push(reply: Reply) -> Option<Message> {
 /// seconds later, when it can reach that node), and messages published on the new primary
 /// would not reach it meanwhile.
 ///
+/// A standalone or Sentinel member's link asks the node `ROLE` and leaves one that is not a
+/// primary for another try, as a data connection does: on a replica it would hear the
+/// primary's messages only through replication, late, and not at all while that is cut.
+///
 /// A Redis Cluster member's link goes to one of its seeds (Redis Cluster forwards every
 /// `PUBLISH` to every node): the first, and the next one after each failure, so a seed that is
 /// gone for good (killed and replaced by its replica) does not leave the member without a link.
@@ -701,7 +705,9 @@ async fn run_link(
         // A switch heard from here on ends the connection about to be made.
         n.borrow_and_update();
     }
-    let (mut stream, node) = crate::backend::dial_to(addr, Duration::from_secs(2))
+    // On a primary only (ROLE, as a data connection checks it): a link on a replica would
+    // not hear what is published on the primary.
+    let (mut stream, node) = crate::backend::dial_primary(addr, Duration::from_secs(2))
         .await
         .map_err(std::io::Error::other)?;
     // Connected: a later failure starts its retries from the shortest pause again.

@@ -637,3 +637,47 @@ async fn a_failover_quarantines_only_that_shards_slots() {
     // in the cluster reaches the subscriber again.
     published_on_reaches(&addr, &mut sub, "probe", Duration::from_secs(30)).await;
 }
+
+/// Two cluster members named by different seeds of one cluster (which the start-up check,
+/// going by the seeds written, cannot match) are one set of servers: the member listed second
+/// is a duplicate as a whole, so the cluster votes once, and with the third member stopped a
+/// lock is not extended by that one cluster (the mechanism's negative control is in
+/// tests/faults.rs, `one_master_under_two_names_votes_once`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_members_that_are_one_cluster_vote_once() {
+    init_logs();
+    let c = RedisCluster::start();
+    let mut standalone = Master::start();
+    let first = format!("redis-cluster://{}", c.nodes[0].addr());
+    let second = format!("redis-cluster://{}", c.nodes[1].addr());
+    let p = proxy(config_for(&[first.clone(), second, standalone.addr()]))
+        .await
+        .to_string();
+    wait_status(&p, 1, "duplicate", Duration::from_secs(15)).await;
+    let info = redlock_info(&p).await;
+    assert!(
+        field(&info, "master1").contains(&format!("quarantine_reason=duplicate of member {first}")),
+        "{info}"
+    );
+    let mut client = Client::connect(&p).await;
+    let trusted = Instant::now() + Duration::from_secs(15);
+    while field(&redlock_info(&p).await, "masters_trusted") != "2" {
+        assert!(Instant::now() < trusted, "{}", redlock_info(&p).await);
+        sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        client.cmd(&["SET", "k", "tok", "NX", "PX", "10000"]).await,
+        Reply::ok()
+    );
+    blocking(|| standalone.kill());
+    wait_status(&p, 2, "down", Duration::from_secs(5)).await;
+    let extend = r#"if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("pexpire",KEYS[1],ARGV[2]) else return 0 end"#;
+    assert_eq!(
+        client
+            .cmd(&["EVAL", extend, "1", "k", "tok", "20000"])
+            .await,
+        Reply::Integer(0),
+        "one cluster extended alone:\n{}",
+        redlock_info(&p).await
+    );
+}

@@ -855,3 +855,186 @@ async fn masters_persist_is_checked_on_each_master() {
     wait_status(&p, 1, "quarantined", Duration::from_secs(3)).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The compare-and-pexpire extension as hand-written code sends it.
+const EXTEND: &str = r#"if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("pexpire",KEYS[1],ARGV[2]) else return 0 end"#;
+
+/// Waits until `proxy` reports `up` members connected and `cond` holds for its `INFO`; panics
+/// after 10 s.
+async fn members_up(proxy: &str, up: usize, cond: impl Fn(&str) -> bool) -> String {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info = redlock_info(proxy).await;
+        if field(&info, "masters_up") == up.to_string() && cond(&info) {
+            return info;
+        }
+        assert!(Instant::now() < until, "not {up} up:\n{info}");
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The `run_id=` of member `i` in `INFO redlock` text.
+fn run_id_of(info: &str, i: usize) -> String {
+    field(info, &format!("master{i}"))
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("run_id="))
+        .unwrap_or("")
+        .to_string()
+}
+
+/// What a proxy whose members reach one Redis server twice answered, and said about itself.
+struct Twice {
+    /// `SET k tok NX PX 10000` while a third, distinct master was up.
+    first: Reply,
+    /// The extension of `k` once that third master is gone: one real master left.
+    extend: Reply,
+    /// A new `SET k2 tok NX PX 10000` then.
+    set: Reply,
+    info: String,
+    metrics: String,
+}
+
+/// Member 0 and member 1 reach one redis-server (`127.0.0.1:P` and `localhost:P`, or, with
+/// `moved`, member 1 a relay that comes to reach member 0's server after a reconnect, as a DNS
+/// name or a virtual address can); member 2 is another master, cut off after `k` is locked.
+async fn twice_scenario(check: bool, moved: bool) -> Twice {
+    init_logs();
+    let (a, b, c) = (Master::start(), Master::start(), Master::start());
+    let third = FaultProxy::start(c.addr()).await;
+    let relay = FaultProxy::start(b.addr()).await;
+    let port = a
+        .addr()
+        .rsplit_once(':')
+        .map(|(_, p)| p.to_string())
+        .unwrap();
+    let second = if moved {
+        relay.addr.clone()
+    } else {
+        format!("localhost:{port}")
+    };
+    let mut config = config_for(&[a.addr(), second, third.addr.clone()]);
+    config.member_identity_check = check;
+    let metrics = format!("127.0.0.1:{}", free_port());
+    config.metrics_listen = Some(metrics.clone());
+    let p = proxy(config).await.to_string();
+    members_up(&p, 3, |_| true).await;
+    let mut client = Client::connect(&p).await;
+    let first = client.cmd(&["SET", "k", "tok", "NX", "PX", "10000"]).await;
+    if moved {
+        // Member 1's name now reaches a's server; its open connection is cut.
+        relay.retarget(a.addr());
+        relay.set(Fault::Reset);
+        sleep(Duration::from_millis(100)).await;
+        relay.heal();
+    }
+    third.set(Fault::Reset);
+    let info = members_up(&p, 2, |info| run_id_of(info, 0) == run_id_of(info, 1)).await;
+    let extend = client
+        .cmd(&["EVAL", EXTEND, "1", "k", "tok", "20000"])
+        .await;
+    let set = client.cmd(&["SET", "k2", "tok", "NX", "PX", "10000"]).await;
+    let (_, metrics) = http_get(&metrics, "/metrics", "").await;
+    drop(b);
+    Twice {
+        first,
+        extend,
+        set,
+        info,
+        metrics,
+    }
+}
+
+/// One redis-server listed as `127.0.0.1:P` and `localhost:P` (which the configuration check,
+/// going by the names written, cannot tell apart) votes once: once the third master is gone,
+/// the lock is not extended, nor a new one granted, by that one server, and `INFO` and
+/// `/metrics` name the duplicate. The negative control (`member_identity_check = false`)
+/// extends the lock with that one server's two votes.
+///
+/// (A plain `SET NX PX` is not granted by one server even without the check: its second copy
+/// finds the key the first created and answers nil. An extension, a release or a read has no
+/// such luck: both copies succeed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_master_under_two_names_votes_once() {
+    let on = twice_scenario(true, false).await;
+    assert_eq!(
+        on.first,
+        Reply::ok(),
+        "two real masters grant:\n{}",
+        on.info
+    );
+    assert_eq!(
+        on.extend,
+        Reply::Integer(0),
+        "one real master extended alone:\n{}",
+        on.info
+    );
+    assert_eq!(
+        on.set,
+        Reply::Nil,
+        "one real master granted alone:\n{}",
+        on.info
+    );
+    // The name listed first holds the server; the other is its duplicate.
+    let (m0, dup) = (field(&on.info, "master0"), field(&on.info, "master1"));
+    assert!(m0.contains("status=up"), "{}", on.info);
+    assert!(dup.contains("status=duplicate"), "{}", on.info);
+    assert!(
+        dup.contains("quarantine_reason=duplicate of member 127.0.0.1:"),
+        "{}",
+        on.info
+    );
+    assert_eq!(field(&on.info, "masters_trusted"), "1", "{}", on.info);
+    assert!(
+        on.metrics.contains("redlock_master_duplicate{master=\""),
+        "{}",
+        on.metrics
+    );
+    assert!(
+        on.metrics
+            .contains("quarantine_reason=\"duplicate of member 127.0.0.1:"),
+        "{}",
+        on.metrics
+    );
+
+    let off = twice_scenario(false, false).await;
+    assert_eq!(off.first, Reply::ok());
+    assert_eq!(
+        off.extend,
+        Reply::Integer(1),
+        "without the check one real master extends alone (negative control):\n{}",
+        off.info
+    );
+    assert!(!off.info.contains("status=duplicate"), "{}", off.info);
+}
+
+/// A member whose name comes to reach another member's server is a duplicate from its
+/// reconnect on: its second vote stops. The negative control extends with that one server
+/// after the same move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_reconnects_to_another_members_master_votes_no_more() {
+    let on = twice_scenario(true, true).await;
+    assert_eq!(on.first, Reply::ok(), "three real masters grant");
+    assert_eq!(
+        on.extend,
+        Reply::Integer(0),
+        "one real master extended alone:\n{}",
+        on.info
+    );
+    assert_eq!(on.set, Reply::Nil);
+    let m1 = field(&on.info, "master1");
+    assert!(m1.contains("status=duplicate"), "{}", on.info);
+    assert!(
+        m1.contains("quarantine_reason=duplicate of member 127.0.0.1:"),
+        "{}",
+        on.info
+    );
+
+    let off = twice_scenario(false, true).await;
+    assert_eq!(off.first, Reply::ok());
+    assert_eq!(
+        off.extend,
+        Reply::Integer(1),
+        "without the check the moved member votes twice for one server (negative control):\n{}",
+        off.info
+    );
+}

@@ -178,3 +178,41 @@ async fn subscriptions_reach_masters_that_require_a_password() {
     );
     assert_eq!(maybe(&mut sub, 300).await, None);
 }
+
+/// The subscriber link, like a data connection, asks `ROLE` and stays on primaries only. The
+/// member's name reaches a replica first (as a name left on a node that was demoted can), whose
+/// replication is then cut, and then the primary: a link that had settled on the replica would
+/// stay there (its connection never breaks) and hear nothing published on the primary; the
+/// link that refuses the replica retries and lands on the primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_subscriber_link_refuses_a_replica_and_finds_the_primary() {
+    init_logs();
+    // Each in a scratch folder: the full resynchronisation writes an RDB file there, not into
+    // the tests' working folder, where a redis-server started later would load it.
+    let mut dirs = Vec::new();
+    let primary = support::sentinel::data_node(&mut dirs, &[]);
+    let repl = support::fault::FaultProxy::start(primary.addr()).await;
+    let (host, port) = repl.addr.rsplit_once(':').unwrap();
+    let replica = support::sentinel::data_node(&mut dirs, &["--replicaof", host, port]);
+    // The replica is in sync (it hears the primary's messages while replication runs).
+    let mut r = Client::connect(&replica.addr()).await;
+    for _ in 0..200 {
+        let info = r.text(&["INFO", "replication"]).await;
+        if info.contains("master_link_status:up") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let name = support::fault::FaultProxy::start(replica.addr()).await;
+    let p = proxy(config_for(std::slice::from_ref(&name.addr)))
+        .await
+        .to_string();
+    let mut sub = subscribed(&p, "wake").await;
+    // Let a link that does not ask ROLE settle on the replica.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    repl.set(support::fault::Fault::Reset);
+    name.retarget(primary.addr());
+    published_on_reaches(&primary.addr(), &mut sub, "wake", Duration::from_secs(10)).await;
+    // The data connection refused the replica all along, and took the primary too.
+    wait_status(&p, 0, "up", Duration::from_secs(5)).await;
+}

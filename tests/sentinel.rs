@@ -532,3 +532,31 @@ async fn a_sentinel_or_cluster_node_answering_garbage_is_only_a_member_down() {
     let log = proxy.stderr();
     assert!(!log.contains("panicked"), "{log}");
 }
+
+/// A Sentinel member's primary listed again on its own (a name the start-up check cannot
+/// match with the Sentinel URL) is the same Redis server: the member listed later is a
+/// duplicate, sent nothing, and its votes do not count (the mechanism's negative control is in
+/// tests/faults.rs, `one_master_under_two_names_votes_once`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_members_primary_listed_on_its_own_votes_once() {
+    let rig = Rig::start().await;
+    let mut backends = rig.backends()[..2].to_vec();
+    backends.push(rig.primaries[0].addr());
+    let p = proxy(sentinel_config(&backends, false)).await.to_string();
+    wait_status(&p, 2, "duplicate", Duration::from_secs(10)).await;
+    let info = redlock_info(&p).await;
+    assert!(
+        field(&info, "master2").contains(&format!(
+            "quarantine_reason=duplicate of member {}",
+            backends[0].replace(',', ";")
+        )),
+        "{info}"
+    );
+    assert_eq!(field(&info, "masters_trusted"), "2", "{info}");
+    // Two real servers still grant; the duplicate was sent nothing, so the key is there once.
+    let mut c = Client::connect(&p).await;
+    assert_eq!(
+        c.cmd(&["SET", "twice", "tok", "NX", "PX", "2000"]).await,
+        Reply::ok()
+    );
+}

@@ -122,10 +122,7 @@ pub async fn dial(link: &super::target::Link, within: Duration) -> Result<Wire, 
 
 /// [`dial`], and the address connected to (for a Sentinel member, the primary its Sentinels
 /// named).
-pub async fn dial_to(
-    link: &super::target::Link,
-    within: Duration,
-) -> Result<(Wire, String), String> {
+async fn dial_to(link: &super::target::Link, within: Duration) -> Result<(Wire, String), String> {
     let addr = match &link.sentinel {
         None => link.addr.clone(),
         Some(s) => s.resolve(within).await?,
@@ -172,6 +169,63 @@ pub async fn dial_to(
         .await
         .map_err(|_| "connect timed out".to_string())??;
     Ok((wire, addr))
+}
+
+/// [`dial_to`] for a subscriber link, which must be on a primary: a replica hears what is
+/// published on its primary only through replication, late, and not at all while its link to
+/// the primary is down (a demoted primary not yet attached to the new one hears nothing). So
+/// the node is asked `ROLE`, as a data connection's greeting asks it, and one that is not a
+/// primary is refused (for a Sentinel member, the next attempt asks another Sentinel first).
+/// A Redis Cluster member's link is exempt: a cluster sends every `PUBLISH` to every node.
+pub async fn dial_primary(
+    link: &super::target::Link,
+    within: Duration,
+) -> Result<(Wire, String), String> {
+    let (mut wire, addr) = dial_to(link, within).await?;
+    if !link.seeds.is_empty() {
+        return Ok((wire, addr));
+    }
+    let ask = async {
+        wire.write_all(&command(&[b"ROLE"]))
+            .await
+            .map_err(|e| e.to_string())?;
+        wire.flush().await.map_err(|e| e.to_string())?;
+        let mut buf = BytesMut::new();
+        let mut decoder = ReplyDecoder::default();
+        loop {
+            if let Some(r) = decoder.decode(&mut buf).map_err(|e| e.to_string())? {
+                return Ok(r);
+            }
+            if wire.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
+                return Err("connection closed during ROLE".to_string());
+            }
+        }
+    };
+    let reply = timeout(within, ask)
+        .await
+        .map_err(|_| "ROLE timed out".to_string())??;
+    let role = role_of(&reply);
+    if role == "master" {
+        return Ok((wire, addr));
+    }
+    if let Some(s) = &link.sentinel {
+        s.rotate();
+    }
+    Err(format!(
+        "{addr} reports role '{role}', not master: a subscriber there would not hear what is \
+         published on the primary"
+    ))
+}
+
+/// The role a `ROLE` reply names (`master`, `slave`, `sentinel`), "" when it names none.
+fn role_of(reply: &Reply) -> String {
+    match reply {
+        Reply::Array(items) => match items.first() {
+            Some(Reply::Bulk(r)) => String::from_utf8_lossy(r).into_owned(),
+            _ => String::new(),
+        },
+        _ => String::new(),
+    }
 }
 
 /// Sorts an I/O error: a TLS failure (a certificate refused by either side surfaces as
@@ -289,13 +343,7 @@ where
         other => Err(Refused::Loudly(format!("unexpected INFO reply {other:?}"))),
     };
     let server = text(&replies[0])?;
-    let role = match &replies[1] {
-        Reply::Array(items) => match items.first() {
-            Some(Reply::Bulk(r)) => String::from_utf8_lossy(r).into_owned(),
-            _ => String::new(),
-        },
-        _ => String::new(),
-    };
+    let role = role_of(&replies[1]);
     if role != "master" {
         return Err(Refused::Loudly(format!(
             "backend reports role '{role}', not master: a replica cannot hold locks safely \

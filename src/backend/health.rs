@@ -11,7 +11,7 @@
 
 use std::fmt::Write;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -27,6 +27,9 @@ pub enum Status {
     Quarantined,
     /// Connected, but its clock jumped or drifted: it may have expired locks early.
     ClockSuspect,
+    /// Connected to a Redis server another member is connected to as well (the same `run_id`):
+    /// the server votes through that member only, and this one is sent nothing.
+    Duplicate,
 }
 
 impl Status {
@@ -37,9 +40,18 @@ impl Status {
             Status::Up => "up",
             Status::Quarantined => "quarantined",
             Status::ClockSuspect => "clock-suspect",
+            Status::Duplicate => "duplicate",
         }
     }
 }
+
+/// [`MasterInfo`]'s link bit: the connection is open.
+const CONNECTED: u8 = 1;
+/// [`MasterInfo`]'s link bit: the server is another member's too (see [`super::identity`]).
+const DUPLICATE: u8 = 2;
+
+/// Members made so far (each takes the next number, see [`MasterInfo::made`]).
+static MADE: AtomicU64 = AtomicU64::new(0);
 
 /// Shared state of one master: written by its driver, read by votes and `INFO`.
 #[derive(Debug)]
@@ -59,7 +71,11 @@ pub struct MasterInfo {
     /// Primaries replaced (another address, or another run_id, named by the Sentinels).
     failovers: AtomicU64,
     epoch: Instant,
-    connected: AtomicBool,
+    /// [`CONNECTED`] and [`DUPLICATE`] bits, in one atomic so that "connected and not a
+    /// duplicate" is one load on the request path.
+    link: AtomicU8,
+    /// The member whose server this one's connection reaches too, while [`DUPLICATE`] is set.
+    duplicate_of: Mutex<String>,
     /// Milliseconds since `epoch` until which the master is quarantined (0: never was).
     quarantine_until: AtomicU64,
     /// Milliseconds since `epoch` until which the master's clock is not trusted.
@@ -72,6 +88,9 @@ pub struct MasterInfo {
     /// Redis 7.0 or later: `SET ... NX GET` is allowed, so a reentrant acquisition of one key
     /// needs no script.
     set_nx_get: AtomicBool,
+    /// When the member was made, among all members: of two members reaching one server, the
+    /// one made first (listed first) votes (see [`super::identity`]).
+    made: u64,
     /// Why the last connect failed or the connection ended; cleared on connect.
     last_error: Mutex<String>,
     /// Connections opened after the first.
@@ -98,7 +117,8 @@ impl MasterInfo {
             reason: Mutex::new(""),
             failovers: AtomicU64::new(0),
             epoch: Instant::now(),
-            connected: AtomicBool::new(false),
+            link: AtomicU8::new(0),
+            duplicate_of: Mutex::new(String::new()),
             quarantine_until: AtomicU64::new(0),
             clock_until: AtomicU64::new(0),
             excluded: AtomicBool::new(false),
@@ -106,11 +126,17 @@ impl MasterInfo {
             restarts: AtomicU64::new(0),
             clock_jumps: AtomicU64::new(0),
             set_nx_get: AtomicBool::new(false),
+            made: MADE.fetch_add(1, Ordering::Relaxed),
             last_error: Mutex::new(String::new()),
             reconnects: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
             latency: crate::counters::Latency::default(),
         }
+    }
+
+    /// The order in which members were made (listed, for those of one configuration).
+    pub(super) fn made(&self) -> u64 {
+        self.made
     }
 
     /// True when the master accepts `SET key value NX PX ms GET` (Redis 7.0 or later).
@@ -140,6 +166,8 @@ impl MasterInfo {
     pub fn status(&self) -> Status {
         if !self.is_connected() {
             Status::Down
+        } else if self.is_duplicate() {
+            Status::Duplicate
         } else if !self.quarantine_left().is_zero() {
             Status::Quarantined
         } else if !self.clock_suspect_left().is_zero() {
@@ -151,11 +179,52 @@ impl MasterInfo {
 
     /// True when the connection is open.
     pub fn is_connected(&self) -> bool {
-        self.connected.load(Ordering::Acquire)
+        self.link.load(Ordering::Acquire) & CONNECTED != 0
+    }
+
+    /// True when requests may be sent: connected, and not a duplicate of another member.
+    pub fn accepts(&self) -> bool {
+        self.link.load(Ordering::Acquire) == CONNECTED
     }
 
     pub(super) fn set_connected(&self, up: bool) {
-        self.connected.store(up, Ordering::Release);
+        if up {
+            self.link.fetch_or(CONNECTED, Ordering::AcqRel);
+        } else {
+            self.link.fetch_and(!CONNECTED, Ordering::AcqRel);
+        }
+    }
+
+    /// True while the member's server is another member's too (see [`super::identity`]).
+    pub fn is_duplicate(&self) -> bool {
+        self.link.load(Ordering::Acquire) & DUPLICATE != 0
+    }
+
+    /// The member this one duplicates ("" when it is none).
+    pub fn duplicate_of(&self) -> String {
+        if !self.is_duplicate() {
+            return String::new();
+        }
+        self.duplicate_of
+            .lock()
+            .map(|g| g.clone())
+            .unwrap_or_default()
+    }
+
+    /// Marks the member a duplicate of member `of` (its votes never count, it is sent
+    /// nothing), or (`None`) no longer one. The name is written before the bit is set.
+    pub(super) fn set_duplicate(&self, of: Option<&str>) {
+        match of {
+            Some(name) => {
+                if let Ok(mut g) = self.duplicate_of.lock() {
+                    name.clone_into(&mut g);
+                }
+                self.link.fetch_or(DUPLICATE, Ordering::AcqRel);
+            }
+            None => {
+                self.link.fetch_and(!DUPLICATE, Ordering::AcqRel);
+            }
+        }
     }
 
     /// True when the master's replies count as votes: connected and not excluded.
@@ -163,7 +232,7 @@ impl MasterInfo {
     /// This runs twice per master per vote, so the usual case (no exclusion on record) reads
     /// no clock: an exclusion's end, once passed, is cleared (unless it was extended meanwhile).
     pub fn is_trusted(&self) -> bool {
-        if !self.is_connected() {
+        if !self.accepts() {
             return false;
         }
         let quarantine = self.quarantine_until.load(Ordering::Acquire);
@@ -213,16 +282,19 @@ impl MasterInfo {
         }
     }
 
-    /// Why the member's votes do not count now: the quarantine's reason (`restart`, `young`,
-    /// `failover`, `new-member`), else `clock` while its clock is distrusted; "" when they count (or it is
-    /// down).
-    pub fn quarantine_reason(&self) -> &'static str {
-        if !self.quarantine_left().is_zero() {
-            *self.reason.lock().unwrap_or_else(|p| p.into_inner())
+    /// Why the member's votes do not count now: `duplicate of member <name>` while it
+    /// reaches the same server as another member, else the quarantine's reason (`restart`,
+    /// `young`, `failover`, `new-member`), else `clock` while its clock is distrusted; "" when
+    /// they count (or it is down).
+    pub fn quarantine_reason(&self) -> String {
+        if self.is_duplicate() {
+            format!("duplicate of member {}", self.duplicate_of())
+        } else if !self.quarantine_left().is_zero() {
+            (*self.reason.lock().unwrap_or_else(|p| p.into_inner())).to_string()
         } else if !self.clock_suspect_left().is_zero() {
-            "clock"
+            "clock".to_string()
         } else {
-            ""
+            String::new()
         }
     }
 
@@ -369,7 +441,8 @@ impl MasterInfo {
             self.clock_jumps.load(Ordering::Relaxed),
             self.kind,
             self.primary(),
-            self.quarantine_reason(),
+            // A Sentinel member's name holds commas, which would split the line.
+            self.quarantine_reason().replace(',', ";"),
             self.failovers(),
         );
         out

@@ -40,6 +40,7 @@ pub mod clock;
 pub mod cluster;
 mod handshake;
 pub mod health;
+pub mod identity;
 pub mod inbox;
 mod io;
 mod pending;
@@ -59,7 +60,7 @@ use clock::ClockWatch;
 #[cfg(test)]
 use handshake::info_field;
 use handshake::{Refused, admit, connect};
-pub use handshake::{dial, dial_to};
+pub use handshake::{dial, dial_primary};
 pub use health::{MasterInfo, Status};
 use io::{Ended, serve};
 
@@ -162,6 +163,13 @@ impl Backend {
 
     fn queue(&self, bytes: Bytes, replies: usize, time: bool, reply_to: Option<(ReplyTx, usize)>) {
         if let Some(r) = &self.router {
+            if self.info.is_duplicate() {
+                // Another member holds this member's server (see `identity`).
+                if let Some((tx, slot)) = reply_to {
+                    tx.send(slot, Err(BackendError::Down));
+                }
+                return;
+            }
             r.route(bytes, replies, time, reply_to);
             return;
         }
@@ -172,7 +180,8 @@ impl Backend {
             hold: false,
             reply_to,
         };
-        if !self.is_up() {
+        // Down, or a duplicate of another member (the same bits, one load): nothing is sent.
+        if !self.info.accepts() {
             pending.deliver(Err(BackendError::Down));
             return;
         }
@@ -228,6 +237,16 @@ async fn drive(
                 warned.clear();
                 info.set_last_error("");
                 admit(&info, &settings, &hello, clock.as_mut());
+                // Which server this is, told before the connection counts, so that a server
+                // another member holds never votes twice, not even for a moment.
+                let claim = settings
+                    .identity
+                    .as_ref()
+                    .zip(info.run_id())
+                    .map(|(c, run_id)| (c.member(&info), run_id));
+                if let (Some(c), Some((member, run_id))) = (&settings.identity, &claim) {
+                    c.identities().claim(run_id, member);
+                }
                 info.set_connected(true);
                 info!(
                     run_id = info.run_id().as_deref().unwrap_or("?"),
@@ -245,6 +264,9 @@ async fn drive(
                 )
                 .await;
                 info.set_connected(false);
+                if let (Some(c), Some((member, run_id))) = (&settings.identity, &claim) {
+                    c.identities().release(run_id, member);
+                }
                 match reason {
                     Ended::Shutdown => return,
                     Ended::Failed(why) => {

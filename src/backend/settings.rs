@@ -35,6 +35,10 @@ pub struct Settings {
     pub tls: Option<TlsTarget>,
     /// For a Sentinel member: its Sentinels, asked for the primary before every connect.
     pub sentinel: Option<std::sync::Arc<super::sentinel::Sentinels>>,
+    /// Where each connection tells which server (`run_id`) it reached, so that one server
+    /// reached by two members votes once (see [`super::identity`]); `None` switches the check
+    /// off (`member_identity_check = false`, a negative control for tests).
+    pub identity: Option<super::identity::Claimant>,
 }
 
 #[cfg(test)]
@@ -55,6 +59,7 @@ impl Settings {
             auth: None,
             tls: None,
             sentinel: None,
+            identity: None,
         }
     }
 }

@@ -186,7 +186,8 @@ pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
 fn quorum_available_in_ms(masters: &Masters) -> i64 {
     let waits = masters.iter().enumerate().map(|(n, m)| {
         let i = m.info();
-        let wait = i.is_connected().then(|| {
+        // A duplicate counts only through the member it duplicates: no time can be given.
+        let wait = i.accepts().then(|| {
             if i.is_trusted() {
                 0
             } else {

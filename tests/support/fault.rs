@@ -7,15 +7,17 @@
 //! - [`Fault::Reset`]: every connection is reset and new ones are reset at once (the host is
 //!   unreachable, the port refuses);
 //! - [`FaultProxy::drop_replies`]: the next replies are swallowed and their connection is reset,
-//!   so the request ran but its caller never learns how (an ambiguous outcome).
+//!   so the request ran but its caller never learns how (an ambiguous outcome);
+//! - [`FaultProxy::retarget`]: new connections go to another master (a name that comes to
+//!   mean another server, as DNS or a virtual address can).
 //!
 //! Bytes are never dropped from a connection that stays open: TCP does not do that, and a
 //! pipelined client that lost one reply in the middle of a stream could not tell which request
 //! the next one answers.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -43,6 +45,7 @@ pub struct FaultProxy {
     pub addr: String,
     state: watch::Sender<Fault>,
     drops: Arc<AtomicUsize>,
+    upstream: Arc<Mutex<String>>,
     task: JoinHandle<()>,
 }
 
@@ -54,18 +57,27 @@ impl FaultProxy {
         let (state, rx) = watch::channel(Fault::None);
         let drops = Arc::new(AtomicUsize::new(0));
         let d = drops.clone();
+        let upstream = Arc::new(Mutex::new(upstream));
+        let to = upstream.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let _ = client.set_nodelay(true);
-                tokio::spawn(relay(client, upstream.clone(), rx.clone(), d.clone()));
+                let at = to.lock().expect("upstream").clone();
+                tokio::spawn(relay(client, at, rx.clone(), d.clone()));
             }
         });
         FaultProxy {
             addr,
             state,
             drops,
+            upstream,
             task,
         }
+    }
+
+    /// Relays connections made from now on to `upstream` (open ones stay where they are).
+    pub fn retarget(&self, upstream: String) {
+        *self.upstream.lock().expect("upstream") = upstream;
     }
 
     /// Switches to `fault`; it applies to open connections too.

@@ -136,6 +136,12 @@ pub fn member(
 ) -> Backend {
     let info = Arc::new(MasterInfo::of_kind(name, "cluster", String::new()));
     let clock = settings.clock.is_some();
+    // Every shard's connection tells its server for the member as a whole: a cluster member
+    // that shares a node with another member votes through one of them only.
+    let settings = Settings {
+        identity: settings.identity.map(|c| c.for_member(info.clone())),
+        ..settings
+    };
     let c = Cluster::start(seeds, settings, info.clone(), scripts);
     Backend::routed(info, clock, Arc::new(Member(c)))
 }
