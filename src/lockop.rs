@@ -402,10 +402,47 @@ pub struct LockScript {
     pub signal: Option<Signal>,
     /// What it publishes, if anything (a release only).
     pub announce: Option<Announce>,
-    /// `Some(m)` when the script spreads `ARGV` into a command (`redis.call('psetex',
-    /// KEYS[1], unpack(ARGV))`): it means this operation only when called with exactly `m`
-    /// arguments (with more or fewer, Redis would run another command, or refuse it).
-    pub argv_count: Option<usize>,
+    /// `Some(counts)` when the script spreads `ARGV` into a command (`redis.call('psetex',
+    /// KEYS[1], unpack(ARGV))`) or tests `#ARGV`: it means this operation only when called
+    /// with one of these numbers of arguments (with others, Redis would run another command,
+    /// refuse it, or answer the script's usage error).
+    pub argv_count: Option<Counts>,
+    /// `Some(counts)` when the script tests `#KEYS` (`if #KEYS ~= 1 then return
+    /// redis.error_reply(...) end`): it means this operation only when called with one of
+    /// these numbers of keys.
+    pub keys_count: Option<Counts>,
+}
+
+/// A set of small counts (of arguments or keys, 0 to 15) a script's meaning holds for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts(u16);
+
+impl Counts {
+    /// The largest count a set holds.
+    pub const MAX: usize = 15;
+
+    /// The set of the one count `n` (empty when `n` is beyond [`Counts::MAX`]).
+    pub fn one(n: usize) -> Counts {
+        Counts::default().with(n)
+    }
+
+    /// This set and the count `n` (unchanged when `n` is beyond [`Counts::MAX`]).
+    pub fn with(self, n: usize) -> Counts {
+        if n > Self::MAX {
+            return self;
+        }
+        Counts(self.0 | 1 << n)
+    }
+
+    /// Whether the set holds `n`.
+    pub fn contains(self, n: usize) -> bool {
+        n <= Self::MAX && self.0 & (1 << n) != 0
+    }
+
+    /// The smallest count in the set.
+    pub fn min(self) -> Option<usize> {
+        (self.0 != 0).then(|| self.0.trailing_zeros() as usize)
+    }
 }
 
 impl LockScript {

@@ -92,6 +92,7 @@ impl Declared {
                 signal: None,
                 announce: None,
                 argv_count: None,
+                keys_count: None,
             },
         }
     }
@@ -1410,9 +1411,6 @@ mod tests {
             "if redis.call('get',KEYS[1]) ~= ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end",
             // Lua names are case-sensitive: `argv` is not `ARGV`.
             "if redis.call('get',KEYS[1]) == argv[1] then return redis.call('del',KEYS[1]) else return 0 end",
-            // Different with three keys than with one or two: the analyser unrolls over one
-            // and two keys, so the key count may never be compared.
-            "if #KEYS == 3 then return redis.call('del', KEYS[1]) end local n = 0 for i, k in ipairs(KEYS) do if redis.call('get', k) == ARGV[1] then n = n + redis.call('del', k) end end return n",
             "local n = 0 for i, k in ipairs(KEYS) do if i == 3 then redis.call('del', k) elseif redis.call('get', k) == ARGV[1] then n = n + redis.call('del', k) end end return n",
             // Overwrites another holder's lock, and answers what no SET answers.
             "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1",
@@ -1422,6 +1420,17 @@ mod tests {
             "if redis.call('get',KEYS[1]) == 'ARGV' then return redis.call('del',KEYS[1]) else return 0 end",
         ] {
             assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
+        }
+        // Different with three keys than with one or two: the analyser unrolls over one and
+        // two keys, so the key count is never compared there; read for exactly one key, it is
+        // a release bound to calls with one key (others run as written).
+        let three = "if #KEYS == 3 then return redis.call('del', KEYS[1]) end local n = 0 for i, k in ipairs(KEYS) do if redis.call('get', k) == ARGV[1] then n = n + redis.call('del', k) end end return n";
+        match recognise(three.as_bytes()) {
+            Meaning::Lock(l) => {
+                assert_eq!(l.keys_count, Some(crate::lockop::Counts::one(1)));
+                assert_eq!(l.choice, Choice::Always(Op::Release));
+            }
+            other => panic!("{other:?}"),
         }
         // A plain write with an expiry is that write (Redis::DistLock 0.07's extend is one).
         assert_eq!(

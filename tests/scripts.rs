@@ -2126,7 +2126,15 @@ async fn corpus_differential() {
                 } else {
                     l.token_arg
                 };
-                (token, l.ttl_arg, l.unit, keys, ops, l.argv_count)
+                let keys = l.keys_count.and_then(|k| k.min()).unwrap_or(keys);
+                (
+                    token,
+                    l.ttl_arg,
+                    l.unit,
+                    keys,
+                    ops,
+                    l.argv_count.and_then(|m| m.min()),
+                )
             }
             Meaning::Plain(s) => (s.value_arg, s.ttl_arg, s.unit, 1, vec![], None),
             // A constant written unless the key holds it: from missing, holding the constant,
@@ -2772,4 +2780,94 @@ async fn expiry_options_in_an_extend_answer_what_one_redis_answers_or_say_why_no
         let (want, got) = both_from(&reference, &ms, &p, xx, &keys, from, &argv).await;
         assert_eq!(got, want, "XX from {from:?}");
     }
+}
+
+/// Fifth-round shapes, from every starting state, answer through the proxy what one Redis
+/// answers and leave the same keys: a release that answers one constant whatever it found
+/// (one key and many), an acquisition and a release guarded by `#ARGV` called with more
+/// arguments than they need, and scripts that test `#KEYS` before acting.
+#[tokio::test]
+async fn fifth_round_shapes_answer_what_one_redis_answers() {
+    use Held::*;
+    use Start::{Expired, Held as H};
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
+    let multi: &[&[Start]] = &[
+        &[H(Mine), H(Mine)],
+        &[H(Mine), H(Other)],
+        &[H(Missing), H(Mine)],
+        &[H(Other), H(Other)],
+        &[Expired, H(Mine)],
+    ];
+    let mut case = 0;
+    let mut run = async |script: &str, argv: &[&str], states: &[&[Start]]| {
+        for from in states {
+            case += 1;
+            let keys: Vec<String> = (0..from.len()).map(|i| format!("r5:{case}:{i}")).collect();
+            let (want, got) = both_from(&reference, &ms, &p, script, &keys, from, argv).await;
+            assert_eq!(got, want, "{script} {argv:?} from {from:?}");
+        }
+    };
+    // Deletes every key that holds the token, answers 'OK' whatever it found.
+    let release_ok = "for _, k in ipairs(KEYS) do\n\
+        if redis.call('GET', k) == ARGV[1] then redis.call('DEL', k) end\nend\nreturn 'OK'";
+    run(release_ok, &["tok"], single).await;
+    run(release_ok, &["tok"], multi).await;
+    // Guarded by #ARGV: the same operation for two, three or four arguments.
+    let take = "if #ARGV < 2 then return redis.error_reply('ERR usage: token ttl') end\n\
+        if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end\n\
+        return 0";
+    run(take, &["tok", "20000", "extra"], single).await;
+    run(take, &["tok", "20000", "a", "b"], single).await;
+    let release = "if #ARGV == 0 then return redis.error_reply('no token') end\n\
+        if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end\n\
+        return 0";
+    run(release, &["tok", "unused"], single).await;
+    // Guarded by #KEYS: one key, as the script asks.
+    let keys_release = "if #KEYS ~= 1 then return redis.error_reply('ERR expected one key') end\n\
+        if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end\n\
+        return 0";
+    run(keys_release, &["tok"], single).await;
+    let keys_take = "if #KEYS == 0 then return redis.error_reply('ERR no key') end\n\
+        return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])";
+    run(keys_take, &["tok", "20000"], single).await;
+    let keys_extend = "if #KEYS > 1 then return redis.error_reply('ERR one key only') end\n\
+        if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end\n\
+        return redis.call('pexpire', KEYS[1], ARGV[2])";
+    run(keys_extend, &["tok", "20000"], single).await;
+}
+
+/// An acquisition guarded by `#KEYS` is a Redlock acquisition: held by another client on two of
+/// three masters, it answers the script's refusal (nil) and the key it created on the free
+/// master is taken back (negative control: the script as written on that master keeps its
+/// key there). Called with a key count it was not recognised for, it is not a lock operation:
+/// refused under the reject policy, nothing written.
+#[tokio::test]
+async fn a_refused_acquisition_guarded_by_keys_count_undoes_what_it_created() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let take = "if #KEYS ~= 1 then return redis.error_reply('ERR expected one key') end\n\
+        return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])";
+    held_by_other(&ms[1..], "r5:q").await;
+    let mut c = Client::connect(&p).await;
+    let args = ["EVAL", take, "1", "r5:q", "tok", "10000"];
+    assert_eq!(c.raw(&args).await, "$-1\r\n");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let other = Some("other".to_string());
+    assert_eq!(
+        values_on(&ms, "r5:q").await,
+        vec![None, other.clone(), other.clone()]
+    );
+    assert_eq!(ms[0].client().await.raw(&args).await, "+OK\r\n");
+    assert_eq!(
+        values_on(&ms, "r5:q").await,
+        vec![Some("tok".to_string()), other.clone(), other]
+    );
+    let r = c
+        .raw(&["EVAL", take, "2", "r5:a", "r5:b", "tok", "10000"])
+        .await;
+    assert!(r.starts_with("-"), "{r}");
+    assert_eq!(values_on(&ms, "r5:a").await, vec![None, None, None]);
 }

@@ -250,8 +250,10 @@ fn leased_hash_lock(proxy: &Arc<Proxy>, conn: &Conn, op: HashLockOp) -> Action {
 /// script's layout (too few keys or arguments): the script then runs as written, as Redis would
 /// run it, under the unknown-script policy.
 fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<LockOp, Reply>> {
-    // A script that spreads ARGV into a command means its operation for one count only.
-    if lock.argv_count.is_some_and(|m| m != argv.len()) {
+    // A script that spreads ARGV or tests #ARGV / #KEYS means its operation for some counts only.
+    if lock.argv_count.is_some_and(|m| !m.contains(argv.len()))
+        || lock.keys_count.is_some_and(|k| !k.contains(keys.len()))
+    {
         return None;
     }
     let mixed;
@@ -586,6 +588,7 @@ mod tests {
             signal: None,
             announce: None,
             argv_count: None,
+            keys_count: None,
         }
     }
 

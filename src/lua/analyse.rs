@@ -434,6 +434,10 @@ pub struct Layout {
     /// arguments, `unpack(ARGV)` spreads `ARGV[1]` to `ARGV[m]` and `ARGV[j]` past `m` is nil
     /// (see [`crate::lockop::LockScript::argv_count`]).
     pub argv_count: usize,
+    /// True: the run stands for a call with exactly as many keys as it was given, so `#KEYS`
+    /// is that number (a script testing it: see [`crate::lockop::LockScript::keys_count`]);
+    /// false: `#KEYS` is the symbolic count of an unrolled loop over every key.
+    pub keys_exact: bool,
     /// True: a comparison of another client's value with a string literal forks the run (see
     /// [`HOLDS`]) where it would stop it (a constant written as the lock's value, compared
     /// with itself).
@@ -450,6 +454,7 @@ impl Layout {
             field: 0,
             field_per_key: false,
             argv_count: 0,
+            keys_exact: false,
             literal_forks: false,
         }
     }
@@ -1007,6 +1012,9 @@ impl Machine<'_> {
                 match (op, v) {
                     (Un::Not, v) => Val::Bool(!truthy(&v)?),
                     (Un::Neg, Val::Num(n)) => Val::Num(n.checked_neg().ok_or_else(overflow)?),
+                    (Un::Len, Val::Keys) if self.layout.keys_exact => {
+                        Val::Num(self.keys.len() as i64)
+                    }
                     (Un::Len, Val::Keys) => Val::Count(self.keys.len() as i64),
                     // `#ARGV` in a run that stands for a call with exactly `m` arguments
                     // (`if #ARGV < 2 then return redis.error_reply(...) end`).

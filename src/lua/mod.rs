@@ -17,8 +17,8 @@ pub mod redisson;
 use bytes::Bytes;
 
 use crate::lockop::{
-    Announce, AnnounceWhen, Answer, Choice, HashScript, Lit, LockScript, NumTest, Op, Param,
-    PlainSet, Replies, Short, Signal, TtlUnit, WriteUnless,
+    Announce, AnnounceWhen, Answer, Choice, Counts, HashScript, Lit, LockScript, NumTest, Op,
+    Param, PlainSet, Replies, Short, Signal, TtlUnit, WriteUnless,
 };
 use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
 use parse::{Block, KeyUse, key_use_block};
@@ -379,21 +379,60 @@ const MAX_TOKEN_ARG: usize = 8;
 fn classify(block: &Block) -> Option<LockScript> {
     let mut u = KeyUse::default();
     key_use_block(block, &mut u);
-    classify_counted(block, &u, 0)
+    classify_keys(block, &u, false).or_else(|| {
+        // `#KEYS` tested (`if #KEYS ~= 1 then return redis.error_reply(...) end`): read for a
+        // call with exactly the keys the script names, and bound to that count.
+        if !u.keys_len {
+            return None;
+        }
+        let n = u.max_literal.max(1);
+        let exact = KeyUse {
+            dynamic: false,
+            max_literal: n,
+            ..u
+        };
+        let mut lock = classify_keys(block, &exact, true)?;
+        if lock.signal.is_some() || lock.announce.is_some() {
+            return None;
+        }
+        lock.keys_count = Some(Counts::one(n));
+        Some(lock)
+    })
+}
+
+/// [`classify`] with `#KEYS` read as the number of keys of the run (`keys_exact`), or not.
+fn classify_keys(block: &Block, u: &KeyUse, keys_exact: bool) -> Option<LockScript> {
+    classify_counted(block, u, 0, keys_exact)
         .and_then(literal_ttl)
         .or_else(|| {
             // `unpack(ARGV)` spread into a command, or `#ARGV` tested: read as a call with
-            // exactly `m` arguments, the first count that makes a lock operation of it (a
-            // TTL written in the script for fewer arguments is none: see [`literal_ttl`]).
-            u.argv_whole
-                .then(|| {
-                    (1..=MAX_TOKEN_ARG).find_map(|m| {
-                        let mut lock = classify_counted(block, &u, m)?;
-                        lock.argv_count = Some(m);
-                        literal_ttl(lock)
-                    })
-                })
-                .flatten()
+            // exactly `m` arguments, for every count up to [`MAX_TOKEN_ARG`] that makes the
+            // same lock operation of it as the first count that makes one (a TTL written in
+            // the script for fewer arguments is none: see [`literal_ttl`]). Other counts run
+            // as written, under the unknown-script policy.
+            if !u.argv_whole {
+                return None;
+            }
+            let mut found: Option<LockScript> = None;
+            for m in 1..=MAX_TOKEN_ARG {
+                let Some(mut lock) = classify_counted(block, u, m, keys_exact).and_then(|mut l| {
+                    l.argv_count = Some(Counts::one(m));
+                    literal_ttl(l)
+                }) else {
+                    continue;
+                };
+                match &mut found {
+                    None => found = Some(lock),
+                    Some(f) => {
+                        let counts = f.argv_count.map(|c| c.with(m));
+                        lock.argv_count = f.argv_count;
+                        if lock == *f {
+                            f.argv_count = counts;
+                        }
+                    }
+                }
+            }
+            found
         })
 }
 
@@ -427,12 +466,18 @@ fn literal_ttl(mut lock: LockScript) -> Option<LockScript> {
 }
 
 /// [`classify`] for calls with `argv_count` arguments (0: as many as the script reads; see
-/// [`Layout::argv_count`]).
-fn classify_counted(block: &Block, u: &KeyUse, argv_count: usize) -> Option<LockScript> {
+/// [`Layout::argv_count`]), `#KEYS` read exactly or not (see [`Layout::keys_exact`]).
+fn classify_counted(
+    block: &Block,
+    u: &KeyUse,
+    argv_count: usize,
+    keys_exact: bool,
+) -> Option<LockScript> {
     // The token may sit in any of the first arguments the script names (most put it first).
     let tokens = || 1..=u.max_argv.max(argv_count).clamp(1, MAX_TOKEN_ARG);
     let argv = |token| Layout {
         argv_count,
+        keys_exact,
         ..Layout::argv(token)
     };
     if u.dynamic {
@@ -464,6 +509,7 @@ fn classify_counted(block: &Block, u: &KeyUse, argv_count: usize) -> Option<Lock
         .find_map(|token| {
             let layout = Layout {
                 keys_as_args: true,
+                keys_exact,
                 ..Layout::argv(token)
             };
             classify_with(block, &[1], layout)
@@ -593,6 +639,7 @@ fn classify_signal(block: &Block) -> Option<LockScript> {
         }),
         announce: None,
         argv_count: None,
+        keys_count: None,
     })
 }
 
@@ -793,6 +840,7 @@ fn classify_runs(runs: &[Run], all_keys: bool, layout: Layout) -> Option<LockScr
         signal: None,
         announce: None,
         argv_count: None,
+        keys_count: None,
     };
     match switches.as_slice() {
         [] => {
@@ -877,6 +925,7 @@ fn classify_prefix(
         signal: None,
         announce: None,
         argv_count: None,
+        keys_count: None,
     })
 }
 
@@ -1008,7 +1057,13 @@ fn constant_replies(runs: &[&Run], op: Op, ttl: Option<usize>) -> Option<Answer>
         return None;
     }
     let told_apart = replies.ok != replies.no && replies.again != replies.no;
-    (told_apart || op == Op::Remaining).then_some(Answer::Const(replies))
+    // A release that answers one constant whatever it found (`return 'OK'` after deleting
+    // where the key held the token): its reply tells nothing, so it cannot be read as a grant.
+    let one_answer = matches!(op, Op::Release | Op::ReleaseAll)
+        && replies.no == replies.ok
+        && replies.gone == replies.ok
+        && replies.again == replies.ok;
+    (told_apart || one_answer || op == Op::Remaining).then_some(Answer::Const(replies))
 }
 
 /// The constant a script answers with `v`, if it is one the proxy can give: a number, nil, a
