@@ -52,6 +52,24 @@ pub enum Op {
     /// its remaining TTL (not the requested one) counts toward the grant's validity.
     #[serde(skip)]
     AcquireOrKeep,
+    /// Like `AcquireOrRefresh` on one key, with the TTL argument read in milliseconds where the
+    /// key is taken and in seconds where it already holds the token and is refreshed (a script
+    /// that takes with `SET ... PX ARGV[2]` and refreshes with `EXPIRE ... ARGV[2]`): the
+    /// refresh holds the key a thousand times longer, as on one Redis. The grant's validity
+    /// counts the shorter of the two. Not declarable in the configuration.
+    #[serde(skip)]
+    AcquireOrRefreshSeconds,
+}
+
+impl Op {
+    /// The TTL in ms a refresh of a key that already holds the token sets, for an acquisition
+    /// whose TTL is `ttl_ms` (`None` when it overflows).
+    pub fn refresh_ms(self, ttl_ms: i64) -> Option<i64> {
+        match self {
+            Op::AcquireOrRefreshSeconds => ttl_ms.checked_mul(1000),
+            _ => Some(ttl_ms),
+        }
+    }
 }
 
 /// Where a script with parameters in `KEYS` (see [`LockScript::params_in_keys`]) numbers its

@@ -135,7 +135,9 @@ pub fn recognise(body: &[u8]) -> Meaning {
 /// holds the token itself, so a refused attempt knows a grant of its value may exist there),
 /// else one code per key: 1 created, 2 already held the token (TTL reset), so a refused attempt
 /// can undo exactly what it created. `ARGV[3] = "2"` accepts keys that hold the token only
-/// when all of them do (a mix of missing keys and the token's answers -1).
+/// when all of them do (a mix of missing keys and the token's answers -1). `ARGV[4]`, when
+/// given, is the TTL in ms set where a key already held the token (a refresh whose TTL is
+/// read in another unit, see [`crate::lockop::Op::AcquireOrRefreshSeconds`]).
 pub const ACQUIRE: &str = "local done = {} \
     for i, key in ipairs(KEYS) do \
       local v = redis.call('get', key) \
@@ -145,7 +147,8 @@ pub const ACQUIRE: &str = "local done = {} \
       else return 0 end \
     end \
     if ARGV[3] == '2' then for i = 2, #done do if done[i] ~= done[1] then return -1 end end end \
-    for i, key in ipairs(KEYS) do redis.call('set', key, ARGV[1], 'px', ARGV[2]) end \
+    for i, key in ipairs(KEYS) do \
+      redis.call('set', key, ARGV[1], 'px', done[i] == 2 and ARGV[4] or ARGV[2]) end \
     return done";
 
 /// Extend: `KEYS` = the keys, `ARGV` = token, ms, `"1"` to add to the TTL (else replace it),

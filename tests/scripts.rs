@@ -2008,10 +2008,11 @@ async fn a_refused_script_says_why() {
         return false";
     let r = c.raw(&["EVAL", global, "1", "why", "tok", "1000"]).await;
     assert!(r.contains("assigns to the global current"), "{r}");
-    // Acquired in milliseconds, refreshed in seconds from the same argument.
+    // Acquired in seconds, refreshed in milliseconds from the same argument (the other way
+    // round is recognised: see `a_key_taken_in_ms_and_refreshed_in_seconds_...`).
     let mixed = "local v = redis.call('get', KEYS[1])\n\
-        if not v then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) end\n\
-        if v == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end\nreturn 0";
+        if not v then return redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2]) end\n\
+        if v == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end\nreturn 0";
     let r = c.raw(&["EVAL", mixed, "1", "why", "tok", "1000"]).await;
     assert!(r.contains("in milliseconds on one path and in"), "{r}");
     assert_eq!(values_on(&ms, "why").await, vec![None, None, None]);
@@ -2050,7 +2051,13 @@ async fn corpus_differential() {
     };
     let reference = Master::start();
     let ms = masters(3);
-    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    // A TTL argument read in seconds on one path (a refresh in seconds of a key taken in ms)
+    // asks for a thousand times the TTL there: room for it.
+    let p = proxy_with(&ms, |c| {
+        c.unknown_scripts = UnknownScripts::Reject;
+        c.max_ttl_ms = 100_000_000;
+    })
+    .await;
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -2870,4 +2877,105 @@ async fn a_refused_acquisition_guarded_by_keys_count_undoes_what_it_created() {
         .await;
     assert!(r.starts_with("-"), "{r}");
     assert_eq!(values_on(&ms, "r5:a").await, vec![None, None, None]);
+}
+
+/// A script that takes the key for `ARGV[2]` milliseconds (`SET ... PX`) and refreshes it for
+/// the same argument in seconds (`EXPIRE`) where it already holds the token answers, from every
+/// starting state, what one Redis answers, and leaves the same value and TTL (20 s taken, 20,000 s
+/// refreshed). The refresh's TTL is held to `max_ttl_ms` too: beyond it, an error, nothing
+/// written. The reverse (taken in seconds, refreshed in milliseconds: a refresh shorter than
+/// the acquisition) stays unknown, with its reason.
+#[tokio::test]
+async fn a_key_taken_in_ms_and_refreshed_in_seconds_answers_what_one_redis_answers() {
+    use Held::*;
+    use Start::{Expired, Held as H};
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| {
+        c.unknown_scripts = UnknownScripts::Reject;
+        c.max_ttl_ms = 100_000_000;
+    })
+    .await;
+    let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
+    let answered = "local v = redis.call('get', KEYS[1])\n\
+        if not v then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])\n\
+        elseif v == ARGV[1] then redis.call('expire', KEYS[1], ARGV[2]) return 'OK'\n\
+        else return '' end";
+    let expire_reply = "local v = redis.call('get', KEYS[1])\n\
+        if v == false then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) end\n\
+        if v == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end\n\
+        return 0";
+    let mut case = 0;
+    for script in [answered, expire_reply] {
+        for from in single {
+            case += 1;
+            let keys = vec![format!("r5m:{case}")];
+            let argv = ["tok", "20000"];
+            let (want, got) = both_from(&reference, &ms, &p, script, &keys, from, &argv).await;
+            assert_eq!(got, want, "{script} from {from:?}");
+        }
+    }
+    // The refresh asks for 2,000,000 s: beyond max_ttl_ms, an error and nothing written.
+    let mut c = Client::connect(&p).await;
+    let r = c
+        .raw(&["EVAL", answered, "1", "r5m:long", "tok", "2000000"])
+        .await;
+    assert!(r.starts_with("-ERR"), "{r}");
+    assert_eq!(values_on(&ms, "r5m:long").await, vec![None, None, None]);
+    let reverse = "local v = redis.call('get', KEYS[1])\n\
+        if not v then return redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2])\n\
+        elseif v == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2])\n\
+        else return '' end";
+    let r = c.raw(&["EVAL", reverse, "1", "r5m:rev", "tok", "20"]).await;
+    assert!(
+        r.contains("in milliseconds on one path and in seconds on another"),
+        "{r}"
+    );
+    assert_eq!(values_on(&ms, "r5m:rev").await, vec![None, None, None]);
+}
+
+/// The acquisition taken in ms and refreshed in seconds is a Redlock acquisition: held by
+/// another client on two of three masters, it answers the script's refusal and the key it
+/// created on the free master is taken back (negative control: the script as written on that
+/// master keeps its key). Already the caller's on a quorum, it is refreshed there for the TTL
+/// in seconds, as on one Redis, while a master where it was missing gets it for the TTL in ms.
+#[tokio::test]
+async fn a_refused_acquisition_refreshed_in_seconds_undoes_what_it_created() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| {
+        c.unknown_scripts = UnknownScripts::Reject;
+        c.max_ttl_ms = 100_000_000;
+    })
+    .await;
+    let script = "local v = redis.call('get', KEYS[1])\n\
+        if not v then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])\n\
+        elseif v == ARGV[1] then redis.call('expire', KEYS[1], ARGV[2]) return 'OK'\n\
+        else return '' end";
+    held_by_other(&ms[1..], "r5m:q").await;
+    let mut c = Client::connect(&p).await;
+    let args = ["EVAL", script, "1", "r5m:q", "tok", "10000"];
+    assert_eq!(c.raw(&args).await, "$0\r\n\r\n");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let other = Some("other".to_string());
+    assert_eq!(
+        values_on(&ms, "r5m:q").await,
+        vec![None, other.clone(), other.clone()]
+    );
+    assert_eq!(ms[0].client().await.raw(&args).await, "+OK\r\n");
+    assert_eq!(
+        values_on(&ms, "r5m:q").await,
+        vec![Some("tok".to_string()), other.clone(), other]
+    );
+    // Mine on two masters (10 s left), missing on the third: a quorum refreshes it for
+    // 10,000 s where it was the caller's; the third gets it for 10 s.
+    for m in &ms[..2] {
+        let set = ["SET", "r5m:r", "tok", "PX", "10000"];
+        assert_eq!(m.client().await.raw(&set).await, "+OK\r\n");
+    }
+    let args = ["EVAL", script, "1", "r5m:r", "tok", "10000"];
+    assert_eq!(c.raw(&args).await, "$2\r\nOK\r\n");
+    assert!(pttl(&ms[0], "r5m:r").await > 9_000_000);
+    assert!(pttl(&ms[1], "r5m:r").await > 9_000_000);
+    let third = pttl(&ms[2], "r5m:r").await;
+    assert!((1..=10_000).contains(&third), "{third}");
 }

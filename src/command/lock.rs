@@ -282,6 +282,13 @@ fn check(proxy: &Proxy, op: &LockOp) -> Result<(), Reply> {
             max,
         }));
     }
+    // A refresh in seconds of the same argument: its TTL is held to the same bound.
+    if op.op == Op::AcquireOrRefreshSeconds
+        && let refresh = op.op.refresh_ms(op.ttl_ms).unwrap_or(i64::MAX)
+        && refresh > max as i64
+    {
+        return Err(Reply::from(Error::TtlTooLong { ttl: refresh, max }));
+    }
     if let Some(w) = &op.wake
         && (w.ttl_ms <= 0 || w.ttl_ms > max as i64)
     {
@@ -315,7 +322,11 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
     // One future type per operation, so each is only as large as its own state; each takes its
     // turn on its keys now, at dispatch.
     match op.op {
-        Op::Acquire | Op::AcquireOrRefresh | Op::AcquireOrRefreshAll | Op::AcquireOrKeep => {
+        Op::Acquire
+        | Op::AcquireOrRefresh
+        | Op::AcquireOrRefreshAll
+        | Op::AcquireOrKeep
+        | Op::AcquireOrRefreshSeconds => {
             if op.op == Op::AcquireOrKeep && op.keys.len() != 1 {
                 return Reply::from(Error::NoLockKeys).into();
             }
@@ -429,7 +440,11 @@ fn granted_answer(op: &LockOp, ballots: &Ballots) -> Reply {
 pub fn acquires(op: &LockOp) -> bool {
     matches!(
         op.op,
-        Op::Acquire | Op::AcquireOrRefresh | Op::AcquireOrRefreshAll | Op::AcquireOrKeep
+        Op::Acquire
+            | Op::AcquireOrRefresh
+            | Op::AcquireOrRefreshAll
+            | Op::AcquireOrKeep
+            | Op::AcquireOrRefreshSeconds
     )
 }
 
@@ -586,11 +601,19 @@ fn acquire_request(masters: &Masters, op: &LockOp) -> Request {
     let flag = acquire_flag(op.op);
     let script = || {
         let mut ttl = itoa::Buffer::new();
-        eval(
-            ACQUIRE,
-            &op.keys,
-            &[&op.token, ttl.format(op.ttl_ms).as_bytes(), flag],
-        )
+        let ttl = ttl.format(op.ttl_ms).as_bytes();
+        match op.op {
+            Op::AcquireOrRefreshSeconds => {
+                let mut buf = itoa::Buffer::new();
+                let again = op.op.refresh_ms(op.ttl_ms).unwrap_or(op.ttl_ms);
+                eval(
+                    ACQUIRE,
+                    &op.keys,
+                    &[&op.token, ttl, flag, buf.format(again).as_bytes()],
+                )
+            }
+            _ => eval(ACQUIRE, &op.keys, &[&op.token, ttl, flag]),
+        }
     };
     if asks_plain(op) {
         Request::Same(crate::wire::master::set_nx(
@@ -710,7 +733,7 @@ fn grant_kept(
 fn acquire_flag(op: Op) -> &'static [u8] {
     match op {
         Op::AcquireOrRefreshAll => b"2",
-        Op::AcquireOrRefresh => b"1",
+        Op::AcquireOrRefresh | Op::AcquireOrRefreshSeconds => b"1",
         _ => b"0",
     }
 }
@@ -730,13 +753,26 @@ async fn not_granted_at_once(
     let masters = vote.masters().clone();
     let reentrant = matches!(
         op.op,
-        Op::AcquireOrRefresh | Op::AcquireOrRefreshAll | Op::AcquireOrKeep
+        Op::AcquireOrRefresh
+            | Op::AcquireOrRefreshAll
+            | Op::AcquireOrKeep
+            | Op::AcquireOrRefreshSeconds
     );
     let keep = op.op == Op::AcquireOrKeep;
     let deadline = start + proxy.config().node_timeout();
     let ttl_arg = itoa::Buffer::new().format(op.ttl_ms).to_owned();
+    // Where the key already holds the token, the TTL a refresh sets (see `Op::refresh_ms`).
+    let again_arg = itoa::Buffer::new()
+        .format(op.op.refresh_ms(op.ttl_ms).unwrap_or(op.ttl_ms))
+        .to_owned();
     let flag = acquire_flag(op.op);
-    let script = || eval(ACQUIRE, &op.keys, &[&op.token, ttl_arg.as_bytes(), flag]);
+    let script = || {
+        eval(
+            ACQUIRE,
+            &op.keys,
+            &[&op.token, ttl_arg.as_bytes(), flag, again_arg.as_bytes()],
+        )
+    };
     let yes = created_by(&op);
     let first = vote.decide_by(yes).await;
     let mine = |r: &Reply| already_mine(&op, r);

@@ -118,7 +118,8 @@ fn reason(body: &[u8]) -> String {
             }
             Ok(runs) if mixed_units(&runs) => {
                 return "it sets the same TTL argument in milliseconds on one path and in \
-                        seconds on another (PX and EXPIRE), a TTL per path the proxy does not carry"
+                        seconds on another; the proxy carries only a key taken in ms and \
+                        refreshed in s"
                     .into();
             }
             Ok(runs) => return not_a_lock_because(&runs).into(),
@@ -935,12 +936,14 @@ fn has(r: &Run, j: usize, s: &[u8], yes: bool) -> bool {
         .any(|(a, b, y)| *a == j && b == s && *y == yes)
 }
 
-const OPS: [Op; 11] = [
+const OPS: [Op; 12] = [
     Op::Release,
     Op::Delete,
     Op::Inspect,
     Op::Acquire,
     Op::AcquireOrRefresh,
+    // Taken in ms, refreshed in seconds: only where one unit does not fit (see `ttl_of`).
+    Op::AcquireOrRefreshSeconds,
     Op::AcquireOrKeep,
     Op::Extend,
     Op::ExtendAdd,
@@ -1101,10 +1104,16 @@ fn lit_val(l: Lit, ttl_arg: usize) -> Val {
     }
 }
 
-/// The TTL argument a successful run of `op` wrote.
+/// The TTL argument a successful run of `op` wrote (for a refresh in seconds, the one a run
+/// that took the key wrote, in milliseconds: see [`Op::AcquireOrRefreshSeconds`]).
 fn ttl_of(runs: &[&Run], op: Op) -> Option<(usize, TtlUnit)> {
-    runs.iter()
+    let taken = |r: &&&Run| {
+        op != Op::AcquireOrRefreshSeconds || r.start.iter().all(|s| s.held == Held::Missing)
+    };
+    let found = runs
+        .iter()
         .filter(|r| strict_success(r, op))
+        .filter(taken)
         .find_map(|r| match &r.end.first()?.ttl {
             TtlNow::Set { seconds, v } => {
                 let arg = match (op, v) {
@@ -1127,14 +1136,20 @@ fn ttl_of(runs: &[&Run], op: Op) -> Option<(usize, TtlUnit)> {
                 Some((arg, unit))
             }
             _ => None,
-        })
+        });
+    // Taken in milliseconds from an argument (the refresh then reads it in seconds).
+    found.filter(|(arg, unit)| {
+        op != Op::AcquireOrRefreshSeconds || (*unit == TtlUnit::Millis && *arg <= MAX_TOKEN_ARG)
+    })
 }
 
 fn strict_success(r: &Run, op: Op) -> bool {
     let all = |f: &dyn Fn(Held, bool) -> bool| r.start.iter().all(|s| f(s.held, s.ttl));
     match op {
         Op::Acquire => all(&|h, _| h == Held::Missing),
-        Op::AcquireOrRefresh => all(&|h, t| h == Held::Missing || (h == Held::Token && t)),
+        Op::AcquireOrRefresh | Op::AcquireOrRefreshSeconds => {
+            all(&|h, t| h == Held::Missing || (h == Held::Token && t))
+        }
         // A key holding the token without a TTL is kept too (held for ever, as valid as any).
         Op::AcquireOrKeep => all(&|h, _| h != Held::Other),
         Op::Extend => all(&|h, t| h == Held::Token && t),
@@ -1322,14 +1337,20 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
             }
         }
         _ => {
+            if op == Op::AcquireOrRefreshSeconds && n != 1 {
+                return false;
+            }
             let ttl = |i: usize| {
                 let v = if op == Op::ExtendAdd {
                     Val::Sum(vec![Val::Arg(ttl_arg), Val::Pttl(i + 1)])
                 } else {
                     ttl_val(ttl_arg)
                 };
+                // A refresh in seconds: the same argument read in seconds where the key was
+                // already the caller's.
+                let refreshed = op == Op::AcquireOrRefreshSeconds && r.start[i].held == Held::Token;
                 TtlNow::Set {
-                    seconds: unit == TtlUnit::Seconds,
+                    seconds: unit == TtlUnit::Seconds || refreshed,
                     v,
                 }
             };
