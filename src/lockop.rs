@@ -619,6 +619,12 @@ pub struct HashScript {
     pub publish: Option<Publish>,
     /// The unlock latch, if the unlock keeps one.
     pub latch: Option<Latch>,
+    /// The TTL argument's unit (Redisson's: milliseconds; `EXPIRE key ARGV[2]` in the
+    /// re-entrant hash locks of many tutorials: seconds).
+    pub unit: TtlUnit,
+    /// `Acquire` only: the constants it answers when granted and when refused (`return 1` /
+    /// `return 0`), in place of Redisson's nil and the lock's PTTL.
+    pub replies: Option<(Lit, Lit)>,
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -696,6 +696,8 @@ mod tests {
             ttl_arg,
             publish,
             latch,
+            unit: TtlUnit::Millis,
+            replies: None,
         };
         for (body, want) in [
             (
@@ -755,10 +757,6 @@ mod tests {
             "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hset', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; return redis.call('pttl', KEYS[1]);",
             // No TTL on a new lock.
             "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hincrby', KEYS[1], ARGV[2], 1); return nil; end; return redis.call('pttl', KEYS[1]);",
-            // Seconds, not milliseconds.
-            "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('expire', KEYS[1], ARGV[1]); return nil; end; return redis.call('pttl', KEYS[1]);",
-            // Answers 0 instead of the PTTL when taken.
-            "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; return 0;",
             // Renews whoever holds it.
             "if (redis.call('exists', KEYS[1]) == 1) then redis.call('pexpire', KEYS[1], ARGV[1]); return 1; end; return 0;",
             // Unlock that deletes on the first of two holds.
@@ -786,6 +784,37 @@ mod tests {
         ] {
             assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
         }
+        // The TTL in seconds, or constants of its own in place of nil and the PTTL: the same
+        // acquisition with that unit, or those replies (re-entrant hash locks of tutorials).
+        let seconds = hash(b"if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('expire', KEYS[1], ARGV[1]); return nil; end; return redis.call('pttl', KEYS[1]);");
+        assert_eq!(
+            (seconds.op, seconds.unit, seconds.replies),
+            (HashOp::Acquire, TtlUnit::Seconds, None)
+        );
+        let zero = hash(b"if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; return 0;");
+        assert_eq!(zero.replies, Some((Lit::Nil, Lit::Int(0))));
+        let one_zero = hash(b"if (redis.call('exists', KEYS[1]) == 0) then redis.call('hset', KEYS[1], ARGV[1], '1'); redis.call('expire', KEYS[1], ARGV[2]); return 1; end; if (redis.call('hexists', KEYS[1], ARGV[1]) == 1) then redis.call('hincrby', KEYS[1], ARGV[1], '1'); redis.call('expire', KEYS[1], ARGV[2]); return 1; end; return 0;");
+        assert_eq!(
+            (
+                one_zero.op,
+                one_zero.field_arg,
+                one_zero.ttl_arg,
+                one_zero.unit,
+                one_zero.replies
+            ),
+            (
+                HashOp::Acquire,
+                1,
+                2,
+                TtlUnit::Seconds,
+                Some((Lit::Int(1), Lit::Int(0)))
+            )
+        );
+        // Answering the hold count on re-entry (each master counts its own) stays unknown.
+        assert_eq!(
+            recognise(b"if (redis.call('exists', KEYS[1]) == 0) then redis.call('hset', KEYS[1], ARGV[1], '1'); redis.call('expire', KEYS[1], ARGV[2]); return 1; end; if (redis.call('hexists', KEYS[1], ARGV[1]) == 1) then local n = redis.call('hincrby', KEYS[1], ARGV[1], '1'); redis.call('expire', KEYS[1], ARGV[2]); return n; end; return 0;"),
+            Meaning::Unknown
+        );
         // An older Redisson unlock answered 1 and published for a lock already gone: not the
         // unlock the proxy runs (nil there), so it stays unknown (and runs under the
         // unknown-script rule; its replies do not differ between masters).

@@ -2979,3 +2979,115 @@ async fn a_refused_acquisition_refreshed_in_seconds_undoes_what_it_created() {
     let third = pttl(&ms[2], "r5m:r").await;
     assert!((1..=10_000).contains(&third), "{third}");
 }
+
+/// The re-entrant hash lock of many tutorials (`EXISTS` then `HSET field '1'`, or `HEXISTS`
+/// then `HINCRBY field '1'`, `EXPIRE` in seconds, answering 1 or 0) from each starting state
+/// of the lock (missing, held by the caller once, re-entered, held by another, expired, a
+/// string): the reply and the hash a majority of masters hold are what one plain Redis answers
+/// and holds, with unknown scripts refused (so it runs as a hash-lock quorum operation).
+#[tokio::test]
+async fn a_tutorial_reentrant_hash_lock_answers_what_one_redis_answers() {
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let mut r = reference.client().await;
+    let mut c = Client::connect(&p).await;
+    let mut direct = Vec::new();
+    for m in &ms {
+        direct.push(m.client().await);
+    }
+    let script = "if (redis.call('exists', KEYS[1]) == 0) then\n\
+        redis.call('hset', KEYS[1], ARGV[1], '1');\nredis.call('expire', KEYS[1], ARGV[2]);\n\
+        return 1;\nend;\nif (redis.call('hexists', KEYS[1], ARGV[1]) == 1) then\n\
+        redis.call('hincrby', KEYS[1], ARGV[1], '1');\nredis.call('expire', KEYS[1], ARGV[2]);\n\
+        return 1;\nend;\nreturn 0;";
+    let redisson = lua("redisson_lock");
+    let me = "uuid-1:7";
+    for (case, start) in [
+        "missing",
+        "mine",
+        "mine twice",
+        "other",
+        "expired",
+        "a string",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let key = format!("r5h:{case}");
+        let (holder, times) = match start {
+            "mine" | "expired" => (me, 1),
+            "mine twice" => (me, 2),
+            "other" => ("uuid-2:9", 1),
+            _ => ("", 0),
+        };
+        for _ in 0..times {
+            let take = if start == "expired" {
+                vec!["EVAL", redisson.as_str(), "1", key.as_str(), "60", holder]
+            } else {
+                vec!["EVAL", script, "1", key.as_str(), holder, "10"]
+            };
+            let want = if start == "expired" {
+                Reply::Nil
+            } else {
+                Reply::Integer(1)
+            };
+            assert_eq!(r.cmd(&take).await, want);
+            assert_eq!(c.cmd(&take).await, want, "set up {start}");
+        }
+        if start == "a string" {
+            let set = ["SET", key.as_str(), "v", "PX", "10000"];
+            assert_eq!(r.cmd(&set).await, Reply::ok());
+            assert_eq!(c.cmd(&set).await, Reply::ok());
+        }
+        if start == "expired" {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        let call = ["EVAL", script, "1", key.as_str(), me, "30"];
+        let want = bucketed(r.cmd(&call).await);
+        let got = bucketed(c.cmd(&call).await);
+        assert_eq!(got, want, "reply from {start}");
+        let want = hash_state(&mut r, &key).await;
+        let mut per_master = Vec::new();
+        for d in direct.iter_mut() {
+            per_master.push(hash_state(d, &key).await);
+        }
+        let agreed = per_master.iter().filter(|s| **s == want).count();
+        assert!(
+            agreed >= 2,
+            "{start}: one Redis {want:?}, masters {per_master:?}"
+        );
+    }
+}
+
+/// The tutorial re-entrant hash lock is a Redlock acquisition: held by another on two of three
+/// masters, it answers the script's refusal (0) and the hash it created on the free master is
+/// deleted. (Negative control: the script as written on the free master answers 1 and keeps
+/// its hash there, a grant no quorum made.)
+#[tokio::test]
+async fn a_refused_tutorial_hash_lock_undoes_what_it_created() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let script = "if (redis.call('exists', KEYS[1]) == 0) then\n\
+        redis.call('hset', KEYS[1], ARGV[1], '1');\nredis.call('expire', KEYS[1], ARGV[2]);\n\
+        return 1;\nend;\nif (redis.call('hexists', KEYS[1], ARGV[1]) == 1) then\n\
+        redis.call('hincrby', KEYS[1], ARGV[1], '1');\nredis.call('expire', KEYS[1], ARGV[2]);\n\
+        return 1;\nend;\nreturn 0;";
+    for m in &ms[1..] {
+        let mut d = m.client().await;
+        d.cmd(&["HSET", "r5h:q", "uuid-2:9", "1"]).await;
+        d.cmd(&["EXPIRE", "r5h:q", "10"]).await;
+    }
+    let mut c = Client::connect(&p).await;
+    let args = ["EVAL", script, "1", "r5h:q", "uuid-1:7", "10"];
+    assert_eq!(c.cmd(&args).await, Reply::Integer(0));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut free = ms[0].client().await;
+    assert_eq!(free.cmd(&["EXISTS", "r5h:q"]).await, Reply::Integer(0));
+    // Negative control: as written on the free master, it takes the lock there.
+    assert_eq!(free.cmd(&args).await, Reply::Integer(1));
+    assert_eq!(
+        free.cmd(&["HGET", "r5h:q", "uuid-1:7"]).await,
+        Reply::bulk("1")
+    );
+}

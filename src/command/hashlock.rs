@@ -152,6 +152,9 @@ pub struct HashLockOp {
     pub also: Vec<(Bytes, Bytes)>,
     /// A fenced lock's token counter (`FencedAcquire`, `FencedAcquireToken`).
     pub counter: Option<Bytes>,
+    /// `Acquire`: the script's own constants for a grant and a refusal, in place of nil and
+    /// the lock's PTTL (see [`crate::lockop::HashScript::replies`]).
+    pub replies: Option<(crate::lockop::Lit, crate::lockop::Lit)>,
 }
 
 /// Runs a hash-lock operation as a quorum operation.
@@ -272,10 +275,11 @@ async fn acquire(proxy: Arc<Proxy>, op: HashLockOp, held: crate::keylock::Held) 
         if let Some(token) = token.filter(|_| valid()) {
             Counters::bump(&proxy.counters().grants);
             drop(held);
-            return match op.op {
-                HashOp::FencedAcquireToken => {
+            return match (op.op, op.replies) {
+                (HashOp::FencedAcquireToken, _) => {
                     Reply::Array(vec![Reply::Integer(-1), Reply::Integer(token)])
                 }
+                (_, Some((ok, _))) => super::lock::constant(ok),
                 _ => Reply::Nil,
             };
         }
@@ -289,7 +293,10 @@ async fn acquire(proxy: Arc<Proxy>, op: HashLockOp, held: crate::keylock::Held) 
         (None, HashOp::FencedAcquireToken) => {
             Reply::Array(vec![Reply::Integer(hint), Reply::Integer(-1)])
         }
-        (None, _) => Reply::Integer(hint),
+        (None, _) => match op.replies {
+            Some((_, no)) => super::lock::constant(no),
+            None => Reply::Integer(hint),
+        },
     };
     // The client has its answer; the undo waits for every answer still due (until the node
     // deadline), so it knows which masters created and which re-entered, and the key stays in

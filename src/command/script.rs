@@ -234,11 +234,14 @@ fn leased_hash_lock(proxy: &Arc<Proxy>, conn: &Conn, op: HashLockOp) -> Action {
                 field: op.field.clone(),
                 ttl_ms: op.ttl_ms,
             };
+            // A grant answers nil, or `{-1, token}` for a fenced lock's token form, or the
+            // script's own constant.
+            let own = op.replies.map(|(ok, _)| super::lock::constant(ok));
             let acquired = super::hashlock::run(proxy, op);
-            // A grant answers nil, or `{-1, token}` for a fenced lock's token form.
-            let granted = |r: &Reply| match r {
-                Reply::Nil => true,
-                Reply::Array(v) => v.first() == Some(&Reply::Integer(-1)),
+            let granted = move |r: &Reply| match (&own, r) {
+                (Some(ok), r) => r == ok,
+                (None, Reply::Nil) => true,
+                (None, Reply::Array(v)) => v.first() == Some(&Reply::Integer(-1)),
                 _ => false,
             };
             super::lease::on_grant(leases, proxy, acquired, lock, granted)
@@ -412,9 +415,11 @@ fn bind_hash(
     };
     let ttl_ms = match script.ttl_arg {
         0 => 0,
-        j => match parse_int(&arg(j)?) {
-            Some(ms) => ms,
-            None => return Some(Err(Reply::from(Error::NotAnInteger))),
+        j => match (parse_int(&arg(j)?), script.unit) {
+            (Some(ms), TtlUnit::Millis) => ms,
+            // Beyond any `max_ttl_ms` when it overflows: refused as too long.
+            (Some(s), TtlUnit::Seconds) => s.saturating_mul(1000),
+            (None, _) => return Some(Err(Reply::from(Error::NotAnInteger))),
         },
     };
     let publish = match &script.publish {
@@ -469,6 +474,7 @@ fn bind_hash(
             HashOp::FencedAcquire | HashOp::FencedAcquireToken => Some(keys.get(1)?.clone()),
             _ => None,
         },
+        replies: script.replies,
     }))
 }
 

@@ -21,6 +21,7 @@
 use std::fmt;
 
 use super::parse::{Bin, Block, Expr, Func, Stat, Un, is_redis_call};
+use crate::lockop::{Lit, Short};
 
 /// Most statements and expressions evaluated in one run.
 const MAX_STEPS: usize = 10_000;
@@ -1532,6 +1533,12 @@ impl Machine<'_> {
         };
         let by = match (cmd.as_slice(), &rest[2..]) {
             (b"hincrby", [Val::Num(d)]) => *d,
+            // The increment written as a string (`hincrby key field '1'`): Redis reads it as
+            // the integer.
+            (b"hincrby", [Val::Str(d)]) => match std::str::from_utf8(d).ok().map(str::parse) {
+                Some(Ok(d)) => d,
+                _ => return fail("a hash command it does not model"),
+            },
             (b"hset", [Val::Num(1)]) => 0,
             (b"hset", [Val::Str(one)]) if one == b"1" => 0,
             _ => return fail("a hash command it does not model"),
@@ -1901,5 +1908,40 @@ fn less(a: &Val, b: &Val, or_equal: bool) -> R<bool> {
         (Num(n), Many(k)) if *n < 2 + k || (*n == 2 + k && or_equal) => Ok(true),
         (Many(k), Num(n)) if *n < 2 + k || (*n == 2 + k && !or_equal) => Ok(false),
         _ => fail(format!("cannot decide {a} < {b}")),
+    }
+}
+
+/// The constant a script answers with `v`, if it is one the proxy can give: a number, nil, a
+/// status `OK`, a short string or error, a one-number table, or (where `ttl` names the TTL
+/// argument) that argument as a number or as text.
+pub fn reply_lit(v: &Val, ttl: Option<usize>) -> Option<Lit> {
+    match v {
+        Val::Num(n) => Some(Lit::Int(*n)),
+        Val::Nil => Some(Lit::Nil),
+        Val::Status => Some(Lit::Ok),
+        Val::Str(s) => Short::new(s).map(Lit::Bulk),
+        Val::Error(e) => Short::new(e).map(Lit::Error),
+        Val::Table(items) => match items.as_slice() {
+            [Val::Num(n)] => Some(Lit::Single(*n)),
+            _ => None,
+        },
+        Val::NumArg(j) if Some(*j) == ttl => Some(Lit::TtlNum),
+        Val::Arg(j) if Some(*j) == ttl => Some(Lit::TtlText),
+        _ => None,
+    }
+}
+
+/// A constant reply as the analyser's value (a reply of the TTL argument: `ARGV[ttl_arg]`).
+pub fn lit_val(l: Lit, ttl_arg: usize) -> Val {
+    match l {
+        Lit::TtlNum => Val::NumArg(ttl_arg),
+        Lit::TtlText => Val::Arg(ttl_arg),
+        Lit::Decimal(n) => Val::Str(n.to_string().into_bytes()),
+        Lit::Int(n) => Val::Num(n),
+        Lit::Nil => Val::Nil,
+        Lit::Ok => Val::Status,
+        Lit::Bulk(s) => Val::Str(s.as_bytes().to_vec()),
+        Lit::Error(e) => Val::Error(e.as_bytes().to_vec()),
+        Lit::Single(n) => Val::Table(vec![Val::Num(n)]),
     }
 }

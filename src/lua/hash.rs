@@ -18,7 +18,7 @@ use bytes::Bytes;
 
 use super::analyse::{self, KeyNow, Layout, Run, TtlNow, Val};
 use super::parse::{self, KeyUse, key_use_block};
-use crate::lockop::{HashOp, HashScript, Latch, Publish, PublishCommand};
+use crate::lockop::{HashOp, HashScript, Latch, Lit, Publish, PublishCommand, TtlUnit};
 
 /// The states of the lock key, in this order: missing, held once by the caller, re-entered by
 /// the caller, held by another (index 3).
@@ -199,7 +199,7 @@ fn fenced(block: &parse::Block, lock_starts: &[Vec<KeyNow>]) -> Option<HashScrip
                 run: &alone,
                 ..acquire
             };
-            if !reply_ok || !fits(&judged, HashOp::Acquire, t, None, &None) {
+            if !reply_ok || !fits(&judged, Shape::ms(HashOp::Acquire), t, None, &None) {
                 return None;
             }
         }
@@ -213,6 +213,8 @@ fn fenced(block: &parse::Block, lock_starts: &[Vec<KeyNow>]) -> Option<HashScrip
             ttl_arg: t,
             publish: None,
             latch: None,
+            unit: TtlUnit::Millis,
+            replies: None,
         })
     })
 }
@@ -281,6 +283,8 @@ fn renew_all(block: &parse::Block) -> Option<HashScript> {
             ttl_arg: t,
             publish: None,
             latch: None,
+            unit: TtlUnit::Millis,
+            replies: None,
         })
     })
 }
@@ -299,30 +303,55 @@ fn classify(cases: &[Case], n: usize, field: usize) -> Option<HashScript> {
     };
     let script = match (n, field) {
         (1, 1..) => {
-            // Acquire and renew both set the TTL where the caller is alone in the hash.
-            let t = ttl_arg(ONCE)?;
-            [HashOp::Acquire, HashOp::Renew]
+            // Acquire and renew both set the TTL where the caller is alone in the hash, in
+            // either unit.
+            let (t, seconds) = ttl_in(cases, ONCE, field)?;
+            let unit = if seconds {
+                TtlUnit::Seconds
+            } else {
+                TtlUnit::Millis
+            };
+            let plain = |op| Shape {
+                op,
+                seconds,
+                replies: None,
+            };
+            // An acquisition answering constants of its own (`return 1` / `return 0`).
+            let constants = acquire_constants(cases).map(|replies| Shape {
+                op: HashOp::Acquire,
+                seconds,
+                replies: Some(replies),
+            });
+            [plain(HashOp::Acquire), plain(HashOp::Renew)]
                 .into_iter()
-                .find(|op| cases.iter().all(|c| fits(c, *op, t, None, &publish)))
-                .map(|op| HashScript {
-                    op,
+                .chain(constants)
+                .find(|shape| cases.iter().all(|c| fits(c, *shape, t, None, &publish)))
+                .map(|shape| HashScript {
+                    op: shape.op,
                     field_arg: field,
                     ttl_arg: t,
                     publish: None,
                     latch: None,
+                    unit,
+                    replies: shape.replies,
                 })?
         }
         (2, 0) => {
             let publish = publish.clone()?;
             cases
                 .iter()
-                .all(|c| fits(c, HashOp::ForceUnlock, 0, None, &Some(publish.clone())))
+                .all(|c| {
+                    let shape = Shape::ms(HashOp::ForceUnlock);
+                    fits(c, shape, 0, None, &Some(publish.clone()))
+                })
                 .then_some(HashScript {
                     op: HashOp::ForceUnlock,
                     field_arg: 0,
                     ttl_arg: 0,
                     publish: Some(publish),
                     latch: None,
+                    unit: TtlUnit::Millis,
+                    replies: None,
                 })?
         }
         (2 | 3, 1..) => {
@@ -345,13 +374,15 @@ fn classify(cases: &[Case], n: usize, field: usize) -> Option<HashScript> {
             publish.as_ref()?;
             cases
                 .iter()
-                .all(|c| fits(c, HashOp::Unlock, t, latch.as_ref(), &publish))
+                .all(|c| fits(c, Shape::ms(HashOp::Unlock), t, latch.as_ref(), &publish))
                 .then_some(HashScript {
                     op: HashOp::Unlock,
                     field_arg: field,
                     ttl_arg: t,
                     publish: publish.clone(),
                     latch,
+                    unit: TtlUnit::Millis,
+                    replies: None,
                 })?
         }
         _ => return None,
@@ -399,12 +430,64 @@ fn published(cases: &[Case]) -> Option<Option<Publish>> {
     Some(found)
 }
 
-/// Whether one run does exactly what `op` does from its starting state.
-fn fits(c: &Case, op: HashOp, t: usize, latch: Option<&Latch>, publish: &Option<Publish>) -> bool {
+/// What a hash-lock script is matched against: the operation, the unit its TTL argument is
+/// read in, and (an `Acquire` only) the constants it answers when granted and when refused.
+#[derive(Clone, Copy)]
+struct Shape {
+    op: HashOp,
+    seconds: bool,
+    replies: Option<(Lit, Lit)>,
+}
+
+impl Shape {
+    /// Redisson's shape of `op`: the TTL in milliseconds, Redisson's replies.
+    fn ms(op: HashOp) -> Shape {
+        Shape {
+            op,
+            seconds: false,
+            replies: None,
+        }
+    }
+}
+
+/// The TTL argument (and whether in seconds) a run from `state` set on the lock, if it is not
+/// the caller's field.
+fn ttl_in(cases: &[Case], state: usize, field: usize) -> Option<(usize, bool)> {
+    let c = cases.iter().find(|c| c.lock == state && !c.latch)?;
+    match &c.run.end.first()?.ttl {
+        TtlNow::Set {
+            seconds,
+            v: Val::Arg(t),
+        } if *t != field => Some((*t, *seconds)),
+        _ => None,
+    }
+}
+
+/// The constants an acquisition answers when it takes the lock from missing and when another
+/// holds it, if they are constants the proxy can give and tell apart (and are not Redisson's
+/// nil and PTTL, matched as such).
+fn acquire_constants(cases: &[Case]) -> Option<(Lit, Lit)> {
+    let reply = |state: usize| {
+        let c = cases.iter().find(|c| c.lock == state && !c.latch)?;
+        analyse::reply_lit(&c.run.reply, None)
+    };
+    let (ok, no) = (reply(MISSING)?, reply(3)?);
+    (ok != no).then_some((ok, no))
+}
+
+/// Whether one run does exactly what `shape` does from its starting state.
+fn fits(
+    c: &Case,
+    shape: Shape,
+    t: usize,
+    latch: Option<&Latch>,
+    publish: &Option<Publish>,
+) -> bool {
+    let op = shape.op;
     let r = c.run;
     let start = &lock_states()[c.lock];
     let set_ttl = TtlNow::Set {
-        seconds: false,
+        seconds: shape.seconds,
         v: Val::Arg(t),
     };
     let hash = |mine: Val| {
@@ -422,12 +505,18 @@ fn fits(c: &Case, op: HashOp, t: usize, latch: Option<&Latch>, publish: &Option<
     };
     // (lock's end state or None for unchanged, reply, published, latch value written)
     let (end, reply, publishes, wrote): (Option<KeyNow>, Val, bool, Option<i64>) = match op {
-        HashOp::Acquire => match c.lock {
-            MISSING => (hash(Val::Num(1)), Val::Nil, false, None),
-            ONCE => (hash(Val::Num(2)), Val::Nil, false, None),
-            MANY => (hash(Val::Many(1)), Val::Nil, false, None),
-            _ => (None, Val::Pttl(1), false, None),
-        },
+        HashOp::Acquire => {
+            let (ok, no) = match shape.replies {
+                Some((ok, no)) => (analyse::lit_val(ok, t), analyse::lit_val(no, t)),
+                None => (Val::Nil, Val::Pttl(1)),
+            };
+            match c.lock {
+                MISSING => (hash(Val::Num(1)), ok, false, None),
+                ONCE => (hash(Val::Num(2)), ok, false, None),
+                MANY => (hash(Val::Many(1)), ok, false, None),
+                _ => (None, no, false, None),
+            }
+        }
         HashOp::Renew => match c.lock {
             ONCE | MANY => {
                 let mut k = start.clone();

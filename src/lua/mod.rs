@@ -17,10 +17,10 @@ pub mod redisson;
 use bytes::Bytes;
 
 use crate::lockop::{
-    Announce, AnnounceWhen, Answer, Choice, Counts, HashScript, Lit, LockScript, NumTest, Op,
-    Param, PlainSet, Replies, Short, Signal, TtlUnit, WriteUnless,
+    Announce, AnnounceWhen, Answer, Choice, Counts, HashScript, LockScript, NumTest, Op, Param,
+    PlainSet, Replies, Signal, TtlUnit, WriteUnless,
 };
-use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
+use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val, lit_val, reply_lit};
 use parse::{Block, KeyUse, key_use_block};
 
 /// Largest script analysed, in bytes.
@@ -1067,41 +1067,6 @@ fn constant_replies(runs: &[&Run], op: Op, ttl: Option<usize>) -> Option<Answer>
         && replies.gone == replies.ok
         && replies.again == replies.ok;
     (told_apart || one_answer || op == Op::Remaining).then_some(Answer::Const(replies))
-}
-
-/// The constant a script answers with `v`, if it is one the proxy can give: a number, nil, a
-/// status `OK`, a short string or error, a one-number table, or (where `ttl` names the TTL
-/// argument) that argument as a number or as text.
-fn reply_lit(v: &Val, ttl: Option<usize>) -> Option<Lit> {
-    match v {
-        Val::Num(n) => Some(Lit::Int(*n)),
-        Val::Nil => Some(Lit::Nil),
-        Val::Status => Some(Lit::Ok),
-        Val::Str(s) => Short::new(s).map(Lit::Bulk),
-        Val::Error(e) => Short::new(e).map(Lit::Error),
-        Val::Table(items) => match items.as_slice() {
-            [Val::Num(n)] => Some(Lit::Single(*n)),
-            _ => None,
-        },
-        Val::NumArg(j) if Some(*j) == ttl => Some(Lit::TtlNum),
-        Val::Arg(j) if Some(*j) == ttl => Some(Lit::TtlText),
-        _ => None,
-    }
-}
-
-/// A constant reply as the analyser's value (a reply of the TTL argument: `ARGV[ttl_arg]`).
-fn lit_val(l: Lit, ttl_arg: usize) -> Val {
-    match l {
-        Lit::TtlNum => Val::NumArg(ttl_arg),
-        Lit::TtlText => Val::Arg(ttl_arg),
-        Lit::Decimal(n) => Val::Str(n.to_string().into_bytes()),
-        Lit::Int(n) => Val::Num(n),
-        Lit::Nil => Val::Nil,
-        Lit::Ok => Val::Status,
-        Lit::Bulk(s) => Val::Str(s.as_bytes().to_vec()),
-        Lit::Error(e) => Val::Error(e.as_bytes().to_vec()),
-        Lit::Single(n) => Val::Table(vec![Val::Num(n)]),
-    }
 }
 
 /// The TTL argument a successful run of `op` wrote (for a refresh in seconds, the one a run
