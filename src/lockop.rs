@@ -625,6 +625,10 @@ pub struct HashScript {
     /// `Acquire` only: the constants it answers when granted and when refused (`return 1` /
     /// `return 0`), in place of Redisson's nil and the lock's PTTL.
     pub replies: Option<(Lit, Lit)>,
+    /// `Unlock` without `publish` only: the constants it answers where the caller did not hold
+    /// the lock, where it still holds it (one hold less), and where this was its last hold, in
+    /// place of Redisson's nil, 0 and 1 (tutorials' unlocks answer nil in all three).
+    pub unlock_replies: Option<[Lit; 3]>,
 }
 
 // ---------------------------------------------------------------------------------------------

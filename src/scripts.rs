@@ -698,6 +698,7 @@ mod tests {
             latch,
             unit: TtlUnit::Millis,
             replies: None,
+            unlock_replies: None,
         };
         for (body, want) in [
             (
@@ -761,8 +762,6 @@ mod tests {
             "if (redis.call('exists', KEYS[1]) == 1) then redis.call('pexpire', KEYS[1], ARGV[1]); return 1; end; return 0;",
             // Unlock that deletes on the first of two holds.
             "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); if (counter > 1) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; else redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], ARGV[1]); return 1; end;",
-            // Unlock that never publishes.
-            "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; else redis.call('del', KEYS[1]); return 1; end;",
             // Unlock that publishes twice.
             "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; else redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], ARGV[1]); redis.call('publish', KEYS[2], ARGV[1]); return 1; end;",
             // Unlock that publishes on every decrement too.
@@ -809,6 +808,35 @@ mod tests {
                 TtlUnit::Seconds,
                 Some((Lit::Int(1), Lit::Int(0)))
             )
+        );
+        // An unlock given no channel publishes nothing (tutorials' unlocks, answering nil in
+        // every case, or Redisson's nil/0/1): an unlock without a publish, with those replies.
+        let quiet = hash(b"if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; else redis.call('del', KEYS[1]); return 1; end;");
+        assert_eq!(
+            (
+                quiet.op,
+                quiet.field_arg,
+                quiet.ttl_arg,
+                quiet.publish,
+                quiet.unlock_replies
+            ),
+            (
+                HashOp::Unlock,
+                3,
+                2,
+                None,
+                Some([Lit::Nil, Lit::Int(0), Lit::Int(1)])
+            )
+        );
+        let nil = hash(b"if(redis.call('hexists', KEYS[1], ARGV[1]) == 0) then return nil; end; local count = redis.call('hincrby', KEYS[1], ARGV[1], -1); if(count > 0) then redis.call('expire', KEYS[1], ARGV[2]); return nil; else redis.call('del', KEYS[1]); return nil; end;");
+        assert_eq!(
+            (nil.op, nil.unit, nil.unlock_replies),
+            (HashOp::Unlock, TtlUnit::Seconds, Some([Lit::Nil; 3]))
+        );
+        // ... but one that deletes on the first of two holds stays unknown.
+        assert_eq!(
+            recognise(b"if (redis.call('hexists', KEYS[1], ARGV[1]) == 0) then return nil; end; local count = redis.call('hincrby', KEYS[1], ARGV[1], -1); if (count > 1) then redis.call('expire', KEYS[1], ARGV[2]); return nil; else redis.call('del', KEYS[1]); return nil; end;"),
+            Meaning::Unknown
         );
         // Answering the hold count on re-entry (each master counts its own) stays unknown.
         assert_eq!(

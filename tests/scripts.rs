@@ -2981,10 +2981,12 @@ async fn a_refused_acquisition_refreshed_in_seconds_undoes_what_it_created() {
 }
 
 /// The re-entrant hash lock of many tutorials (`EXISTS` then `HSET field '1'`, or `HEXISTS`
-/// then `HINCRBY field '1'`, `EXPIRE` in seconds, answering 1 or 0) from each starting state
-/// of the lock (missing, held by the caller once, re-entered, held by another, expired, a
-/// string): the reply and the hash a majority of masters hold are what one plain Redis answers
-/// and holds, with unknown scripts refused (so it runs as a hash-lock quorum operation).
+/// then `HINCRBY field '1'`, `EXPIRE` in seconds, answering 1 or 0) and its unlock (`HINCRBY
+/// field -1`, `EXPIRE` where a hold is left, else `DEL`; nil in every case, no publish) from
+/// each starting state of the lock (missing, held by the caller once, re-entered, held by
+/// another, expired, a string): the reply and the hash a majority of masters hold are what one
+/// plain Redis answers and holds, with unknown scripts refused (so both run as hash-lock quorum
+/// operations).
 #[tokio::test]
 async fn a_tutorial_reentrant_hash_lock_answers_what_one_redis_answers() {
     let reference = Master::start();
@@ -3001,6 +3003,11 @@ async fn a_tutorial_reentrant_hash_lock_answers_what_one_redis_answers() {
         return 1;\nend;\nif (redis.call('hexists', KEYS[1], ARGV[1]) == 1) then\n\
         redis.call('hincrby', KEYS[1], ARGV[1], '1');\nredis.call('expire', KEYS[1], ARGV[2]);\n\
         return 1;\nend;\nreturn 0;";
+    // Its unlock: nil in every case, one hold less (TTL in seconds) or the hash deleted.
+    let unlock = "if(redis.call('hexists', KEYS[1], ARGV[1]) == 0) then\nreturn nil;\nend;\n\
+        local count = redis.call('hincrby', KEYS[1], ARGV[1], -1);\nif(count > 0) then\n\
+        redis.call('expire', KEYS[1], ARGV[2]);\nreturn nil;\nelse\n\
+        redis.call('del', KEYS[1]);\nreturn nil;\nend;";
     let redisson = lua("redisson_lock");
     let me = "uuid-1:7";
     for (case, start) in [
@@ -3043,20 +3050,33 @@ async fn a_tutorial_reentrant_hash_lock_answers_what_one_redis_answers() {
         if start == "expired" {
             tokio::time::sleep(Duration::from_millis(150)).await;
         }
-        let call = ["EVAL", script, "1", key.as_str(), me, "30"];
-        let want = bucketed(r.cmd(&call).await);
-        let got = bucketed(c.cmd(&call).await);
-        assert_eq!(got, want, "reply from {start}");
-        let want = hash_state(&mut r, &key).await;
-        let mut per_master = Vec::new();
-        for d in direct.iter_mut() {
-            per_master.push(hash_state(d, &key).await);
+        let unlocked = format!("{key}:u");
+        if (times > 0 && start != "expired") || start == "a string" {
+            // The same start for the unlock, on its own key.
+            let copy = ["COPY", key.as_str(), unlocked.as_str()];
+            assert_eq!(r.cmd(&copy).await, Reply::Integer(1));
+            for d in direct.iter_mut() {
+                d.cmd(&copy).await;
+            }
         }
-        let agreed = per_master.iter().filter(|s| **s == want).count();
-        assert!(
-            agreed >= 2,
-            "{start}: one Redis {want:?}, masters {per_master:?}"
-        );
+        let call = ["EVAL", script, "1", key.as_str(), me, "30"];
+        let free = ["EVAL", unlock, "1", unlocked.as_str(), me, "30"];
+        for (call, k) in [(call, &key), (free, &unlocked)] {
+            let want = bucketed(r.cmd(&call).await);
+            let got = bucketed(c.cmd(&call).await);
+            assert_eq!(got, want, "reply of {} from {start}", call[1]);
+            let want = hash_state(&mut r, k).await;
+            let mut per_master = Vec::new();
+            for d in direct.iter_mut() {
+                per_master.push(hash_state(d, k).await);
+            }
+            let agreed = per_master.iter().filter(|s| **s == want).count();
+            assert!(
+                agreed >= 2,
+                "{} from {start}: one Redis {want:?}, masters {per_master:?}",
+                call[1]
+            );
+        }
     }
 }
 

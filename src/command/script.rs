@@ -475,6 +475,7 @@ fn bind_hash(
             _ => None,
         },
         replies: script.replies,
+        unlock_replies: script.unlock_replies,
     }))
 }
 

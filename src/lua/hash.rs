@@ -215,6 +215,7 @@ fn fenced(block: &parse::Block, lock_starts: &[Vec<KeyNow>]) -> Option<HashScrip
             latch: None,
             unit: TtlUnit::Millis,
             replies: None,
+            unlock_replies: None,
         })
     })
 }
@@ -285,6 +286,7 @@ fn renew_all(block: &parse::Block) -> Option<HashScript> {
             latch: None,
             unit: TtlUnit::Millis,
             replies: None,
+            unlock_replies: None,
         })
     })
 }
@@ -305,36 +307,69 @@ fn classify(cases: &[Case], n: usize, field: usize) -> Option<HashScript> {
         (1, 1..) => {
             // Acquire and renew both set the TTL where the caller is alone in the hash, in
             // either unit.
-            let (t, seconds) = ttl_in(cases, ONCE, field)?;
-            let unit = if seconds {
-                TtlUnit::Seconds
-            } else {
-                TtlUnit::Millis
-            };
-            let plain = |op| Shape {
-                op,
-                seconds,
-                replies: None,
-            };
-            // An acquisition answering constants of its own (`return 1` / `return 0`).
-            let constants = acquire_constants(cases).map(|replies| Shape {
-                op: HashOp::Acquire,
-                seconds,
-                replies: Some(replies),
+            let acquire_or_renew = ttl_in(cases, ONCE, field).and_then(|(t, seconds)| {
+                let plain = |op| Shape {
+                    op,
+                    seconds,
+                    replies: None,
+                    unlock_replies: None,
+                };
+                // An acquisition answering constants of its own (`return 1` / `return 0`).
+                let constants = acquire_constants(cases).map(|replies| Shape {
+                    replies: Some(replies),
+                    ..plain(HashOp::Acquire)
+                });
+                [plain(HashOp::Acquire), plain(HashOp::Renew)]
+                    .into_iter()
+                    .chain(constants)
+                    .find(|shape| cases.iter().all(|c| fits(c, *shape, t, None, &publish)))
+                    .map(|shape| (shape, t))
             });
-            [plain(HashOp::Acquire), plain(HashOp::Renew)]
-                .into_iter()
-                .chain(constants)
-                .find(|shape| cases.iter().all(|c| fits(c, *shape, t, None, &publish)))
-                .map(|shape| HashScript {
+            match acquire_or_renew {
+                Some((shape, t)) => HashScript {
                     op: shape.op,
                     field_arg: field,
                     ttl_arg: t,
                     publish: None,
                     latch: None,
-                    unit,
+                    unit: if shape.seconds {
+                        TtlUnit::Seconds
+                    } else {
+                        TtlUnit::Millis
+                    },
                     replies: shape.replies,
-                })?
+                    unlock_replies: None,
+                },
+                // An unlock that publishes nothing (no channel given): its TTL is the one it
+                // sets where a hold is left.
+                None => {
+                    let (t, seconds) = ttl_in(cases, MANY, field)?;
+                    let replies = unlock_constants(cases)?;
+                    let shape = Shape {
+                        op: HashOp::Unlock,
+                        seconds,
+                        replies: None,
+                        unlock_replies: Some(replies),
+                    };
+                    if publish.is_some() || !cases.iter().all(|c| fits(c, shape, t, None, &None)) {
+                        return None;
+                    }
+                    HashScript {
+                        op: HashOp::Unlock,
+                        field_arg: field,
+                        ttl_arg: t,
+                        publish: None,
+                        latch: None,
+                        unit: if seconds {
+                            TtlUnit::Seconds
+                        } else {
+                            TtlUnit::Millis
+                        },
+                        replies: None,
+                        unlock_replies: Some(replies),
+                    }
+                }
+            }
         }
         (2, 0) => {
             let publish = publish.clone()?;
@@ -352,6 +387,7 @@ fn classify(cases: &[Case], n: usize, field: usize) -> Option<HashScript> {
                     latch: None,
                     unit: TtlUnit::Millis,
                     replies: None,
+                    unlock_replies: None,
                 })?
         }
         (2 | 3, 1..) => {
@@ -383,6 +419,7 @@ fn classify(cases: &[Case], n: usize, field: usize) -> Option<HashScript> {
                     latch,
                     unit: TtlUnit::Millis,
                     replies: None,
+                    unlock_replies: None,
                 })?
         }
         _ => return None,
@@ -437,6 +474,9 @@ struct Shape {
     op: HashOp,
     seconds: bool,
     replies: Option<(Lit, Lit)>,
+    /// An unlock that publishes nothing, with these replies (see
+    /// [`HashScript::unlock_replies`]).
+    unlock_replies: Option<[Lit; 3]>,
 }
 
 impl Shape {
@@ -446,8 +486,19 @@ impl Shape {
             op,
             seconds: false,
             replies: None,
+            unlock_replies: None,
         }
     }
+}
+
+/// The constants an unlock answers where the caller did not hold the lock (another holds it),
+/// where it keeps a hold, and where it gave up its last, if the proxy can give them.
+fn unlock_constants(cases: &[Case]) -> Option<[Lit; 3]> {
+    let reply = |state: usize| {
+        let c = cases.iter().find(|c| c.lock == state && !c.latch)?;
+        analyse::reply_lit(&c.run.reply, None)
+    };
+    Some([reply(3)?, reply(MANY)?, reply(ONCE)?])
 }
 
 /// The TTL argument (and whether in seconds) a run from `state` set on the lock, if it is not
@@ -531,11 +582,19 @@ fn fits(
         },
         HashOp::RenewAll | HashOp::FencedAcquire | HashOp::FencedAcquireToken => return false,
         HashOp::Unlock if c.latch => (None, Val::Other(3), false, None),
-        HashOp::Unlock => match c.lock {
-            ONCE => (Some(gone.clone()), Val::Num(1), true, Some(1)),
-            MANY => (hash(Val::Many(-1)), Val::Num(0), false, Some(0)),
-            _ => (None, Val::Nil, false, None),
-        },
+        HashOp::Unlock => {
+            let [not_held, kept, released] = match shape.unlock_replies {
+                Some(r) => r.map(|l| analyse::lit_val(l, t)),
+                None => [Val::Nil, Val::Num(0), Val::Num(1)],
+            };
+            // An unlock with its own replies publishes nothing.
+            let quiet = shape.unlock_replies.is_some();
+            match c.lock {
+                ONCE => (Some(gone.clone()), released, !quiet, Some(1)),
+                MANY => (hash(Val::Many(-1)), kept, false, Some(0)),
+                _ => (None, not_held, false, None),
+            }
+        }
     };
     let lock_ok = r.end[0] == end.unwrap_or_else(|| start.clone());
     // The channel key is never touched as a key.
