@@ -2044,7 +2044,7 @@ async fn lock_as(c: &mut Client, key: &str, value: &str) {
 async fn corpus_differential() {
     use Held::*;
     use Start::{Expired, Held as H};
-    use redlock_proxy::lockop::{ARGV_AFTER_KEYS, Choice, TtlUnit};
+    use redlock_proxy::lockop::{ARGV_AFTER_KEYS, Choice, HashOp, TtlUnit};
     use redlock_proxy::scripts::{Meaning, recognise};
     let Ok(dir) = std::env::var("RECOG_CORPUS") else {
         return;
@@ -2170,6 +2170,63 @@ async fn corpus_differential() {
                         both_values(&reference, &ms, &p, &script, &keys, &values, &argv).await;
                     assert_eq!(got, want, "{name} {argv:?} from {from:?}");
                     assert_eq!(gs, ws, "{name} {argv:?} from {from:?}");
+                    checked += 1;
+                }
+                eprintln!("{name}: same as one Redis");
+                continue;
+            }
+            // A hash lock taken or unlocked on KEYS[1] alone: from missing, held once or
+            // twice by the caller, held by another and a string, the reply and the hash a
+            // majority of masters hold are one Redis's.
+            Meaning::Hash(h)
+                if matches!(h.op, HashOp::Acquire | HashOp::Unlock)
+                    && h.publish.is_none()
+                    && h.latch.is_none() =>
+            {
+                let n = h.field_arg.max(h.ttl_arg);
+                let mut argv: Vec<String> = vec!["1".to_string(); n];
+                argv[h.field_arg - 1] = "uuid-1:7".into();
+                argv[h.ttl_arg - 1] = match h.unit {
+                    TtlUnit::Millis => "20000".into(),
+                    TtlUnit::Seconds => "20".into(),
+                };
+                let mut direct = Vec::new();
+                for m in &ms {
+                    direct.push(m.client().await);
+                }
+                let mut r = reference.client().await;
+                let mut c = Client::connect(&p).await;
+                for start in ["missing", "mine", "mine twice", "other", "a string"] {
+                    case += 1;
+                    let key = format!("corpus:{case}:h");
+                    let setup: Vec<Vec<&str>> = match start {
+                        "mine" => vec![vec!["HSET", &key, "uuid-1:7", "1"]],
+                        "mine twice" => vec![vec!["HSET", &key, "uuid-1:7", "2"]],
+                        "other" => vec![vec!["HSET", &key, "uuid-2:9", "1"]],
+                        "a string" => vec![vec!["SET", &key, "v"]],
+                        _ => vec![],
+                    };
+                    for cmd in setup.iter().chain(
+                        (start != "missing")
+                            .then(|| vec!["PEXPIRE", &key, "10000"])
+                            .iter(),
+                    ) {
+                        r.cmd(cmd).await;
+                        for d in direct.iter_mut() {
+                            d.cmd(cmd).await;
+                        }
+                    }
+                    let mut call = vec!["EVAL", script.as_str(), "1", key.as_str()];
+                    call.extend(argv.iter().map(|a| a.as_str()));
+                    let want = bucketed(r.cmd(&call).await);
+                    let got = bucketed(c.cmd(&call).await);
+                    assert_eq!(got, want, "{name} from {start}");
+                    let want = hash_state(&mut r, &key).await;
+                    let mut agreed = 0;
+                    for d in direct.iter_mut() {
+                        agreed += usize::from(hash_state(d, &key).await == want);
+                    }
+                    assert!(agreed >= 2, "{name} from {start}: hash {want:?}");
                     checked += 1;
                 }
                 eprintln!("{name}: same as one Redis");
