@@ -59,6 +59,12 @@ pub enum Op {
     /// counts the shorter of the two. Not declarable in the configuration.
     #[serde(skip)]
     AcquireOrRefreshSeconds,
+    /// A read: whether the caller holds `KEYS[1]`, answered with one of three constants
+    /// ([`Answer::Const`]): `ok` where a quorum of masters hold the token, `gone` where a quorum
+    /// have no such key, `no` otherwise (another holds it, or the masters do not agree). Not
+    /// declarable in the configuration.
+    #[serde(skip)]
+    Held,
 }
 
 impl Op {

@@ -3168,3 +3168,56 @@ async fn a_refused_tutorial_hash_lock_undoes_what_it_created() {
         Reply::bulk("1")
     );
 }
+
+/// A status query (`ACQUIRED` when the key holds the caller's token, `LOCKED` when another's,
+/// `AVAILABLE` when missing), and a plain "is it mine" answering 1 or 0, answer from every
+/// starting state what one Redis answers, and change nothing. Across the masters the answer is
+/// a quorum's: the caller's token on one master of three only is not `ACQUIRED` (negative
+/// control: the script as written on that master says it is), and masters that disagree
+/// answer `LOCKED`, never `ACQUIRED`.
+#[tokio::test]
+async fn a_lock_status_query_answers_what_a_quorum_holds() {
+    use Held::*;
+    use Start::{Expired, Held as H};
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
+    let status = "if redis.call(\"GET\", KEYS[1]) == ARGV[1] then\n    return \"ACQUIRED\"\n\
+        elseif redis.call(\"EXISTS\", KEYS[1]) == 1 then\n    return \"LOCKED\"\nelse\n\
+        return \"AVAILABLE\"\nend";
+    let mine = "if redis.call('get', KEYS[1]) == ARGV[1] then return 1 end\nreturn 0";
+    let mut case = 0;
+    for script in [status, mine] {
+        for from in single {
+            case += 1;
+            let keys = vec![format!("r5s:{case}")];
+            let (want, got) = both_from(&reference, &ms, &p, script, &keys, from, &["tok"]).await;
+            assert_eq!(got, want, "{script} from {from:?}");
+        }
+    }
+    let mut c = Client::connect(&p).await;
+    let ask = async |c: &mut Client, key: &str| c.raw(&["EVAL", status, "1", key, "tok"]).await;
+    // The token on one master only: AVAILABLE (a quorum have no key).
+    let set = |v: &'static str| ["SET", "r5s:one", v, "PX", "10000"];
+    ms[0].client().await.cmd(&set("tok")).await;
+    assert_eq!(ask(&mut c, "r5s:one").await, "$9\r\nAVAILABLE\r\n");
+    let direct = ms[0]
+        .client()
+        .await
+        .raw(&["EVAL", status, "1", "r5s:one", "tok"])
+        .await;
+    assert_eq!(direct, "$8\r\nACQUIRED\r\n");
+    // On two of three: ACQUIRED.
+    ms[1].client().await.cmd(&set("tok")).await;
+    assert_eq!(ask(&mut c, "r5s:one").await, "$8\r\nACQUIRED\r\n");
+    // Mine, another's, missing: no quorum for any: LOCKED.
+    let split = |v: &'static str| ["SET", "r5s:split", v, "PX", "10000"];
+    ms[0].client().await.cmd(&split("tok")).await;
+    ms[1].client().await.cmd(&split("other")).await;
+    assert_eq!(ask(&mut c, "r5s:split").await, "$6\r\nLOCKED\r\n");
+    assert_eq!(
+        values_on(&ms, "r5s:split").await,
+        vec![Some("tok".to_string()), Some("other".to_string()), None]
+    );
+}

@@ -274,7 +274,7 @@ fn check(proxy: &Proxy, op: &LockOp) -> Result<(), Reply> {
     let max = proxy.config().max_ttl_ms;
     if !matches!(
         op.op,
-        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining
+        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining | Op::Held
     ) && op.ttl_ms > max as i64
     {
         return Err(Reply::from(Error::TtlTooLong {
@@ -348,11 +348,12 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
                 reply
             })
         }
-        Op::Inspect | Op::Remaining => {
+        Op::Inspect | Op::Remaining | Op::Held => {
             let ticket = turn(proxy, &op);
             super::action::in_turn_of(proxy, ticket, move |proxy, held| async move {
                 let reply = match op.op {
                     Op::Inspect => run_inspect(&proxy, &op).await,
+                    Op::Held => run_held(&proxy, &op).await,
                     _ => run_remaining(&proxy, &op).await,
                 };
                 drop(held);
@@ -1243,6 +1244,40 @@ fn inspected(ballots: &Ballots) -> Reply {
             Reply::Array(vec![Reply::Bulk(v.clone()), Reply::Integer(ttl)])
         }
         _ => Reply::Array(vec![Reply::Nil, Reply::Integer(-2)]),
+    }
+}
+
+/// Whether the caller holds its key (see [`Op::Held`]): each master's value of `KEYS[1]` (the
+/// [`INSPECT`] read), decided as soon as a quorum agree.
+async fn run_held(proxy: &Proxy, op: &LockOp) -> Reply {
+    let req = eval(INSPECT, &op.keys[..1], &[]);
+    let deadline = Instant::now() + proxy.config().node_timeout();
+    let ballots = ask(&proxy.masters(), Request::Same(req), 1, deadline)
+        .outcome()
+        .await;
+    held_answer(&ballots, &op.token, op.answer)
+}
+
+/// The answer of [`Op::Held`] from each master's `[value, pttl]`: `ok` where a quorum hold the
+/// token, `gone` where a quorum have no key, else `no`; an error a quorum agree on (a key of
+/// another type) as one Redis gives it.
+fn held_answer(ballots: &Ballots, token: &Bytes, shape: Answer) -> Reply {
+    let Answer::Const(c) = shape else {
+        return Reply::from(Error::NoQuorumUnlock);
+    };
+    if let Some(e) = agreed_error(ballots) {
+        return e;
+    }
+    let value = |i: usize| match &ballots.replies[i] {
+        Some(Reply::Array(pair)) => pair.first().cloned(),
+        _ => None,
+    };
+    if ballots.is_quorum(|i| matches!(value(i), Some(Reply::Bulk(v)) if v == token)) {
+        constant(c.ok)
+    } else if ballots.is_quorum(|i| matches!(value(i), Some(Reply::Nil))) {
+        constant(c.gone)
+    } else {
+        constant(c.no)
     }
 }
 

@@ -335,7 +335,10 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
         }
     };
     let mut answer = lock.answer;
-    let ttl_ms = if matches!(op, Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect) {
+    let ttl_ms = if matches!(
+        op,
+        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Held
+    ) {
         0
     } else if op == Op::Remaining {
         // A read: the unit its answer is given in.

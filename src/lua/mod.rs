@@ -805,6 +805,7 @@ fn classify_guarded(runs: &[Run], all_keys: bool, layout: Layout) -> Option<Lock
                     | Op::ReleaseAll
                     | Op::Delete
                     | Op::Inspect
+                    | Op::Held
                     | Op::Remaining
                     | Op::ExtendAdd
             )
@@ -936,7 +937,7 @@ fn has(r: &Run, j: usize, s: &[u8], yes: bool) -> bool {
         .any(|(a, b, y)| *a == j && b == s && *y == yes)
 }
 
-const OPS: [Op; 12] = [
+const OPS: [Op; 13] = [
     Op::Release,
     Op::Delete,
     Op::Inspect,
@@ -951,6 +952,7 @@ const OPS: [Op; 12] = [
     Op::AcquireOrRefreshAll,
     Op::ReleaseAll,
     Op::Remaining,
+    Op::Held,
 ];
 
 const ANSWERS: [Answer; 7] = [
@@ -973,22 +975,24 @@ fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
         return None;
     }
     for op in OPS {
-        let ttls: Vec<(usize, TtlUnit)> =
-            if matches!(op, Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect) {
-                vec![(2, TtlUnit::Millis)]
-            } else if op == Op::Remaining {
-                // The unit of the reply; there is no TTL argument.
-                vec![(0, TtlUnit::Millis), (0, TtlUnit::Seconds)]
-            } else {
-                match ttl_of(runs, op) {
-                    Some(t) => vec![t],
-                    None => continue,
-                }
-            };
+        let ttls: Vec<(usize, TtlUnit)> = if matches!(
+            op,
+            Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Held
+        ) {
+            vec![(2, TtlUnit::Millis)]
+        } else if op == Op::Remaining {
+            // The unit of the reply; there is no TTL argument.
+            vec![(0, TtlUnit::Millis), (0, TtlUnit::Seconds)]
+        } else {
+            match ttl_of(runs, op) {
+                Some(t) => vec![t],
+                None => continue,
+            }
+        };
         for (ttl_arg, unit) in ttls {
             let timed = !matches!(
                 op,
-                Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining
+                Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining | Op::Held
             );
             if timed && ttl_arg == runs[0].layout.token {
                 continue;
@@ -1032,6 +1036,16 @@ fn constant_replies(runs: &[&Run], op: Op, ttl: Option<usize>) -> Option<Answer>
             )
         }
         Op::Delete | Op::Inspect => return None,
+        // `ok`: held by the caller; `no`: by another; `gone`: missing.
+        Op::Held => {
+            let ok = reply_where(&|r| every(r, Held::Token))?;
+            let no = reply_where(&|r| every(r, Held::Other))?;
+            let gone = reply_where(&|r| every(r, Held::Missing))?;
+            if ok == no || ok == gone {
+                return None;
+            }
+            (ok, no, gone, ok)
+        }
         // `ok`: held without a TTL; `no` (and `gone`): not held.
         Op::Remaining => {
             let ok = reply_where(&|r| every(r, Held::Token) && r.start.iter().any(|s| !s.ttl))?;
@@ -1122,7 +1136,7 @@ fn strict_success(r: &Run, op: Op) -> bool {
         Op::AcquireOrRefreshAll => {
             all(&|h, _| h == Held::Missing) || all(&|h, t| h == Held::Token && t)
         }
-        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining => false,
+        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining | Op::Held => false,
     }
 }
 
@@ -1247,6 +1261,17 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 shape => expected(shape, existed == n, n, ttl_arg),
             };
             r.end.iter().all(|k| *k == gone) && r.reply == reply
+        }
+        Op::Held => {
+            let Answer::Const(c) = answer else {
+                return false;
+            };
+            let want = match r.start[0].held {
+                Held::Token => c.ok,
+                Held::Other => c.no,
+                Held::Missing => c.gone,
+            };
+            n == 1 && r.end == unchanged && r.reply == lit_val(want, ttl_arg)
         }
         Op::Inspect => {
             if n != 1 || answer != Answer::OneZero {
