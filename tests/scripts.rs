@@ -2616,6 +2616,16 @@ async fn scripts_answering_per_master_facts_are_refused_with_their_reason() {
         if v == ARGV[1] then return redis.call('pexpire', KEYS[1], 30000) end\nreturn false";
     let r = c.raw(&["EVAL", fixed, "1", "r3:why", "tok", "1000"]).await;
     assert!(r.contains("a TTL written in the script"), "{r}");
+    // A re-entrant hash lock answering its hold count: each master counts its own.
+    let count =
+        "if (redis.call('exists', KEYS[1]) == 0) then redis.call('hset', KEYS[1], ARGV[1], '1');
+        redis.call('expire', KEYS[1], ARGV[2]); return 1; end;
+        if (redis.call('hexists', KEYS[1], ARGV[1]) == 1) then
+        local n = redis.call('hincrby', KEYS[1], ARGV[1], '1');
+        redis.call('expire', KEYS[1], ARGV[2]); return n; end;
+return 0;";
+    let r = c.raw(&["EVAL", count, "1", "r3:why", "tok", "10"]).await;
+    assert!(r.contains("answers the hold count"), "{r}");
     assert_eq!(values_on(&ms, "r3:why").await, vec![None, None, None]);
 }
 

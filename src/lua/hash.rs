@@ -117,6 +117,42 @@ pub(super) fn recognise_block(body: &[u8], block: &parse::Block) -> Option<HashS
         .or_else(|| (n == 2 && hashes).then(|| fenced(block, &starts))?)
 }
 
+/// Why a script that uses hash commands on `KEYS[1]` alone is no hash-lock operation, where the
+/// hash analysis says more than the string one: a reply of the hold count (each master counts
+/// its own), or where that analysis stopped.
+pub(super) fn why(body: &[u8], block: &parse::Block) -> Option<String> {
+    let lower = body.to_ascii_lowercase();
+    if ![&b"hexists"[..], b"hincrby", b"hset", b"hget"]
+        .iter()
+        .any(|c| lower.windows(c.len()).any(|w| w == *c))
+    {
+        return None;
+    }
+    let mut u = KeyUse::default();
+    key_use_block(block, &mut u);
+    if u.dynamic || u.max_literal != 1 {
+        return None;
+    }
+    let starts: Vec<Vec<KeyNow>> = lock_states().into_iter().map(|s| vec![s]).collect();
+    let Some(field) = analyse::find_field(block, &starts, false) else {
+        return Some("it keeps a hash whose field does not name the caller".into());
+    };
+    match analyse::explore_states(block, Layout::hash(field, false), &starts) {
+        Err(e) => Some(format!("as a hash lock: {e}")),
+        Ok(runs) => {
+            let counts = runs.iter().any(|(k, r)| {
+                (*k == ONCE && r.reply == Val::Num(2))
+                    || (*k == MANY && matches!(r.reply, Val::Many(_)))
+            });
+            counts.then(|| {
+                "it answers the hold count of a re-entrant hash lock, which each master \
+                 counts on its own"
+                    .into()
+            })
+        }
+    }
+}
+
 /// A fenced acquisition (`KEYS` = lock, token counter): the lock taken as [`HashOp::Acquire`]
 /// takes it, and the counter incremented by one exactly where the lock was granted; answering
 /// as `Acquire`, or `{-1, token}` / `{pttl, -1}`.

@@ -103,6 +103,9 @@ fn reason(body: &[u8]) -> String {
         Ok(b) => b,
         Err(e) => return e,
     };
+    if let Some(why) = hash::why(body, &block) {
+        return why;
+    }
     let mut u = KeyUse::default();
     key_use_block(&block, &mut u);
     let n = u.max_literal.max(1);
