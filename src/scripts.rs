@@ -1476,6 +1476,10 @@ mod tests {
             "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1",
             // (A TTL from a literal, not from an argument, is that TTL on every call: see
             // `ttl_literals`.)
+            // A key named by string.format is not a key it was given.
+            "local k = string.format('%s:lock', KEYS[1]) if redis.call('get', k) == ARGV[1] then return redis.call('del', k) end return 0",
+            // The type of a reply compared to what it never is: the branch never runs.
+            "local r = redis.call('get', KEYS[1]) if type(r) == 'number' then return redis.call('del', KEYS[1]) end return 0",
             // A string compared outside redis.call keeps its case.
             "if redis.call('get',KEYS[1]) == 'ARGV' then return redis.call('del',KEYS[1]) else return 0 end",
         ] {

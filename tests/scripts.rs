@@ -2911,6 +2911,19 @@ async fn fifth_round_shapes_answer_what_one_redis_answers() {
         if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end\n\
         return redis.call('pexpire', KEYS[1], ARGV[2])";
     run(keys_extend, &["tok", "20000"], single).await;
+    // string.format for a log line, type() and .err of a pcall's reply.
+    let logged = "local key = KEYS[1] local token = ARGV[1]\n\
+        redis.log(redis.LOG_NOTICE, string.format('unlock %s by %s', key, token))\n\
+        if redis.call('get', key) == token then return redis.call('del', key) end return 0";
+    run(logged, &["tok"], single).await;
+    let checked = "local r = redis.pcall('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n\
+        if type(r) == 'table' and r.err then return redis.error_reply(r.err) end\n\
+        if r then return 1 end return 0";
+    run(checked, &["tok", "20000"], single).await;
+    let typed = "local r = redis.pcall('get', KEYS[1])\n\
+        if type(r) == 'string' and r == ARGV[1] then return redis.call('del', KEYS[1]) end\n\
+        return 0";
+    run(typed, &["tok"], single).await;
 }
 
 /// An acquisition guarded by `#KEYS` is a Redlock acquisition: held by another client on two of

@@ -164,6 +164,11 @@ pub enum Lib {
     Replicate,
     /// `redis.log(level, message, ...)`: writes to the server's log only, answers nothing.
     Log,
+    /// `string.format(...)`: text the analyser does not follow ([`Val::Opaque`]), fit for a
+    /// log message; as a key, compared or answered, it stops the analysis.
+    StringFormat,
+    /// `type(v)`: the name of a value's Lua type, for the values whose type is known.
+    Type,
 }
 
 impl fmt::Display for Val {
@@ -902,6 +907,7 @@ impl Machine<'_> {
                 "unpack" => Val::Lib(Lib::Unpack),
                 "table" => Val::Lib(Lib::Table),
                 "string" => Val::Lib(Lib::String),
+                "type" => Val::Lib(Lib::Type),
                 _ => return fail(format!("uses the global {g}")),
             },
             Expr::Index(t, k) => {
@@ -944,6 +950,12 @@ impl Machine<'_> {
                     }
                     (Val::Table(items), Val::Num(i)) if i >= 1 => {
                         items.get(i as usize - 1).cloned().unwrap_or(Val::Nil)
+                    }
+                    // A status reply is the table `{ok = 'OK'}`; an array reply has neither
+                    // field (`if r.err then ...` after `redis.pcall`).
+                    (Val::Status, Val::Str(f)) if f == b"ok" => Val::Str(b"OK".to_vec()),
+                    (Val::Status | Val::Table(_), Val::Str(f)) if f == b"ok" || f == b"err" => {
+                        Val::Nil
                     }
                     (t, k) => return fail(format!("indexes {t} with {k}")),
                 }
@@ -1678,6 +1690,24 @@ impl Machine<'_> {
                 _ => fail("an error reply it does not model"),
             },
             Val::Lib(Lib::Replicate) if args.is_empty() => Ok(Val::Bool(true)),
+            Val::Lib(Lib::StringFormat) => {
+                self.exprs(args)?;
+                Ok(Val::Opaque)
+            }
+            Val::Lib(Lib::Type) => {
+                let v = self.exprs(args)?.into_iter().next().unwrap_or(Val::Nil);
+                let name: &[u8] = match v {
+                    Val::Nil => b"nil",
+                    Val::Bool(_) => b"boolean",
+                    Val::Num(_) | Val::Count(_) | Val::NumArg(_) | Val::Pttl(_) | Val::Ttl(_) => {
+                        b"number"
+                    }
+                    Val::Str(_) | Val::Arg(_) | Val::Other(_) => b"string",
+                    Val::Table(_) | Val::Status => b"table",
+                    v => return fail(format!("the type of {v}")),
+                };
+                Ok(Val::Str(name.to_vec()))
+            }
             // The message may be any values the script has (a key's name, a reply): Redis only
             // writes them to its log. Fewer than two arguments or another level is an error
             // there, and stays unknown here.
@@ -1819,6 +1849,7 @@ fn library(t: &Val, name: &[u8]) -> Option<Lib> {
     match (t, name) {
         (Val::Lib(Lib::Table), b"insert") => Some(Lib::TableInsert),
         (Val::Lib(Lib::String), b"sub") => Some(Lib::StringSub),
+        (Val::Lib(Lib::String), b"format") => Some(Lib::StringFormat),
         (Val::Redis, b"status_reply") => Some(Lib::StatusReply),
         (Val::Redis, b"error_reply") => Some(Lib::ErrorReply),
         (Val::Redis, b"replicate_commands") => Some(Lib::Replicate),
