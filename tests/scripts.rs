@@ -2924,6 +2924,17 @@ async fn fifth_round_shapes_answer_what_one_redis_answers() {
         if type(r) == 'string' and r == ARGV[1] then return redis.call('del', KEYS[1]) end\n\
         return 0";
     run(typed, &["tok"], single).await;
+    // math.floor of the TTL argument, the status reply's ok field, a TTL guard with an error.
+    let floored = "if redis.call('get', KEYS[1]) == ARGV[1] then\n\
+        return redis.call('expire', KEYS[1], math.floor(tonumber(ARGV[2]))) end return 0";
+    run(floored, &["tok", "20"], single).await;
+    let ok_field = "local r = redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n\
+        if r and r['ok'] == 'OK' then return 1 end\nreturn 0";
+    run(ok_field, &["tok", "20000"], single).await;
+    let guarded = "local ttl = tonumber(ARGV[2])\n\
+        if ttl == nil or ttl <= 0 then return redis.error_reply('ERR bad ttl') end\n\
+        if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ttl) then return 1 end\nreturn 0";
+    run(guarded, &["tok", "20000"], single).await;
 }
 
 /// An acquisition guarded by `#KEYS` is a Redlock acquisition: held by another client on two of

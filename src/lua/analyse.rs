@@ -169,6 +169,11 @@ pub enum Lib {
     StringFormat,
     /// `type(v)`: the name of a value's Lua type, for the values whose type is known.
     Type,
+    /// The `math` library.
+    Math,
+    /// `math.floor(n)` / `math.ceil(n)` of an integer (a TTL argument read with `tonumber`:
+    /// the proxy takes only integer TTLs, so rounding never changes one it accepts).
+    Round,
 }
 
 impl fmt::Display for Val {
@@ -908,6 +913,7 @@ impl Machine<'_> {
                 "table" => Val::Lib(Lib::Table),
                 "string" => Val::Lib(Lib::String),
                 "type" => Val::Lib(Lib::Type),
+                "math" => Val::Lib(Lib::Math),
                 _ => return fail(format!("uses the global {g}")),
             },
             Expr::Index(t, k) => {
@@ -1690,6 +1696,10 @@ impl Machine<'_> {
                 _ => fail("an error reply it does not model"),
             },
             Val::Lib(Lib::Replicate) if args.is_empty() => Ok(Val::Bool(true)),
+            Val::Lib(Lib::Round) => match self.exprs(args)?.as_slice() {
+                [v @ (Val::Num(_) | Val::NumArg(_))] => Ok(v.clone()),
+                _ => fail("a math.floor it does not model"),
+            },
             Val::Lib(Lib::StringFormat) => {
                 self.exprs(args)?;
                 Ok(Val::Opaque)
@@ -1850,6 +1860,7 @@ fn library(t: &Val, name: &[u8]) -> Option<Lib> {
         (Val::Lib(Lib::Table), b"insert") => Some(Lib::TableInsert),
         (Val::Lib(Lib::String), b"sub") => Some(Lib::StringSub),
         (Val::Lib(Lib::String), b"format") => Some(Lib::StringFormat),
+        (Val::Lib(Lib::Math), b"floor" | b"ceil") => Some(Lib::Round),
         (Val::Redis, b"status_reply") => Some(Lib::StatusReply),
         (Val::Redis, b"error_reply") => Some(Lib::ErrorReply),
         (Val::Redis, b"replicate_commands") => Some(Lib::Replicate),
