@@ -274,20 +274,13 @@ fn check(proxy: &Proxy, op: &LockOp) -> Result<(), Reply> {
     let max = proxy.config().max_ttl_ms;
     if !matches!(
         op.op,
-        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining | Op::Held
+        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining
     ) && op.ttl_ms > max as i64
     {
         return Err(Reply::from(Error::TtlTooLong {
             ttl: op.ttl_ms,
             max,
         }));
-    }
-    // A refresh in seconds of the same argument: its TTL is held to the same bound.
-    if op.op == Op::AcquireOrRefreshSeconds
-        && let refresh = op.op.refresh_ms(op.ttl_ms).unwrap_or(i64::MAX)
-        && refresh > max as i64
-    {
-        return Err(Reply::from(Error::TtlTooLong { ttl: refresh, max }));
     }
     if let Some(w) = &op.wake
         && (w.ttl_ms <= 0 || w.ttl_ms > max as i64)
@@ -318,6 +311,15 @@ fn acquisition(proxy: &Arc<Proxy>, op: LockOp) -> Action {
 pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
     if let Err(refused) = check(proxy, &op) {
         return refused.into();
+    }
+    // A refresh in seconds of the same argument: its TTL is held to the same bound (checked
+    // here, not in `check`, which plain `SET NX PX` runs too).
+    let max = proxy.config().max_ttl_ms;
+    if op.op == Op::AcquireOrRefreshSeconds
+        && let refresh = op.op.refresh_ms(op.ttl_ms).unwrap_or(i64::MAX)
+        && refresh > max as i64
+    {
+        return Reply::from(Error::TtlTooLong { ttl: refresh, max }).into();
     }
     // One future type per operation, so each is only as large as its own state; each takes its
     // turn on its keys now, at dispatch.
@@ -1248,7 +1250,7 @@ fn inspected(ballots: &Ballots) -> Reply {
 }
 
 /// Whether the caller holds its key (see [`Op::Held`]): each master's value of `KEYS[1]` (the
-/// [`INSPECT`] read), decided as soon as a quorum agree.
+/// [`INSPECT`] read; a `Held` operation has no TTL, so `check` lets it through).
 async fn run_held(proxy: &Proxy, op: &LockOp) -> Reply {
     let req = eval(INSPECT, &op.keys[..1], &[]);
     let deadline = Instant::now() + proxy.config().node_timeout();
