@@ -128,7 +128,16 @@ fn reason(body: &[u8]) -> String {
             Ok(runs) => return not_a_lock_because(&runs).into(),
         }
     }
-    why.unwrap_or_default()
+    let why = why.unwrap_or_default();
+    // A branch on how long the key has left (`if redis.call('ttl', k) > 0`): each master's
+    // own clock decides it, so the masters need not take the same branch.
+    if why.starts_with("cannot decide") && (why.contains("ttl(") || why.contains("pttl(")) {
+        return format!(
+            "it decides on the time the key has left (TTL/PTTL), which each master counts on \
+             its own clock ({why})"
+        );
+    }
+    why
 }
 
 /// Why runs the analyser followed are no lock operation, where a common shape says more than
