@@ -153,11 +153,13 @@ pub const ACQUIRE: &str = "local done = {} \
 
 /// Extend: `KEYS` = the keys, `ARGV` = token, ms, `"1"` to add to the TTL (else replace it),
 /// max TTL. All or nothing: answers the smallest new TTL (> 0) when every key held the token,
-/// 0 when some key did not, -2 when the new TTL would exceed the max. A key's fencing instance
+/// 0 when some key did not (-3 when the one key is missing), -2 when the new TTL would exceed
+/// the max. A key's fencing instance
 /// (see the fencing commands) learns its new expiry, so the grant keeps its token.
 pub const EXTEND: &str = "local ttl = {} local least = nil \
     for i, key in ipairs(KEYS) do \
-      if redis.call('get', key) ~= ARGV[1] then return 0 end \
+      local v = redis.call('get', key) \
+      if v ~= ARGV[1] then if v == false and #KEYS == 1 then return -3 end return 0 end \
       local t = tonumber(ARGV[2]) \
       if ARGV[3] == '1' then \
         local left = redis.call('pttl', key) \

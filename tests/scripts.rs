@@ -2935,6 +2935,11 @@ async fn fifth_round_shapes_answer_what_one_redis_answers() {
         if ttl == nil or ttl <= 0 then return redis.error_reply('ERR bad ttl') end\n\
         if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ttl) then return 1 end\nreturn 0";
     run(guarded, &["tok", "20000"], single).await;
+    // An extension (SETEX) answering 0 done, 1 another's, 2 gone: told apart by the masters.
+    let tristate = "local ret = redis.call(\"EXISTS\", KEYS[1])\nif ret == 0 then return 2 end\n\
+        ret = redis.call(\"GET\", KEYS[1])\nif ret == ARGV[1] then\n\
+        redis.call(\"SETEX\", KEYS[1], ARGV[2], ARGV[1])\nreturn 0\nend\nreturn 1";
+    run(tristate, &["tok", "20"], single).await;
 }
 
 /// An acquisition guarded by `#KEYS` is a Redlock acquisition: held by another client on two of

@@ -255,7 +255,7 @@ pub async fn renew(proxy: &Arc<Proxy>, keys: &[Bytes], token: &Bytes, ttl_ms: i6
     let ballots = vote.ballots();
     let renewal = match decided {
         Extension::Granted => Renewal::Renewed,
-        _ if ballots.agree(|r| *r == Reply::Integer(0)) => Renewal::Gone,
+        _ if ballots.agree(|r| matches!(r, Reply::Integer(0 | -3))) => Renewal::Gone,
         _ => Renewal::Failed(
             "fewer than a quorum of masters extended the lock in time",
             Answered::of(&vote),
@@ -1043,7 +1043,16 @@ async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
                 keys = k,
                 "extension refused"
             );
-            answer(op.answer, false, k)
+            match op.answer {
+                // A script that answers otherwise where its one key is gone: where a quorum
+                // found it missing ([`EXTEND`] answers -3).
+                Answer::Const(c)
+                    if k == 1 && c.gone != c.no && ballots.agree(|r| *r == Reply::Integer(-3)) =>
+                {
+                    constant(c.gone)
+                }
+                shape => answer(shape, false, k),
+            }
         }
     }
 }
