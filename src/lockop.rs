@@ -52,6 +52,30 @@ pub enum Op {
     /// its remaining TTL (not the requested one) counts toward the grant's validity.
     #[serde(skip)]
     AcquireOrKeep,
+    /// Like `AcquireOrRefresh` on one key, with the TTL argument read in milliseconds where the
+    /// key is taken and in seconds where it already holds the token and is refreshed (a script
+    /// that takes with `SET ... PX ARGV[2]` and refreshes with `EXPIRE ... ARGV[2]`): the
+    /// refresh holds the key a thousand times longer, as on one Redis. The grant's validity
+    /// counts the shorter of the two. Not declarable in the configuration.
+    #[serde(skip)]
+    AcquireOrRefreshSeconds,
+    /// A read: whether the caller holds `KEYS[1]`, answered with one of three constants
+    /// ([`Answer::Const`]): `ok` where a quorum of masters hold the token, `gone` where a quorum
+    /// have no such key, `no` otherwise (another holds it, or the masters do not agree). Not
+    /// declarable in the configuration.
+    #[serde(skip)]
+    Held,
+}
+
+impl Op {
+    /// The TTL in ms a refresh of a key that already holds the token sets, for an acquisition
+    /// whose TTL is `ttl_ms` (`None` when it overflows).
+    pub fn refresh_ms(self, ttl_ms: i64) -> Option<i64> {
+        match self {
+            Op::AcquireOrRefreshSeconds => ttl_ms.checked_mul(1000),
+            _ => Some(ttl_ms),
+        }
+    }
 }
 
 /// Where a script with parameters in `KEYS` (see [`LockScript::params_in_keys`]) numbers its
@@ -402,10 +426,47 @@ pub struct LockScript {
     pub signal: Option<Signal>,
     /// What it publishes, if anything (a release only).
     pub announce: Option<Announce>,
-    /// `Some(m)` when the script spreads `ARGV` into a command (`redis.call('psetex',
-    /// KEYS[1], unpack(ARGV))`): it means this operation only when called with exactly `m`
-    /// arguments (with more or fewer, Redis would run another command, or refuse it).
-    pub argv_count: Option<usize>,
+    /// `Some(counts)` when the script spreads `ARGV` into a command (`redis.call('psetex',
+    /// KEYS[1], unpack(ARGV))`) or tests `#ARGV`: it means this operation only when called
+    /// with one of these numbers of arguments (with others, Redis would run another command,
+    /// refuse it, or answer the script's usage error).
+    pub argv_count: Option<Counts>,
+    /// `Some(counts)` when the script tests `#KEYS` (`if #KEYS ~= 1 then return
+    /// redis.error_reply(...) end`): it means this operation only when called with one of
+    /// these numbers of keys.
+    pub keys_count: Option<Counts>,
+}
+
+/// A set of small counts (of arguments or keys, 0 to 15) a script's meaning holds for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts(u16);
+
+impl Counts {
+    /// The largest count a set holds.
+    pub const MAX: usize = 15;
+
+    /// The set of the one count `n` (empty when `n` is beyond [`Counts::MAX`]).
+    pub fn one(n: usize) -> Counts {
+        Counts::default().with(n)
+    }
+
+    /// This set and the count `n` (unchanged when `n` is beyond [`Counts::MAX`]).
+    pub fn with(self, n: usize) -> Counts {
+        if n > Self::MAX {
+            return self;
+        }
+        Counts(self.0 | 1 << n)
+    }
+
+    /// Whether the set holds `n`.
+    pub fn contains(self, n: usize) -> bool {
+        n <= Self::MAX && self.0 & (1 << n) != 0
+    }
+
+    /// The smallest count in the set.
+    pub fn min(self) -> Option<usize> {
+        (self.0 != 0).then(|| self.0.trailing_zeros() as usize)
+    }
 }
 
 impl LockScript {
@@ -564,6 +625,16 @@ pub struct HashScript {
     pub publish: Option<Publish>,
     /// The unlock latch, if the unlock keeps one.
     pub latch: Option<Latch>,
+    /// The TTL argument's unit (Redisson's: milliseconds; `EXPIRE key ARGV[2]` in the
+    /// re-entrant hash locks of many tutorials: seconds).
+    pub unit: TtlUnit,
+    /// `Acquire` only: the constants it answers when granted and when refused (`return 1` /
+    /// `return 0`), in place of Redisson's nil and the lock's PTTL.
+    pub replies: Option<(Lit, Lit)>,
+    /// `Unlock` without `publish` only: the constants it answers where the caller did not hold
+    /// the lock, where it still holds it (one hold less), and where this was its last hold, in
+    /// place of Redisson's nil, 0 and 1 (tutorials' unlocks answer nil in all three).
+    pub unlock_replies: Option<[Lit; 3]>,
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -92,6 +92,7 @@ impl Declared {
                 signal: None,
                 announce: None,
                 argv_count: None,
+                keys_count: None,
             },
         }
     }
@@ -134,7 +135,9 @@ pub fn recognise(body: &[u8]) -> Meaning {
 /// holds the token itself, so a refused attempt knows a grant of its value may exist there),
 /// else one code per key: 1 created, 2 already held the token (TTL reset), so a refused attempt
 /// can undo exactly what it created. `ARGV[3] = "2"` accepts keys that hold the token only
-/// when all of them do (a mix of missing keys and the token's answers -1).
+/// when all of them do (a mix of missing keys and the token's answers -1). `ARGV[4]`, when
+/// given, is the TTL in ms set where a key already held the token (a refresh whose TTL is
+/// read in another unit, see [`crate::lockop::Op::AcquireOrRefreshSeconds`]).
 pub const ACQUIRE: &str = "local done = {} \
     for i, key in ipairs(KEYS) do \
       local v = redis.call('get', key) \
@@ -144,16 +147,19 @@ pub const ACQUIRE: &str = "local done = {} \
       else return 0 end \
     end \
     if ARGV[3] == '2' then for i = 2, #done do if done[i] ~= done[1] then return -1 end end end \
-    for i, key in ipairs(KEYS) do redis.call('set', key, ARGV[1], 'px', ARGV[2]) end \
+    for i, key in ipairs(KEYS) do \
+      redis.call('set', key, ARGV[1], 'px', done[i] == 2 and ARGV[4] or ARGV[2]) end \
     return done";
 
 /// Extend: `KEYS` = the keys, `ARGV` = token, ms, `"1"` to add to the TTL (else replace it),
 /// max TTL. All or nothing: answers the smallest new TTL (> 0) when every key held the token,
-/// 0 when some key did not, -2 when the new TTL would exceed the max. A key's fencing instance
+/// 0 when some key did not (-3 when the one key is missing), -2 when the new TTL would exceed
+/// the max. A key's fencing instance
 /// (see the fencing commands) learns its new expiry, so the grant keeps its token.
 pub const EXTEND: &str = "local ttl = {} local least = nil \
     for i, key in ipairs(KEYS) do \
-      if redis.call('get', key) ~= ARGV[1] then return 0 end \
+      local v = redis.call('get', key) \
+      if v ~= ARGV[1] then if v == false and #KEYS == 1 then return -3 end return 0 end \
       local t = tonumber(ARGV[2]) \
       if ARGV[3] == '1' then \
         local left = redis.call('pttl', key) \
@@ -692,6 +698,9 @@ mod tests {
             ttl_arg,
             publish,
             latch,
+            unit: TtlUnit::Millis,
+            replies: None,
+            unlock_replies: None,
         };
         for (body, want) in [
             (
@@ -751,16 +760,10 @@ mod tests {
             "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hset', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; return redis.call('pttl', KEYS[1]);",
             // No TTL on a new lock.
             "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hincrby', KEYS[1], ARGV[2], 1); return nil; end; return redis.call('pttl', KEYS[1]);",
-            // Seconds, not milliseconds.
-            "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('expire', KEYS[1], ARGV[1]); return nil; end; return redis.call('pttl', KEYS[1]);",
-            // Answers 0 instead of the PTTL when taken.
-            "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; return 0;",
             // Renews whoever holds it.
             "if (redis.call('exists', KEYS[1]) == 1) then redis.call('pexpire', KEYS[1], ARGV[1]); return 1; end; return 0;",
             // Unlock that deletes on the first of two holds.
             "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); if (counter > 1) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; else redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], ARGV[1]); return 1; end;",
-            // Unlock that never publishes.
-            "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; else redis.call('del', KEYS[1]); return 1; end;",
             // Unlock that publishes twice.
             "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; else redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], ARGV[1]); redis.call('publish', KEYS[2], ARGV[1]); return 1; end;",
             // Unlock that publishes on every decrement too.
@@ -782,6 +785,66 @@ mod tests {
         ] {
             assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
         }
+        // The TTL in seconds, or constants of its own in place of nil and the PTTL: the same
+        // acquisition with that unit, or those replies (re-entrant hash locks of tutorials).
+        let seconds = hash(b"if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('expire', KEYS[1], ARGV[1]); return nil; end; return redis.call('pttl', KEYS[1]);");
+        assert_eq!(
+            (seconds.op, seconds.unit, seconds.replies),
+            (HashOp::Acquire, TtlUnit::Seconds, None)
+        );
+        let zero = hash(b"if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; return 0;");
+        assert_eq!(zero.replies, Some((Lit::Nil, Lit::Int(0))));
+        let one_zero = hash(b"if (redis.call('exists', KEYS[1]) == 0) then redis.call('hset', KEYS[1], ARGV[1], '1'); redis.call('expire', KEYS[1], ARGV[2]); return 1; end; if (redis.call('hexists', KEYS[1], ARGV[1]) == 1) then redis.call('hincrby', KEYS[1], ARGV[1], '1'); redis.call('expire', KEYS[1], ARGV[2]); return 1; end; return 0;");
+        assert_eq!(
+            (
+                one_zero.op,
+                one_zero.field_arg,
+                one_zero.ttl_arg,
+                one_zero.unit,
+                one_zero.replies
+            ),
+            (
+                HashOp::Acquire,
+                1,
+                2,
+                TtlUnit::Seconds,
+                Some((Lit::Int(1), Lit::Int(0)))
+            )
+        );
+        // An unlock given no channel publishes nothing (tutorials' unlocks, answering nil in
+        // every case, or Redisson's nil/0/1): an unlock without a publish, with those replies.
+        let quiet = hash(b"if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; else redis.call('del', KEYS[1]); return 1; end;");
+        assert_eq!(
+            (
+                quiet.op,
+                quiet.field_arg,
+                quiet.ttl_arg,
+                quiet.publish,
+                quiet.unlock_replies
+            ),
+            (
+                HashOp::Unlock,
+                3,
+                2,
+                None,
+                Some([Lit::Nil, Lit::Int(0), Lit::Int(1)])
+            )
+        );
+        let nil = hash(b"if(redis.call('hexists', KEYS[1], ARGV[1]) == 0) then return nil; end; local count = redis.call('hincrby', KEYS[1], ARGV[1], -1); if(count > 0) then redis.call('expire', KEYS[1], ARGV[2]); return nil; else redis.call('del', KEYS[1]); return nil; end;");
+        assert_eq!(
+            (nil.op, nil.unit, nil.unlock_replies),
+            (HashOp::Unlock, TtlUnit::Seconds, Some([Lit::Nil; 3]))
+        );
+        // ... but one that deletes on the first of two holds stays unknown.
+        assert_eq!(
+            recognise(b"if (redis.call('hexists', KEYS[1], ARGV[1]) == 0) then return nil; end; local count = redis.call('hincrby', KEYS[1], ARGV[1], -1); if (count > 1) then redis.call('expire', KEYS[1], ARGV[2]); return nil; else redis.call('del', KEYS[1]); return nil; end;"),
+            Meaning::Unknown
+        );
+        // Answering the hold count on re-entry (each master counts its own) stays unknown.
+        assert_eq!(
+            recognise(b"if (redis.call('exists', KEYS[1]) == 0) then redis.call('hset', KEYS[1], ARGV[1], '1'); redis.call('expire', KEYS[1], ARGV[2]); return 1; end; if (redis.call('hexists', KEYS[1], ARGV[1]) == 1) then local n = redis.call('hincrby', KEYS[1], ARGV[1], '1'); redis.call('expire', KEYS[1], ARGV[2]); return n; end; return 0;"),
+            Meaning::Unknown
+        );
         // An older Redisson unlock answered 1 and published for a lock already gone: not the
         // unlock the proxy runs (nil there), so it stays unknown (and runs under the
         // unknown-script rule; its replies do not differ between masters).
@@ -1410,18 +1473,30 @@ mod tests {
             "if redis.call('get',KEYS[1]) ~= ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end",
             // Lua names are case-sensitive: `argv` is not `ARGV`.
             "if redis.call('get',KEYS[1]) == argv[1] then return redis.call('del',KEYS[1]) else return 0 end",
-            // Different with three keys than with one or two: the analyser unrolls over one
-            // and two keys, so the key count may never be compared.
-            "if #KEYS == 3 then return redis.call('del', KEYS[1]) end local n = 0 for i, k in ipairs(KEYS) do if redis.call('get', k) == ARGV[1] then n = n + redis.call('del', k) end end return n",
             "local n = 0 for i, k in ipairs(KEYS) do if i == 3 then redis.call('del', k) elseif redis.call('get', k) == ARGV[1] then n = n + redis.call('del', k) end end return n",
             // Overwrites another holder's lock, and answers what no SET answers.
             "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1",
             // (A TTL from a literal, not from an argument, is that TTL on every call: see
             // `ttl_literals`.)
+            // A key named by string.format is not a key it was given.
+            "local k = string.format('%s:lock', KEYS[1]) if redis.call('get', k) == ARGV[1] then return redis.call('del', k) end return 0",
+            // The type of a reply compared to what it never is: the branch never runs.
+            "local r = redis.call('get', KEYS[1]) if type(r) == 'number' then return redis.call('del', KEYS[1]) end return 0",
             // A string compared outside redis.call keeps its case.
             "if redis.call('get',KEYS[1]) == 'ARGV' then return redis.call('del',KEYS[1]) else return 0 end",
         ] {
             assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
+        }
+        // Different with three keys than with one or two: the analyser unrolls over one and
+        // two keys, so the key count is never compared there; read for exactly one key, it is
+        // a release bound to calls with one key (others run as written).
+        let three = "if #KEYS == 3 then return redis.call('del', KEYS[1]) end local n = 0 for i, k in ipairs(KEYS) do if redis.call('get', k) == ARGV[1] then n = n + redis.call('del', k) end end return n";
+        match recognise(three.as_bytes()) {
+            Meaning::Lock(l) => {
+                assert_eq!(l.keys_count, Some(crate::lockop::Counts::one(1)));
+                assert_eq!(l.choice, Choice::Always(Op::Release));
+            }
+            other => panic!("{other:?}"),
         }
         // A plain write with an expiry is that write (Redis::DistLock 0.07's extend is one).
         assert_eq!(

@@ -2008,10 +2008,11 @@ async fn a_refused_script_says_why() {
         return false";
     let r = c.raw(&["EVAL", global, "1", "why", "tok", "1000"]).await;
     assert!(r.contains("assigns to the global current"), "{r}");
-    // Acquired in milliseconds, refreshed in seconds from the same argument.
+    // Acquired in seconds, refreshed in milliseconds from the same argument (the other way
+    // round is recognised: see `a_key_taken_in_ms_and_refreshed_in_seconds_...`).
     let mixed = "local v = redis.call('get', KEYS[1])\n\
-        if not v then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) end\n\
-        if v == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end\nreturn 0";
+        if not v then return redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2]) end\n\
+        if v == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end\nreturn 0";
     let r = c.raw(&["EVAL", mixed, "1", "why", "tok", "1000"]).await;
     assert!(r.contains("in milliseconds on one path and in"), "{r}");
     assert_eq!(values_on(&ms, "why").await, vec![None, None, None]);
@@ -2043,14 +2044,20 @@ async fn lock_as(c: &mut Client, key: &str, value: &str) {
 async fn corpus_differential() {
     use Held::*;
     use Start::{Expired, Held as H};
-    use redlock_proxy::lockop::{ARGV_AFTER_KEYS, Choice, TtlUnit};
+    use redlock_proxy::lockop::{ARGV_AFTER_KEYS, Choice, HashOp, TtlUnit};
     use redlock_proxy::scripts::{Meaning, recognise};
     let Ok(dir) = std::env::var("RECOG_CORPUS") else {
         return;
     };
     let reference = Master::start();
     let ms = masters(3);
-    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    // A TTL argument read in seconds on one path (a refresh in seconds of a key taken in ms)
+    // asks for a thousand times the TTL there: room for it.
+    let p = proxy_with(&ms, |c| {
+        c.unknown_scripts = UnknownScripts::Reject;
+        c.max_ttl_ms = 100_000_000;
+    })
+    .await;
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -2126,7 +2133,15 @@ async fn corpus_differential() {
                 } else {
                     l.token_arg
                 };
-                (token, l.ttl_arg, l.unit, keys, ops, l.argv_count)
+                let keys = l.keys_count.and_then(|k| k.min()).unwrap_or(keys);
+                (
+                    token,
+                    l.ttl_arg,
+                    l.unit,
+                    keys,
+                    ops,
+                    l.argv_count.and_then(|m| m.min()),
+                )
             }
             Meaning::Plain(s) => (s.value_arg, s.ttl_arg, s.unit, 1, vec![], None),
             // A constant written unless the key holds it: from missing, holding the constant,
@@ -2155,6 +2170,63 @@ async fn corpus_differential() {
                         both_values(&reference, &ms, &p, &script, &keys, &values, &argv).await;
                     assert_eq!(got, want, "{name} {argv:?} from {from:?}");
                     assert_eq!(gs, ws, "{name} {argv:?} from {from:?}");
+                    checked += 1;
+                }
+                eprintln!("{name}: same as one Redis");
+                continue;
+            }
+            // A hash lock taken or unlocked on KEYS[1] alone: from missing, held once or
+            // twice by the caller, held by another and a string, the reply and the hash a
+            // majority of masters hold are one Redis's.
+            Meaning::Hash(h)
+                if matches!(h.op, HashOp::Acquire | HashOp::Unlock)
+                    && h.publish.is_none()
+                    && h.latch.is_none() =>
+            {
+                let n = h.field_arg.max(h.ttl_arg);
+                let mut argv: Vec<String> = vec!["1".to_string(); n];
+                argv[h.field_arg - 1] = "uuid-1:7".into();
+                argv[h.ttl_arg - 1] = match h.unit {
+                    TtlUnit::Millis => "20000".into(),
+                    TtlUnit::Seconds => "20".into(),
+                };
+                let mut direct = Vec::new();
+                for m in &ms {
+                    direct.push(m.client().await);
+                }
+                let mut r = reference.client().await;
+                let mut c = Client::connect(&p).await;
+                for start in ["missing", "mine", "mine twice", "other", "a string"] {
+                    case += 1;
+                    let key = format!("corpus:{case}:h");
+                    let setup: Vec<Vec<&str>> = match start {
+                        "mine" => vec![vec!["HSET", &key, "uuid-1:7", "1"]],
+                        "mine twice" => vec![vec!["HSET", &key, "uuid-1:7", "2"]],
+                        "other" => vec![vec!["HSET", &key, "uuid-2:9", "1"]],
+                        "a string" => vec![vec!["SET", &key, "v"]],
+                        _ => vec![],
+                    };
+                    for cmd in setup.iter().chain(
+                        (start != "missing")
+                            .then(|| vec!["PEXPIRE", &key, "10000"])
+                            .iter(),
+                    ) {
+                        r.cmd(cmd).await;
+                        for d in direct.iter_mut() {
+                            d.cmd(cmd).await;
+                        }
+                    }
+                    let mut call = vec!["EVAL", script.as_str(), "1", key.as_str()];
+                    call.extend(argv.iter().map(|a| a.as_str()));
+                    let want = bucketed(r.cmd(&call).await);
+                    let got = bucketed(c.cmd(&call).await);
+                    assert_eq!(got, want, "{name} from {start}");
+                    let want = hash_state(&mut r, &key).await;
+                    let mut agreed = 0;
+                    for d in direct.iter_mut() {
+                        agreed += usize::from(hash_state(d, &key).await == want);
+                    }
+                    assert!(agreed >= 2, "{name} from {start}: hash {want:?}");
                     checked += 1;
                 }
                 eprintln!("{name}: same as one Redis");
@@ -2544,6 +2616,16 @@ async fn scripts_answering_per_master_facts_are_refused_with_their_reason() {
         if v == ARGV[1] then return redis.call('pexpire', KEYS[1], 30000) end\nreturn false";
     let r = c.raw(&["EVAL", fixed, "1", "r3:why", "tok", "1000"]).await;
     assert!(r.contains("a TTL written in the script"), "{r}");
+    // A re-entrant hash lock answering its hold count: each master counts its own.
+    let count =
+        "if (redis.call('exists', KEYS[1]) == 0) then redis.call('hset', KEYS[1], ARGV[1], '1');
+        redis.call('expire', KEYS[1], ARGV[2]); return 1; end;
+        if (redis.call('hexists', KEYS[1], ARGV[1]) == 1) then
+        local n = redis.call('hincrby', KEYS[1], ARGV[1], '1');
+        redis.call('expire', KEYS[1], ARGV[2]); return n; end;
+return 0;";
+    let r = c.raw(&["EVAL", count, "1", "r3:why", "tok", "10"]).await;
+    assert!(r.contains("answers the hold count"), "{r}");
     assert_eq!(values_on(&ms, "r3:why").await, vec![None, None, None]);
 }
 
@@ -2772,4 +2854,409 @@ async fn expiry_options_in_an_extend_answer_what_one_redis_answers_or_say_why_no
         let (want, got) = both_from(&reference, &ms, &p, xx, &keys, from, &argv).await;
         assert_eq!(got, want, "XX from {from:?}");
     }
+}
+
+/// Fifth-round shapes, from every starting state, answer through the proxy what one Redis
+/// answers and leave the same keys: a release that answers one constant whatever it found
+/// (one key and many), an acquisition and a release guarded by `#ARGV` called with more
+/// arguments than they need, and scripts that test `#KEYS` before acting.
+#[tokio::test]
+async fn fifth_round_shapes_answer_what_one_redis_answers() {
+    use Held::*;
+    use Start::{Expired, Held as H};
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
+    let multi: &[&[Start]] = &[
+        &[H(Mine), H(Mine)],
+        &[H(Mine), H(Other)],
+        &[H(Missing), H(Mine)],
+        &[H(Other), H(Other)],
+        &[Expired, H(Mine)],
+    ];
+    let mut case = 0;
+    let mut run = async |script: &str, argv: &[&str], states: &[&[Start]]| {
+        for from in states {
+            case += 1;
+            let keys: Vec<String> = (0..from.len()).map(|i| format!("r5:{case}:{i}")).collect();
+            let (want, got) = both_from(&reference, &ms, &p, script, &keys, from, argv).await;
+            assert_eq!(got, want, "{script} {argv:?} from {from:?}");
+        }
+    };
+    // Deletes every key that holds the token, answers 'OK' whatever it found.
+    let release_ok = "for _, k in ipairs(KEYS) do\n\
+        if redis.call('GET', k) == ARGV[1] then redis.call('DEL', k) end\nend\nreturn 'OK'";
+    run(release_ok, &["tok"], single).await;
+    run(release_ok, &["tok"], multi).await;
+    // Guarded by #ARGV: the same operation for two, three or four arguments.
+    let take = "if #ARGV < 2 then return redis.error_reply('ERR usage: token ttl') end\n\
+        if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end\n\
+        return 0";
+    run(take, &["tok", "20000", "extra"], single).await;
+    run(take, &["tok", "20000", "a", "b"], single).await;
+    let release = "if #ARGV == 0 then return redis.error_reply('no token') end\n\
+        if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end\n\
+        return 0";
+    run(release, &["tok", "unused"], single).await;
+    // Guarded by #KEYS: one key, as the script asks.
+    let keys_release = "if #KEYS ~= 1 then return redis.error_reply('ERR expected one key') end\n\
+        if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end\n\
+        return 0";
+    run(keys_release, &["tok"], single).await;
+    let keys_take = "if #KEYS == 0 then return redis.error_reply('ERR no key') end\n\
+        return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])";
+    run(keys_take, &["tok", "20000"], single).await;
+    let keys_extend = "if #KEYS > 1 then return redis.error_reply('ERR one key only') end\n\
+        if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end\n\
+        return redis.call('pexpire', KEYS[1], ARGV[2])";
+    run(keys_extend, &["tok", "20000"], single).await;
+    // string.format for a log line, type() and .err of a pcall's reply.
+    let logged = "local key = KEYS[1] local token = ARGV[1]\n\
+        redis.log(redis.LOG_NOTICE, string.format('unlock %s by %s', key, token))\n\
+        if redis.call('get', key) == token then return redis.call('del', key) end return 0";
+    run(logged, &["tok"], single).await;
+    let checked = "local r = redis.pcall('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n\
+        if type(r) == 'table' and r.err then return redis.error_reply(r.err) end\n\
+        if r then return 1 end return 0";
+    run(checked, &["tok", "20000"], single).await;
+    let typed = "local r = redis.pcall('get', KEYS[1])\n\
+        if type(r) == 'string' and r == ARGV[1] then return redis.call('del', KEYS[1]) end\n\
+        return 0";
+    run(typed, &["tok"], single).await;
+    // math.floor of the TTL argument, the status reply's ok field, a TTL guard with an error.
+    let floored = "if redis.call('get', KEYS[1]) == ARGV[1] then\n\
+        return redis.call('expire', KEYS[1], math.floor(tonumber(ARGV[2]))) end return 0";
+    run(floored, &["tok", "20"], single).await;
+    let ok_field = "local r = redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n\
+        if r and r['ok'] == 'OK' then return 1 end\nreturn 0";
+    run(ok_field, &["tok", "20000"], single).await;
+    let guarded = "local ttl = tonumber(ARGV[2])\n\
+        if ttl == nil or ttl <= 0 then return redis.error_reply('ERR bad ttl') end\n\
+        if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ttl) then return 1 end\nreturn 0";
+    run(guarded, &["tok", "20000"], single).await;
+    // An extension (SETEX) answering 0 done, 1 another's, 2 gone: told apart by the masters.
+    let tristate = "local ret = redis.call(\"EXISTS\", KEYS[1])\nif ret == 0 then return 2 end\n\
+        ret = redis.call(\"GET\", KEYS[1])\nif ret == ARGV[1] then\n\
+        redis.call(\"SETEX\", KEYS[1], ARGV[2], ARGV[1])\nreturn 0\nend\nreturn 1";
+    run(tristate, &["tok", "20"], single).await;
+}
+
+/// An acquisition guarded by `#KEYS` is a Redlock acquisition: held by another client on two of
+/// three masters, it answers the script's refusal (nil) and the key it created on the free
+/// master is taken back (negative control: the script as written on that master keeps its
+/// key there). Called with a key count it was not recognised for, it is not a lock operation:
+/// refused under the reject policy, nothing written.
+#[tokio::test]
+async fn a_refused_acquisition_guarded_by_keys_count_undoes_what_it_created() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let take = "if #KEYS ~= 1 then return redis.error_reply('ERR expected one key') end\n\
+        return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])";
+    held_by_other(&ms[1..], "r5:q").await;
+    let mut c = Client::connect(&p).await;
+    let args = ["EVAL", take, "1", "r5:q", "tok", "10000"];
+    assert_eq!(c.raw(&args).await, "$-1\r\n");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let other = Some("other".to_string());
+    assert_eq!(
+        values_on(&ms, "r5:q").await,
+        vec![None, other.clone(), other.clone()]
+    );
+    assert_eq!(ms[0].client().await.raw(&args).await, "+OK\r\n");
+    assert_eq!(
+        values_on(&ms, "r5:q").await,
+        vec![Some("tok".to_string()), other.clone(), other]
+    );
+    let r = c
+        .raw(&["EVAL", take, "2", "r5:a", "r5:b", "tok", "10000"])
+        .await;
+    assert!(r.starts_with("-"), "{r}");
+    assert_eq!(values_on(&ms, "r5:a").await, vec![None, None, None]);
+}
+
+/// A script that takes the key for `ARGV[2]` milliseconds (`SET ... PX`) and refreshes it for
+/// the same argument in seconds (`EXPIRE`) where it already holds the token answers, from every
+/// starting state, what one Redis answers, and leaves the same value and TTL (20 s taken, 20,000 s
+/// refreshed). The refresh's TTL is held to `max_ttl_ms` too: beyond it, an error, nothing
+/// written. The reverse (taken in seconds, refreshed in milliseconds: a refresh shorter than
+/// the acquisition) stays unknown, with its reason.
+#[tokio::test]
+async fn a_key_taken_in_ms_and_refreshed_in_seconds_answers_what_one_redis_answers() {
+    use Held::*;
+    use Start::{Expired, Held as H};
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| {
+        c.unknown_scripts = UnknownScripts::Reject;
+        c.max_ttl_ms = 100_000_000;
+    })
+    .await;
+    let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
+    let answered = "local v = redis.call('get', KEYS[1])\n\
+        if not v then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])\n\
+        elseif v == ARGV[1] then redis.call('expire', KEYS[1], ARGV[2]) return 'OK'\n\
+        else return '' end";
+    let expire_reply = "local v = redis.call('get', KEYS[1])\n\
+        if v == false then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) end\n\
+        if v == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end\n\
+        return 0";
+    let mut case = 0;
+    for script in [answered, expire_reply] {
+        for from in single {
+            case += 1;
+            let keys = vec![format!("r5m:{case}")];
+            let argv = ["tok", "20000"];
+            let (want, got) = both_from(&reference, &ms, &p, script, &keys, from, &argv).await;
+            assert_eq!(got, want, "{script} from {from:?}");
+        }
+    }
+    // The refresh asks for 2,000,000 s: beyond max_ttl_ms, an error and nothing written.
+    let mut c = Client::connect(&p).await;
+    let r = c
+        .raw(&["EVAL", answered, "1", "r5m:long", "tok", "2000000"])
+        .await;
+    assert!(r.starts_with("-ERR"), "{r}");
+    assert_eq!(values_on(&ms, "r5m:long").await, vec![None, None, None]);
+    let reverse = "local v = redis.call('get', KEYS[1])\n\
+        if not v then return redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2])\n\
+        elseif v == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2])\n\
+        else return '' end";
+    let r = c.raw(&["EVAL", reverse, "1", "r5m:rev", "tok", "20"]).await;
+    assert!(
+        r.contains("in milliseconds on one path and in seconds on another"),
+        "{r}"
+    );
+    assert_eq!(values_on(&ms, "r5m:rev").await, vec![None, None, None]);
+}
+
+/// The acquisition taken in ms and refreshed in seconds is a Redlock acquisition: held by
+/// another client on two of three masters, it answers the script's refusal and the key it
+/// created on the free master is taken back (negative control: the script as written on that
+/// master keeps its key). Already the caller's on a quorum, it is refreshed there for the TTL
+/// in seconds, as on one Redis, while a master where it was missing gets it for the TTL in ms.
+#[tokio::test]
+async fn a_refused_acquisition_refreshed_in_seconds_undoes_what_it_created() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| {
+        c.unknown_scripts = UnknownScripts::Reject;
+        c.max_ttl_ms = 100_000_000;
+    })
+    .await;
+    let script = "local v = redis.call('get', KEYS[1])\n\
+        if not v then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])\n\
+        elseif v == ARGV[1] then redis.call('expire', KEYS[1], ARGV[2]) return 'OK'\n\
+        else return '' end";
+    held_by_other(&ms[1..], "r5m:q").await;
+    let mut c = Client::connect(&p).await;
+    let args = ["EVAL", script, "1", "r5m:q", "tok", "10000"];
+    assert_eq!(c.raw(&args).await, "$0\r\n\r\n");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let other = Some("other".to_string());
+    assert_eq!(
+        values_on(&ms, "r5m:q").await,
+        vec![None, other.clone(), other.clone()]
+    );
+    assert_eq!(ms[0].client().await.raw(&args).await, "+OK\r\n");
+    assert_eq!(
+        values_on(&ms, "r5m:q").await,
+        vec![Some("tok".to_string()), other.clone(), other]
+    );
+    // Mine on two masters (10 s left), missing on the third: a quorum refreshes it for
+    // 10,000 s where it was the caller's; the third gets it for 10 s.
+    for m in &ms[..2] {
+        let set = ["SET", "r5m:r", "tok", "PX", "10000"];
+        assert_eq!(m.client().await.raw(&set).await, "+OK\r\n");
+    }
+    let args = ["EVAL", script, "1", "r5m:r", "tok", "10000"];
+    assert_eq!(c.raw(&args).await, "$2\r\nOK\r\n");
+    assert!(pttl(&ms[0], "r5m:r").await > 9_000_000);
+    assert!(pttl(&ms[1], "r5m:r").await > 9_000_000);
+    let third = pttl(&ms[2], "r5m:r").await;
+    assert!((1..=10_000).contains(&third), "{third}");
+}
+
+/// The re-entrant hash lock of many tutorials (`EXISTS` then `HSET field '1'`, or `HEXISTS`
+/// then `HINCRBY field '1'`, `EXPIRE` in seconds, answering 1 or 0) and its unlock (`HINCRBY
+/// field -1`, `EXPIRE` where a hold is left, else `DEL`; nil in every case, no publish) from
+/// each starting state of the lock (missing, held by the caller once, re-entered, held by
+/// another, expired, a string): the reply and the hash a majority of masters hold are what one
+/// plain Redis answers and holds, with unknown scripts refused (so both run as hash-lock quorum
+/// operations).
+#[tokio::test]
+async fn a_tutorial_reentrant_hash_lock_answers_what_one_redis_answers() {
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let mut r = reference.client().await;
+    let mut c = Client::connect(&p).await;
+    let mut direct = Vec::new();
+    for m in &ms {
+        direct.push(m.client().await);
+    }
+    let script = "if (redis.call('exists', KEYS[1]) == 0) then\n\
+        redis.call('hset', KEYS[1], ARGV[1], '1');\nredis.call('expire', KEYS[1], ARGV[2]);\n\
+        return 1;\nend;\nif (redis.call('hexists', KEYS[1], ARGV[1]) == 1) then\n\
+        redis.call('hincrby', KEYS[1], ARGV[1], '1');\nredis.call('expire', KEYS[1], ARGV[2]);\n\
+        return 1;\nend;\nreturn 0;";
+    // Its unlock: nil in every case, one hold less (TTL in seconds) or the hash deleted.
+    let unlock = "if(redis.call('hexists', KEYS[1], ARGV[1]) == 0) then\nreturn nil;\nend;\n\
+        local count = redis.call('hincrby', KEYS[1], ARGV[1], -1);\nif(count > 0) then\n\
+        redis.call('expire', KEYS[1], ARGV[2]);\nreturn nil;\nelse\n\
+        redis.call('del', KEYS[1]);\nreturn nil;\nend;";
+    let redisson = lua("redisson_lock");
+    let me = "uuid-1:7";
+    for (case, start) in [
+        "missing",
+        "mine",
+        "mine twice",
+        "other",
+        "expired",
+        "a string",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let key = format!("r5h:{case}");
+        let (holder, times) = match start {
+            "mine" | "expired" => (me, 1),
+            "mine twice" => (me, 2),
+            "other" => ("uuid-2:9", 1),
+            _ => ("", 0),
+        };
+        for _ in 0..times {
+            let take = if start == "expired" {
+                vec!["EVAL", redisson.as_str(), "1", key.as_str(), "60", holder]
+            } else {
+                vec!["EVAL", script, "1", key.as_str(), holder, "10"]
+            };
+            let want = if start == "expired" {
+                Reply::Nil
+            } else {
+                Reply::Integer(1)
+            };
+            assert_eq!(r.cmd(&take).await, want);
+            assert_eq!(c.cmd(&take).await, want, "set up {start}");
+        }
+        if start == "a string" {
+            let set = ["SET", key.as_str(), "v", "PX", "10000"];
+            assert_eq!(r.cmd(&set).await, Reply::ok());
+            assert_eq!(c.cmd(&set).await, Reply::ok());
+        }
+        if start == "expired" {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        let unlocked = format!("{key}:u");
+        if (times > 0 && start != "expired") || start == "a string" {
+            // The same start for the unlock, on its own key.
+            let copy = ["COPY", key.as_str(), unlocked.as_str()];
+            assert_eq!(r.cmd(&copy).await, Reply::Integer(1));
+            for d in direct.iter_mut() {
+                d.cmd(&copy).await;
+            }
+        }
+        let call = ["EVAL", script, "1", key.as_str(), me, "30"];
+        let free = ["EVAL", unlock, "1", unlocked.as_str(), me, "30"];
+        for (call, k) in [(call, &key), (free, &unlocked)] {
+            let want = bucketed(r.cmd(&call).await);
+            let got = bucketed(c.cmd(&call).await);
+            assert_eq!(got, want, "reply of {} from {start}", call[1]);
+            let want = hash_state(&mut r, k).await;
+            let mut per_master = Vec::new();
+            for d in direct.iter_mut() {
+                per_master.push(hash_state(d, k).await);
+            }
+            let agreed = per_master.iter().filter(|s| **s == want).count();
+            assert!(
+                agreed >= 2,
+                "{} from {start}: one Redis {want:?}, masters {per_master:?}",
+                call[1]
+            );
+        }
+    }
+}
+
+/// The tutorial re-entrant hash lock is a Redlock acquisition: held by another on two of three
+/// masters, it answers the script's refusal (0) and the hash it created on the free master is
+/// deleted. (Negative control: the script as written on the free master answers 1 and keeps
+/// its hash there, a grant no quorum made.)
+#[tokio::test]
+async fn a_refused_tutorial_hash_lock_undoes_what_it_created() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let script = "if (redis.call('exists', KEYS[1]) == 0) then\n\
+        redis.call('hset', KEYS[1], ARGV[1], '1');\nredis.call('expire', KEYS[1], ARGV[2]);\n\
+        return 1;\nend;\nif (redis.call('hexists', KEYS[1], ARGV[1]) == 1) then\n\
+        redis.call('hincrby', KEYS[1], ARGV[1], '1');\nredis.call('expire', KEYS[1], ARGV[2]);\n\
+        return 1;\nend;\nreturn 0;";
+    for m in &ms[1..] {
+        let mut d = m.client().await;
+        d.cmd(&["HSET", "r5h:q", "uuid-2:9", "1"]).await;
+        d.cmd(&["EXPIRE", "r5h:q", "10"]).await;
+    }
+    let mut c = Client::connect(&p).await;
+    let args = ["EVAL", script, "1", "r5h:q", "uuid-1:7", "10"];
+    assert_eq!(c.cmd(&args).await, Reply::Integer(0));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut free = ms[0].client().await;
+    assert_eq!(free.cmd(&["EXISTS", "r5h:q"]).await, Reply::Integer(0));
+    // Negative control: as written on the free master, it takes the lock there.
+    assert_eq!(free.cmd(&args).await, Reply::Integer(1));
+    assert_eq!(
+        free.cmd(&["HGET", "r5h:q", "uuid-1:7"]).await,
+        Reply::bulk("1")
+    );
+}
+
+/// A status query (`ACQUIRED` when the key holds the caller's token, `LOCKED` when another's,
+/// `AVAILABLE` when missing), and a plain "is it mine" answering 1 or 0, answer from every
+/// starting state what one Redis answers, and change nothing. Across the masters the answer is
+/// a quorum's: the caller's token on one master of three only is not `ACQUIRED` (negative
+/// control: the script as written on that master says it is), and masters that disagree
+/// answer `LOCKED`, never `ACQUIRED`.
+#[tokio::test]
+async fn a_lock_status_query_answers_what_a_quorum_holds() {
+    use Held::*;
+    use Start::{Expired, Held as H};
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
+    let status = "if redis.call(\"GET\", KEYS[1]) == ARGV[1] then\n    return \"ACQUIRED\"\n\
+        elseif redis.call(\"EXISTS\", KEYS[1]) == 1 then\n    return \"LOCKED\"\nelse\n\
+        return \"AVAILABLE\"\nend";
+    let mine = "if redis.call('get', KEYS[1]) == ARGV[1] then return 1 end\nreturn 0";
+    let mut case = 0;
+    for script in [status, mine] {
+        for from in single {
+            case += 1;
+            let keys = vec![format!("r5s:{case}")];
+            let (want, got) = both_from(&reference, &ms, &p, script, &keys, from, &["tok"]).await;
+            assert_eq!(got, want, "{script} from {from:?}");
+        }
+    }
+    let mut c = Client::connect(&p).await;
+    let ask = async |c: &mut Client, key: &str| c.raw(&["EVAL", status, "1", key, "tok"]).await;
+    // The token on one master only: AVAILABLE (a quorum have no key).
+    let set = |v: &'static str| ["SET", "r5s:one", v, "PX", "10000"];
+    ms[0].client().await.cmd(&set("tok")).await;
+    assert_eq!(ask(&mut c, "r5s:one").await, "$9\r\nAVAILABLE\r\n");
+    let direct = ms[0]
+        .client()
+        .await
+        .raw(&["EVAL", status, "1", "r5s:one", "tok"])
+        .await;
+    assert_eq!(direct, "$8\r\nACQUIRED\r\n");
+    // On two of three: ACQUIRED.
+    ms[1].client().await.cmd(&set("tok")).await;
+    assert_eq!(ask(&mut c, "r5s:one").await, "$8\r\nACQUIRED\r\n");
+    // Mine, another's, missing: no quorum for any: LOCKED.
+    let split = |v: &'static str| ["SET", "r5s:split", v, "PX", "10000"];
+    ms[0].client().await.cmd(&split("tok")).await;
+    ms[1].client().await.cmd(&split("other")).await;
+    assert_eq!(ask(&mut c, "r5s:split").await, "$6\r\nLOCKED\r\n");
+    assert_eq!(
+        values_on(&ms, "r5s:split").await,
+        vec![Some("tok".to_string()), Some("other".to_string()), None]
+    );
 }

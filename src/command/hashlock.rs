@@ -94,7 +94,7 @@ const UNLOCK: &str = "if #KEYS > 2 then \
       return {1} \
     end \
     redis.call('del', KEYS[1]) \
-    redis.call(ARGV[3], KEYS[2], ARGV[4]) \
+    if ARGV[3] ~= '' then redis.call(ARGV[3], KEYS[2], ARGV[4]) end \
     if #KEYS > 2 then redis.call('set', KEYS[3], '1', 'px', ARGV[5]) end \
     return {2}";
 
@@ -152,6 +152,12 @@ pub struct HashLockOp {
     pub also: Vec<(Bytes, Bytes)>,
     /// A fenced lock's token counter (`FencedAcquire`, `FencedAcquireToken`).
     pub counter: Option<Bytes>,
+    /// `Acquire`: the script's own constants for a grant and a refusal, in place of nil and
+    /// the lock's PTTL (see [`crate::lockop::HashScript::replies`]).
+    pub replies: Option<(crate::lockop::Lit, crate::lockop::Lit)>,
+    /// `Unlock` without a channel: the script's own constants for "not held", "still held"
+    /// and "released" (see [`crate::lockop::HashScript::unlock_replies`]).
+    pub unlock_replies: Option<[crate::lockop::Lit; 3]>,
 }
 
 /// Runs a hash-lock operation as a quorum operation.
@@ -272,10 +278,11 @@ async fn acquire(proxy: Arc<Proxy>, op: HashLockOp, held: crate::keylock::Held) 
         if let Some(token) = token.filter(|_| valid()) {
             Counters::bump(&proxy.counters().grants);
             drop(held);
-            return match op.op {
-                HashOp::FencedAcquireToken => {
+            return match (op.op, op.replies) {
+                (HashOp::FencedAcquireToken, _) => {
                     Reply::Array(vec![Reply::Integer(-1), Reply::Integer(token)])
                 }
+                (_, Some((ok, _))) => super::lock::constant(ok),
                 _ => Reply::Nil,
             };
         }
@@ -289,7 +296,10 @@ async fn acquire(proxy: Arc<Proxy>, op: HashLockOp, held: crate::keylock::Held) 
         (None, HashOp::FencedAcquireToken) => {
             Reply::Array(vec![Reply::Integer(hint), Reply::Integer(-1)])
         }
-        (None, _) => Reply::Integer(hint),
+        (None, _) => match op.replies {
+            Some((_, no)) => super::lock::constant(no),
+            None => Reply::Integer(hint),
+        },
     };
     // The client has its answer; the undo waits for every answer still due (until the node
     // deadline), so it knows which masters created and which re-entered, and the key stays in
@@ -377,25 +387,34 @@ fn undo(proxy: &Proxy, masters: &Masters, ballots: &Ballots, op: &HashLockOp) {
 }
 
 async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
-    let Some(p) = &op.publish else {
-        return Reply::from(Error::UnlockWithoutChannel);
+    let empty = Bytes::new();
+    let req = match (&op.publish, op.unlock_replies) {
+        (Some(p), _) => {
+            let mut keys = vec![&op.key, &p.channel];
+            let latch_ttl = op.latch.as_ref().map_or(ms(0), |(latch, ttl)| {
+                keys.push(latch);
+                ms(*ttl)
+            });
+            eval(
+                UNLOCK,
+                &keys,
+                &[
+                    &op.field,
+                    &ms(op.ttl_ms),
+                    &p.command,
+                    &p.message,
+                    &latch_ttl,
+                ],
+            )
+        }
+        // An unlock that publishes nothing: no channel, no publish command.
+        (None, Some(_)) if op.latch.is_none() => eval(
+            UNLOCK,
+            &[&op.key],
+            &[&op.field, &ms(op.ttl_ms), &empty, &empty, &ms(0)],
+        ),
+        _ => return Reply::from(Error::UnlockWithoutChannel),
     };
-    let mut keys = vec![&op.key, &p.channel];
-    let latch_ttl = op.latch.as_ref().map_or(ms(0), |(latch, ttl)| {
-        keys.push(latch);
-        ms(*ttl)
-    });
-    let req = eval(
-        UNLOCK,
-        &keys,
-        &[
-            &op.field,
-            &ms(op.ttl_ms),
-            &p.command,
-            &p.message,
-            &latch_ttl,
-        ],
-    );
     let deadline = Instant::now() + proxy.config().node_timeout();
     // Decided as soon as a quorum answered alike; a master still due has published or not by
     // itself, and the answer a quorum gave stands either way.
@@ -409,7 +428,13 @@ async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
     if reply == Reply::Integer(1) {
         Counters::bump(&proxy.counters().releases);
     }
-    reply
+    // The script's own constants for nil (not held), 0 (still held) and 1 (released).
+    match (op.unlock_replies, &reply) {
+        (Some([not_held, _, _]), Reply::Nil) => super::lock::constant(not_held),
+        (Some([_, kept, _]), Reply::Integer(0)) => super::lock::constant(kept),
+        (Some([_, _, released]), Reply::Integer(1)) => super::lock::constant(released),
+        _ => reply,
+    }
 }
 
 /// The unlock's answer from the masters' codes (see [`UNLOCK`]): what a quorum kept under the

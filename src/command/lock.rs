@@ -255,7 +255,7 @@ pub async fn renew(proxy: &Arc<Proxy>, keys: &[Bytes], token: &Bytes, ttl_ms: i6
     let ballots = vote.ballots();
     let renewal = match decided {
         Extension::Granted => Renewal::Renewed,
-        _ if ballots.agree(|r| *r == Reply::Integer(0)) => Renewal::Gone,
+        _ if ballots.agree(|r| matches!(r, Reply::Integer(0 | -3))) => Renewal::Gone,
         _ => Renewal::Failed(
             "fewer than a quorum of masters extended the lock in time",
             Answered::of(&vote),
@@ -312,10 +312,23 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
     if let Err(refused) = check(proxy, &op) {
         return refused.into();
     }
+    // A refresh in seconds of the same argument: its TTL is held to the same bound (checked
+    // here, not in `check`, which plain `SET NX PX` runs too).
+    let max = proxy.config().max_ttl_ms;
+    if op.op == Op::AcquireOrRefreshSeconds
+        && let refresh = op.op.refresh_ms(op.ttl_ms).unwrap_or(i64::MAX)
+        && refresh > max as i64
+    {
+        return Reply::from(Error::TtlTooLong { ttl: refresh, max }).into();
+    }
     // One future type per operation, so each is only as large as its own state; each takes its
     // turn on its keys now, at dispatch.
     match op.op {
-        Op::Acquire | Op::AcquireOrRefresh | Op::AcquireOrRefreshAll | Op::AcquireOrKeep => {
+        Op::Acquire
+        | Op::AcquireOrRefresh
+        | Op::AcquireOrRefreshAll
+        | Op::AcquireOrKeep
+        | Op::AcquireOrRefreshSeconds => {
             if op.op == Op::AcquireOrKeep && op.keys.len() != 1 {
                 return Reply::from(Error::NoLockKeys).into();
             }
@@ -337,11 +350,12 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
                 reply
             })
         }
-        Op::Inspect | Op::Remaining => {
+        Op::Inspect | Op::Remaining | Op::Held => {
             let ticket = turn(proxy, &op);
             super::action::in_turn_of(proxy, ticket, move |proxy, held| async move {
                 let reply = match op.op {
                     Op::Inspect => run_inspect(&proxy, &op).await,
+                    Op::Held => run_held(&proxy, &op).await,
                     _ => run_remaining(&proxy, &op).await,
                 };
                 drop(held);
@@ -429,7 +443,11 @@ fn granted_answer(op: &LockOp, ballots: &Ballots) -> Reply {
 pub fn acquires(op: &LockOp) -> bool {
     matches!(
         op.op,
-        Op::Acquire | Op::AcquireOrRefresh | Op::AcquireOrRefreshAll | Op::AcquireOrKeep
+        Op::Acquire
+            | Op::AcquireOrRefresh
+            | Op::AcquireOrRefreshAll
+            | Op::AcquireOrKeep
+            | Op::AcquireOrRefreshSeconds
     )
 }
 
@@ -586,11 +604,19 @@ fn acquire_request(masters: &Masters, op: &LockOp) -> Request {
     let flag = acquire_flag(op.op);
     let script = || {
         let mut ttl = itoa::Buffer::new();
-        eval(
-            ACQUIRE,
-            &op.keys,
-            &[&op.token, ttl.format(op.ttl_ms).as_bytes(), flag],
-        )
+        let ttl = ttl.format(op.ttl_ms).as_bytes();
+        match op.op {
+            Op::AcquireOrRefreshSeconds => {
+                let mut buf = itoa::Buffer::new();
+                let again = op.op.refresh_ms(op.ttl_ms).unwrap_or(op.ttl_ms);
+                eval(
+                    ACQUIRE,
+                    &op.keys,
+                    &[&op.token, ttl, flag, buf.format(again).as_bytes()],
+                )
+            }
+            _ => eval(ACQUIRE, &op.keys, &[&op.token, ttl, flag]),
+        }
     };
     if asks_plain(op) {
         Request::Same(crate::wire::master::set_nx(
@@ -710,7 +736,7 @@ fn grant_kept(
 fn acquire_flag(op: Op) -> &'static [u8] {
     match op {
         Op::AcquireOrRefreshAll => b"2",
-        Op::AcquireOrRefresh => b"1",
+        Op::AcquireOrRefresh | Op::AcquireOrRefreshSeconds => b"1",
         _ => b"0",
     }
 }
@@ -730,13 +756,26 @@ async fn not_granted_at_once(
     let masters = vote.masters().clone();
     let reentrant = matches!(
         op.op,
-        Op::AcquireOrRefresh | Op::AcquireOrRefreshAll | Op::AcquireOrKeep
+        Op::AcquireOrRefresh
+            | Op::AcquireOrRefreshAll
+            | Op::AcquireOrKeep
+            | Op::AcquireOrRefreshSeconds
     );
     let keep = op.op == Op::AcquireOrKeep;
     let deadline = start + proxy.config().node_timeout();
     let ttl_arg = itoa::Buffer::new().format(op.ttl_ms).to_owned();
+    // Where the key already holds the token, the TTL a refresh sets (see `Op::refresh_ms`).
+    let again_arg = itoa::Buffer::new()
+        .format(op.op.refresh_ms(op.ttl_ms).unwrap_or(op.ttl_ms))
+        .to_owned();
     let flag = acquire_flag(op.op);
-    let script = || eval(ACQUIRE, &op.keys, &[&op.token, ttl_arg.as_bytes(), flag]);
+    let script = || {
+        eval(
+            ACQUIRE,
+            &op.keys,
+            &[&op.token, ttl_arg.as_bytes(), flag, again_arg.as_bytes()],
+        )
+    };
     let yes = created_by(&op);
     let first = vote.decide_by(yes).await;
     let mine = |r: &Reply| already_mine(&op, r);
@@ -1004,7 +1043,16 @@ async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
                 keys = k,
                 "extension refused"
             );
-            answer(op.answer, false, k)
+            match op.answer {
+                // A script that answers otherwise where its one key is gone: where a quorum
+                // found it missing ([`EXTEND`] answers -3).
+                Answer::Const(c)
+                    if k == 1 && c.gone != c.no && ballots.agree(|r| *r == Reply::Integer(-3)) =>
+                {
+                    constant(c.gone)
+                }
+                shape => answer(shape, false, k),
+            }
         }
     }
 }
@@ -1207,6 +1255,40 @@ fn inspected(ballots: &Ballots) -> Reply {
             Reply::Array(vec![Reply::Bulk(v.clone()), Reply::Integer(ttl)])
         }
         _ => Reply::Array(vec![Reply::Nil, Reply::Integer(-2)]),
+    }
+}
+
+/// Whether the caller holds its key (see [`Op::Held`]): each master's value of `KEYS[1]` (the
+/// [`INSPECT`] read; a `Held` operation has no TTL, so `check` lets it through).
+async fn run_held(proxy: &Proxy, op: &LockOp) -> Reply {
+    let req = eval(INSPECT, &op.keys[..1], &[]);
+    let deadline = Instant::now() + proxy.config().node_timeout();
+    let ballots = ask(&proxy.masters(), Request::Same(req), 1, deadline)
+        .outcome()
+        .await;
+    held_answer(&ballots, &op.token, op.answer)
+}
+
+/// The answer of [`Op::Held`] from each master's `[value, pttl]`: `ok` where a quorum hold the
+/// token, `gone` where a quorum have no key, else `no`; an error a quorum agree on (a key of
+/// another type) as one Redis gives it.
+fn held_answer(ballots: &Ballots, token: &Bytes, shape: Answer) -> Reply {
+    let Answer::Const(c) = shape else {
+        return Reply::from(Error::NoQuorumUnlock);
+    };
+    if let Some(e) = agreed_error(ballots) {
+        return e;
+    }
+    let value = |i: usize| match &ballots.replies[i] {
+        Some(Reply::Array(pair)) => pair.first().cloned(),
+        _ => None,
+    };
+    if ballots.is_quorum(|i| matches!(value(i), Some(Reply::Bulk(v)) if v == token)) {
+        constant(c.ok)
+    } else if ballots.is_quorum(|i| matches!(value(i), Some(Reply::Nil))) {
+        constant(c.gone)
+    } else {
+        constant(c.no)
     }
 }
 

@@ -234,11 +234,14 @@ fn leased_hash_lock(proxy: &Arc<Proxy>, conn: &Conn, op: HashLockOp) -> Action {
                 field: op.field.clone(),
                 ttl_ms: op.ttl_ms,
             };
+            // A grant answers nil, or `{-1, token}` for a fenced lock's token form, or the
+            // script's own constant.
+            let own = op.replies.map(|(ok, _)| super::lock::constant(ok));
             let acquired = super::hashlock::run(proxy, op);
-            // A grant answers nil, or `{-1, token}` for a fenced lock's token form.
-            let granted = |r: &Reply| match r {
-                Reply::Nil => true,
-                Reply::Array(v) => v.first() == Some(&Reply::Integer(-1)),
+            let granted = move |r: &Reply| match (&own, r) {
+                (Some(ok), r) => r == ok,
+                (None, Reply::Nil) => true,
+                (None, Reply::Array(v)) => v.first() == Some(&Reply::Integer(-1)),
                 _ => false,
             };
             super::lease::on_grant(leases, proxy, acquired, lock, granted)
@@ -250,8 +253,10 @@ fn leased_hash_lock(proxy: &Arc<Proxy>, conn: &Conn, op: HashLockOp) -> Action {
 /// script's layout (too few keys or arguments): the script then runs as written, as Redis would
 /// run it, under the unknown-script policy.
 fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<LockOp, Reply>> {
-    // A script that spreads ARGV into a command means its operation for one count only.
-    if lock.argv_count.is_some_and(|m| m != argv.len()) {
+    // A script that spreads ARGV or tests #ARGV / #KEYS means its operation for some counts only.
+    if lock.argv_count.is_some_and(|m| !m.contains(argv.len()))
+        || lock.keys_count.is_some_and(|k| !k.contains(keys.len()))
+    {
         return None;
     }
     let mixed;
@@ -330,7 +335,10 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
         }
     };
     let mut answer = lock.answer;
-    let ttl_ms = if matches!(op, Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect) {
+    let ttl_ms = if matches!(
+        op,
+        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Held
+    ) {
         0
     } else if op == Op::Remaining {
         // A read: the unit its answer is given in.
@@ -410,9 +418,11 @@ fn bind_hash(
     };
     let ttl_ms = match script.ttl_arg {
         0 => 0,
-        j => match parse_int(&arg(j)?) {
-            Some(ms) => ms,
-            None => return Some(Err(Reply::from(Error::NotAnInteger))),
+        j => match (parse_int(&arg(j)?), script.unit) {
+            (Some(ms), TtlUnit::Millis) => ms,
+            // Beyond any `max_ttl_ms` when it overflows: refused as too long.
+            (Some(s), TtlUnit::Seconds) => s.saturating_mul(1000),
+            (None, _) => return Some(Err(Reply::from(Error::NotAnInteger))),
         },
     };
     let publish = match &script.publish {
@@ -467,6 +477,8 @@ fn bind_hash(
             HashOp::FencedAcquire | HashOp::FencedAcquireToken => Some(keys.get(1)?.clone()),
             _ => None,
         },
+        replies: script.replies,
+        unlock_replies: script.unlock_replies,
     }))
 }
 
@@ -586,6 +598,7 @@ mod tests {
             signal: None,
             announce: None,
             argv_count: None,
+            keys_count: None,
         }
     }
 

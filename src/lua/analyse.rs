@@ -21,6 +21,7 @@
 use std::fmt;
 
 use super::parse::{Bin, Block, Expr, Func, Stat, Un, is_redis_call};
+use crate::lockop::{Lit, Short};
 
 /// Most statements and expressions evaluated in one run.
 const MAX_STEPS: usize = 10_000;
@@ -163,6 +164,16 @@ pub enum Lib {
     Replicate,
     /// `redis.log(level, message, ...)`: writes to the server's log only, answers nothing.
     Log,
+    /// `string.format(...)`: text the analyser does not follow ([`Val::Opaque`]), fit for a
+    /// log message; as a key, compared or answered, it stops the analysis.
+    StringFormat,
+    /// `type(v)`: the name of a value's Lua type, for the values whose type is known.
+    Type,
+    /// The `math` library.
+    Math,
+    /// `math.floor(n)` / `math.ceil(n)` of an integer (a TTL argument read with `tonumber`:
+    /// the proxy takes only integer TTLs, so rounding never changes one it accepts).
+    Round,
 }
 
 impl fmt::Display for Val {
@@ -434,6 +445,10 @@ pub struct Layout {
     /// arguments, `unpack(ARGV)` spreads `ARGV[1]` to `ARGV[m]` and `ARGV[j]` past `m` is nil
     /// (see [`crate::lockop::LockScript::argv_count`]).
     pub argv_count: usize,
+    /// True: the run stands for a call with exactly as many keys as it was given, so `#KEYS`
+    /// is that number (a script testing it: see [`crate::lockop::LockScript::keys_count`]);
+    /// false: `#KEYS` is the symbolic count of an unrolled loop over every key.
+    pub keys_exact: bool,
     /// True: a comparison of another client's value with a string literal forks the run (see
     /// [`HOLDS`]) where it would stop it (a constant written as the lock's value, compared
     /// with itself).
@@ -450,6 +465,7 @@ impl Layout {
             field: 0,
             field_per_key: false,
             argv_count: 0,
+            keys_exact: false,
             literal_forks: false,
         }
     }
@@ -896,6 +912,8 @@ impl Machine<'_> {
                 "unpack" => Val::Lib(Lib::Unpack),
                 "table" => Val::Lib(Lib::Table),
                 "string" => Val::Lib(Lib::String),
+                "type" => Val::Lib(Lib::Type),
+                "math" => Val::Lib(Lib::Math),
                 _ => return fail(format!("uses the global {g}")),
             },
             Expr::Index(t, k) => {
@@ -938,6 +956,12 @@ impl Machine<'_> {
                     }
                     (Val::Table(items), Val::Num(i)) if i >= 1 => {
                         items.get(i as usize - 1).cloned().unwrap_or(Val::Nil)
+                    }
+                    // A status reply is the table `{ok = 'OK'}`; an array reply has neither
+                    // field (`if r.err then ...` after `redis.pcall`).
+                    (Val::Status, Val::Str(f)) if f == b"ok" => Val::Str(b"OK".to_vec()),
+                    (Val::Status | Val::Table(_), Val::Str(f)) if f == b"ok" || f == b"err" => {
+                        Val::Nil
                     }
                     (t, k) => return fail(format!("indexes {t} with {k}")),
                 }
@@ -1007,6 +1031,9 @@ impl Machine<'_> {
                 match (op, v) {
                     (Un::Not, v) => Val::Bool(!truthy(&v)?),
                     (Un::Neg, Val::Num(n)) => Val::Num(n.checked_neg().ok_or_else(overflow)?),
+                    (Un::Len, Val::Keys) if self.layout.keys_exact => {
+                        Val::Num(self.keys.len() as i64)
+                    }
                     (Un::Len, Val::Keys) => Val::Count(self.keys.len() as i64),
                     // `#ARGV` in a run that stands for a call with exactly `m` arguments
                     // (`if #ARGV < 2 then return redis.error_reply(...) end`).
@@ -1524,6 +1551,12 @@ impl Machine<'_> {
         };
         let by = match (cmd.as_slice(), &rest[2..]) {
             (b"hincrby", [Val::Num(d)]) => *d,
+            // The increment written as a string (`hincrby key field '1'`): Redis reads it as
+            // the integer.
+            (b"hincrby", [Val::Str(d)]) => match std::str::from_utf8(d).ok().map(str::parse) {
+                Some(Ok(d)) => d,
+                _ => return fail("a hash command it does not model"),
+            },
             (b"hset", [Val::Num(1)]) => 0,
             (b"hset", [Val::Str(one)]) if one == b"1" => 0,
             _ => return fail("a hash command it does not model"),
@@ -1663,6 +1696,28 @@ impl Machine<'_> {
                 _ => fail("an error reply it does not model"),
             },
             Val::Lib(Lib::Replicate) if args.is_empty() => Ok(Val::Bool(true)),
+            Val::Lib(Lib::Round) => match self.exprs(args)?.as_slice() {
+                [v @ (Val::Num(_) | Val::NumArg(_))] => Ok(v.clone()),
+                _ => fail("a math.floor it does not model"),
+            },
+            Val::Lib(Lib::StringFormat) => {
+                self.exprs(args)?;
+                Ok(Val::Opaque)
+            }
+            Val::Lib(Lib::Type) => {
+                let v = self.exprs(args)?.into_iter().next().unwrap_or(Val::Nil);
+                let name: &[u8] = match v {
+                    Val::Nil => b"nil",
+                    Val::Bool(_) => b"boolean",
+                    Val::Num(_) | Val::Count(_) | Val::NumArg(_) | Val::Pttl(_) | Val::Ttl(_) => {
+                        b"number"
+                    }
+                    Val::Str(_) | Val::Arg(_) | Val::Other(_) => b"string",
+                    Val::Table(_) | Val::Status => b"table",
+                    v => return fail(format!("the type of {v}")),
+                };
+                Ok(Val::Str(name.to_vec()))
+            }
             // The message may be any values the script has (a key's name, a reply): Redis only
             // writes them to its log. Fewer than two arguments or another level is an error
             // there, and stays unknown here.
@@ -1804,6 +1859,8 @@ fn library(t: &Val, name: &[u8]) -> Option<Lib> {
     match (t, name) {
         (Val::Lib(Lib::Table), b"insert") => Some(Lib::TableInsert),
         (Val::Lib(Lib::String), b"sub") => Some(Lib::StringSub),
+        (Val::Lib(Lib::String), b"format") => Some(Lib::StringFormat),
+        (Val::Lib(Lib::Math), b"floor" | b"ceil") => Some(Lib::Round),
         (Val::Redis, b"status_reply") => Some(Lib::StatusReply),
         (Val::Redis, b"error_reply") => Some(Lib::ErrorReply),
         (Val::Redis, b"replicate_commands") => Some(Lib::Replicate),
@@ -1893,5 +1950,40 @@ fn less(a: &Val, b: &Val, or_equal: bool) -> R<bool> {
         (Num(n), Many(k)) if *n < 2 + k || (*n == 2 + k && or_equal) => Ok(true),
         (Many(k), Num(n)) if *n < 2 + k || (*n == 2 + k && !or_equal) => Ok(false),
         _ => fail(format!("cannot decide {a} < {b}")),
+    }
+}
+
+/// The constant a script answers with `v`, if it is one the proxy can give: a number, nil, a
+/// status `OK`, a short string or error, a one-number table, or (where `ttl` names the TTL
+/// argument) that argument as a number or as text.
+pub fn reply_lit(v: &Val, ttl: Option<usize>) -> Option<Lit> {
+    match v {
+        Val::Num(n) => Some(Lit::Int(*n)),
+        Val::Nil => Some(Lit::Nil),
+        Val::Status => Some(Lit::Ok),
+        Val::Str(s) => Short::new(s).map(Lit::Bulk),
+        Val::Error(e) => Short::new(e).map(Lit::Error),
+        Val::Table(items) => match items.as_slice() {
+            [Val::Num(n)] => Some(Lit::Single(*n)),
+            _ => None,
+        },
+        Val::NumArg(j) if Some(*j) == ttl => Some(Lit::TtlNum),
+        Val::Arg(j) if Some(*j) == ttl => Some(Lit::TtlText),
+        _ => None,
+    }
+}
+
+/// A constant reply as the analyser's value (a reply of the TTL argument: `ARGV[ttl_arg]`).
+pub fn lit_val(l: Lit, ttl_arg: usize) -> Val {
+    match l {
+        Lit::TtlNum => Val::NumArg(ttl_arg),
+        Lit::TtlText => Val::Arg(ttl_arg),
+        Lit::Decimal(n) => Val::Str(n.to_string().into_bytes()),
+        Lit::Int(n) => Val::Num(n),
+        Lit::Nil => Val::Nil,
+        Lit::Ok => Val::Status,
+        Lit::Bulk(s) => Val::Str(s.as_bytes().to_vec()),
+        Lit::Error(e) => Val::Error(e.as_bytes().to_vec()),
+        Lit::Single(n) => Val::Table(vec![Val::Num(n)]),
     }
 }

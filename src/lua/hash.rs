@@ -18,7 +18,7 @@ use bytes::Bytes;
 
 use super::analyse::{self, KeyNow, Layout, Run, TtlNow, Val};
 use super::parse::{self, KeyUse, key_use_block};
-use crate::lockop::{HashOp, HashScript, Latch, Publish, PublishCommand};
+use crate::lockop::{HashOp, HashScript, Latch, Lit, Publish, PublishCommand, TtlUnit};
 
 /// The states of the lock key, in this order: missing, held once by the caller, re-entered by
 /// the caller, held by another (index 3).
@@ -117,6 +117,42 @@ pub(super) fn recognise_block(body: &[u8], block: &parse::Block) -> Option<HashS
         .or_else(|| (n == 2 && hashes).then(|| fenced(block, &starts))?)
 }
 
+/// Why a script that uses hash commands on `KEYS[1]` alone is no hash-lock operation, where the
+/// hash analysis says more than the string one: a reply of the hold count (each master counts
+/// its own), or where that analysis stopped.
+pub(super) fn why(body: &[u8], block: &parse::Block) -> Option<String> {
+    let lower = body.to_ascii_lowercase();
+    if ![&b"hexists"[..], b"hincrby", b"hset", b"hget"]
+        .iter()
+        .any(|c| lower.windows(c.len()).any(|w| w == *c))
+    {
+        return None;
+    }
+    let mut u = KeyUse::default();
+    key_use_block(block, &mut u);
+    if u.dynamic || u.max_literal != 1 {
+        return None;
+    }
+    let starts: Vec<Vec<KeyNow>> = lock_states().into_iter().map(|s| vec![s]).collect();
+    let Some(field) = analyse::find_field(block, &starts, false) else {
+        return Some("it keeps a hash whose field does not name the caller".into());
+    };
+    match analyse::explore_states(block, Layout::hash(field, false), &starts) {
+        Err(e) => Some(format!("as a hash lock: {e}")),
+        Ok(runs) => {
+            let counts = runs.iter().any(|(k, r)| {
+                (*k == ONCE && r.reply == Val::Num(2))
+                    || (*k == MANY && matches!(r.reply, Val::Many(_)))
+            });
+            counts.then(|| {
+                "it answers the hold count of a re-entrant hash lock, which each master \
+                 counts on its own"
+                    .into()
+            })
+        }
+    }
+}
+
 /// A fenced acquisition (`KEYS` = lock, token counter): the lock taken as [`HashOp::Acquire`]
 /// takes it, and the counter incremented by one exactly where the lock was granted; answering
 /// as `Acquire`, or `{-1, token}` / `{pttl, -1}`.
@@ -199,7 +235,7 @@ fn fenced(block: &parse::Block, lock_starts: &[Vec<KeyNow>]) -> Option<HashScrip
                 run: &alone,
                 ..acquire
             };
-            if !reply_ok || !fits(&judged, HashOp::Acquire, t, None, &None) {
+            if !reply_ok || !fits(&judged, Shape::ms(HashOp::Acquire), t, None, &None) {
                 return None;
             }
         }
@@ -213,6 +249,9 @@ fn fenced(block: &parse::Block, lock_starts: &[Vec<KeyNow>]) -> Option<HashScrip
             ttl_arg: t,
             publish: None,
             latch: None,
+            unit: TtlUnit::Millis,
+            replies: None,
+            unlock_replies: None,
         })
     })
 }
@@ -281,6 +320,9 @@ fn renew_all(block: &parse::Block) -> Option<HashScript> {
             ttl_arg: t,
             publish: None,
             latch: None,
+            unit: TtlUnit::Millis,
+            replies: None,
+            unlock_replies: None,
         })
     })
 }
@@ -299,30 +341,89 @@ fn classify(cases: &[Case], n: usize, field: usize) -> Option<HashScript> {
     };
     let script = match (n, field) {
         (1, 1..) => {
-            // Acquire and renew both set the TTL where the caller is alone in the hash.
-            let t = ttl_arg(ONCE)?;
-            [HashOp::Acquire, HashOp::Renew]
-                .into_iter()
-                .find(|op| cases.iter().all(|c| fits(c, *op, t, None, &publish)))
-                .map(|op| HashScript {
+            // Acquire and renew both set the TTL where the caller is alone in the hash, in
+            // either unit.
+            let acquire_or_renew = ttl_in(cases, ONCE, field).and_then(|(t, seconds)| {
+                let plain = |op| Shape {
                     op,
+                    seconds,
+                    replies: None,
+                    unlock_replies: None,
+                };
+                // An acquisition answering constants of its own (`return 1` / `return 0`).
+                let constants = acquire_constants(cases).map(|replies| Shape {
+                    replies: Some(replies),
+                    ..plain(HashOp::Acquire)
+                });
+                [plain(HashOp::Acquire), plain(HashOp::Renew)]
+                    .into_iter()
+                    .chain(constants)
+                    .find(|shape| cases.iter().all(|c| fits(c, *shape, t, None, &publish)))
+                    .map(|shape| (shape, t))
+            });
+            match acquire_or_renew {
+                Some((shape, t)) => HashScript {
+                    op: shape.op,
                     field_arg: field,
                     ttl_arg: t,
                     publish: None,
                     latch: None,
-                })?
+                    unit: if shape.seconds {
+                        TtlUnit::Seconds
+                    } else {
+                        TtlUnit::Millis
+                    },
+                    replies: shape.replies,
+                    unlock_replies: None,
+                },
+                // An unlock that publishes nothing (no channel given): its TTL is the one it
+                // sets where a hold is left.
+                None => {
+                    let (t, seconds) = ttl_in(cases, MANY, field)?;
+                    let replies = unlock_constants(cases)?;
+                    let shape = Shape {
+                        op: HashOp::Unlock,
+                        seconds,
+                        replies: None,
+                        unlock_replies: Some(replies),
+                    };
+                    if publish.is_some() || !cases.iter().all(|c| fits(c, shape, t, None, &None)) {
+                        return None;
+                    }
+                    HashScript {
+                        op: HashOp::Unlock,
+                        field_arg: field,
+                        ttl_arg: t,
+                        publish: None,
+                        latch: None,
+                        unit: if seconds {
+                            TtlUnit::Seconds
+                        } else {
+                            TtlUnit::Millis
+                        },
+                        replies: None,
+                        unlock_replies: Some(replies),
+                    }
+                }
+            }
         }
         (2, 0) => {
             let publish = publish.clone()?;
             cases
                 .iter()
-                .all(|c| fits(c, HashOp::ForceUnlock, 0, None, &Some(publish.clone())))
+                .all(|c| {
+                    let shape = Shape::ms(HashOp::ForceUnlock);
+                    fits(c, shape, 0, None, &Some(publish.clone()))
+                })
                 .then_some(HashScript {
                     op: HashOp::ForceUnlock,
                     field_arg: 0,
                     ttl_arg: 0,
                     publish: Some(publish),
                     latch: None,
+                    unit: TtlUnit::Millis,
+                    replies: None,
+                    unlock_replies: None,
                 })?
         }
         (2 | 3, 1..) => {
@@ -345,13 +446,16 @@ fn classify(cases: &[Case], n: usize, field: usize) -> Option<HashScript> {
             publish.as_ref()?;
             cases
                 .iter()
-                .all(|c| fits(c, HashOp::Unlock, t, latch.as_ref(), &publish))
+                .all(|c| fits(c, Shape::ms(HashOp::Unlock), t, latch.as_ref(), &publish))
                 .then_some(HashScript {
                     op: HashOp::Unlock,
                     field_arg: field,
                     ttl_arg: t,
                     publish: publish.clone(),
                     latch,
+                    unit: TtlUnit::Millis,
+                    replies: None,
+                    unlock_replies: None,
                 })?
         }
         _ => return None,
@@ -399,12 +503,78 @@ fn published(cases: &[Case]) -> Option<Option<Publish>> {
     Some(found)
 }
 
-/// Whether one run does exactly what `op` does from its starting state.
-fn fits(c: &Case, op: HashOp, t: usize, latch: Option<&Latch>, publish: &Option<Publish>) -> bool {
+/// What a hash-lock script is matched against: the operation, the unit its TTL argument is
+/// read in, and (an `Acquire` only) the constants it answers when granted and when refused.
+#[derive(Clone, Copy)]
+struct Shape {
+    op: HashOp,
+    seconds: bool,
+    replies: Option<(Lit, Lit)>,
+    /// An unlock that publishes nothing, with these replies (see
+    /// [`HashScript::unlock_replies`]).
+    unlock_replies: Option<[Lit; 3]>,
+}
+
+impl Shape {
+    /// Redisson's shape of `op`: the TTL in milliseconds, Redisson's replies.
+    fn ms(op: HashOp) -> Shape {
+        Shape {
+            op,
+            seconds: false,
+            replies: None,
+            unlock_replies: None,
+        }
+    }
+}
+
+/// The constants an unlock answers where the caller did not hold the lock (another holds it),
+/// where it keeps a hold, and where it gave up its last, if the proxy can give them.
+fn unlock_constants(cases: &[Case]) -> Option<[Lit; 3]> {
+    let reply = |state: usize| {
+        let c = cases.iter().find(|c| c.lock == state && !c.latch)?;
+        analyse::reply_lit(&c.run.reply, None)
+    };
+    Some([reply(3)?, reply(MANY)?, reply(ONCE)?])
+}
+
+/// The TTL argument (and whether in seconds) a run from `state` set on the lock, if it is not
+/// the caller's field.
+fn ttl_in(cases: &[Case], state: usize, field: usize) -> Option<(usize, bool)> {
+    let c = cases.iter().find(|c| c.lock == state && !c.latch)?;
+    match &c.run.end.first()?.ttl {
+        TtlNow::Set {
+            seconds,
+            v: Val::Arg(t),
+        } if *t != field => Some((*t, *seconds)),
+        _ => None,
+    }
+}
+
+/// The constants an acquisition answers when it takes the lock from missing and when another
+/// holds it, if they are constants the proxy can give and tell apart (and are not Redisson's
+/// nil and PTTL, matched as such).
+fn acquire_constants(cases: &[Case]) -> Option<(Lit, Lit)> {
+    let reply = |state: usize| {
+        let c = cases.iter().find(|c| c.lock == state && !c.latch)?;
+        analyse::reply_lit(&c.run.reply, None)
+    };
+    let (ok, no) = (reply(MISSING)?, reply(3)?);
+    (ok != no).then_some((ok, no))
+}
+
+/// Whether one run does exactly what `shape` does from its starting state.
+fn fits(
+    c: &Case,
+    shape: Shape,
+    t: usize,
+    latch: Option<&Latch>,
+    publish: &Option<Publish>,
+) -> bool {
+    let op = shape.op;
     let r = c.run;
     let start = &lock_states()[c.lock];
     let set_ttl = TtlNow::Set {
-        seconds: false,
+        seconds: shape.seconds,
         v: Val::Arg(t),
     };
     let hash = |mine: Val| {
@@ -422,12 +592,18 @@ fn fits(c: &Case, op: HashOp, t: usize, latch: Option<&Latch>, publish: &Option<
     };
     // (lock's end state or None for unchanged, reply, published, latch value written)
     let (end, reply, publishes, wrote): (Option<KeyNow>, Val, bool, Option<i64>) = match op {
-        HashOp::Acquire => match c.lock {
-            MISSING => (hash(Val::Num(1)), Val::Nil, false, None),
-            ONCE => (hash(Val::Num(2)), Val::Nil, false, None),
-            MANY => (hash(Val::Many(1)), Val::Nil, false, None),
-            _ => (None, Val::Pttl(1), false, None),
-        },
+        HashOp::Acquire => {
+            let (ok, no) = match shape.replies {
+                Some((ok, no)) => (analyse::lit_val(ok, t), analyse::lit_val(no, t)),
+                None => (Val::Nil, Val::Pttl(1)),
+            };
+            match c.lock {
+                MISSING => (hash(Val::Num(1)), ok, false, None),
+                ONCE => (hash(Val::Num(2)), ok, false, None),
+                MANY => (hash(Val::Many(1)), ok, false, None),
+                _ => (None, no, false, None),
+            }
+        }
         HashOp::Renew => match c.lock {
             ONCE | MANY => {
                 let mut k = start.clone();
@@ -442,11 +618,19 @@ fn fits(c: &Case, op: HashOp, t: usize, latch: Option<&Latch>, publish: &Option<
         },
         HashOp::RenewAll | HashOp::FencedAcquire | HashOp::FencedAcquireToken => return false,
         HashOp::Unlock if c.latch => (None, Val::Other(3), false, None),
-        HashOp::Unlock => match c.lock {
-            ONCE => (Some(gone.clone()), Val::Num(1), true, Some(1)),
-            MANY => (hash(Val::Many(-1)), Val::Num(0), false, Some(0)),
-            _ => (None, Val::Nil, false, None),
-        },
+        HashOp::Unlock => {
+            let [not_held, kept, released] = match shape.unlock_replies {
+                Some(r) => r.map(|l| analyse::lit_val(l, t)),
+                None => [Val::Nil, Val::Num(0), Val::Num(1)],
+            };
+            // An unlock with its own replies publishes nothing.
+            let quiet = shape.unlock_replies.is_some();
+            match c.lock {
+                ONCE => (Some(gone.clone()), released, !quiet, Some(1)),
+                MANY => (hash(Val::Many(-1)), kept, false, Some(0)),
+                _ => (None, not_held, false, None),
+            }
+        }
     };
     let lock_ok = r.end[0] == end.unwrap_or_else(|| start.clone());
     // The channel key is never touched as a key.

@@ -17,10 +17,10 @@ pub mod redisson;
 use bytes::Bytes;
 
 use crate::lockop::{
-    Announce, AnnounceWhen, Answer, Choice, HashScript, Lit, LockScript, NumTest, Op, Param,
-    PlainSet, Replies, Short, Signal, TtlUnit, WriteUnless,
+    Announce, AnnounceWhen, Answer, Choice, Counts, HashScript, LockScript, NumTest, Op, Param,
+    PlainSet, Replies, Signal, TtlUnit, WriteUnless,
 };
-use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val};
+use analyse::{Held, KeyNow, Layout, Run, TtlNow, Val, lit_val, reply_lit};
 use parse::{Block, KeyUse, key_use_block};
 
 /// Largest script analysed, in bytes.
@@ -103,6 +103,9 @@ fn reason(body: &[u8]) -> String {
         Ok(b) => b,
         Err(e) => return e,
     };
+    if let Some(why) = hash::why(body, &block) {
+        return why;
+    }
     let mut u = KeyUse::default();
     key_use_block(&block, &mut u);
     let n = u.max_literal.max(1);
@@ -118,13 +121,23 @@ fn reason(body: &[u8]) -> String {
             }
             Ok(runs) if mixed_units(&runs) => {
                 return "it sets the same TTL argument in milliseconds on one path and in \
-                        seconds on another (PX and EXPIRE), a TTL per path the proxy does not carry"
+                        seconds on another; the proxy carries only a key taken in ms and \
+                        refreshed in s"
                     .into();
             }
             Ok(runs) => return not_a_lock_because(&runs).into(),
         }
     }
-    why.unwrap_or_default()
+    let why = why.unwrap_or_default();
+    // A branch on how long the key has left (`if redis.call('ttl', k) > 0`): each master's
+    // own clock decides it, so the masters need not take the same branch.
+    if why.starts_with("cannot decide") && (why.contains("ttl(") || why.contains("pttl(")) {
+        return format!(
+            "it decides on the time the key has left (TTL/PTTL), which each master counts on \
+             its own clock ({why})"
+        );
+    }
+    why
 }
 
 /// Why runs the analyser followed are no lock operation, where a common shape says more than
@@ -379,21 +392,60 @@ const MAX_TOKEN_ARG: usize = 8;
 fn classify(block: &Block) -> Option<LockScript> {
     let mut u = KeyUse::default();
     key_use_block(block, &mut u);
-    classify_counted(block, &u, 0)
+    classify_keys(block, &u, false).or_else(|| {
+        // `#KEYS` tested (`if #KEYS ~= 1 then return redis.error_reply(...) end`): read for a
+        // call with exactly the keys the script names, and bound to that count.
+        if !u.keys_len {
+            return None;
+        }
+        let n = u.max_literal.max(1);
+        let exact = KeyUse {
+            dynamic: false,
+            max_literal: n,
+            ..u
+        };
+        let mut lock = classify_keys(block, &exact, true)?;
+        if lock.signal.is_some() || lock.announce.is_some() {
+            return None;
+        }
+        lock.keys_count = Some(Counts::one(n));
+        Some(lock)
+    })
+}
+
+/// [`classify`] with `#KEYS` read as the number of keys of the run (`keys_exact`), or not.
+fn classify_keys(block: &Block, u: &KeyUse, keys_exact: bool) -> Option<LockScript> {
+    classify_counted(block, u, 0, keys_exact)
         .and_then(literal_ttl)
         .or_else(|| {
             // `unpack(ARGV)` spread into a command, or `#ARGV` tested: read as a call with
-            // exactly `m` arguments, the first count that makes a lock operation of it (a
-            // TTL written in the script for fewer arguments is none: see [`literal_ttl`]).
-            u.argv_whole
-                .then(|| {
-                    (1..=MAX_TOKEN_ARG).find_map(|m| {
-                        let mut lock = classify_counted(block, &u, m)?;
-                        lock.argv_count = Some(m);
-                        literal_ttl(lock)
-                    })
-                })
-                .flatten()
+            // exactly `m` arguments, for every count up to [`MAX_TOKEN_ARG`] that makes the
+            // same lock operation of it as the first count that makes one (a TTL written in
+            // the script for fewer arguments is none: see [`literal_ttl`]). Other counts run
+            // as written, under the unknown-script policy.
+            if !u.argv_whole {
+                return None;
+            }
+            let mut found: Option<LockScript> = None;
+            for m in 1..=MAX_TOKEN_ARG {
+                let Some(mut lock) = classify_counted(block, u, m, keys_exact).and_then(|mut l| {
+                    l.argv_count = Some(Counts::one(m));
+                    literal_ttl(l)
+                }) else {
+                    continue;
+                };
+                match &mut found {
+                    None => found = Some(lock),
+                    Some(f) => {
+                        let counts = f.argv_count.map(|c| c.with(m));
+                        lock.argv_count = f.argv_count;
+                        if lock == *f {
+                            f.argv_count = counts;
+                        }
+                    }
+                }
+            }
+            found
         })
 }
 
@@ -427,12 +479,18 @@ fn literal_ttl(mut lock: LockScript) -> Option<LockScript> {
 }
 
 /// [`classify`] for calls with `argv_count` arguments (0: as many as the script reads; see
-/// [`Layout::argv_count`]).
-fn classify_counted(block: &Block, u: &KeyUse, argv_count: usize) -> Option<LockScript> {
+/// [`Layout::argv_count`]), `#KEYS` read exactly or not (see [`Layout::keys_exact`]).
+fn classify_counted(
+    block: &Block,
+    u: &KeyUse,
+    argv_count: usize,
+    keys_exact: bool,
+) -> Option<LockScript> {
     // The token may sit in any of the first arguments the script names (most put it first).
     let tokens = || 1..=u.max_argv.max(argv_count).clamp(1, MAX_TOKEN_ARG);
     let argv = |token| Layout {
         argv_count,
+        keys_exact,
         ..Layout::argv(token)
     };
     if u.dynamic {
@@ -464,6 +522,7 @@ fn classify_counted(block: &Block, u: &KeyUse, argv_count: usize) -> Option<Lock
         .find_map(|token| {
             let layout = Layout {
                 keys_as_args: true,
+                keys_exact,
                 ..Layout::argv(token)
             };
             classify_with(block, &[1], layout)
@@ -593,6 +652,7 @@ fn classify_signal(block: &Block) -> Option<LockScript> {
         }),
         announce: None,
         argv_count: None,
+        keys_count: None,
     })
 }
 
@@ -757,6 +817,7 @@ fn classify_guarded(runs: &[Run], all_keys: bool, layout: Layout) -> Option<Lock
                     | Op::ReleaseAll
                     | Op::Delete
                     | Op::Inspect
+                    | Op::Held
                     | Op::Remaining
                     | Op::ExtendAdd
             )
@@ -793,6 +854,7 @@ fn classify_runs(runs: &[Run], all_keys: bool, layout: Layout) -> Option<LockScr
         signal: None,
         announce: None,
         argv_count: None,
+        keys_count: None,
     };
     match switches.as_slice() {
         [] => {
@@ -877,6 +939,7 @@ fn classify_prefix(
         signal: None,
         announce: None,
         argv_count: None,
+        keys_count: None,
     })
 }
 
@@ -886,12 +949,14 @@ fn has(r: &Run, j: usize, s: &[u8], yes: bool) -> bool {
         .any(|(a, b, y)| *a == j && b == s && *y == yes)
 }
 
-const OPS: [Op; 11] = [
+const OPS: [Op; 13] = [
     Op::Release,
     Op::Delete,
     Op::Inspect,
     Op::Acquire,
     Op::AcquireOrRefresh,
+    // Taken in ms, refreshed in seconds: only where one unit does not fit (see `ttl_of`).
+    Op::AcquireOrRefreshSeconds,
     Op::AcquireOrKeep,
     Op::Extend,
     Op::ExtendAdd,
@@ -899,6 +964,7 @@ const OPS: [Op; 11] = [
     Op::AcquireOrRefreshAll,
     Op::ReleaseAll,
     Op::Remaining,
+    Op::Held,
 ];
 
 const ANSWERS: [Answer; 7] = [
@@ -921,22 +987,24 @@ fn side(runs: &[&Run]) -> Option<(Op, usize, TtlUnit, Answer)> {
         return None;
     }
     for op in OPS {
-        let ttls: Vec<(usize, TtlUnit)> =
-            if matches!(op, Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect) {
-                vec![(2, TtlUnit::Millis)]
-            } else if op == Op::Remaining {
-                // The unit of the reply; there is no TTL argument.
-                vec![(0, TtlUnit::Millis), (0, TtlUnit::Seconds)]
-            } else {
-                match ttl_of(runs, op) {
-                    Some(t) => vec![t],
-                    None => continue,
-                }
-            };
+        let ttls: Vec<(usize, TtlUnit)> = if matches!(
+            op,
+            Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Held
+        ) {
+            vec![(2, TtlUnit::Millis)]
+        } else if op == Op::Remaining {
+            // The unit of the reply; there is no TTL argument.
+            vec![(0, TtlUnit::Millis), (0, TtlUnit::Seconds)]
+        } else {
+            match ttl_of(runs, op) {
+                Some(t) => vec![t],
+                None => continue,
+            }
+        };
         for (ttl_arg, unit) in ttls {
             let timed = !matches!(
                 op,
-                Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining
+                Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining | Op::Held
             );
             if timed && ttl_arg == runs[0].layout.token {
                 continue;
@@ -980,6 +1048,16 @@ fn constant_replies(runs: &[&Run], op: Op, ttl: Option<usize>) -> Option<Answer>
             )
         }
         Op::Delete | Op::Inspect => return None,
+        // `ok`: held by the caller; `no`: by another; `gone`: missing.
+        Op::Held => {
+            let ok = reply_where(&|r| every(r, Held::Token))?;
+            let no = reply_where(&|r| every(r, Held::Other))?;
+            let gone = reply_where(&|r| every(r, Held::Missing))?;
+            if ok == no || ok == gone {
+                return None;
+            }
+            (ok, no, gone, ok)
+        }
         // `ok`: held without a TTL; `no` (and `gone`): not held.
         Op::Remaining => {
             let ok = reply_where(&|r| every(r, Held::Token) && r.start.iter().any(|s| !s.ttl))?;
@@ -992,7 +1070,15 @@ fn constant_replies(runs: &[&Run], op: Op, ttl: Option<usize>) -> Option<Answer>
             let ok = reply_where(&|r| strict_success(r, op) && !strict_refresh(r))
                 .or_else(|| reply_where(&|r| strict_success(r, op)))?;
             let again = reply_where(&strict_refresh).unwrap_or(ok);
-            (ok, no, no, again)
+            // An extension of one key may answer otherwise where the key is gone (the proxy
+            // tells it from the masters' answers; over several keys it cannot).
+            let gone = match op {
+                Op::Extend | Op::ExtendAdd if runs.iter().all(|r| r.start.len() == 1) => {
+                    reply_where(&|r| every(r, Held::Missing)).unwrap_or(no)
+                }
+                _ => no,
+            };
+            (ok, no, gone, again)
         }
     };
     let lit = |v: &Val| reply_lit(v, ttl);
@@ -1008,48 +1094,25 @@ fn constant_replies(runs: &[&Run], op: Op, ttl: Option<usize>) -> Option<Answer>
         return None;
     }
     let told_apart = replies.ok != replies.no && replies.again != replies.no;
-    (told_apart || op == Op::Remaining).then_some(Answer::Const(replies))
+    // A release that answers one constant whatever it found (`return 'OK'` after deleting
+    // where the key held the token): its reply tells nothing, so it cannot be read as a grant.
+    let one_answer = matches!(op, Op::Release | Op::ReleaseAll)
+        && replies.no == replies.ok
+        && replies.gone == replies.ok
+        && replies.again == replies.ok;
+    (told_apart || one_answer || op == Op::Remaining).then_some(Answer::Const(replies))
 }
 
-/// The constant a script answers with `v`, if it is one the proxy can give: a number, nil, a
-/// status `OK`, a short string or error, a one-number table, or (where `ttl` names the TTL
-/// argument) that argument as a number or as text.
-fn reply_lit(v: &Val, ttl: Option<usize>) -> Option<Lit> {
-    match v {
-        Val::Num(n) => Some(Lit::Int(*n)),
-        Val::Nil => Some(Lit::Nil),
-        Val::Status => Some(Lit::Ok),
-        Val::Str(s) => Short::new(s).map(Lit::Bulk),
-        Val::Error(e) => Short::new(e).map(Lit::Error),
-        Val::Table(items) => match items.as_slice() {
-            [Val::Num(n)] => Some(Lit::Single(*n)),
-            _ => None,
-        },
-        Val::NumArg(j) if Some(*j) == ttl => Some(Lit::TtlNum),
-        Val::Arg(j) if Some(*j) == ttl => Some(Lit::TtlText),
-        _ => None,
-    }
-}
-
-/// A constant reply as the analyser's value (a reply of the TTL argument: `ARGV[ttl_arg]`).
-fn lit_val(l: Lit, ttl_arg: usize) -> Val {
-    match l {
-        Lit::TtlNum => Val::NumArg(ttl_arg),
-        Lit::TtlText => Val::Arg(ttl_arg),
-        Lit::Decimal(n) => Val::Str(n.to_string().into_bytes()),
-        Lit::Int(n) => Val::Num(n),
-        Lit::Nil => Val::Nil,
-        Lit::Ok => Val::Status,
-        Lit::Bulk(s) => Val::Str(s.as_bytes().to_vec()),
-        Lit::Error(e) => Val::Error(e.as_bytes().to_vec()),
-        Lit::Single(n) => Val::Table(vec![Val::Num(n)]),
-    }
-}
-
-/// The TTL argument a successful run of `op` wrote.
+/// The TTL argument a successful run of `op` wrote (for a refresh in seconds, the one a run
+/// that took the key wrote, in milliseconds: see [`Op::AcquireOrRefreshSeconds`]).
 fn ttl_of(runs: &[&Run], op: Op) -> Option<(usize, TtlUnit)> {
-    runs.iter()
+    let taken = |r: &&&Run| {
+        op != Op::AcquireOrRefreshSeconds || r.start.iter().all(|s| s.held == Held::Missing)
+    };
+    let found = runs
+        .iter()
         .filter(|r| strict_success(r, op))
+        .filter(taken)
         .find_map(|r| match &r.end.first()?.ttl {
             TtlNow::Set { seconds, v } => {
                 let arg = match (op, v) {
@@ -1072,14 +1135,20 @@ fn ttl_of(runs: &[&Run], op: Op) -> Option<(usize, TtlUnit)> {
                 Some((arg, unit))
             }
             _ => None,
-        })
+        });
+    // Taken in milliseconds from an argument (the refresh then reads it in seconds).
+    found.filter(|(arg, unit)| {
+        op != Op::AcquireOrRefreshSeconds || (*unit == TtlUnit::Millis && *arg <= MAX_TOKEN_ARG)
+    })
 }
 
 fn strict_success(r: &Run, op: Op) -> bool {
     let all = |f: &dyn Fn(Held, bool) -> bool| r.start.iter().all(|s| f(s.held, s.ttl));
     match op {
         Op::Acquire => all(&|h, _| h == Held::Missing),
-        Op::AcquireOrRefresh => all(&|h, t| h == Held::Missing || (h == Held::Token && t)),
+        Op::AcquireOrRefresh | Op::AcquireOrRefreshSeconds => {
+            all(&|h, t| h == Held::Missing || (h == Held::Token && t))
+        }
         // A key holding the token without a TTL is kept too (held for ever, as valid as any).
         Op::AcquireOrKeep => all(&|h, _| h != Held::Other),
         Op::Extend => all(&|h, t| h == Held::Token && t),
@@ -1087,7 +1156,7 @@ fn strict_success(r: &Run, op: Op) -> bool {
         Op::AcquireOrRefreshAll => {
             all(&|h, _| h == Held::Missing) || all(&|h, t| h == Held::Token && t)
         }
-        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining => false,
+        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Remaining | Op::Held => false,
     }
 }
 
@@ -1213,6 +1282,17 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
             };
             r.end.iter().all(|k| *k == gone) && r.reply == reply
         }
+        Op::Held => {
+            let Answer::Const(c) = answer else {
+                return false;
+            };
+            let want = match r.start[0].held {
+                Held::Token => c.ok,
+                Held::Other => c.no,
+                Held::Missing => c.gone,
+            };
+            n == 1 && r.end == unchanged && r.reply == lit_val(want, ttl_arg)
+        }
         Op::Inspect => {
             if n != 1 || answer != Answer::OneZero {
                 return false;
@@ -1267,14 +1347,20 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
             }
         }
         _ => {
+            if op == Op::AcquireOrRefreshSeconds && n != 1 {
+                return false;
+            }
             let ttl = |i: usize| {
                 let v = if op == Op::ExtendAdd {
                     Val::Sum(vec![Val::Arg(ttl_arg), Val::Pttl(i + 1)])
                 } else {
                     ttl_val(ttl_arg)
                 };
+                // A refresh in seconds: the same argument read in seconds where the key was
+                // already the caller's.
+                let refreshed = op == Op::AcquireOrRefreshSeconds && r.start[i].held == Held::Token;
                 TtlNow::Set {
-                    seconds: unit == TtlUnit::Seconds,
+                    seconds: unit == TtlUnit::Seconds || refreshed,
                     v,
                 }
             };
@@ -1296,8 +1382,18 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 shape => expected(shape, true, n, ttl_arg),
             };
             let won = r.end == success && r.reply == again;
+            let refused = match answer {
+                Answer::Const(c)
+                    if matches!(op, Op::Extend | Op::ExtendAdd)
+                        && n == 1
+                        && r.start[0].held == Held::Missing =>
+                {
+                    lit_val(c.gone, ttl_arg)
+                }
+                shape => expected(shape, false, n, ttl_arg),
+            };
             let lost = r.end == unchanged
-                && (r.reply == expected(answer, false, n, ttl_arg)
+                && (r.reply == refused
                     || (lenient && answer == Answer::ZeroOne && r.reply == Val::Num(2)));
             if strict_success(r, op) || (lenient && won) {
                 won || (lenient && lost)

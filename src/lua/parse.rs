@@ -703,7 +703,7 @@ fn is_keyword(n: &str) -> bool {
 
 /// How many keys a script uses: the highest literal `KEYS[i]`, and whether it also uses `KEYS`
 /// as a whole (`ipairs(KEYS)`, `#KEYS`, `KEYS[i]` with a variable).
-#[derive(Default)]
+#[derive(Default, Clone, Copy)]
 pub(super) struct KeyUse {
     pub(super) max_literal: usize,
     pub(super) dynamic: bool,
@@ -711,6 +711,8 @@ pub(super) struct KeyUse {
     pub(super) max_argv: usize,
     /// `ARGV` used as a whole (`unpack(ARGV)`), not only indexed.
     pub(super) argv_whole: bool,
+    /// `#KEYS` read (a test of how many keys the call passed, or a loop bound).
+    pub(super) keys_len: bool,
 }
 
 pub(super) fn key_use_block(b: &Block, u: &mut KeyUse) {
@@ -765,6 +767,10 @@ fn key_use(e: &Expr, u: &mut KeyUse) {
                 key_use(k, u);
             }
         },
+        Expr::Un(Un::Len, a) if matches!(&**a, Expr::Global(g) if g == "KEYS") => {
+            u.dynamic = true;
+            u.keys_len = true;
+        }
         Expr::Global(g) if g == "KEYS" => u.dynamic = true,
         Expr::Global(g) if g == "ARGV" => u.argv_whole = true,
         Expr::Index(t, k) if matches!(&**t, Expr::Global(g) if g == "ARGV") => {
