@@ -208,6 +208,52 @@ async fn a_second_set_nx_with_the_same_value_is_refused_as_redis_does() {
     }
 }
 
+/// `SET key token NX EXAT|PXAT <past>` answers `OK` only where a quorum of masters lack the
+/// key (one Redis: `OK` where the key is missing, the value born expired), and writes nothing.
+/// A holder on a quorum, with the key missing on the rest, gets nil; a key on a minority only
+/// (a refused attempt's leftover) does not; with masters down, the ones left must still be a
+/// quorum that lack the key.
+#[tokio::test]
+async fn set_nx_with_an_expiry_already_past_is_ok_only_where_a_quorum_lack_the_key() {
+    let mut ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let mut c = Client::connect(&p).await;
+    let past = (now_ms() - 100_000).to_string();
+    let set_past = |key: &'static str| ["SET", key, "me", "NX", "PXAT", ""];
+    async fn plant(ms: &[Master], key: &str, on: &[usize]) {
+        for &i in on {
+            let mut m = ms[i].client().await;
+            assert_eq!(
+                m.cmd(&["SET", key, "holder", "PX", "100000"]).await,
+                Reply::ok()
+            );
+        }
+    }
+    plant(&ms, "held", &[0, 1]).await;
+    plant(&ms, "minority", &[2]).await;
+    for (key, want) in [
+        ("missing", "+OK\r\n"),
+        ("held", "$-1\r\n"),
+        ("minority", "+OK\r\n"),
+    ] {
+        let mut args = set_past(key);
+        args[5] = &past;
+        assert_eq!(c.raw(&args).await, want, "{key}");
+    }
+    // Nothing was written: the holder keeps its key, the missing key stays missing.
+    assert_eq!(
+        values_on(&ms, "held").await,
+        vec![Some("holder".into()), Some("holder".into()), None]
+    );
+    assert_eq!(values_on(&ms, "missing").await, vec![None, None, None]);
+    // Two masters down: the one left lacks the key, but is no quorum.
+    ms[1].kill();
+    ms[2].kill();
+    let mut args = set_past("missing");
+    args[5] = &past;
+    assert_eq!(c.raw(&args).await, "$-1\r\n");
+}
+
 /// Two clients whose values are not unique per holder (npm `redis-lock` uses a timestamp,
 /// `Redis::DistLock` a host name) race for one lock with the same value, 50 rounds: exactly one
 /// may be granted each round. With the unsafe `set_nx_reentrant` switched on (the negative
@@ -324,6 +370,9 @@ async fn set_nx_table(reference: &Master, ms: &[Master], proxy: &str) -> Vec<Str
         .unwrap();
     let exat = (now.as_secs() + 100).to_string();
     let pxat = (now.as_millis() + 100_000).to_string();
+    // Already past: Redis answers OK where the key is missing (born expired), nil where not.
+    let exat_past = (now.as_secs() - 100).to_string();
+    let pxat_past = (now.as_millis() - 100_000).to_string();
     // Lock forms: they must answer exactly as Redis. The refused forms (a lock that could never
     // expire, KEEPTTL, GET; README "supported commands") must answer an error and touch nothing.
     let forms: Vec<(Vec<&str>, bool)> = vec![
@@ -334,6 +383,8 @@ async fn set_nx_table(reference: &Master, ms: &[Master], proxy: &str) -> Vec<Str
         (vec!["NX", "EXAT", &exat], true),
         (vec!["pxat", &pxat, "nx"], true),
         (vec!["nX", "Px", "10000"], true),
+        (vec!["NX", "EXAT", &exat_past], true),
+        (vec!["pxat", &pxat_past, "nx"], true),
         (vec!["NX"], false),
         (vec!["nx"], false),
         (vec!["NX", "KEEPTTL"], false),
