@@ -60,8 +60,9 @@ pub fn command(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     };
     let named = || args[2..].iter().map(|n| lookup(n));
     match sub.to_ascii_uppercase().as_slice() {
-        b"COUNT" => Reply::Integer(TABLE.len() as i64),
-        b"LIST" => Reply::Array(TABLE.iter().map(|s| bulk(s.name)).collect()),
+        b"COUNT" if args.len() == 2 => Reply::Integer(TABLE.len() as i64),
+        b"COUNT" => Reply::from(Error::WrongArity("command|count")),
+        b"LIST" => list(&args[2..]),
         b"INFO" if args.len() == 2 => Reply::Array(TABLE.iter().map(describe).collect()),
         b"INFO" => Reply::Array(
             named()
@@ -72,9 +73,54 @@ pub fn command(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
             Reply::Map(TABLE.iter().map(|s| (bulk(s.name), docs(s))).collect())
         }
         b"DOCS" => Reply::Map(named().flatten().map(|s| (bulk(s.name), docs(s))).collect()),
+        b"HELP" if args.len() == 2 => super::connection::help(&[
+            "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "(no subcommand)",
+            "    Return details about all commands.",
+            "COUNT",
+            "    Return the total number of commands in this server.",
+            "LIST",
+            "    Return a list of all commands in this server.",
+            "INFO [<command-name> ...]",
+            "    Return details about multiple commands.",
+            "    If no command names are given, documentation details for all",
+            "    commands are returned.",
+            "DOCS [<command-name> ...]",
+            "    Return documentation details about multiple commands.",
+            "    If no command names are given, documentation details for all",
+            "    commands are returned.",
+            "HELP",
+            "    Print this help.",
+        ]),
+        b"HELP" => Reply::from(Error::WrongArity("command|help")),
         _ => Reply::from(Error::unknown_subcommand("command", sub)),
     }
     .into()
+}
+
+/// `COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern]`, as Redis words
+/// it: the proxy has no modules, and its table gives no command an ACL category.
+fn list(filter: &[Bytes]) -> Reply {
+    let names = |keep: &dyn Fn(&Spec) -> bool| {
+        Reply::Array(
+            TABLE
+                .iter()
+                .filter(|s| keep(s))
+                .map(|s| bulk(s.name))
+                .collect(),
+        )
+    };
+    match filter {
+        [] => names(&|_| true),
+        [by, kind, value] if by.eq_ignore_ascii_case(b"FILTERBY") => {
+            match kind.to_ascii_uppercase().as_slice() {
+                b"MODULE" | b"ACLCAT" => Reply::Array(Vec::new()),
+                b"PATTERN" => names(&|s| crate::acl::glob(value, s.name.as_bytes())),
+                _ => Reply::from(Error::Syntax),
+            }
+        }
+        _ => Reply::from(Error::Syntax),
+    }
 }
 
 /// `INFO [section ...]`: Redis's server and clients sections, plus `redlock`, the proxy's own.
