@@ -65,6 +65,22 @@ pub enum LegacyDecision {
 /// in 64 bits.
 pub const MAX_BACKENDS: usize = 64;
 
+/// The largest `max_ttl_ms` accepted: 10^12 ms, about 31 years. A lock TTL is compared and
+/// added as a signed 64-bit number of ms (and to the clock, for `EXAT`), so a larger one would
+/// wrap or overflow instead of meaning "very long".
+pub const MAX_TTL_LIMIT_MS: u64 = 1_000_000_000_000;
+
+/// The most `max_clients` accepted: 2^20, Linux's usual ceiling on open files per process
+/// (`fs.nr_open`); each client is one.
+pub const MAX_CLIENTS_LIMIT: usize = 1 << 20;
+
+/// The most runtime `threads` accepted: each is an OS thread started at once.
+pub const MAX_THREADS: usize = 1024;
+
+/// The largest byte limit accepted (`max_bulk_len`, the client buffers, the script cache): 1 TiB,
+/// far above any machine's memory, and so far from where a length read as a signed number wraps.
+pub const MAX_BYTES_LIMIT: usize = 1 << 40;
+
 /// The proxy's settings. Field names are the TOML keys.
 #[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -569,6 +585,52 @@ impl Config {
                 return bad(format!("{name} must be greater than 0"));
             }
         }
+        // Upper bounds: a value beyond them is a mistake that would show only at run time, as a
+        // panic, a limit that wraps (every lock refused) or a machine brought down.
+        if self.max_ttl_ms > MAX_TTL_LIMIT_MS {
+            return bad(format!(
+                "max_ttl_ms ({}) must not exceed {MAX_TTL_LIMIT_MS} (about 31 years)",
+                self.max_ttl_ms
+            ));
+        }
+        if self.min_validity_ms >= self.max_ttl_ms {
+            return bad(format!(
+                "min_validity_ms ({}) must be below max_ttl_ms ({}): no lock could ever be granted",
+                self.min_validity_ms, self.max_ttl_ms
+            ));
+        }
+        if self.max_clients > MAX_CLIENTS_LIMIT {
+            return bad(format!(
+                "max_clients ({}) must not exceed {MAX_CLIENTS_LIMIT}",
+                self.max_clients
+            ));
+        }
+        if self.threads > MAX_THREADS {
+            return bad(format!(
+                "threads ({}) must not exceed {MAX_THREADS}",
+                self.threads
+            ));
+        }
+        for (name, v) in [
+            ("max_bulk_len", self.max_bulk_len),
+            ("client_query_buffer_limit", self.client_query_buffer_limit),
+            (
+                "client_output_buffer_limit",
+                self.client_output_buffer_limit,
+            ),
+            ("script_cache_bytes", self.script_cache_bytes),
+        ] {
+            if v > MAX_BYTES_LIMIT {
+                return bad(format!(
+                    "{name} ({v}) must not exceed {MAX_BYTES_LIMIT} (1 TiB)"
+                ));
+            }
+        }
+        if self.password.as_deref() == Some("") {
+            // Redis's `requirepass ""` turns authentication off; here it would ask every client
+            // for an empty password, which anyone can give. Either reading is a surprise.
+            return bad("password is empty: leave it unset for no password, or set one".into());
+        }
         if !(0.0..0.5).contains(&self.drift_factor) {
             return bad(format!(
                 "drift_factor must be in [0, 0.5), got {}",
@@ -616,6 +678,9 @@ impl Config {
     pub fn workers(&self) -> usize {
         match self.threads {
             0 => std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
+            // The runtime starts before the configuration is validated (which then refuses
+            // this count): it must not start the threads first.
+            n if n > MAX_THREADS => 1,
             n => n,
         }
     }
