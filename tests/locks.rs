@@ -871,6 +871,8 @@ async fn connection_commands_answer_as_one_redis_does() {
         "WAIT 0 -1",
         "CONFIG",
         "CONFIG GET",
+        "CONFIG FOO",
+        "CONFIG nosuch x",
         "RESET x",
         "foobar",
         "FooBar a b c",

@@ -256,9 +256,11 @@ pub fn config(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     match args[1].to_ascii_uppercase().as_slice() {
         b"GET" if args.len() >= 3 => Reply::Map(Vec::new()),
         b"GET" => Reply::from(Error::WrongArity("config|get")),
-        _ => Reply::from(Error::ConfigUnsupported(
-            String::from_utf8_lossy(&args[1]).to_ascii_uppercase(),
-        )),
+        // Redis's own subcommands are refused by name; anything else is Redis's error.
+        sub @ (b"SET" | b"RESETSTAT" | b"REWRITE" | b"HELP") => Reply::from(
+            Error::ConfigUnsupported(String::from_utf8_lossy(sub).into_owned()),
+        ),
+        _ => Reply::from(Error::unknown_subcommand("config", &args[1])),
     }
     .into()
 }
