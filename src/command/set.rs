@@ -131,22 +131,25 @@ pub fn parse_set(args: &Args<'_>) -> Result<SetOptions, Reply> {
             if n <= 0 {
                 return Err(invalid());
             }
-            // As Redis: a relative expiry must still be a time once added to the clock, and
-            // seconds must fit in milliseconds; anything beyond is an invalid expire time.
-            let now = super::spec::unix_ms();
-            let ms = match unit {
-                Word::Ex => n
-                    .checked_mul(1000)
-                    .filter(|ms| ms.checked_add(now).is_some()),
-                Word::Px => n.checked_add(now).map(|_| n),
-                Word::ExAt => n.checked_mul(1000).map(|at| at - now),
-                _ => Some(n - now),
-            }
-            .ok_or_else(invalid)?;
+            let ms = expiry_ms(unit, n, super::spec::unix_ms()).ok_or_else(invalid)?;
             o.ttl_ms = Some(ms);
         }
     }
     Ok(o)
+}
+
+/// The TTL in ms from `now` (unix ms) of a positive expiry `n` in `unit` (`EX`, `PX`, `EXAT`,
+/// `PXAT`), or `None` where Redis answers `invalid expire time`: as Redis, a relative expiry
+/// must still be a time once added to the clock, and seconds must fit in milliseconds.
+fn expiry_ms(unit: Word, n: i64, now: i64) -> Option<i64> {
+    match unit {
+        Word::Ex => n
+            .checked_mul(1000)
+            .filter(|ms| ms.checked_add(now).is_some()),
+        Word::Px => n.checked_add(now).map(|_| n),
+        Word::ExAt => n.checked_mul(1000).map(|at| at - now),
+        _ => Some(n - now),
+    }
 }
 
 /// What a `SET` command means.
@@ -309,10 +312,15 @@ pub fn setex(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, cmd: Cmd) ->
     let Some(n) = parse_int(&args[2]) else {
         return Reply::from(Error::NotAnInteger).into();
     };
-    if n <= 0 {
+    let (word, unit): (Word, &'static [u8]) = if cmd == Cmd::Psetex {
+        (Word::Px, b"PX")
+    } else {
+        (Word::Ex, b"EX")
+    };
+    // Checked here, not by `SET`, whose error would name `set`.
+    if n <= 0 || expiry_ms(word, n, super::spec::unix_ms()).is_none() {
         return Reply::from(Error::InvalidExpire(name)).into();
     }
-    let unit: &'static [u8] = if cmd == Cmd::Psetex { b"PX" } else { b"EX" };
     let set = vec![
         Bytes::from_static(b"SET"),
         args[1].clone(),
