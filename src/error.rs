@@ -222,6 +222,9 @@ pub enum Error {
     KeyCountBeyondArgs,
     /// `ERR Client names cannot contain spaces, newlines or special characters.`
     BadClientName,
+    /// `ERR lib-name cannot contain spaces, newlines or special characters.` (`CLIENT
+    /// SETINFO`, naming the attribute as the client wrote it).
+    BadClientAttr(String),
     /// `ERR redlock-proxy runs ARGV[j] of this lock script only as PUBLISH or SPUBLISH`.
     PublishArg(usize),
 
@@ -475,6 +478,12 @@ impl Error {
             Error::BadClientName => {
                 "ERR Client names cannot contain spaces, newlines or special characters."
             }
+            Error::BadClientAttr(attr) => {
+                return format!(
+                    "ERR {attr} cannot contain spaces, newlines or special characters."
+                )
+                .into();
+            }
             Error::PublishArg(j) => {
                 return format!(
                     "ERR redlock-proxy runs ARGV[{j}] of this lock script only as PUBLISH or SPUBLISH"
@@ -673,6 +682,7 @@ mod tests {
             Error::NegativeKeyCount,
             Error::KeyCountBeyondArgs,
             Error::BadClientName,
+            Error::BadClientAttr("lib-name".into()),
             Error::PublishArg(3),
             Error::NoProto,
             Error::WrongType,

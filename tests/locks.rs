@@ -881,6 +881,30 @@ async fn connection_commands_answer_as_one_redis_does() {
     .await;
 }
 
+/// `CLIENT SETINFO` (Redis 7.2, Valkey; Redis 7.0 has none) answers as Valkey 8.1 does, the
+/// attribute's characters checked as a client name's are.
+#[tokio::test]
+async fn client_setinfo_answers_as_valkey_does() {
+    let steps = [
+        "CLIENT SETINFO lib-name redis-py",
+        "CLIENT SETINFO LIB-VER 5.0.1",
+        "CLIENT SETINFO lib-name ",
+        "CLIENT SETINFO lib-name a\tb",
+        "CLIENT SETINFO Lib-Ver é",
+        "CLIENT SETINFO lib-name a b",
+        "CLIENT SETINFO foo x",
+        "CLIENT SETINFO lib-name",
+    ];
+    let valkey = Master::start_server(valkey_server("8.1"));
+    let expected = support::differential::transcript(&valkey.addr(), &steps).await;
+    let ms = masters(1);
+    let p = proxy_for(&ms).await.to_string();
+    assert_eq!(
+        support::differential::transcript(&p, &steps).await,
+        expected
+    );
+}
+
 #[tokio::test]
 async fn inline_commands_work() {
     let ms = masters(1);

@@ -168,7 +168,14 @@ pub fn client(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
         (b"SETINFO", 4) => {
             let attr = args[2].to_ascii_uppercase();
             if attr == b"LIB-NAME" || attr == b"LIB-VER" {
-                Reply::ok().into()
+                match valid_name(&args[3]) {
+                    Ok(()) => Reply::ok().into(),
+                    // The attribute is one of the two names, in the client's own case.
+                    Err(_) => Reply::from(Error::BadClientAttr(
+                        String::from_utf8_lossy(&args[2]).into_owned(),
+                    ))
+                    .into(),
+                }
             } else {
                 let attr = String::from_utf8_lossy(&args[2]).into_owned();
                 Reply::from(Error::UnrecognizedOption(attr)).into()
