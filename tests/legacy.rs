@@ -495,6 +495,20 @@ async fn differential_legacy_commands() {
         "UNLINK k nokey",
         "GET k",
         "UNLINK",
+        // A blocking pop's timeout as Redis 7.0 reads it (those that return at once).
+        "BLPOP q 0x0.2",
+        "BLPOP q 0.0001",
+        "BLPOP q +0.01",
+        "BLPOP q 1e-2",
+        "BLPOP q inf",
+        "BLPOP q -Infinity",
+        "BLPOP q 1e400",
+        "BLPOP q 9223372036854776",
+        "BLPOP q -1",
+        "BLPOP q nan",
+        "BLPOP q 0x",
+        "BLPOP q 1_0",
+        "BLPOP q ",
     ])
     .await;
 }
