@@ -195,6 +195,9 @@ pub enum Error {
     // --- Values and ranges: an argument of the right place but the wrong value. ---
     /// `ERR value is not an integer or out of range`.
     NotAnInteger,
+    /// `ERR value is out of range, value must between -2147483648 and 2147483647` (Redis's
+    /// wording, for an integer beyond 32 bits where it wants an `int`, as `SELECT`).
+    NotAnInt32,
     /// `ERR Protocol version is not an integer or out of range` (`HELLO`).
     ProtocolVersionNotAnInteger,
     /// `ERR timeout is not an integer or out of range` (`WAIT`).
@@ -455,6 +458,9 @@ impl Error {
 
             // Values and ranges.
             Error::NotAnInteger => "ERR value is not an integer or out of range",
+            Error::NotAnInt32 => {
+                "ERR value is out of range, value must between -2147483648 and 2147483647"
+            }
             Error::ProtocolVersionNotAnInteger => {
                 "ERR Protocol version is not an integer or out of range"
             }
@@ -669,6 +675,7 @@ mod tests {
             Error::ScriptFlushMode,
             Error::ConfigUnsupported("SET".into()),
             Error::NotAnInteger,
+            Error::NotAnInt32,
             Error::ProtocolVersionNotAnInteger,
             Error::TimeoutNotAnInteger,
             Error::TimeoutNotAFloat,

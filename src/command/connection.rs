@@ -133,6 +133,7 @@ pub fn auth(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
 pub fn select(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     match parse_int(&args[1]) {
         Some(0) => Reply::ok().into(),
+        Some(n) if i32::try_from(n).is_err() => Reply::from(Error::NotAnInt32).into(),
         Some(_) => Reply::from(Error::DbIndexOutOfRange).into(),
         None => Reply::from(Error::NotAnInteger).into(),
     }
