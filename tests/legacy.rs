@@ -535,6 +535,29 @@ async fn documented_differences_from_one_redis() {
         c.raw(&["INCR", "diff"]).await,
         "-ERR unknown command 'INCR', with args beginning with: 'diff' \r\n"
     );
+    // Among them those that would leave a lock without a TTL, or take it without a quorum
+    // rule (functions and read-only scripts are not analysed): the lock keeps its TTL.
+    for cmd in [
+        &["PERSIST", "diff"][..],
+        &["GETEX", "diff", "PERSIST"],
+        &["GETDEL", "diff"],
+        &["FCALL", "f", "1", "diff"],
+        &["EVAL_RO", "return 1", "1", "diff"],
+        &[
+            "EVALSHA_RO",
+            "e0e1f9fabfc9d4800c877a703b823ac0578ff8db",
+            "1",
+            "diff",
+        ],
+    ] {
+        assert!(
+            c.raw(cmd)
+                .await
+                .starts_with(&format!("-ERR unknown command '{}'", cmd[0])),
+            "{cmd:?}"
+        );
+    }
+    assert_eq!(c.raw(&["TTL", "diff"]).await, ":300\r\n");
 }
 
 /// Sets `key` on each master by `write` (a command per master), bypassing the proxy.
