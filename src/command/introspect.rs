@@ -115,12 +115,46 @@ fn list(filter: &[Bytes]) -> Reply {
         [by, kind, value] if by.eq_ignore_ascii_case(b"FILTERBY") => {
             match kind.to_ascii_uppercase().as_slice() {
                 b"MODULE" | b"ACLCAT" => Reply::Array(Vec::new()),
-                b"PATTERN" => names(&|s| crate::acl::glob(value, s.name.as_bytes())),
+                b"PATTERN" => {
+                    let pattern = bounded_pattern(value);
+                    names(&|s| {
+                        pattern
+                            .as_ref()
+                            .is_some_and(|p| crate::acl::glob(p, s.name.as_bytes()))
+                    })
+                }
                 _ => Reply::from(Error::Syntax),
             }
         }
         _ => Reply::from(Error::Syntax),
     }
+}
+
+/// A client's `FILTERBY PATTERN` with runs of `*` made one (the same pattern), or `None` when
+/// it is still longer than 4 KiB: such a pattern is taken to match no command name (the longest
+/// has 13 bytes), rather than have each name's match cost a scan of it per character.
+fn bounded_pattern(pattern: &[u8]) -> Option<Vec<u8>> {
+    let mut out: Vec<u8> = Vec::with_capacity(pattern.len().min(4097));
+    let (mut i, mut after_star) = (0, false);
+    while i < pattern.len() {
+        let c = pattern[i];
+        if c == b'\\' && i + 1 < pattern.len() {
+            // An escaped character (a literal `*` too) is kept as it is.
+            out.extend_from_slice(&pattern[i..i + 2]);
+            i += 2;
+            after_star = false;
+        } else {
+            if !(c == b'*' && after_star) {
+                out.push(c);
+            }
+            after_star = c == b'*';
+            i += 1;
+        }
+        if out.len() > 4096 {
+            return None;
+        }
+    }
+    Some(out)
 }
 
 /// `INFO [section ...]`: Redis's server and clients sections, plus `redlock`, the proxy's own.
@@ -263,4 +297,31 @@ pub fn config(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         _ => Reply::from(Error::unknown_subcommand("config", &args[1])),
     }
     .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filter_pattern_is_bounded_without_changing_its_meaning() {
+        let many = [&b"*".repeat(5000)[..], b"ping"].concat();
+        assert_eq!(bounded_pattern(&many).as_deref(), Some(&b"*ping"[..]));
+        // Escaped stars are literal and stay; a class is not a run of stars.
+        assert_eq!(bounded_pattern(br"a\**").as_deref(), Some(&br"a\**"[..]));
+        assert_eq!(bounded_pattern(br"a\\**").as_deref(), Some(&br"a\\*"[..]));
+        let class = [&b"*["[..], &b"x".repeat(5000)].concat();
+        assert_eq!(bounded_pattern(&class), None);
+        let b = |s: &str| Bytes::copy_from_slice(s.as_bytes());
+        let names = |p: &str| list(&[b("FILTERBY"), b("PATTERN"), b(p)]);
+        assert_eq!(names("p?ng"), Reply::Array(vec![bulk("ping")]));
+        assert_eq!(
+            list(&[b("FILTERBY"), b("PATTERN"), Bytes::from(many)]),
+            Reply::Array(vec![bulk("ping")])
+        );
+        assert_eq!(
+            list(&[b("FILTERBY"), b("PATTERN"), Bytes::from(class)]),
+            Reply::Array(Vec::new())
+        );
+    }
 }
