@@ -722,6 +722,13 @@ impl ScriptDecl {
         if self.token_arg == 0 || self.ttl_arg == 0 {
             return Err("token_arg and ttl_arg count from 1, like ARGV".into());
         }
+        // A request carries at most 65,536 arguments: a place beyond them is never given, and
+        // the declaration would never match a call.
+        if self.token_arg.max(self.ttl_arg) > 65_536 {
+            return Err(
+                "token_arg and ttl_arg must be at most 65536 (arguments of a request)".into(),
+            );
+        }
         if self.meaning != Op::Release && self.token_arg == self.ttl_arg {
             return Err("token_arg and ttl_arg must differ".into());
         }
@@ -919,6 +926,14 @@ mod tests {
                 "must differ",
             ),
             ("text = \"x\"\nmeaning = \"lock\"", "unknown variant"),
+            (
+                "text = \"x\"\nmeaning = \"release\"\ntoken_arg = 18446744073709551615",
+                "at most 65536",
+            ),
+            (
+                "text = \"x\"\nmeaning = \"acquire\"\nttl_arg = 65537",
+                "at most 65536",
+            ),
         ] {
             let err = with_backends(&format!("[[scripts]]\n{bad}\n"))
                 .unwrap_err()
