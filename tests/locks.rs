@@ -908,6 +908,38 @@ async fn client_setinfo_answers_as_valkey_does() {
     );
 }
 
+/// Inline commands (telnet, `redis-cli` pipes) are split as one redis-server splits them: a
+/// quote may open inside a word, a closing quote ends the argument, vertical tab and form feed
+/// are blanks only between arguments.
+#[tokio::test]
+async fn inline_quoting_splits_as_redis_does() {
+    let reference = Master::start();
+    let ms = masters(1);
+    let p = proxy_for(&ms).await.to_string();
+    for line in [
+        &b"ECHO a\"b c\"\r\n"[..],
+        b"ECHO x\"\\x41\"\r\n",
+        b"ECHO a\"\"\r\n",
+        b"ECHO a'b c'd\r\n",
+        b"ECHO \x0ba\r\n",
+        b"ECHO a\x0bb\r\n",
+        b"ECHO 'a'\x0b\r\n",
+        b"SET k\"1\" v\r\nGET k1\r\n",
+    ] {
+        let mut replies = Vec::new();
+        for addr in [reference.addr(), p.clone()] {
+            let mut c = Client::connect(&addr).await;
+            c.send_raw(line).await;
+            let mut got = c.read_raw().await;
+            if line.starts_with(b"SET") {
+                got.extend(c.read_raw().await);
+            }
+            replies.push(String::from_utf8_lossy(&got).into_owned());
+        }
+        assert_eq!(replies[1], replies[0], "{}", line.escape_ascii());
+    }
+}
+
 #[tokio::test]
 async fn inline_commands_work() {
     let ms = masters(1);
