@@ -860,12 +860,23 @@ mod tests {
             r#"["127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7000"]"#,
             r#"["localhost:7000", "redis://LOCALHOST:7000/0"]"#,
             r#"["redis-cluster://h:1,h:2", "redis-cluster://h:3,h:2"]"#,
+            // One place under several spellings: loopback by name and by address, IPv6
+            // written two ways, an IPv4-mapped address, a host name with its final dot.
+            r#"["localhost:7000", "127.0.0.1:7000"]"#,
+            r#"["[::1]:7000", "localhost:7000"]"#,
+            r#"["[0:0::1]:7000", "127.0.0.1:7000"]"#,
+            r#"["[2001:db8::1]:7000", "[2001:0db8:0:0::1]:7000"]"#,
+            r#"["[::ffff:10.0.0.1]:7000", "10.0.0.1:7000"]"#,
+            r#"["redis.example:7000", "Redis.Example.:7000"]"#,
         ] {
             let c = Config::from_toml(&format!("backends = {list}")).unwrap();
             let e = c.validate().unwrap_err().to_string();
             assert!(e.contains("name the same master"), "{list}: {e}");
         }
         let c = Config::from_toml(r#"backends = ["h:1", "h:2", "h:3"]"#).unwrap();
+        assert!(c.validate().is_ok());
+        // Other loopback addresses are other places.
+        let c = Config::from_toml(r#"backends = ["127.0.0.1:1", "127.0.0.2:1", "::1:2"]"#).unwrap();
         assert!(c.validate().is_ok());
     }
 
