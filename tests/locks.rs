@@ -212,12 +212,13 @@ async fn a_second_set_nx_with_the_same_value_is_refused_as_redis_does() {
 /// key (one Redis: `OK` where the key is missing, the value born expired), and writes nothing.
 /// A holder on a quorum, with the key missing on the rest, gets nil; a key on a minority only
 /// (a refused attempt's leftover) does not; with masters down, the ones left must still be a
-/// quorum that lack the key.
+/// quorum that lack the key. Negative control: decided by the first master alone (the unsafe
+/// `legacy_decision = "first_master"`), the `OK` stands beside a holder on a quorum.
 #[tokio::test]
 async fn set_nx_with_an_expiry_already_past_is_ok_only_where_a_quorum_lack_the_key() {
     let mut ms = masters(3);
     let p = proxy_for(&ms).await.to_string();
-    let mut c = Client::connect(&p).await;
+    let first_master = proxy_with(&ms, |c| c.legacy_decision = LegacyDecision::FirstMaster).await;
     let past = (now_ms() - 100_000).to_string();
     let set_past = |key: &'static str| ["SET", key, "me", "NX", "PXAT", ""];
     async fn plant(ms: &[Master], key: &str, on: &[usize]) {
@@ -229,21 +230,28 @@ async fn set_nx_with_an_expiry_already_past_is_ok_only_where_a_quorum_lack_the_k
             );
         }
     }
-    plant(&ms, "held", &[0, 1]).await;
-    plant(&ms, "minority", &[2]).await;
-    for (key, want) in [
-        ("missing", "+OK\r\n"),
-        ("held", "$-1\r\n"),
-        ("minority", "+OK\r\n"),
-    ] {
-        let mut args = set_past(key);
-        args[5] = &past;
-        assert_eq!(c.raw(&args).await, want, "{key}");
+    plant(&ms, "held", &[1, 2]).await;
+    plant(&ms, "minority", &[0]).await;
+    let mut answers = Vec::new();
+    for proxy in [&p, &first_master] {
+        let mut c = Client::connect(proxy).await;
+        for key in ["missing", "held", "minority"] {
+            let mut args = set_past(key);
+            args[5] = &past;
+            answers.push(c.raw(&args).await);
+        }
     }
+    let (ok, nil) = ("+OK\r\n", "$-1\r\n");
+    assert_eq!(answers[..3], [ok, nil, ok], "missing, held, minority");
+    assert_eq!(
+        answers[3..],
+        [ok, ok, nil],
+        "the control: first master only"
+    );
     // Nothing was written: the holder keeps its key, the missing key stays missing.
     assert_eq!(
         values_on(&ms, "held").await,
-        vec![Some("holder".into()), Some("holder".into()), None]
+        vec![None, Some("holder".into()), Some("holder".into())]
     );
     assert_eq!(values_on(&ms, "missing").await, vec![None, None, None]);
     // Two masters down: the one left lacks the key, but is no quorum.
@@ -251,7 +259,7 @@ async fn set_nx_with_an_expiry_already_past_is_ok_only_where_a_quorum_lack_the_k
     ms[2].kill();
     let mut args = set_past("missing");
     args[5] = &past;
-    assert_eq!(c.raw(&args).await, "$-1\r\n");
+    assert_eq!(Client::connect(&p).await.raw(&args).await, nil);
 }
 
 /// Two clients whose values are not unique per holder (npm `redis-lock` uses a timestamp,

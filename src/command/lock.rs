@@ -529,12 +529,6 @@ impl Future for Acquisition {
                     let op = &this.op;
                     if op.ttl_ms <= 0 {
                         // An absolute expiry in the past: the lock would be born expired.
-                        if asks_plain(op) && matches!(op.answer, Answer::OkNil) {
-                            let key = op.keys[0].clone();
-                            this.stage =
-                                Stage::Rest(Box::pin(born_expired(proxy.clone(), key, held)));
-                            continue;
-                        }
                         this.stage = Stage::Done;
                         Counters::bump(&proxy.counters().denials);
                         return Poll::Ready(answer(op.answer, false, op.keys.len()));
@@ -579,31 +573,6 @@ impl Future for Acquisition {
                 Stage::Done => return Poll::Pending,
             }
         }
-    }
-}
-
-/// `SET key token NX EXAT|PXAT <past>`: one Redis answers `OK` where the key is missing (the
-/// value is born expired, so nothing is left behind) and nil where it exists. The proxy writes
-/// nothing: it asks each master whether the key exists, in the key's turn, and answers `OK`
-/// only when a quorum of trusted masters say it does not. No other holder can then hold the key
-/// on a quorum, so the `OK` never stands beside a grant; a master that is down, quarantined or
-/// slow counts against it (nil, the safe side).
-async fn born_expired(proxy: Arc<Proxy>, key: Bytes, held: Held) -> Reply {
-    let masters = proxy.masters();
-    let deadline = Instant::now() + proxy.config().node_timeout();
-    let mut vote = ask(
-        &masters,
-        Request::Same(command(&[b"EXISTS", &key])),
-        1,
-        deadline,
-    );
-    let absent = vote.decide().await.agree(|r| *r == Reply::Integer(0));
-    drop(held);
-    if absent {
-        Reply::ok()
-    } else {
-        Counters::bump(&proxy.counters().denials);
-        Reply::Nil
     }
 }
 

@@ -286,6 +286,9 @@ fn positive(arg: &[u8]) -> Option<i64> {
 pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, args: Args<'_>) -> Action {
     match Set::parse(args, proxy.config().default_ttl_ms) {
         Err(e) => e.into(),
+        Ok(Set::Acquire { key, ttl_ms, .. }) if ttl_ms <= 0 && !proxy.config().set_nx_reentrant => {
+            born_expired(proxy, key)
+        }
         Ok(Set::Acquire { key, token, ttl_ms }) => {
             match conn.leases_for(std::iter::once(key.as_ref())) {
                 None => super::lock::acquire(proxy, key, token, ttl_ms),
@@ -303,6 +306,25 @@ pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, args: Args<'_>) -> Action {
         Ok(Set::Write { args, opts }) => super::keys::write(proxy, args, opts),
         Ok(Set::Conditional { args, opts }) => super::conditional::set(proxy, conn, args, opts),
     }
+}
+
+/// `SET key token NX EXAT|PXAT <past>`: one Redis answers `OK` where the key is missing (the
+/// value is born expired, so nothing is left behind) and nil where it exists. The proxy writes
+/// nothing: it asks each master whether the key exists, in the key's turn, and answers `OK`
+/// only when a quorum of trusted masters say it does not. No other holder can then hold the key
+/// on a quorum, so the `OK` never stands beside a grant; a master that is down, quarantined or
+/// slow counts against it (nil, the safe side).
+fn born_expired(proxy: &Arc<Proxy>, key: Bytes) -> Action {
+    let request = crate::wire::master::command(&[b"EXISTS", &key]);
+    let rule = |proxy: &Proxy, b: &crate::quorum::Ballots| {
+        if b.agree(|r| *r == Reply::Integer(0)) {
+            Reply::ok()
+        } else {
+            crate::counters::Counters::bump(&proxy.counters().denials);
+            Reply::Nil
+        }
+    };
+    super::keys::forward(proxy, request, &[key], Box::new(rule))
 }
 
 /// `SETEX key seconds value`, `PSETEX key milliseconds value`: a plain write with an expiry,
