@@ -165,6 +165,16 @@ pub enum Set {
         /// The TTL in milliseconds (from now).
         ttl_ms: i64,
     },
+    /// `SET key token NX EXAT|PXAT <past>`: no lock, the value would be born expired; answered
+    /// as Redis answers it (see [`born_expired`]).
+    BornExpired {
+        /// The key.
+        key: Bytes,
+        /// The token.
+        token: Bytes,
+        /// The TTL in milliseconds (from now): 0 or less.
+        ttl_ms: i64,
+    },
     /// `SET key value IFEQ|IFNE|IFDEQ|IFDNE ...`: a conditional write, a quorum operation of
     /// its own (see [`super::conditional`]).
     Conditional {
@@ -252,6 +262,13 @@ impl Set {
         if args.len() < 3 {
             return Err(Reply::from(Error::WrongArity("set")));
         }
+        if ttl_ms <= 0 {
+            return Ok(Set::BornExpired {
+                key: args.bytes(1),
+                token: args.bytes(2),
+                ttl_ms,
+            });
+        }
         Ok(Set::Acquire {
             key: args.bytes(1),
             token: args.bytes(2),
@@ -286,8 +303,13 @@ fn positive(arg: &[u8]) -> Option<i64> {
 pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, args: Args<'_>) -> Action {
     match Set::parse(args, proxy.config().default_ttl_ms) {
         Err(e) => e.into(),
-        Ok(Set::Acquire { key, ttl_ms, .. }) if ttl_ms <= 0 && !proxy.config().set_nx_reentrant => {
-            born_expired(proxy, key)
+        Ok(Set::BornExpired { key, token, ttl_ms }) => {
+            if proxy.config().set_nx_reentrant {
+                // The unsafe opt-in answers as its acquisitions do: nil, never granted.
+                super::lock::acquire(proxy, key, token, ttl_ms)
+            } else {
+                born_expired(proxy, key)
+            }
         }
         Ok(Set::Acquire { key, token, ttl_ms }) => {
             match conn.leases_for(std::iter::once(key.as_ref())) {
@@ -314,6 +336,8 @@ pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, args: Args<'_>) -> Action {
 /// only when a quorum of trusted masters say it does not. No other holder can then hold the key
 /// on a quorum, so the `OK` never stands beside a grant; a master that is down, quarantined or
 /// slow counts against it (nil, the safe side).
+#[cold]
+#[inline(never)]
 fn born_expired(proxy: &Arc<Proxy>, key: Bytes) -> Action {
     let request = crate::wire::master::command(&[b"EXISTS", &key]);
     let rule = |proxy: &Proxy, b: &crate::quorum::Ballots| {
