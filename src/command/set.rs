@@ -564,6 +564,14 @@ mod tests {
                 }),
                 Some(ttl_ms),
             ),
+            Ok(Set::BornExpired { key, token, ttl_ms }) => (
+                Ok(Set::BornExpired {
+                    key,
+                    token,
+                    ttl_ms: 0,
+                }),
+                Some(ttl_ms),
+            ),
             Ok(Set::Write { args, mut opts }) => {
                 let ttl = opts.ttl_ms.take();
                 (Ok(Set::Write { args, opts }), ttl)
