@@ -65,6 +65,22 @@ pub enum LegacyDecision {
 /// in 64 bits.
 pub const MAX_BACKENDS: usize = 64;
 
+/// The largest `max_ttl_ms` accepted: 10^12 ms, about 31 years. A lock TTL is compared and
+/// added as a signed 64-bit number of ms (and to the clock, for `EXAT`), so a larger one would
+/// wrap or overflow instead of meaning "very long".
+pub const MAX_TTL_LIMIT_MS: u64 = 1_000_000_000_000;
+
+/// The most `max_clients` accepted: 2^20, Linux's usual ceiling on open files per process
+/// (`fs.nr_open`); each client is one.
+pub const MAX_CLIENTS_LIMIT: usize = 1 << 20;
+
+/// The most runtime `threads` accepted: each is an OS thread started at once.
+pub const MAX_THREADS: usize = 1024;
+
+/// The largest byte limit accepted (`max_bulk_len`, the client buffers, the script cache): 1 TiB,
+/// far above any machine's memory, and so far from where a length read as a signed number wraps.
+pub const MAX_BYTES_LIMIT: usize = 1 << 40;
+
 /// The proxy's settings. Field names are the TOML keys.
 #[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -576,6 +592,52 @@ impl Config {
                 return bad(format!("{name} must be greater than 0"));
             }
         }
+        // Upper bounds: a value beyond them is a mistake that would show only at run time, as a
+        // panic, a limit that wraps (every lock refused) or a machine brought down.
+        if self.max_ttl_ms > MAX_TTL_LIMIT_MS {
+            return bad(format!(
+                "max_ttl_ms ({}) must not exceed {MAX_TTL_LIMIT_MS} (about 31 years)",
+                self.max_ttl_ms
+            ));
+        }
+        if self.min_validity_ms >= self.max_ttl_ms {
+            return bad(format!(
+                "min_validity_ms ({}) must be below max_ttl_ms ({}): no lock could ever be granted",
+                self.min_validity_ms, self.max_ttl_ms
+            ));
+        }
+        if self.max_clients > MAX_CLIENTS_LIMIT {
+            return bad(format!(
+                "max_clients ({}) must not exceed {MAX_CLIENTS_LIMIT}",
+                self.max_clients
+            ));
+        }
+        if self.threads > MAX_THREADS {
+            return bad(format!(
+                "threads ({}) must not exceed {MAX_THREADS}",
+                self.threads
+            ));
+        }
+        for (name, v) in [
+            ("max_bulk_len", self.max_bulk_len),
+            ("client_query_buffer_limit", self.client_query_buffer_limit),
+            (
+                "client_output_buffer_limit",
+                self.client_output_buffer_limit,
+            ),
+            ("script_cache_bytes", self.script_cache_bytes),
+        ] {
+            if v > MAX_BYTES_LIMIT {
+                return bad(format!(
+                    "{name} ({v}) must not exceed {MAX_BYTES_LIMIT} (1 TiB)"
+                ));
+            }
+        }
+        if self.password.as_deref() == Some("") {
+            // Redis's `requirepass ""` turns authentication off; here it would ask every client
+            // for an empty password, which anyone can give. Either reading is a surprise.
+            return bad("password is empty: leave it unset for no password, or set one".into());
+        }
         if !(0.0..0.5).contains(&self.drift_factor) {
             return bad(format!(
                 "drift_factor must be in [0, 0.5), got {}",
@@ -623,6 +685,9 @@ impl Config {
     pub fn workers(&self) -> usize {
         match self.threads {
             0 => std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
+            // The runtime starts before the configuration is validated (which then refuses
+            // this count): it must not start the threads first.
+            n if n > MAX_THREADS => 1,
             n => n,
         }
     }
@@ -663,6 +728,13 @@ impl ScriptDecl {
         }
         if self.token_arg == 0 || self.ttl_arg == 0 {
             return Err("token_arg and ttl_arg count from 1, like ARGV".into());
+        }
+        // A request carries at most 65,536 arguments: a place beyond them is never given, and
+        // the declaration would never match a call.
+        if self.token_arg.max(self.ttl_arg) > 65_536 {
+            return Err(
+                "token_arg and ttl_arg must be at most 65536 (arguments of a request)".into(),
+            );
         }
         if self.meaning != Op::Release && self.token_arg == self.ttl_arg {
             return Err("token_arg and ttl_arg must differ".into());
@@ -795,12 +867,23 @@ mod tests {
             r#"["127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7000"]"#,
             r#"["localhost:7000", "redis://LOCALHOST:7000/0"]"#,
             r#"["redis-cluster://h:1,h:2", "redis-cluster://h:3,h:2"]"#,
+            // One place under several spellings: loopback by name and by address, IPv6
+            // written two ways, an IPv4-mapped address, a host name with its final dot.
+            r#"["localhost:7000", "127.0.0.1:7000"]"#,
+            r#"["[::1]:7000", "localhost:7000"]"#,
+            r#"["[0:0::1]:7000", "127.0.0.1:7000"]"#,
+            r#"["[2001:db8::1]:7000", "[2001:0db8:0:0::1]:7000"]"#,
+            r#"["[::ffff:10.0.0.1]:7000", "10.0.0.1:7000"]"#,
+            r#"["redis.example:7000", "Redis.Example.:7000"]"#,
         ] {
             let c = Config::from_toml(&format!("backends = {list}")).unwrap();
             let e = c.validate().unwrap_err().to_string();
             assert!(e.contains("name the same master"), "{list}: {e}");
         }
         let c = Config::from_toml(r#"backends = ["h:1", "h:2", "h:3"]"#).unwrap();
+        assert!(c.validate().is_ok());
+        // Other loopback addresses are other places.
+        let c = Config::from_toml(r#"backends = ["127.0.0.1:1", "127.0.0.2:1", "::1:2"]"#).unwrap();
         assert!(c.validate().is_ok());
     }
 
@@ -861,6 +944,14 @@ mod tests {
                 "must differ",
             ),
             ("text = \"x\"\nmeaning = \"lock\"", "unknown variant"),
+            (
+                "text = \"x\"\nmeaning = \"release\"\ntoken_arg = 18446744073709551615",
+                "at most 65536",
+            ),
+            (
+                "text = \"x\"\nmeaning = \"acquire\"\nttl_arg = 65537",
+                "at most 65536",
+            ),
         ] {
             let err = with_backends(&format!("[[scripts]]\n{bad}\n"))
                 .unwrap_err()

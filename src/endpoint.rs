@@ -352,15 +352,12 @@ pub fn listed_twice(members: &[Member]) -> Option<(String, String)> {
     let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for (i, m) in members.iter().enumerate() {
         let places: Vec<String> = match m {
-            Member::Standalone(e) => vec![e.addr().to_ascii_lowercase()],
-            Member::Cluster(seeds) => seeds
-                .iter()
-                .map(|e| e.addr().to_ascii_lowercase())
-                .collect(),
+            Member::Standalone(e) => vec![place(e)],
+            Member::Cluster(seeds) => seeds.iter().map(place).collect(),
             Member::Sentinel(s) => s
                 .sentinels
                 .iter()
-                .map(|e| format!("{}#{}", e.addr().to_ascii_lowercase(), s.master))
+                .map(|e| format!("{}#{}", place(e), s.master))
                 .collect(),
         };
         for p in places {
@@ -373,6 +370,33 @@ pub fn listed_twice(members: &[Member]) -> Option<(String, String)> {
         }
     }
     None
+}
+
+/// Where `e` listens, in one spelling per place: an IP address in its canonical form (an
+/// IPv4-mapped IPv6 address as the IPv4 one), a host name in lower case without a final dot,
+/// and this host's loopback under every name it goes by (`localhost`, `127.0.0.1`, `::1`: a
+/// Redis bound to loopback listens on both, and `localhost` resolves to either).
+fn place(e: &Endpoint) -> String {
+    let host = e.host.trim_end_matches('.').to_ascii_lowercase();
+    let host = match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => {
+            let ip = match ip {
+                std::net::IpAddr::V6(v6) => v6
+                    .to_ipv4_mapped()
+                    .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
+                v4 => v4,
+            };
+            let loopback = ip == std::net::IpAddr::from([127, 0, 0, 1])
+                || ip == std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST);
+            if loopback {
+                "localhost".to_string()
+            } else {
+                ip.to_string()
+            }
+        }
+        Err(_) => host,
+    };
+    format!("{host}:{}", e.port)
 }
 
 /// True for a cluster URL, whose seeds follow it.

@@ -195,6 +195,9 @@ pub enum Error {
     // --- Values and ranges: an argument of the right place but the wrong value. ---
     /// `ERR value is not an integer or out of range`.
     NotAnInteger,
+    /// `ERR value is out of range, value must between -2147483648 and 2147483647` (Redis's
+    /// wording, for an integer beyond 32 bits where it wants an `int`, as `SELECT`).
+    NotAnInt32,
     /// `ERR Protocol version is not an integer or out of range` (`HELLO`).
     ProtocolVersionNotAnInteger,
     /// `ERR timeout is not an integer or out of range` (`WAIT`).
@@ -222,6 +225,9 @@ pub enum Error {
     KeyCountBeyondArgs,
     /// `ERR Client names cannot contain spaces, newlines or special characters.`
     BadClientName,
+    /// `ERR lib-name cannot contain spaces, newlines or special characters.` (`CLIENT
+    /// SETINFO`, naming the attribute as the client wrote it).
+    BadClientAttr(String),
     /// `ERR redlock-proxy runs ARGV[j] of this lock script only as PUBLISH or SPUBLISH`.
     PublishArg(usize),
 
@@ -452,6 +458,9 @@ impl Error {
 
             // Values and ranges.
             Error::NotAnInteger => "ERR value is not an integer or out of range",
+            Error::NotAnInt32 => {
+                "ERR value is out of range, value must between -2147483648 and 2147483647"
+            }
             Error::ProtocolVersionNotAnInteger => {
                 "ERR Protocol version is not an integer or out of range"
             }
@@ -474,6 +483,12 @@ impl Error {
             Error::KeyCountBeyondArgs => "ERR Number of keys can't be greater than number of args",
             Error::BadClientName => {
                 "ERR Client names cannot contain spaces, newlines or special characters."
+            }
+            Error::BadClientAttr(attr) => {
+                return format!(
+                    "ERR {attr} cannot contain spaces, newlines or special characters."
+                )
+                .into();
             }
             Error::PublishArg(j) => {
                 return format!(
@@ -660,6 +675,7 @@ mod tests {
             Error::ScriptFlushMode,
             Error::ConfigUnsupported("SET".into()),
             Error::NotAnInteger,
+            Error::NotAnInt32,
             Error::ProtocolVersionNotAnInteger,
             Error::TimeoutNotAnInteger,
             Error::TimeoutNotAFloat,
@@ -673,6 +689,7 @@ mod tests {
             Error::NegativeKeyCount,
             Error::KeyCountBeyondArgs,
             Error::BadClientName,
+            Error::BadClientAttr("lib-name".into()),
             Error::PublishArg(3),
             Error::NoProto,
             Error::WrongType,

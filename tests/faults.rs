@@ -894,23 +894,21 @@ struct Twice {
     metrics: String,
 }
 
-/// Member 0 and member 1 reach one redis-server (`127.0.0.1:P` and `localhost:P`, or, with
-/// `moved`, member 1 a relay that comes to reach member 0's server after a reconnect, as a DNS
-/// name or a virtual address can); member 2 is another master, cut off after `k` is locked.
+/// Member 0 and member 1 reach one redis-server (member 1 through a relay to it, or, with
+/// `moved`, a relay that comes to reach member 0's server after a reconnect, as a DNS name or a
+/// virtual address can); member 2 is another master, cut off after `k` is locked.
 async fn twice_scenario(check: bool, moved: bool) -> Twice {
     init_logs();
     let (a, b, c) = (Master::start(), Master::start(), Master::start());
     let third = FaultProxy::start(c.addr()).await;
     let relay = FaultProxy::start(b.addr()).await;
-    let port = a
-        .addr()
-        .rsplit_once(':')
-        .map(|(_, p)| p.to_string())
-        .unwrap();
+    // Another name for a's server (a DNS alias or a virtual address would be one; the start-up
+    // check already refuses `localhost:P` beside `127.0.0.1:P`).
+    let alias = FaultProxy::start(a.addr()).await;
     let second = if moved {
         relay.addr.clone()
     } else {
-        format!("localhost:{port}")
+        alias.addr.clone()
     };
     let mut config = config_for(&[a.addr(), second, third.addr.clone()]);
     config.member_identity_check = check;
@@ -944,8 +942,8 @@ async fn twice_scenario(check: bool, moved: bool) -> Twice {
     }
 }
 
-/// One redis-server listed as `127.0.0.1:P` and `localhost:P` (which the configuration check,
-/// going by the names written, cannot tell apart) votes once: once the third master is gone,
+/// One redis-server listed under two addresses (its own and a relay's, which the configuration
+/// check, going by the addresses written, cannot tell apart) votes once: once the third master is gone,
 /// the lock is not extended, nor a new one granted, by that one server, and `INFO` and
 /// `/metrics` name the duplicate. The negative control (`member_identity_check = false`)
 /// extends the lock with that one server's two votes.

@@ -483,9 +483,32 @@ async fn differential_legacy_commands() {
         "SETEX k x v",
         "PSETEX k -5 v",
         "SETEX k 10",
+        "SETEX k 9223372036854775807 v",
+        "SETEX k 9223372036854775 v",
+        "SETEX k -9223372036854775808 v",
+        "PSETEX k 9223372036854775807 v",
+        "SET k v EX 9223372036854775807",
+        "SET k v PX -0",
+        "SET k v EX 100 PX 100",
+        "SET k v NX XX",
+        "EXPIRE k 0 NX XX",
         "UNLINK k nokey",
         "GET k",
         "UNLINK",
+        // A blocking pop's timeout as Redis 7.0 reads it (those that return at once).
+        "BLPOP q 0x0.2",
+        "BLPOP q 0.0001",
+        "BLPOP q +0.01",
+        "BLPOP q 1e-2",
+        "BLPOP q inf",
+        "BLPOP q -Infinity",
+        "BLPOP q 1e400",
+        "BLPOP q 9223372036854776",
+        "BLPOP q -1",
+        "BLPOP q nan",
+        "BLPOP q 0x",
+        "BLPOP q 1_0",
+        "BLPOP q ",
     ])
     .await;
 }
@@ -512,6 +535,29 @@ async fn documented_differences_from_one_redis() {
         c.raw(&["INCR", "diff"]).await,
         "-ERR unknown command 'INCR', with args beginning with: 'diff' \r\n"
     );
+    // Among them those that would leave a lock without a TTL, or take it without a quorum
+    // rule (functions and read-only scripts are not analysed): the lock keeps its TTL.
+    for cmd in [
+        &["PERSIST", "diff"][..],
+        &["GETEX", "diff", "PERSIST"],
+        &["GETDEL", "diff"],
+        &["FCALL", "f", "1", "diff"],
+        &["EVAL_RO", "return 1", "1", "diff"],
+        &[
+            "EVALSHA_RO",
+            "e0e1f9fabfc9d4800c877a703b823ac0578ff8db",
+            "1",
+            "diff",
+        ],
+    ] {
+        assert!(
+            c.raw(cmd)
+                .await
+                .starts_with(&format!("-ERR unknown command '{}'", cmd[0])),
+            "{cmd:?}"
+        );
+    }
+    assert_eq!(c.raw(&["TTL", "diff"]).await, ":300\r\n");
 }
 
 /// Sets `key` on each master by `write` (a command per master), bypassing the proxy.

@@ -208,6 +208,60 @@ async fn a_second_set_nx_with_the_same_value_is_refused_as_redis_does() {
     }
 }
 
+/// `SET key token NX EXAT|PXAT <past>` answers `OK` only where a quorum of masters lack the
+/// key (one Redis: `OK` where the key is missing, the value born expired), and writes nothing.
+/// A holder on a quorum, with the key missing on the rest, gets nil; a key on a minority only
+/// (a refused attempt's leftover) does not; with masters down, the ones left must still be a
+/// quorum that lack the key. Negative control: decided by the first master alone (the unsafe
+/// `legacy_decision = "first_master"`), the `OK` stands beside a holder on a quorum.
+#[tokio::test]
+async fn set_nx_with_an_expiry_already_past_is_ok_only_where_a_quorum_lack_the_key() {
+    let mut ms = masters(3);
+    let p = proxy_for(&ms).await.to_string();
+    let first_master = proxy_with(&ms, |c| c.legacy_decision = LegacyDecision::FirstMaster).await;
+    let past = (now_ms() - 100_000).to_string();
+    let set_past = |key: &'static str| ["SET", key, "me", "NX", "PXAT", ""];
+    async fn plant(ms: &[Master], key: &str, on: &[usize]) {
+        for &i in on {
+            let mut m = ms[i].client().await;
+            assert_eq!(
+                m.cmd(&["SET", key, "holder", "PX", "100000"]).await,
+                Reply::ok()
+            );
+        }
+    }
+    plant(&ms, "held", &[1, 2]).await;
+    plant(&ms, "minority", &[0]).await;
+    let mut answers = Vec::new();
+    for proxy in [&p, &first_master] {
+        let mut c = Client::connect(proxy).await;
+        for key in ["missing", "held", "minority"] {
+            let mut args = set_past(key);
+            args[5] = &past;
+            answers.push(c.raw(&args).await);
+        }
+    }
+    let (ok, nil) = ("+OK\r\n", "$-1\r\n");
+    assert_eq!(answers[..3], [ok, nil, ok], "missing, held, minority");
+    assert_eq!(
+        answers[3..],
+        [ok, ok, nil],
+        "the control: first master only"
+    );
+    // Nothing was written: the holder keeps its key, the missing key stays missing.
+    assert_eq!(
+        values_on(&ms, "held").await,
+        vec![None, Some("holder".into()), Some("holder".into())]
+    );
+    assert_eq!(values_on(&ms, "missing").await, vec![None, None, None]);
+    // Two masters down: the one left lacks the key, but is no quorum.
+    ms[1].kill();
+    ms[2].kill();
+    let mut args = set_past("missing");
+    args[5] = &past;
+    assert_eq!(Client::connect(&p).await.raw(&args).await, nil);
+}
+
 /// Two clients whose values are not unique per holder (npm `redis-lock` uses a timestamp,
 /// `Redis::DistLock` a host name) race for one lock with the same value, 50 rounds: exactly one
 /// may be granted each round. With the unsafe `set_nx_reentrant` switched on (the negative
@@ -324,6 +378,9 @@ async fn set_nx_table(reference: &Master, ms: &[Master], proxy: &str) -> Vec<Str
         .unwrap();
     let exat = (now.as_secs() + 100).to_string();
     let pxat = (now.as_millis() + 100_000).to_string();
+    // Already past: Redis answers OK where the key is missing (born expired), nil where not.
+    let exat_past = (now.as_secs() - 100).to_string();
+    let pxat_past = (now.as_millis() - 100_000).to_string();
     // Lock forms: they must answer exactly as Redis. The refused forms (a lock that could never
     // expire, KEEPTTL, GET; README "supported commands") must answer an error and touch nothing.
     let forms: Vec<(Vec<&str>, bool)> = vec![
@@ -334,6 +391,8 @@ async fn set_nx_table(reference: &Master, ms: &[Master], proxy: &str) -> Vec<Str
         (vec!["NX", "EXAT", &exat], true),
         (vec!["pxat", &pxat, "nx"], true),
         (vec!["nX", "Px", "10000"], true),
+        (vec!["NX", "EXAT", &exat_past], true),
+        (vec!["pxat", &pxat_past, "nx"], true),
         (vec!["NX"], false),
         (vec!["nx"], false),
         (vec!["NX", "KEEPTTL"], false),
@@ -747,6 +806,146 @@ async fn handshakes_that_clients_send() {
     assert_eq!(c.raw(&["CLIENT", "GETNAME"]).await, "$-1\r\n");
     assert_eq!(c.raw(&["QUIT"]).await, "+OK\r\n");
     assert!(c.closed().await);
+}
+
+/// The connection and introspection commands, with wrong arities and bad options, answer as
+/// one redis-server does, word for word.
+#[tokio::test]
+async fn connection_commands_answer_as_one_redis_does() {
+    differential(&[
+        "PING",
+        "PING a b",
+        "ECHO",
+        "ECHO a b",
+        "SELECT",
+        "SELECT 0",
+        "SELECT abc",
+        "SELECT 0 1",
+        "SELECT 2147483648",
+        "SELECT -9223372036854775808",
+        "SELECT 99999999999999999999",
+        "AUTH",
+        "AUTH a b c",
+        "HELLO 1",
+        "HELLO abc",
+        "HELLO 2 AUTH",
+        "HELLO 2 SETNAME",
+        "HELLO 2 FOO",
+        "CLIENT",
+        "CLIENT FOO",
+        "CLIENT SETNAME",
+        "CLIENT SETNAME a b",
+        "CLIENT SETNAME ok",
+        "CLIENT GETNAME",
+        "CLIENT GETNAME x",
+        "CLIENT ID x",
+        "CLIENT REPLY",
+        "CLIENT REPLY FOO",
+        "CLIENT NO-EVICT",
+        "CLIENT NO-EVICT maybe",
+        "CLIENT NO-EVICT on",
+        "CLIENT NO-EVICT OFF",
+        "CLIENT NO-EVICT on x",
+        "CLIENT HELP x",
+        "COMMAND FOO",
+        "COMMAND COUNT x",
+        "COMMAND HELP x",
+        "COMMAND LIST x",
+        "COMMAND LIST FILTERBY",
+        "COMMAND LIST FILTERBY PATTERN xyz*",
+        "COMMAND LIST FILTERBY MODULE x",
+        "COMMAND LIST FILTERBY FOO x",
+        "COMMAND INFO nosuch",
+        "SCRIPT",
+        "SCRIPT FOO",
+        "SCRIPT HELP x",
+        "SCRIPT LOAD",
+        "SCRIPT EXISTS",
+        "SCRIPT FLUSH FOO",
+        "SCRIPT FLUSH SYNC ASYNC",
+        "SCRIPT KILL x",
+        "MULTI",
+        "MULTI",
+        "EXEC",
+        "EXEC",
+        "DISCARD",
+        "WATCH",
+        "UNWATCH x",
+        "EVAL",
+        "EVAL return x",
+        "EVAL return -1",
+        "EVAL return 2 a",
+        "EVALSHA abc 0",
+        "EVALSHA abc x",
+        "WAIT",
+        "WAIT a 0",
+        "WAIT 0 -1",
+        "CONFIG",
+        "CONFIG GET",
+        "CONFIG FOO",
+        "CONFIG nosuch x",
+        "RESET x",
+        "foobar",
+        "FooBar a b c",
+        "QUIT x",
+    ])
+    .await;
+}
+
+/// `CLIENT SETINFO` (Redis 7.2, Valkey; Redis 7.0 has none) answers as Valkey 8.1 does, the
+/// attribute's characters checked as a client name's are.
+#[tokio::test]
+async fn client_setinfo_answers_as_valkey_does() {
+    let steps = [
+        "CLIENT SETINFO lib-name redis-py",
+        "CLIENT SETINFO LIB-VER 5.0.1",
+        "CLIENT SETINFO lib-name ",
+        "CLIENT SETINFO lib-name a\tb",
+        "CLIENT SETINFO Lib-Ver é",
+        "CLIENT SETINFO lib-name a b",
+        "CLIENT SETINFO foo x",
+        "CLIENT SETINFO lib-name",
+    ];
+    let valkey = Master::start_server(valkey_server("8.1"));
+    let expected = support::differential::transcript(&valkey.addr(), &steps).await;
+    let ms = masters(1);
+    let p = proxy_for(&ms).await.to_string();
+    assert_eq!(
+        support::differential::transcript(&p, &steps).await,
+        expected
+    );
+}
+
+/// Inline commands (telnet, `redis-cli` pipes) are split as one redis-server splits them: a
+/// quote may open inside a word, a closing quote ends the argument, vertical tab and form feed
+/// are blanks only between arguments.
+#[tokio::test]
+async fn inline_quoting_splits_as_redis_does() {
+    let reference = Master::start();
+    let ms = masters(1);
+    let p = proxy_for(&ms).await.to_string();
+    for line in [
+        &b"ECHO a\"b c\"\r\n"[..],
+        b"ECHO x\"\\x41\"\r\n",
+        b"ECHO a\"\"\r\n",
+        b"ECHO a'b c'd\r\n",
+        b"ECHO \x0ba\r\n",
+        b"ECHO a\x0bb\r\n",
+        b"ECHO 'a'\x0b\r\n",
+        b"SET k\"1\" v\r\nGET k1\r\n",
+    ] {
+        let mut replies = Vec::new();
+        for addr in [reference.addr(), p.clone()] {
+            let mut c = Client::connect(&addr).await;
+            c.send_raw(line).await;
+            let mut got = c.read_raw().await;
+            if line.starts_with(b"SET") {
+                got.extend(c.read_raw().await);
+            }
+            replies.push(String::from_utf8_lossy(&got).into_owned());
+        }
+        assert_eq!(replies[1], replies[0], "{}", line.escape_ascii());
+    }
 }
 
 #[tokio::test]

@@ -101,6 +101,108 @@ fn check_config_exits_0_or_2_with_the_reason() {
     assert!(out.contains("no backends"), "{out}");
 }
 
+/// Odd values for the settings (0, -1, the largest integers, empty strings, wrong types) are a
+/// one-line start-up error or a valid configuration, never a panic. Values that once started a
+/// proxy that panicked (`max_clients`, `threads`), refused every lock (`max_ttl_ms`,
+/// `max_bulk_len` beyond `i64::MAX`, `min_validity_ms` at `max_ttl_ms`) or asked clients for an
+/// empty password are start-up errors that name the setting.
+#[test]
+fn hostile_setting_values_are_start_up_errors_not_panics() {
+    let huge = "18446744073709551615";
+    for (setting, needle) in [
+        (format!("max_clients={huge}"), "max_clients"),
+        (format!("threads={huge}"), "threads"),
+        ("threads=100000".to_string(), "threads"),
+        (format!("max_ttl_ms={huge}"), "max_ttl_ms"),
+        ("max_ttl_ms=1000000000001".to_string(), "max_ttl_ms"),
+        (format!("max_bulk_len={huge}"), "max_bulk_len"),
+        (
+            format!("client_query_buffer_limit={huge}"),
+            "client_query_buffer_limit",
+        ),
+        (format!("min_validity_ms={huge}"), "min_validity_ms"),
+        ("min_validity_ms=300000".to_string(), "min_validity_ms"),
+        ("password=\"\"".to_string(), "password is empty"),
+    ] {
+        let out = binary()
+            .args(["--backends", "127.0.0.1:1", "--set", &setting])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{setting}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{setting}: {err}");
+        assert!(err.contains(needle), "{setting}: {err}");
+    }
+    // Every numeric and text setting with every odd value: exit 0 or 2, never a panic.
+    let dir = Scratch::new("hostile");
+    let keys = [
+        "node_timeout_ms",
+        "drift_factor",
+        "min_validity_ms",
+        "connect_timeout_ms",
+        "stall_timeout_ms",
+        "reconnect_min_ms",
+        "reconnect_max_ms",
+        "max_ttl_ms",
+        "max_clients",
+        "max_bulk_len",
+        "max_pipeline",
+        "client_query_buffer_limit",
+        "client_output_buffer_limit",
+        "client_write_timeout_ms",
+        "unknown_scripts",
+        "threads",
+        "password",
+        "membership_transition_ms",
+        "clock_jump_ms",
+        "probe_interval_ms",
+        "default_ttl_ms",
+        "max_watch_keys",
+        "max_multi_commands",
+        "script_cache_bytes",
+        "legacy_guard_ttl_ms",
+        "legacy_decision",
+        "backend_user",
+        "backend_tls_server_name",
+        "metrics_listen",
+        "log_format",
+        "tls_listen",
+        "shutdown_timeout_ms",
+        "lease_max_ms",
+        "listen",
+    ];
+    let values = [
+        "0",
+        "-1",
+        huge,
+        "9223372036854775807",
+        "\"\"",
+        "1e308",
+        "nan",
+        "-0.5",
+        "[]",
+    ];
+    for key in keys {
+        for value in values {
+            std::fs::write(
+                dir.path("c.toml"),
+                format!("backends = [\"127.0.0.1:1\"]\n{key} = {value}\n"),
+            )
+            .unwrap();
+            let out = binary()
+                .args(["--check-config", &dir.path("c.toml")])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                matches!(out.status.code(), Some(0 | 2)) && !text.contains("panicked"),
+                "{key} = {value}: {:?} {text}",
+                out.status
+            );
+        }
+    }
+}
+
 /// Processes whose working folder is `dir` (the dev masters run in theirs).
 fn running_in(dir: &std::path::Path) -> usize {
     let Ok(procs) = std::fs::read_dir("/proc") else {

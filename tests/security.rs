@@ -122,6 +122,37 @@ async fn raw_connect(addr: &str) -> TcpStream {
 // ---------------------------------------------------------------------------------------------
 // Who may connect.
 
+/// `max_clients` holds: a connection beyond it gets Redis's error and is closed, and a place
+/// freed by a client that leaves is given to the next one.
+#[tokio::test]
+async fn connections_beyond_max_clients_get_redis_error_and_are_closed() {
+    let (_ms, addr) = setup(|c| c.max_clients = 2).await;
+    let mut a = Client::connect(&addr).await;
+    let mut b = Client::connect(&addr).await;
+    assert_eq!(a.raw(&["PING"]).await, "+PONG\r\n");
+    assert_eq!(b.raw(&["PING"]).await, "+PONG\r\n");
+    let mut third = raw_connect(&addr).await;
+    let _ = third.write_all(b"PING\r\n").await;
+    assert_eq!(
+        read_to_close(&mut third, Duration::from_secs(10)).await,
+        Some(b"-ERR max number of clients reached\r\n".to_vec())
+    );
+    drop(a);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut c = Client::connect(&addr).await;
+        if c.raw(&["PING"]).await == "+PONG\r\n" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a freed place was never given again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(b.raw(&["PING"]).await, "+PONG\r\n");
+}
+
 #[tokio::test]
 async fn password_is_required_when_configured() {
     let ms = masters(1);

@@ -133,6 +133,7 @@ pub fn auth(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
 pub fn select(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     match parse_int(&args[1]) {
         Some(0) => Reply::ok().into(),
+        Some(n) if i32::try_from(n).is_err() => Reply::from(Error::NotAnInt32).into(),
         Some(_) => Reply::from(Error::DbIndexOutOfRange).into(),
         None => Reply::from(Error::NotAnInteger).into(),
     }
@@ -168,7 +169,14 @@ pub fn client(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
         (b"SETINFO", 4) => {
             let attr = args[2].to_ascii_uppercase();
             if attr == b"LIB-NAME" || attr == b"LIB-VER" {
-                Reply::ok().into()
+                match valid_name(&args[3]) {
+                    Ok(()) => Reply::ok().into(),
+                    // The attribute is one of the two names, in the client's own case.
+                    Err(_) => Reply::from(Error::BadClientAttr(
+                        String::from_utf8_lossy(&args[2]).into_owned(),
+                    ))
+                    .into(),
+                }
             } else {
                 let attr = String::from_utf8_lossy(&args[2]).into_owned();
                 Reply::from(Error::UnrecognizedOption(attr)).into()
@@ -184,7 +192,10 @@ pub fn client(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
             if conn.resp3() { 3 } else { 2 }
         )))
         .into(),
-        (b"NO-EVICT" | b"NO-TOUCH", 3) => Reply::ok().into(),
+        (b"NO-EVICT" | b"NO-TOUCH", 3) => match args[2].to_ascii_uppercase().as_slice() {
+            b"ON" | b"OFF" => Reply::ok().into(),
+            _ => Reply::from(Error::Syntax).into(),
+        },
         // As Redis: `OFF` drops every reply (its own too) until `ON`; `SKIP` has no reply and
         // drops the next command's. A client that turned replies off and got one anyway would
         // read each later reply as the answer to the command before it.
@@ -204,6 +215,28 @@ pub fn client(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
             }
             _ => Reply::from(Error::Syntax).into(),
         },
+        (b"HELP", 2) => help(&[
+            "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "GETNAME",
+            "    Return the name of the current connection.",
+            "ID",
+            "    Return the ID of the current connection.",
+            "INFO",
+            "    Return information about the current client connection.",
+            "NO-EVICT (ON|OFF)",
+            "    Protect current client connection from eviction.",
+            "NO-TOUCH (ON|OFF)",
+            "    Will not touch LRU/LFU stats when this mode is on.",
+            "REPLY (ON|OFF|SKIP)",
+            "    Control the replies sent to the current connection.",
+            "SETNAME <name>",
+            "    Assign the name <name> to the current connection.",
+            "SETINFO <option> <value>",
+            "    Set client meta attr. Options are LIB-NAME and LIB-VER.",
+            "HELP",
+            "    Print this help.",
+        ])
+        .into(),
         _ => match client_subcommand(&sub) {
             Some(name) => Reply::from(Error::WrongArity(name)).into(),
             None => Reply::from(Error::unknown_subcommand("client", &args[1])).into(),
@@ -222,8 +255,19 @@ fn client_subcommand(sub: &[u8]) -> Option<&'static str> {
         b"NO-EVICT" => "client|no-evict",
         b"NO-TOUCH" => "client|no-touch",
         b"REPLY" => "client|reply",
+        b"HELP" => "client|help",
         _ => return None,
     })
+}
+
+/// A `HELP` subcommand's answer: one status line per line of text, as Redis gives it.
+pub(super) fn help(lines: &[&'static str]) -> Reply {
+    Reply::Array(
+        lines
+            .iter()
+            .map(|l| Reply::Simple(Bytes::from_static(l.as_bytes())))
+            .collect(),
+    )
 }
 
 /// `QUIT`: answer, then close.

@@ -60,8 +60,9 @@ pub fn command(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     };
     let named = || args[2..].iter().map(|n| lookup(n));
     match sub.to_ascii_uppercase().as_slice() {
-        b"COUNT" => Reply::Integer(TABLE.len() as i64),
-        b"LIST" => Reply::Array(TABLE.iter().map(|s| bulk(s.name)).collect()),
+        b"COUNT" if args.len() == 2 => Reply::Integer(TABLE.len() as i64),
+        b"COUNT" => Reply::from(Error::WrongArity("command|count")),
+        b"LIST" => list(&args[2..]),
         b"INFO" if args.len() == 2 => Reply::Array(TABLE.iter().map(describe).collect()),
         b"INFO" => Reply::Array(
             named()
@@ -72,9 +73,88 @@ pub fn command(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
             Reply::Map(TABLE.iter().map(|s| (bulk(s.name), docs(s))).collect())
         }
         b"DOCS" => Reply::Map(named().flatten().map(|s| (bulk(s.name), docs(s))).collect()),
+        b"HELP" if args.len() == 2 => super::connection::help(&[
+            "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "(no subcommand)",
+            "    Return details about all commands.",
+            "COUNT",
+            "    Return the total number of commands in this server.",
+            "LIST",
+            "    Return a list of all commands in this server.",
+            "INFO [<command-name> ...]",
+            "    Return details about multiple commands.",
+            "    If no command names are given, documentation details for all",
+            "    commands are returned.",
+            "DOCS [<command-name> ...]",
+            "    Return documentation details about multiple commands.",
+            "    If no command names are given, documentation details for all",
+            "    commands are returned.",
+            "HELP",
+            "    Print this help.",
+        ]),
+        b"HELP" => Reply::from(Error::WrongArity("command|help")),
         _ => Reply::from(Error::unknown_subcommand("command", sub)),
     }
     .into()
+}
+
+/// `COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern]`, as Redis words
+/// it: the proxy has no modules, and its table gives no command an ACL category.
+fn list(filter: &[Bytes]) -> Reply {
+    let names = |keep: &dyn Fn(&Spec) -> bool| {
+        Reply::Array(
+            TABLE
+                .iter()
+                .filter(|s| keep(s))
+                .map(|s| bulk(s.name))
+                .collect(),
+        )
+    };
+    match filter {
+        [] => names(&|_| true),
+        [by, kind, value] if by.eq_ignore_ascii_case(b"FILTERBY") => {
+            match kind.to_ascii_uppercase().as_slice() {
+                b"MODULE" | b"ACLCAT" => Reply::Array(Vec::new()),
+                b"PATTERN" => {
+                    let pattern = bounded_pattern(value);
+                    names(&|s| {
+                        pattern
+                            .as_ref()
+                            .is_some_and(|p| crate::acl::glob(p, s.name.as_bytes()))
+                    })
+                }
+                _ => Reply::from(Error::Syntax),
+            }
+        }
+        _ => Reply::from(Error::Syntax),
+    }
+}
+
+/// A client's `FILTERBY PATTERN` with runs of `*` made one (the same pattern), or `None` when
+/// it is still longer than 4 KiB: such a pattern is taken to match no command name (the longest
+/// has 13 bytes), rather than have each name's match cost a scan of it per character.
+fn bounded_pattern(pattern: &[u8]) -> Option<Vec<u8>> {
+    let mut out: Vec<u8> = Vec::with_capacity(pattern.len().min(4097));
+    let (mut i, mut after_star) = (0, false);
+    while i < pattern.len() {
+        let c = pattern[i];
+        if c == b'\\' && i + 1 < pattern.len() {
+            // An escaped character (a literal `*` too) is kept as it is.
+            out.extend_from_slice(&pattern[i..i + 2]);
+            i += 2;
+            after_star = false;
+        } else {
+            if !(c == b'*' && after_star) {
+                out.push(c);
+            }
+            after_star = c == b'*';
+            i += 1;
+        }
+        if out.len() > 4096 {
+            return None;
+        }
+    }
+    Some(out)
 }
 
 /// `INFO [section ...]`: Redis's server and clients sections, plus `redlock`, the proxy's own.
@@ -211,9 +291,38 @@ pub fn config(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
     match args[1].to_ascii_uppercase().as_slice() {
         b"GET" if args.len() >= 3 => Reply::Map(Vec::new()),
         b"GET" => Reply::from(Error::WrongArity("config|get")),
-        _ => Reply::from(Error::ConfigUnsupported(
-            String::from_utf8_lossy(&args[1]).to_ascii_uppercase(),
-        )),
+        // Redis's own subcommands are refused by name; anything else is Redis's error.
+        sub @ (b"SET" | b"RESETSTAT" | b"REWRITE" | b"HELP") => Reply::from(
+            Error::ConfigUnsupported(String::from_utf8_lossy(sub).into_owned()),
+        ),
+        _ => Reply::from(Error::unknown_subcommand("config", &args[1])),
     }
     .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filter_pattern_is_bounded_without_changing_its_meaning() {
+        let many = [&b"*".repeat(5000)[..], b"ping"].concat();
+        assert_eq!(bounded_pattern(&many).as_deref(), Some(&b"*ping"[..]));
+        // Escaped stars are literal and stay; a class is not a run of stars.
+        assert_eq!(bounded_pattern(br"a\**").as_deref(), Some(&br"a\**"[..]));
+        assert_eq!(bounded_pattern(br"a\\**").as_deref(), Some(&br"a\\*"[..]));
+        let class = [&b"*["[..], &b"x".repeat(5000)].concat();
+        assert_eq!(bounded_pattern(&class), None);
+        let b = |s: &str| Bytes::copy_from_slice(s.as_bytes());
+        let names = |p: &str| list(&[b("FILTERBY"), b("PATTERN"), b(p)]);
+        assert_eq!(names("p?ng"), Reply::Array(vec![bulk("ping")]));
+        assert_eq!(
+            list(&[b("FILTERBY"), b("PATTERN"), Bytes::from(many)]),
+            Reply::Array(vec![bulk("ping")])
+        );
+        assert_eq!(
+            list(&[b("FILTERBY"), b("PATTERN"), Bytes::from(class)]),
+            Reply::Array(Vec::new())
+        );
+    }
 }

@@ -550,24 +550,20 @@ pub fn script(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         // The proxy never leaves a script running on a master that a client could kill.
         b"KILL" if args.len() == 2 => Reply::from(Error::NotBusy),
         b"KILL" => Reply::from(Error::WrongArity("script|kill")),
-        b"HELP" if args.len() == 2 => Reply::Array(
-            [
-                "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-                "EXISTS <sha1> [<sha1> ...]",
-                "    Return information about the existence of the scripts in the script cache.",
-                "FLUSH [ASYNC|SYNC]",
-                "    Flush the Lua scripts cache.",
-                "KILL",
-                "    Kill the currently executing Lua script.",
-                "LOAD <script>",
-                "    Load a script into the scripts cache without executing it.",
-                "HELP",
-                "    Print this help.",
-            ]
-            .iter()
-            .map(|l| Reply::Simple(Bytes::from_static(l.as_bytes())))
-            .collect(),
-        ),
+        b"HELP" if args.len() == 2 => super::connection::help(&[
+            "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "EXISTS <sha1> [<sha1> ...]",
+            "    Return information about the existence of the scripts in the script cache.",
+            "FLUSH [ASYNC|SYNC]",
+            "    Flush the Lua scripts cache.",
+            "KILL",
+            "    Kill the currently executing Lua script.",
+            "LOAD <script>",
+            "    Load a script into the scripts cache without executing it.",
+            "HELP",
+            "    Print this help.",
+        ]),
+        b"HELP" => Reply::from(Error::WrongArity("script|help")),
         _ => Reply::from(Error::unknown_subcommand("script", &args[1])),
     }
     .into()

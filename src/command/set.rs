@@ -131,22 +131,25 @@ pub fn parse_set(args: &Args<'_>) -> Result<SetOptions, Reply> {
             if n <= 0 {
                 return Err(invalid());
             }
-            // As Redis: a relative expiry must still be a time once added to the clock, and
-            // seconds must fit in milliseconds; anything beyond is an invalid expire time.
-            let now = super::spec::unix_ms();
-            let ms = match unit {
-                Word::Ex => n
-                    .checked_mul(1000)
-                    .filter(|ms| ms.checked_add(now).is_some()),
-                Word::Px => n.checked_add(now).map(|_| n),
-                Word::ExAt => n.checked_mul(1000).map(|at| at - now),
-                _ => Some(n - now),
-            }
-            .ok_or_else(invalid)?;
+            let ms = expiry_ms(unit, n, super::spec::unix_ms()).ok_or_else(invalid)?;
             o.ttl_ms = Some(ms);
         }
     }
     Ok(o)
+}
+
+/// The TTL in ms from `now` (unix ms) of a positive expiry `n` in `unit` (`EX`, `PX`, `EXAT`,
+/// `PXAT`), or `None` where Redis answers `invalid expire time`: as Redis, a relative expiry
+/// must still be a time once added to the clock, and seconds must fit in milliseconds.
+fn expiry_ms(unit: Word, n: i64, now: i64) -> Option<i64> {
+    match unit {
+        Word::Ex => n
+            .checked_mul(1000)
+            .filter(|ms| ms.checked_add(now).is_some()),
+        Word::Px => n.checked_add(now).map(|_| n),
+        Word::ExAt => n.checked_mul(1000).map(|at| at - now),
+        _ => Some(n - now),
+    }
 }
 
 /// What a `SET` command means.
@@ -160,6 +163,16 @@ pub enum Set {
         /// The holder's token.
         token: Bytes,
         /// The TTL in milliseconds (from now).
+        ttl_ms: i64,
+    },
+    /// `SET key token NX EXAT|PXAT <past>`: no lock, the value would be born expired; answered
+    /// as Redis answers it (see [`born_expired`]).
+    BornExpired {
+        /// The key.
+        key: Bytes,
+        /// The token.
+        token: Bytes,
+        /// The TTL in milliseconds (from now): 0 or less.
         ttl_ms: i64,
     },
     /// `SET key value IFEQ|IFNE|IFDEQ|IFDNE ...`: a conditional write, a quorum operation of
@@ -249,6 +262,13 @@ impl Set {
         if args.len() < 3 {
             return Err(Reply::from(Error::WrongArity("set")));
         }
+        if ttl_ms <= 0 {
+            return Ok(Set::BornExpired {
+                key: args.bytes(1),
+                token: args.bytes(2),
+                ttl_ms,
+            });
+        }
         Ok(Set::Acquire {
             key: args.bytes(1),
             token: args.bytes(2),
@@ -283,6 +303,14 @@ fn positive(arg: &[u8]) -> Option<i64> {
 pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, args: Args<'_>) -> Action {
     match Set::parse(args, proxy.config().default_ttl_ms) {
         Err(e) => e.into(),
+        Ok(Set::BornExpired { key, token, ttl_ms }) => {
+            if proxy.config().set_nx_reentrant {
+                // The unsafe opt-in answers as its acquisitions do: nil, never granted.
+                super::lock::acquire(proxy, key, token, ttl_ms)
+            } else {
+                born_expired(proxy, key)
+            }
+        }
         Ok(Set::Acquire { key, token, ttl_ms }) => {
             match conn.leases_for(std::iter::once(key.as_ref())) {
                 None => super::lock::acquire(proxy, key, token, ttl_ms),
@@ -302,6 +330,27 @@ pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, args: Args<'_>) -> Action {
     }
 }
 
+/// `SET key token NX EXAT|PXAT <past>`: one Redis answers `OK` where the key is missing (the
+/// value is born expired, so nothing is left behind) and nil where it exists. The proxy writes
+/// nothing: it asks each master whether the key exists, in the key's turn, and answers `OK`
+/// only when a quorum of trusted masters say it does not. No other holder can then hold the key
+/// on a quorum, so the `OK` never stands beside a grant; a master that is down, quarantined or
+/// slow counts against it (nil, the safe side).
+#[cold]
+#[inline(never)]
+fn born_expired(proxy: &Arc<Proxy>, key: Bytes) -> Action {
+    let request = crate::wire::master::command(&[b"EXISTS", &key]);
+    let rule = |proxy: &Proxy, b: &crate::quorum::Ballots| {
+        if b.agree(|r| *r == Reply::Integer(0)) {
+            Reply::ok()
+        } else {
+            crate::counters::Counters::bump(&proxy.counters().denials);
+            Reply::Nil
+        }
+    };
+    super::keys::forward(proxy, request, &[key], Box::new(rule))
+}
+
 /// `SETEX key seconds value`, `PSETEX key milliseconds value`: a plain write with an expiry,
 /// run as `SET key value EX|PX ttl` (Redis's own definition), with Redis's errors.
 pub fn setex(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, cmd: Cmd) -> Action {
@@ -309,10 +358,15 @@ pub fn setex(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, cmd: Cmd) ->
     let Some(n) = parse_int(&args[2]) else {
         return Reply::from(Error::NotAnInteger).into();
     };
-    if n <= 0 {
+    let (word, unit): (Word, &'static [u8]) = if cmd == Cmd::Psetex {
+        (Word::Px, b"PX")
+    } else {
+        (Word::Ex, b"EX")
+    };
+    // Checked here, not by `SET`, whose error would name `set`.
+    if n <= 0 || expiry_ms(word, n, super::spec::unix_ms()).is_none() {
         return Reply::from(Error::InvalidExpire(name)).into();
     }
-    let unit: &'static [u8] = if cmd == Cmd::Psetex { b"PX" } else { b"EX" };
     let set = vec![
         Bytes::from_static(b"SET"),
         args[1].clone(),
@@ -504,6 +558,14 @@ mod tests {
         match parsed {
             Ok(Set::Acquire { key, token, ttl_ms }) => (
                 Ok(Set::Acquire {
+                    key,
+                    token,
+                    ttl_ms: 0,
+                }),
+                Some(ttl_ms),
+            ),
+            Ok(Set::BornExpired { key, token, ttl_ms }) => (
+                Ok(Set::BornExpired {
                     key,
                     token,
                     ttl_ms: 0,

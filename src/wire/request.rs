@@ -520,8 +520,11 @@ fn parse_len(digits: &[u8]) -> Option<i64> {
     crate::wire::resp::parse_int(digits)
 }
 
-/// Splits an inline command line into arguments, with Redis's quoting rules: double quotes
-/// understand `\n`, `\r`, `\t`, `\b`, `\a`, `\\`, `\"` and `\xHH`; single quotes understand `\'`.
+/// Splits an inline command line into arguments, with Redis's quoting rules (`sdssplitargs`):
+/// double quotes understand `\n`, `\r`, `\t`, `\b`, `\a`, `\\`, `\"` and `\xHH`; single quotes
+/// understand `\'`. A quote may also open inside a word (`a"b c"` is `ab c`), and a closing
+/// quote ends the argument, so it must be followed by a space or the end of the line. Blanks
+/// between arguments are C's `isspace`; a word ends only at a space, tab, CR or LF.
 ///
 /// The arguments are written over the line itself, unquoted, one after another, and `spans`
 /// gets where each lies. Unquoting only ever shortens, so each byte is written at or before the
@@ -530,7 +533,7 @@ fn split_args(line: &mut [u8], spans: &mut Vec<Span>) -> Result<(), ProtocolErro
     // `i` reads, `w` writes; always `w <= i`.
     let (mut i, mut w) = (0, 0);
     loop {
-        while i < line.len() && line[i].is_ascii_whitespace() {
+        while i < line.len() && c_isspace(line[i]) {
             i += 1;
         }
         if i >= line.len() {
@@ -541,68 +544,71 @@ fn split_args(line: &mut [u8], spans: &mut Vec<Span>) -> Result<(), ProtocolErro
             line[w] = c;
             w += 1;
         };
-        match line[i] {
-            b'"' => {
-                i += 1;
-                loop {
-                    match line.get(i) {
-                        None => return Err(Malformed::UnbalancedQuotes.into()),
-                        Some(b'\\')
-                            if line.get(i + 1) == Some(&b'x')
-                                && hex_pair(line, i + 2).is_some() =>
-                        {
-                            let c = hex_pair(line, i + 2).unwrap_or_default();
-                            put(line, c);
-                            i += 4;
-                        }
-                        Some(b'\\') if i + 1 < line.len() => {
-                            let c = match line[i + 1] {
-                                b'n' => b'\n',
-                                b'r' => b'\r',
-                                b't' => b'\t',
-                                b'b' => 8,
-                                b'a' => 7,
-                                other => other,
-                            };
-                            put(line, c);
-                            i += 2;
-                        }
-                        Some(b'"') => {
-                            i += 1;
-                            break;
-                        }
-                        Some(&c) => {
-                            put(line, c);
-                            i += 1;
-                        }
-                    }
-                }
-                ensure_separated(line, i)?;
-            }
-            b'\'' => {
-                i += 1;
-                loop {
-                    match line.get(i) {
-                        None => return Err(Malformed::UnbalancedQuotes.into()),
-                        Some(b'\\') if line.get(i + 1) == Some(&b'\'') => {
-                            put(line, b'\'');
-                            i += 2;
-                        }
-                        Some(b'\'') => {
-                            i += 1;
-                            break;
-                        }
-                        Some(&c) => {
-                            put(line, c);
-                            i += 1;
+        // Unquoted until a quote opens; the argument ends where its closing quote is.
+        loop {
+            match line.get(i) {
+                None | Some(b' ' | b'\t' | b'\r' | b'\n') => break,
+                Some(b'"') => {
+                    i += 1;
+                    loop {
+                        match line.get(i) {
+                            None => return Err(Malformed::UnbalancedQuotes.into()),
+                            Some(b'\\')
+                                if line.get(i + 1) == Some(&b'x')
+                                    && hex_pair(line, i + 2).is_some() =>
+                            {
+                                let c = hex_pair(line, i + 2).unwrap_or_default();
+                                put(line, c);
+                                i += 4;
+                            }
+                            Some(b'\\') if i + 1 < line.len() => {
+                                let c = match line[i + 1] {
+                                    b'n' => b'\n',
+                                    b'r' => b'\r',
+                                    b't' => b'\t',
+                                    b'b' => 8,
+                                    b'a' => 7,
+                                    other => other,
+                                };
+                                put(line, c);
+                                i += 2;
+                            }
+                            Some(b'"') => {
+                                i += 1;
+                                break;
+                            }
+                            Some(&c) => {
+                                put(line, c);
+                                i += 1;
+                            }
                         }
                     }
+                    ensure_separated(line, i)?;
+                    break;
                 }
-                ensure_separated(line, i)?;
-            }
-            _ => {
-                while i < line.len() && !line[i].is_ascii_whitespace() {
-                    let c = line[i];
+                Some(b'\'') => {
+                    i += 1;
+                    loop {
+                        match line.get(i) {
+                            None => return Err(Malformed::UnbalancedQuotes.into()),
+                            Some(b'\\') if line.get(i + 1) == Some(&b'\'') => {
+                                put(line, b'\'');
+                                i += 2;
+                            }
+                            Some(b'\'') => {
+                                i += 1;
+                                break;
+                            }
+                            Some(&c) => {
+                                put(line, c);
+                                i += 1;
+                            }
+                        }
+                    }
+                    ensure_separated(line, i)?;
+                    break;
+                }
+                Some(&c) => {
                     put(line, c);
                     i += 1;
                 }
@@ -612,10 +618,15 @@ fn split_args(line: &mut [u8], spans: &mut Vec<Span>) -> Result<(), ProtocolErro
     }
 }
 
+/// C's `isspace`: what Redis skips between inline arguments and wants after a closing quote.
+fn c_isspace(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
 /// A closing quote must be followed by whitespace or the end of the line.
 fn ensure_separated(line: &[u8], i: usize) -> Result<(), ProtocolError> {
     match line.get(i) {
-        Some(c) if !c.is_ascii_whitespace() => Err(Malformed::UnbalancedQuotes.into()),
+        Some(&c) if !c_isspace(c) => Err(Malformed::UnbalancedQuotes.into()),
         _ => Ok(()),
     }
 }
@@ -869,67 +880,79 @@ mod tests {
         );
     }
 
-    /// The inline splitting rules as written before arguments were unquoted in place: each
-    /// argument built in its own buffer.
+    /// Redis's `sdssplitargs`, transcribed state for state (in a quote or not, each argument
+    /// built in its own buffer), against which the in-place splitting is checked.
     fn split_reference(line: &[u8]) -> Result<Vec<Vec<u8>>, ProtocolError> {
+        let unbalanced = || Err(Malformed::UnbalancedQuotes.into());
+        let isspace = |c: Option<u8>| c.is_some_and(|c| b" \t\n\x0b\x0c\r".contains(&c));
         let mut args = Vec::new();
-        let mut i = 0;
+        let mut p = 0;
         loop {
-            while i < line.len() && line[i].is_ascii_whitespace() {
-                i += 1;
+            while isspace(line.get(p).copied()) {
+                p += 1;
             }
-            if i >= line.len() {
+            if p >= line.len() {
                 return Ok(args);
             }
-            let mut arg = Vec::new();
-            let quote = line[i];
-            if quote == b'"' || quote == b'\'' {
-                i += 1;
-                loop {
-                    let Some(&c) = line.get(i) else {
-                        return Err(Malformed::UnbalancedQuotes.into());
-                    };
-                    let next = line.get(i + 1).copied();
-                    if c == quote {
-                        i += 1;
-                        break;
-                    } else if quote == b'\'' && c == b'\\' && next == Some(b'\'') {
-                        arg.push(b'\'');
-                        i += 2;
-                    } else if quote == b'"' && c == b'\\' && next.is_some() {
-                        let hex = (next == Some(b'x'))
-                            .then(|| hex_pair(line, i + 2))
-                            .flatten();
-                        if let Some(h) = hex {
-                            arg.push(h);
-                            i += 4;
-                        } else {
-                            let e = next.unwrap_or_default();
-                            let map = [
-                                (b'n', b'\n'),
-                                (b'r', b'\r'),
-                                (b't', b'\t'),
-                                (b'b', 8),
-                                (b'a', 7),
-                            ];
-                            arg.push(map.iter().find(|(k, _)| *k == e).map_or(e, |(_, v)| *v));
-                            i += 2;
+            let (mut inq, mut insq, mut done) = (false, false, false);
+            let mut current = Vec::new();
+            while !done {
+                let c = line.get(p).copied();
+                let next = line.get(p + 1).copied();
+                if inq {
+                    let hex = (c == Some(b'\\') && next == Some(b'x'))
+                        .then(|| hex_pair(line, p + 2))
+                        .flatten();
+                    if let Some(h) = hex {
+                        current.push(h);
+                        p += 3;
+                    } else if c == Some(b'\\') && next.is_some() {
+                        p += 1;
+                        current.push(match line[p] {
+                            b'n' => b'\n',
+                            b'r' => b'\r',
+                            b't' => b'\t',
+                            b'b' => 8,
+                            b'a' => 7,
+                            other => other,
+                        });
+                    } else if c == Some(b'"') {
+                        if next.is_some() && !isspace(next) {
+                            return unbalanced();
                         }
+                        done = true;
+                    } else if let Some(c) = c {
+                        current.push(c);
                     } else {
-                        arg.push(c);
-                        i += 1;
+                        return unbalanced();
+                    }
+                } else if insq {
+                    if c == Some(b'\\') && next == Some(b'\'') {
+                        p += 1;
+                        current.push(b'\'');
+                    } else if c == Some(b'\'') {
+                        if next.is_some() && !isspace(next) {
+                            return unbalanced();
+                        }
+                        done = true;
+                    } else if let Some(c) = c {
+                        current.push(c);
+                    } else {
+                        return unbalanced();
+                    }
+                } else {
+                    match c {
+                        None | Some(b' ' | b'\n' | b'\r' | b'\t') => done = true,
+                        Some(b'"') => inq = true,
+                        Some(b'\'') => insq = true,
+                        Some(c) => current.push(c),
                     }
                 }
-                if line.get(i).is_some_and(|c| !c.is_ascii_whitespace()) {
-                    return Err(Malformed::UnbalancedQuotes.into());
-                }
-            } else {
-                while i < line.len() && !line[i].is_ascii_whitespace() {
-                    arg.push(line[i]);
-                    i += 1;
+                if p < line.len() {
+                    p += 1;
                 }
             }
-            args.push(arg);
+            args.push(current);
         }
     }
 
@@ -962,9 +985,9 @@ mod tests {
     }
 
     #[test]
-    fn inline_lines_unquoted_in_place_split_as_before() {
+    fn inline_lines_unquoted_in_place_split_as_redis_splits_them() {
         // Lines drawn from the characters that matter to the quoting rules.
-        let alphabet = b" \t\"'\\xa4Fnrtb1";
+        let alphabet = b" \t\x0b\x0c\"'\\xa4Fnrtb1";
         let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
         let mut next = || {
             seed ^= seed << 13;
