@@ -503,10 +503,14 @@ async fn proxies_scenario(young_rule: bool) -> (Arc<Checker>, usize) {
         "early",
         checker.clone(),
         Targets::new(&[p1.clone(), p2.clone()]),
+        // They hold for long enough that locks taken while C was cut off are still held when
+        // the late proxy, started after B's restart, first reaches B and C (on a loaded machine
+        // that once took longer than the default hold, and five restarts caught nothing).
         Spec {
             clients: 8,
+            ttl_ms: TTL.as_millis() as u64,
+            hold_ms: (500, 1200),
             retry_ms: (30, 60),
-            ..Spec::default()
         },
     );
     sleep(Duration::from_millis(700)).await;
