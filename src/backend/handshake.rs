@@ -15,7 +15,7 @@ use super::clock::{ClockWatch, Sample, judge, parse_time};
 use super::health::MasterInfo;
 use super::settings::Settings;
 use crate::error::Kind;
-use crate::wire::master::{ReplyDecoder, command};
+use crate::wire::master::{ReplyDecoder, SMALL_REPLY, ask_once, command};
 use crate::wire::reply::Reply;
 
 /// What the greeting told about a master.
@@ -145,20 +145,10 @@ async fn dial_to(link: &super::target::Link, within: Duration) -> Result<(Wire, 
                 auth.push(u.as_bytes());
             }
             auth.push(c.password.as_bytes());
-            wire.write_all(&command(&auth))
+            let (mut buf, mut decoder) = (BytesMut::new(), ReplyDecoder::default());
+            let reply = ask_once(&mut wire, &mut buf, &mut decoder, &auth, SMALL_REPLY)
                 .await
-                .map_err(|e| e.to_string())?;
-            wire.flush().await.map_err(|e| e.to_string())?;
-            let mut buf = BytesMut::new();
-            let mut decoder = ReplyDecoder::default();
-            let reply = loop {
-                if let Some(r) = decoder.decode(&mut buf).map_err(|e| e.to_string())? {
-                    break r;
-                }
-                if wire.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
-                    return Err("connection closed during AUTH".to_string());
-                }
-            };
+                .map_err(|e| format!("AUTH: {e}"))?;
             if !reply.is_ok() {
                 return Err("authentication failed".to_string());
             }
@@ -185,25 +175,12 @@ pub async fn dial_primary(
     if !link.seeds.is_empty() {
         return Ok((wire, addr));
     }
-    let ask = async {
-        wire.write_all(&command(&[b"ROLE"]))
-            .await
-            .map_err(|e| e.to_string())?;
-        wire.flush().await.map_err(|e| e.to_string())?;
-        let mut buf = BytesMut::new();
-        let mut decoder = ReplyDecoder::default();
-        loop {
-            if let Some(r) = decoder.decode(&mut buf).map_err(|e| e.to_string())? {
-                return Ok(r);
-            }
-            if wire.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
-                return Err("connection closed during ROLE".to_string());
-            }
-        }
-    };
+    let (mut buf, mut decoder) = (BytesMut::new(), ReplyDecoder::default());
+    let ask = ask_once(&mut wire, &mut buf, &mut decoder, &[b"ROLE"], SMALL_REPLY);
     let reply = timeout(within, ask)
         .await
-        .map_err(|_| "ROLE timed out".to_string())??;
+        .map_err(|_| "ROLE timed out".to_string())?
+        .map_err(|e| format!("ROLE: {e}"))?;
     let role = role_of(&reply);
     if role == "master" {
         return Ok((wire, addr));
@@ -289,6 +266,9 @@ where
                 replies.push(reply);
                 times.push(Instant::now());
                 continue;
+            }
+            if buf.len() > SMALL_REPLY {
+                return Err(Refused::Loudly("handshake reply too large".into()));
             }
             read_more(&mut stream, &mut buf).await?;
         }

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::{sleep, timeout};
@@ -29,7 +29,7 @@ use tracing::{debug, info, warn};
 
 use super::health::MasterInfo;
 use crate::endpoint::Endpoint;
-use crate::wire::master::{ReplyDecoder, command};
+use crate::wire::master::{ReplyDecoder, SMALL_REPLY, ask_once, command, read_reply};
 use crate::wire::reply::Reply;
 
 /// A connection to a Sentinel: plain TCP, or TLS over it.
@@ -203,11 +203,7 @@ async fn ask(
     decoder: &mut ReplyDecoder,
     args: &[&[u8]],
 ) -> Result<Reply, String> {
-    wire.write_all(&command(args))
-        .await
-        .map_err(|e| e.to_string())?;
-    wire.flush().await.map_err(|e| e.to_string())?;
-    next_reply(wire, buf, decoder).await
+    ask_once(wire, buf, decoder, args, SMALL_REPLY).await
 }
 
 /// Reads the next reply (or push message).
@@ -216,17 +212,7 @@ async fn next_reply(
     buf: &mut BytesMut,
     decoder: &mut ReplyDecoder,
 ) -> Result<Reply, String> {
-    loop {
-        if let Some(r) = decoder.decode(buf).map_err(|e| e.to_string())? {
-            return Ok(r);
-        }
-        if buf.len() > 1 << 20 {
-            return Err("reply too large".into());
-        }
-        if wire.read_buf(buf).await.map_err(|e| e.to_string())? == 0 {
-            return Err("connection closed".into());
-        }
-    }
+    read_reply(wire, buf, decoder, SMALL_REPLY).await
 }
 
 /// `host:port` from a `GET-MASTER-ADDR-BY-NAME` reply.

@@ -2,6 +2,7 @@
 //! the RESP2 replies masters send back.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::reply::{Reply, header};
 use crate::error::Error;
@@ -202,6 +203,53 @@ pub fn encode_command(out: &mut BytesMut, args: &[&[u8]]) {
     }
 }
 
+/// The most the proxy buffers of one unfinished reply to its own questions outside the request
+/// path (a greeting, `AUTH`, `ROLE`, Sentinel's answers): real answers are a few kilobytes.
+pub const SMALL_REPLY: usize = 1 << 20;
+
+/// Sends one command on `io` and reads one reply (see [`read_reply`]): the proxy's own
+/// questions outside the request path (`ROLE`, `AUTH`, `CLUSTER SLOTS`, Sentinel's commands).
+pub async fn ask_once<S>(
+    io: &mut S,
+    buf: &mut BytesMut,
+    decoder: &mut ReplyDecoder,
+    args: &[&[u8]],
+    limit: usize,
+) -> Result<Reply, String>
+where
+    S: AsyncRead + AsyncWrite + Unpin + ?Sized,
+{
+    io.write_all(&command(args))
+        .await
+        .map_err(|e| e.to_string())?;
+    io.flush().await.map_err(|e| e.to_string())?;
+    read_reply(io, buf, decoder, limit).await
+}
+
+/// Reads the next reply from `io` into `buf`, refusing one that grows past `limit` bytes
+/// unfinished (a node that streams without end cannot make the proxy buffer it all).
+pub async fn read_reply<S>(
+    io: &mut S,
+    buf: &mut BytesMut,
+    decoder: &mut ReplyDecoder,
+    limit: usize,
+) -> Result<Reply, String>
+where
+    S: AsyncRead + Unpin + ?Sized,
+{
+    loop {
+        if let Some(r) = decoder.decode(buf)? {
+            return Ok(r);
+        }
+        if buf.len() > limit {
+            return Err("reply too large".to_string());
+        }
+        if io.read_buf(buf).await.map_err(|e| e.to_string())? == 0 {
+            return Err("connection closed".to_string());
+        }
+    }
+}
+
 /// Encodes a command into a new buffer of exactly the right size (this runs for every request
 /// sent to the masters, so it makes one allocation, no capacity growth, and formats each
 /// length once).
@@ -333,6 +381,27 @@ pub fn decode_reply(buf: &mut BytesMut) -> Result<Option<Reply>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_reply_that_outgrows_its_limit_is_refused_before_it_ends() {
+        // A node that announces a 100 MB bulk and streams it: refused past the limit, long
+        // before the bytes (here 8 MiB, then the end of the stream) run out. A read fills the
+        // buffer's spare room, which doubles as it grows, so it may hold up to twice the limit.
+        let mut wire = b"$100000000\r\n".to_vec();
+        wire.resize(wire.len() + (8 << 20), b'x');
+        let (mut buf, mut decoder) = (BytesMut::new(), ReplyDecoder::default());
+        let got = read_reply(&mut &wire[..], &mut buf, &mut decoder, 1 << 20).await;
+        assert_eq!(got, Err("reply too large".to_string()));
+        assert!(buf.len() <= 2 << 20, "{}", buf.len());
+        // Within the limit, a whole reply is read.
+        let wire = b"*2\r\n$4\r\nrole\r\n:1\r\n".to_vec();
+        let (mut buf, mut decoder) = (BytesMut::new(), ReplyDecoder::default());
+        let got = read_reply(&mut &wire[..], &mut buf, &mut decoder, 1 << 20).await;
+        assert_eq!(
+            got,
+            Ok(Reply::Array(vec![Reply::bulk("role"), Reply::Integer(1)]))
+        );
+    }
 
     #[test]
     fn common_replies_decode_quickly_as_the_general_decoder_would() {

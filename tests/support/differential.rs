@@ -54,7 +54,11 @@ pub async fn step_args(step: &str) -> Vec<String> {
 /// Runs `steps` (see [`transcript`]) on one redis-server and through a proxy in front of three
 /// masters, and asserts the two transcripts are the same.
 pub async fn differential(steps: &[&str]) {
-    let single = Master::start();
+    differential_on(Master::start(), steps).await
+}
+
+/// [`differential`] with `single` as the one server to compare with.
+pub async fn differential_on(single: Master, steps: &[&str]) {
     let expected = transcript(&single.addr(), steps).await;
     let ms = masters(3);
     // Redis keeps a key with no expiry: so does the proxy with the guard off. (With the guard,

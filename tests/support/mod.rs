@@ -42,7 +42,7 @@ pub use client::{Client, published_on_reaches, redis_cli, subscribed};
 #[allow(unused_imports)]
 pub use cluster::RedisCluster;
 #[allow(unused_imports)]
-pub use differential::{differential, now_ms, step_args};
+pub use differential::{differential, differential_on, now_ms, step_args};
 #[allow(unused_imports)]
 pub use master::{ClockMaster, Master, masters, server_binary, valkey_server, values_on};
 #[allow(unused_imports)]

@@ -32,7 +32,6 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Notify, watch};
 use tracing::{Instrument, debug, info_span, warn};
 
@@ -42,7 +41,7 @@ use super::router::{Router, ShardView};
 use super::target::Link;
 use super::{Backend, Settings, dial};
 use crate::error::BackendError;
-use crate::wire::master::{ReplyDecoder, command, encode_command};
+use crate::wire::master::{ReplyDecoder, ask_once, command, encode_command};
 use crate::wire::reply::Reply;
 use route::{Cmd, Place, Redirect};
 pub use route::{Scripts, Split};
@@ -504,23 +503,12 @@ impl Cluster {
         let within = self.settings.connect_timeout;
         let ask = async {
             let mut wire = dial(&link, within).await?;
-            wire.write_all(&command(&[b"CLUSTER", b"SLOTS"]))
+            let (mut buf, mut decoder) = (BytesMut::new(), ReplyDecoder::default());
+            let args: [&[u8]; 2] = [b"CLUSTER", b"SLOTS"];
+            // About 100 bytes per shard and replica; a thousand shards stay well inside.
+            ask_once(&mut wire, &mut buf, &mut decoder, &args, 16 << 20)
                 .await
-                .map_err(|e| e.to_string())?;
-            wire.flush().await.map_err(|e| e.to_string())?;
-            let mut buf = BytesMut::new();
-            let mut decoder = ReplyDecoder::default();
-            loop {
-                if let Some(r) = decoder.decode(&mut buf)? {
-                    return Ok(r);
-                }
-                if buf.len() > 16 << 20 {
-                    return Err("CLUSTER SLOTS reply too large".to_string());
-                }
-                if wire.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
-                    return Err("connection closed".to_string());
-                }
-            }
+                .map_err(|e| format!("CLUSTER SLOTS: {e}"))
         };
         let reply = tokio::time::timeout(within, ask)
             .await
