@@ -155,7 +155,11 @@ async fn lost_updates_with_master_0_restarting(decision: LegacyDecision) -> u64 
     // The majority rule must hold through six restarts; the control restarts until it shows a
     // loss (a loaded CI machine can restart master 0 between critical sections several times in
     // a row), up to thirty.
-    let restarts = if decision == LegacyDecision::Majority { 6 } else { 30 };
+    let restarts = if decision == LegacyDecision::Majority {
+        6
+    } else {
+        30
+    };
     for _ in 0..restarts {
         sleep(Duration::from_millis(250)).await;
         ms[0].restart();
