@@ -170,6 +170,8 @@ pub enum Lit {
     Error(Short),
     /// A one-element array of an integer, `*1 :n` (a script's `return {n}`).
     Single(i64),
+    /// A one-element array of a bulk string, `*1 $… text` (a script's `return {'OK'}`).
+    SingleBulk(Short),
     /// The TTL argument as a number, `:n` (a script's `return tonumber(ARGV[t])` after it set
     /// that TTL): bound to each call's TTL, in the script's own unit, by [`Replies::bind_ttl`].
     TtlNum,
@@ -197,7 +199,7 @@ impl Lit {
                 !b.is_empty() && b[0] != b'0' && b.iter().all(u8::is_ascii_digit)
             }
             Lit::TtlNum | Lit::TtlText => true,
-            Lit::Nil | Lit::Ok | Lit::Error(_) | Lit::Single(_) => false,
+            Lit::Nil | Lit::Ok | Lit::Error(_) | Lit::Single(_) | Lit::SingleBulk(_) => false,
         }
     }
 

@@ -2942,6 +2942,79 @@ async fn fifth_round_shapes_answer_what_one_redis_answers() {
     run(tristate, &["tok", "20"], single).await;
 }
 
+/// Sixth-round shapes, from every starting state, answer through the proxy what one Redis
+/// answers and leave the same keys: a release and a renewal answering one-string tables
+/// (`{'OK'}` / `{'NO'}`), and an extension that checks the key's `TYPE` first (its `ok` field,
+/// as a field and as an index).
+#[tokio::test]
+async fn sixth_round_shapes_answer_what_one_redis_answers() {
+    use Held::*;
+    use Start::{Expired, Held as H};
+    let reference = Master::start();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
+    let mut case = 0;
+    let mut run = async |script: &str, argv: &[&str]| {
+        for from in single {
+            case += 1;
+            let keys = vec![format!("r6:{case}")];
+            let (want, got) = both_from(&reference, &ms, &p, script, &keys, from, argv).await;
+            assert_eq!(got, want, "{script} {argv:?} from {from:?}");
+        }
+    };
+    let release = "local val = redis.call('GET', KEYS[1])\nif not val then return {'OK'} end\n\
+        if val ~= ARGV[1] then return {'NO'} end\nredis.call('DEL', KEYS[1])\nreturn {'OK'}";
+    run(release, &["tok"]).await;
+    let renew = "local val = redis.call('GET', KEYS[1])\nif not val then return {'NO'} end\n\
+        if val ~= ARGV[1] then return {'NO'} end\nredis.call('PEXPIRE', KEYS[1], ARGV[2])\n\
+        return {'OK'}";
+    run(renew, &["tok", "20000"]).await;
+    let typed = "local key_type = redis.call(\"TYPE\", KEYS[1]).ok\n\
+        if key_type ~= \"string\" then return 0 end\n\
+        if redis.call(\"GET\", KEYS[1]) ~= ARGV[1] then return 0 end\n\
+        return redis.call(\"PEXPIRE\", KEYS[1], ARGV[2])";
+    run(typed, &["tok", "20000"]).await;
+    let indexed = "if redis.call('type', KEYS[1])['ok'] == 'none' then return -2 end\n\
+        if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end\n\
+        return 0";
+    run(indexed, &["tok"]).await;
+}
+
+/// A release answering `{'OK'}` / `{'NO'}` is a Redlock release: the caller's token on one
+/// master of three (another's on the other two) is answered `{'NO'}`, the
+/// lock not being the caller's (negative control: the script as written on that one master
+/// answers `{'OK'}`). A `TYPE`-checked extension of the same minority lock answers 0 and
+/// leaves the other holder's TTL alone.
+#[tokio::test]
+async fn a_table_reply_release_of_a_minority_lock_answers_no() {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
+    let release = "local val = redis.call('GET', KEYS[1])\nif not val then return {'OK'} end\n\
+        if val ~= ARGV[1] then return {'NO'} end\nredis.call('DEL', KEYS[1])\nreturn {'OK'}";
+    let typed = "if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return 0 end\n\
+        if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n\
+        return redis.call('PEXPIRE', KEYS[1], ARGV[2])";
+    held_by_other(&ms[1..], "r6:q").await;
+    let set = ["SET", "r6:q", "tok", "PX", "10000"];
+    ms[0].client().await.cmd(&set).await;
+    let mut c = Client::connect(&p).await;
+    let extend = ["EVAL", typed, "1", "r6:q", "tok", "90000"];
+    assert_eq!(c.raw(&extend).await, ":0\r\n");
+    assert!(pttl(&ms[1], "r6:q").await <= 10_000);
+    let args = ["EVAL", release, "1", "r6:q", "tok"];
+    assert_eq!(c.raw(&args).await, "*1\r\n$2\r\nNO\r\n");
+    ms[0].client().await.cmd(&set).await;
+    assert_eq!(ms[0].client().await.raw(&args).await, "*1\r\n$2\r\nOK\r\n");
+    // Held by the caller on two of three: released, `{'OK'}`.
+    for m in &ms[..2] {
+        m.client().await.cmd(&set).await;
+    }
+    assert_eq!(c.raw(&args).await, "*1\r\n$2\r\nOK\r\n");
+    let other = Some("other".to_string());
+    assert_eq!(values_on(&ms, "r6:q").await, vec![None, None, other]);
+}
+
 /// An acquisition guarded by `#KEYS` is a Redlock acquisition: held by another client on two of
 /// three masters, it answers the script's refusal (nil) and the key it created on the free
 /// master is taken back (negative control: the script as written on that master keeps its

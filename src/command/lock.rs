@@ -474,6 +474,7 @@ pub(super) fn constant(l: Lit) -> Reply {
         Lit::Bulk(s) => Reply::Bulk(Bytes::copy_from_slice(s.as_bytes())),
         Lit::Error(e) => Reply::Error(Bytes::copy_from_slice(e.as_bytes())),
         Lit::Single(n) => Reply::Array(vec![Reply::Integer(n)]),
+        Lit::SingleBulk(s) => Reply::Array(vec![Reply::Bulk(Bytes::copy_from_slice(s.as_bytes()))]),
         Lit::Decimal(n) => Reply::Bulk(Bytes::from(n.to_string())),
         // Bound to the call's TTL when the script's call is read (`command::script`); never
         // left unbound there, and never answered as a grant if it were.

@@ -95,6 +95,9 @@ pub enum Val {
     },
     /// The status reply `OK`.
     Status,
+    /// `TYPE`'s status reply, the table `{ok = name}` (`string`, `hash`, `list`, `none`): only
+    /// its `ok` field is read.
+    KeyType(&'static [u8]),
     /// A table of values (a multi-bulk reply).
     Table(Vec<Val>),
     /// The name `KEYS[i]`.
@@ -193,6 +196,7 @@ impl fmt::Display for Val {
                 write!(f, "({})", parts.join(" + "))
             }
             Val::Status => write!(f, "OK"),
+            Val::KeyType(t) => write!(f, "+{}", String::from_utf8_lossy(t)),
             Val::Many(k) => write!(f, "(n{k:+})"),
             Val::Hash { mine, others } => {
                 let mine = mine.as_ref().map_or("-".to_string(), |m| m.to_string());
@@ -960,7 +964,10 @@ impl Machine<'_> {
                     // A status reply is the table `{ok = 'OK'}`; an array reply has neither
                     // field (`if r.err then ...` after `redis.pcall`).
                     (Val::Status, Val::Str(f)) if f == b"ok" => Val::Str(b"OK".to_vec()),
-                    (Val::Status | Val::Table(_), Val::Str(f)) if f == b"ok" || f == b"err" => {
+                    (Val::KeyType(t), Val::Str(f)) if f == b"ok" => Val::Str(t.to_vec()),
+                    (Val::Status | Val::KeyType(_) | Val::Table(_), Val::Str(f))
+                        if f == b"ok" || f == b"err" =>
+                    {
                         Val::Nil
                     }
                     (t, k) => return fail(format!("indexes {t} with {k}")),
@@ -1259,6 +1266,13 @@ impl Machine<'_> {
                 }
                 Val::Num(n)
             }
+            // The lock's keys are strings, hashes (a hash lock) or lists (a signal list).
+            (b"type", [k]) => Val::KeyType(match &self.keys[key(k)?].value {
+                None => b"none",
+                Some(Val::Table(_)) => b"list",
+                Some(Val::Hash { .. }) => b"hash",
+                Some(_) => b"string",
+            }),
             (b"pttl" | b"ttl", [k]) => {
                 let i = key(k)?;
                 let now = &self.keys[i];
@@ -1713,7 +1727,7 @@ impl Machine<'_> {
                         b"number"
                     }
                     Val::Str(_) | Val::Arg(_) | Val::Other(_) => b"string",
-                    Val::Table(_) | Val::Status => b"table",
+                    Val::Table(_) | Val::Status | Val::KeyType(_) => b"table",
                     v => return fail(format!("the type of {v}")),
                 };
                 Ok(Val::Str(name.to_vec()))
@@ -1954,7 +1968,7 @@ fn less(a: &Val, b: &Val, or_equal: bool) -> R<bool> {
 }
 
 /// The constant a script answers with `v`, if it is one the proxy can give: a number, nil, a
-/// status `OK`, a short string or error, a one-number table, or (where `ttl` names the TTL
+/// status `OK`, a short string or error, a table of one number or one short string, or (where `ttl` names the TTL
 /// argument) that argument as a number or as text.
 pub fn reply_lit(v: &Val, ttl: Option<usize>) -> Option<Lit> {
     match v {
@@ -1965,6 +1979,7 @@ pub fn reply_lit(v: &Val, ttl: Option<usize>) -> Option<Lit> {
         Val::Error(e) => Short::new(e).map(Lit::Error),
         Val::Table(items) => match items.as_slice() {
             [Val::Num(n)] => Some(Lit::Single(*n)),
+            [Val::Str(s)] => Short::new(s).map(Lit::SingleBulk),
             _ => None,
         },
         Val::NumArg(j) if Some(*j) == ttl => Some(Lit::TtlNum),
@@ -1985,5 +2000,6 @@ pub fn lit_val(l: Lit, ttl_arg: usize) -> Val {
         Lit::Bulk(s) => Val::Str(s.as_bytes().to_vec()),
         Lit::Error(e) => Val::Error(e.as_bytes().to_vec()),
         Lit::Single(n) => Val::Table(vec![Val::Num(n)]),
+        Lit::SingleBulk(s) => Val::Table(vec![Val::Str(s.as_bytes().to_vec())]),
     }
 }
