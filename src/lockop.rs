@@ -178,6 +178,9 @@ pub enum Lit {
     /// The TTL argument as given, a bulk string (a script's `return ARGV[t]`): bound as
     /// [`Lit::TtlNum`] is, to [`Lit::Decimal`].
     TtlText,
+    /// The token argument as given, a bulk string (a script's `return ARGV[1]` where `ARGV[1]`
+    /// is the token, GitLab's lease renewal): answered as each call's own token.
+    TokenText,
     /// A bulk string of an integer's decimal digits: a [`Lit::TtlText`] bound to a call's TTL
     /// (which the proxy reads only in Redis's canonical spelling, so the digits are exactly
     /// the argument's bytes).
@@ -198,7 +201,8 @@ impl Lit {
                 let b = s.as_bytes();
                 !b.is_empty() && b[0] != b'0' && b.iter().all(u8::is_ascii_digit)
             }
-            Lit::TtlNum | Lit::TtlText => true,
+            // A token may be digits.
+            Lit::TtlNum | Lit::TtlText | Lit::TokenText => true,
             Lit::Nil | Lit::Ok | Lit::Error(_) | Lit::Single(_) | Lit::SingleBulk(_) => false,
         }
     }

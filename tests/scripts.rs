@@ -2979,13 +2979,18 @@ async fn sixth_round_shapes_answer_what_one_redis_answers() {
         if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end\n\
         return 0";
     run(indexed, &["tok"]).await;
+    // GitLab's lease renewal: answers the token it renewed, else nil.
+    let renew_echo = "local key, uuid, ttl = KEYS[1], ARGV[1], ARGV[2]\n\
+        if redis.call(\"get\", key) == uuid then\n  redis.call(\"expire\", key, ttl)\n  \
+        return uuid\nend";
+    run(renew_echo, &["tok", "20"]).await;
 }
 
 /// A release answering `{'OK'}` / `{'NO'}` is a Redlock release: the caller's token on one
 /// master of three (another's on the other two) is answered `{'NO'}`, the
 /// lock not being the caller's (negative control: the script as written on that one master
 /// answers `{'OK'}`). A `TYPE`-checked extension of the same minority lock answers 0 and
-/// leaves the other holder's TTL alone.
+/// leaves the other holder's TTL alone; a renewal answering the caller's token answers nil.
 #[tokio::test]
 async fn a_table_reply_release_of_a_minority_lock_answers_no() {
     let ms = masters(3);
@@ -3013,6 +3018,27 @@ async fn a_table_reply_release_of_a_minority_lock_answers_no() {
     assert_eq!(c.raw(&args).await, "*1\r\n$2\r\nOK\r\n");
     let other = Some("other".to_string());
     assert_eq!(values_on(&ms, "r6:q").await, vec![None, None, other]);
+    // A renewal answering the caller's token (GitLab's): the token held on one master of three
+    // is not renewed, nil (the script on that master alone answers the token); held on two,
+    // each call gets its own token back.
+    let renew = "local key, uuid, ttl = KEYS[1], ARGV[1], ARGV[2]\n\
+        if redis.call(\"get\", key) == uuid then\n  redis.call(\"expire\", key, ttl)\n  \
+        return uuid\nend";
+    ms[0].client().await.cmd(&set).await;
+    let args = ["EVAL", renew, "1", "r6:q", "tok", "20"];
+    assert_eq!(c.raw(&args).await, "$-1\r\n");
+    assert_eq!(ms[0].client().await.raw(&args).await, "$3\r\ntok\r\n");
+    for m in &ms[..2] {
+        m.client()
+            .await
+            .cmd(&["SET", "r6:e", "t-1", "PX", "10000"])
+            .await;
+    }
+    let args = ["EVAL", renew, "1", "r6:e", "t-1", "20"];
+    assert_eq!(c.raw(&args).await, "$3\r\nt-1\r\n");
+    assert!(pttl(&ms[0], "r6:e").await > 10_000);
+    let args = ["EVAL", renew, "1", "r6:e", "t-2", "20"];
+    assert_eq!(c.raw(&args).await, "$-1\r\n");
 }
 
 /// An acquisition guarded by `#KEYS` is a Redlock acquisition: held by another client on two of

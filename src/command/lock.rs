@@ -409,9 +409,9 @@ fn extended(r: &Reply) -> bool {
 /// Whether `reply` is one that `op` answers when it is granted (a fresh grant or, for replies
 /// that tell them apart, a refresh).
 pub fn is_granted_reply(op: &LockOp) -> impl Fn(&Reply) -> bool + Send + 'static + use<> {
-    let fresh = answer(op.answer, true, op.keys.len());
+    let fresh = answer(op.answer, true, op.keys.len(), &op.token);
     let again = match op.answer {
-        Answer::Const(c) => constant(c.again),
+        Answer::Const(c) => constant_for(c.again, &op.token),
         _ => fresh.clone(),
     };
     move |r| *r == fresh || *r == again
@@ -429,13 +429,16 @@ fn granted_answer(op: &LockOp, ballots: &Ballots) -> Reply {
                     if !codes.is_empty() && codes.iter().all(|c| *c == Reply::Integer(2)))
                     || (keep && already_mine(op, r))
             };
-            constant(if ballots.agree(refreshed) {
-                c.again
-            } else {
-                c.ok
-            })
+            constant_for(
+                if ballots.agree(refreshed) {
+                    c.again
+                } else {
+                    c.ok
+                },
+                &op.token,
+            )
         }
-        shape => answer(shape, true, op.keys.len()),
+        shape => answer(shape, true, op.keys.len(), &op.token),
     }
 }
 
@@ -452,10 +455,10 @@ pub fn acquires(op: &LockOp) -> bool {
 }
 
 /// The reply for a granted (`ok`) or refused operation over `keys` keys.
-fn answer(shape: Answer, ok: bool, keys: usize) -> Reply {
+fn answer(shape: Answer, ok: bool, keys: usize, token: &Bytes) -> Reply {
     match (shape, ok) {
-        (Answer::Const(c), true) => constant(c.ok),
-        (Answer::Const(c), false) => constant(c.no),
+        (Answer::Const(c), true) => constant_for(c.ok, token),
+        (Answer::Const(c), false) => constant_for(c.no, token),
         (Answer::OkNil | Answer::OkZero, true) => Reply::ok(),
         (Answer::OkNil, false) => Reply::Nil,
         (Answer::Count, true) => Reply::Integer(keys as i64),
@@ -465,7 +468,17 @@ fn answer(shape: Answer, ok: bool, keys: usize) -> Reply {
     }
 }
 
-/// One of a script's constant replies (see [`crate::lockop::Replies`]).
+/// One of a script's constant replies for a call with `token`: a [`Lit::TokenText`] is that
+/// token.
+fn constant_for(l: Lit, token: &Bytes) -> Reply {
+    match l {
+        Lit::TokenText => Reply::Bulk(token.clone()),
+        l => constant(l),
+    }
+}
+
+/// One of a script's constant replies (see [`crate::lockop::Replies`]), for replies that do
+/// not name the call's token (hash locks' never do).
 pub(super) fn constant(l: Lit) -> Reply {
     match l {
         Lit::Int(n) => Reply::Integer(n),
@@ -478,8 +491,8 @@ pub(super) fn constant(l: Lit) -> Reply {
         Lit::Decimal(n) => Reply::Bulk(Bytes::from(n.to_string())),
         // Bound to the call's TTL when the script's call is read (`command::script`); never
         // left unbound there, and never answered as a grant if it were.
-        Lit::TtlNum | Lit::TtlText => Reply::Error(Bytes::from_static(
-            b"ERR redlock-proxy: a script's TTL reply was not bound to its call",
+        Lit::TtlNum | Lit::TtlText | Lit::TokenText => Reply::Error(Bytes::from_static(
+            b"ERR redlock-proxy: a script's TTL or token reply was not bound to its call",
         )),
     }
 }
@@ -550,7 +563,7 @@ impl Future for Acquisition {
                         // An absolute expiry in the past: the lock would be born expired.
                         this.stage = Stage::Done;
                         Counters::bump(&proxy.counters().denials);
-                        return Poll::Ready(answer(op.answer, false, op.keys.len()));
+                        return Poll::Ready(answer(op.answer, false, op.keys.len(), &op.token));
                     }
                     // The member set this operation uses to its end, roll-back included.
                     let masters = proxy.masters();
@@ -838,7 +851,7 @@ async fn not_granted_at_once(
         // Redis gives it for the client's own script. `SET ... NX` (the `OK`-or-nil shape)
         // never reads the value, so Redis answers nil there, as the proxy does.
         Some(e) if reentrant && op.answer != Answer::OkNil => e,
-        _ => answer(op.answer, false, k),
+        _ => answer(op.answer, false, k, &op.token),
     };
     if let Some(vote) = unfinished.filter(|_| {
         ballots.replies.iter().any(Option::is_none)
@@ -1031,7 +1044,7 @@ async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
     let (decided, vote) = extend_on_masters(proxy, op).await;
     let ballots = vote.ballots();
     match decided {
-        Extension::Granted => answer(op.answer, true, k),
+        Extension::Granted => answer(op.answer, true, k, &op.token),
         Extension::BeyondMax => Reply::from(Error::ExtensionTooLong {
             max: proxy.config().max_ttl_ms,
         }),
@@ -1050,9 +1063,9 @@ async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
                 Answer::Const(c)
                     if k == 1 && c.gone != c.no && ballots.agree(|r| *r == Reply::Integer(-3)) =>
                 {
-                    constant(c.gone)
+                    constant_for(c.gone, &op.token)
                 }
-                shape => answer(shape, false, k),
+                shape => answer(shape, false, k, &op.token),
             }
         }
     }
@@ -1163,7 +1176,7 @@ async fn run_release(proxy: &Proxy, op: &LockOp) -> Reply {
     )
     .outcome()
     .await;
-    let (reply, all) = released(&ballots, k, op.answer);
+    let (reply, all) = released(&ballots, k, op.answer, &op.token);
     if all {
         Counters::bump(&proxy.counters().releases);
     }
@@ -1176,7 +1189,7 @@ async fn run_release(proxy: &Proxy, op: &LockOp) -> Reply {
 /// than a quorum gave a full set of codes: the error a quorum answered alike (`WRONGTYPE` for a
 /// key of another type, as Redis answers the client's own script), else the `CLUSTERDOWN` error.
 /// Also says whether every key was released.
-fn released(ballots: &Ballots, k: usize, shape: Answer) -> (Reply, bool) {
+fn released(ballots: &Ballots, k: usize, shape: Answer, token: &Bytes) -> (Reply, bool) {
     let codes = |i: usize| match &ballots.replies[i] {
         Some(Reply::Array(c)) if c.len() == k => Some(c.as_slice()),
         _ => None,
@@ -1199,8 +1212,8 @@ fn released(ballots: &Ballots, k: usize, shape: Answer) -> (Reply, bool) {
         Answer::Tristate if released == k => Reply::Integer(1),
         Answer::Tristate if released + gone == k => Reply::Integer(-1),
         Answer::Tristate => Reply::Integer(0),
-        Answer::Const(c) if released < k && released + gone == k => constant(c.gone),
-        shape => answer(shape, released == k, k),
+        Answer::Const(c) if released < k && released + gone == k => constant_for(c.gone, token),
+        shape => answer(shape, released == k, k, token),
     };
     (reply, released == k)
 }
@@ -1285,11 +1298,11 @@ fn held_answer(ballots: &Ballots, token: &Bytes, shape: Answer) -> Reply {
         _ => None,
     };
     if ballots.is_quorum(|i| matches!(value(i), Some(Reply::Bulk(v)) if v == token)) {
-        constant(c.ok)
+        constant_for(c.ok, token)
     } else if ballots.is_quorum(|i| matches!(value(i), Some(Reply::Nil))) {
-        constant(c.gone)
+        constant_for(c.gone, token)
     } else {
-        constant(c.no)
+        constant_for(c.no, token)
     }
 }
 
@@ -1437,13 +1450,13 @@ mod tests {
             &old,
             &new,
         );
-        assert!(!released(&b, 1, Answer::ZeroOne).1);
+        assert!(!released(&b, 1, Answer::ZeroOne, &Bytes::new()).1);
         let b = joint(
             vec![codes_of(&[1]), codes_of(&[1]), None, codes_of(&[-1])],
             &old,
             &new,
         );
-        assert!(released(&b, 1, Answer::ZeroOne).1);
+        assert!(released(&b, 1, Answer::ZeroOne, &Bytes::new()).1);
     }
 
     #[test]
@@ -1510,21 +1523,36 @@ mod tests {
     #[test]
     fn release_counts_a_key_when_a_quorum_deleted_it() {
         let b = ballots(vec![codes_of(&[1]), codes_of(&[1]), codes_of(&[0])]);
-        assert_eq!(released(&b, 1, Answer::OneZero), (I(1), true));
-        assert_eq!(released(&b, 1, Answer::ZeroOne), (I(0), true));
+        assert_eq!(
+            released(&b, 1, Answer::OneZero, &Bytes::new()),
+            (I(1), true)
+        );
+        assert_eq!(
+            released(&b, 1, Answer::ZeroOne, &Bytes::new()),
+            (I(0), true)
+        );
         // Deleted on one, expired on another: gone, not released by this call.
         let b = ballots(vec![codes_of(&[1]), codes_of(&[-1]), codes_of(&[0])]);
-        assert_eq!(released(&b, 1, Answer::Tristate), (I(-1), false));
-        assert_eq!(released(&b, 1, Answer::OneZero), (I(0), false));
+        assert_eq!(
+            released(&b, 1, Answer::Tristate, &Bytes::new()),
+            (I(-1), false)
+        );
+        assert_eq!(
+            released(&b, 1, Answer::OneZero, &Bytes::new()),
+            (I(0), false)
+        );
         let b = ballots(vec![codes_of(&[1]), codes_of(&[0]), codes_of(&[0])]);
-        assert_eq!(released(&b, 1, Answer::Tristate), (I(0), false));
+        assert_eq!(
+            released(&b, 1, Answer::Tristate, &Bytes::new()),
+            (I(0), false)
+        );
         // Fewer than a quorum answered with codes: no answer can be given.
         let b = ballots(vec![
             codes_of(&[1]),
             None,
             Some(Reply::static_error("ERR x")),
         ]);
-        assert!(released(&b, 1, Answer::OneZero).0.is_error());
+        assert!(released(&b, 1, Answer::OneZero, &Bytes::new()).0.is_error());
         // A quorum's error (a key of another type) is passed on as Redis words it for the
         // client's own script, without the proxy script's SHA; not as masters missing.
         let wrong = Some(Reply::static_error(
@@ -1533,7 +1561,7 @@ mod tests {
         ));
         let b = ballots(vec![wrong.clone(), wrong, codes_of(&[1])]);
         assert_eq!(
-            released(&b, 1, Answer::OneZero),
+            released(&b, 1, Answer::OneZero, &Bytes::new()),
             (
                 Reply::static_error(
                     "WRONGTYPE Operation against a key holding the wrong kind of value"
@@ -1547,7 +1575,7 @@ mod tests {
             codes_of(&[1, 0]),
             codes_of(&[0, 0]),
         ]);
-        assert_eq!(released(&b, 2, Answer::Count), (I(1), false));
+        assert_eq!(released(&b, 2, Answer::Count, &Bytes::new()), (I(1), false));
     }
 
     #[test]
@@ -1593,19 +1621,28 @@ mod more_decisions {
     fn constant_replies_are_answered_as_the_script_would() {
         let error = Reply::Error(Bytes::from_static(b"ERR ERROR"));
         let b = ballots(vec![codes(&[1]), codes(&[1]), codes(&[0])]);
-        assert_eq!(released(&b, 1, aioredlock()), (I(1), true));
+        assert_eq!(released(&b, 1, aioredlock(), &Bytes::new()), (I(1), true));
         let b = ballots(vec![codes(&[-1]), codes(&[-1]), codes(&[1])]);
-        assert_eq!(released(&b, 1, aioredlock()), (Reply::ok(), false));
+        assert_eq!(
+            released(&b, 1, aioredlock(), &Bytes::new()),
+            (Reply::ok(), false)
+        );
         let b = ballots(vec![codes(&[0]), codes(&[0]), codes(&[1])]);
-        assert_eq!(released(&b, 1, aioredlock()), (error.clone(), false));
+        assert_eq!(
+            released(&b, 1, aioredlock(), &Bytes::new()),
+            (error.clone(), false)
+        );
         let ok_fail = Answer::Const(Replies::new(
             Lit::Bulk(Short::new(b"OK").unwrap()),
             Lit::Bulk(Short::new(b"FAIL").unwrap()),
             Lit::Bulk(Short::new(b"FAIL").unwrap()),
         ));
-        assert_eq!(answer(ok_fail, true, 1), Reply::bulk("OK"));
-        assert_eq!(answer(ok_fail, false, 1), Reply::bulk("FAIL"));
-        assert_eq!(answer(aioredlock(), false, 1), error);
+        assert_eq!(answer(ok_fail, true, 1, &Bytes::new()), Reply::bulk("OK"));
+        assert_eq!(
+            answer(ok_fail, false, 1, &Bytes::new()),
+            Reply::bulk("FAIL")
+        );
+        assert_eq!(answer(aioredlock(), false, 1, &Bytes::new()), error);
     }
 
     #[test]

@@ -1969,8 +1969,9 @@ fn less(a: &Val, b: &Val, or_equal: bool) -> R<bool> {
 
 /// The constant a script answers with `v`, if it is one the proxy can give: a number, nil, a
 /// status `OK`, a short string or error, a table of one number or one short string, or (where `ttl` names the TTL
-/// argument) that argument as a number or as text.
-pub fn reply_lit(v: &Val, ttl: Option<usize>) -> Option<Lit> {
+/// argument) that argument as a number or as text, or (where `token` names the token argument)
+/// the token.
+pub fn reply_lit(v: &Val, ttl: Option<usize>, token: Option<usize>) -> Option<Lit> {
     match v {
         Val::Num(n) => Some(Lit::Int(*n)),
         Val::Nil => Some(Lit::Nil),
@@ -1984,13 +1985,16 @@ pub fn reply_lit(v: &Val, ttl: Option<usize>) -> Option<Lit> {
         },
         Val::NumArg(j) if Some(*j) == ttl => Some(Lit::TtlNum),
         Val::Arg(j) if Some(*j) == ttl => Some(Lit::TtlText),
+        Val::Arg(j) if Some(*j) == token => Some(Lit::TokenText),
         _ => None,
     }
 }
 
-/// A constant reply as the analyser's value (a reply of the TTL argument: `ARGV[ttl_arg]`).
-pub fn lit_val(l: Lit, ttl_arg: usize) -> Val {
+/// A constant reply as the analyser's value (a reply of the TTL argument: `ARGV[ttl_arg]`; of
+/// the token: `ARGV[token_arg]`).
+pub fn lit_val(l: Lit, ttl_arg: usize, token_arg: usize) -> Val {
     match l {
+        Lit::TokenText => Val::Arg(token_arg),
         Lit::TtlNum => Val::NumArg(ttl_arg),
         Lit::TtlText => Val::Arg(ttl_arg),
         Lit::Decimal(n) => Val::Str(n.to_string().into_bytes()),

@@ -532,7 +532,7 @@ impl Shape {
 fn unlock_constants(cases: &[Case]) -> Option<[Lit; 3]> {
     let reply = |state: usize| {
         let c = cases.iter().find(|c| c.lock == state && !c.latch)?;
-        analyse::reply_lit(&c.run.reply, None)
+        analyse::reply_lit(&c.run.reply, None, None)
     };
     Some([reply(3)?, reply(MANY)?, reply(ONCE)?])
 }
@@ -556,7 +556,7 @@ fn ttl_in(cases: &[Case], state: usize, field: usize) -> Option<(usize, bool)> {
 fn acquire_constants(cases: &[Case]) -> Option<(Lit, Lit)> {
     let reply = |state: usize| {
         let c = cases.iter().find(|c| c.lock == state && !c.latch)?;
-        analyse::reply_lit(&c.run.reply, None)
+        analyse::reply_lit(&c.run.reply, None, None)
     };
     let (ok, no) = (reply(MISSING)?, reply(3)?);
     (ok != no).then_some((ok, no))
@@ -594,7 +594,7 @@ fn fits(
     let (end, reply, publishes, wrote): (Option<KeyNow>, Val, bool, Option<i64>) = match op {
         HashOp::Acquire => {
             let (ok, no) = match shape.replies {
-                Some((ok, no)) => (analyse::lit_val(ok, t), analyse::lit_val(no, t)),
+                Some((ok, no)) => (analyse::lit_val(ok, t, 0), analyse::lit_val(no, t, 0)),
                 None => (Val::Nil, Val::Pttl(1)),
             };
             match c.lock {
@@ -620,7 +620,7 @@ fn fits(
         HashOp::Unlock if c.latch => (None, Val::Other(3), false, None),
         HashOp::Unlock => {
             let [not_held, kept, released] = match shape.unlock_replies {
-                Some(r) => r.map(|l| analyse::lit_val(l, t)),
+                Some(r) => r.map(|l| analyse::lit_val(l, t, 0)),
                 None => [Val::Nil, Val::Num(0), Val::Num(1)],
             };
             // An unlock with its own replies publishes nothing.

@@ -376,7 +376,7 @@ fn write_unless(block: &Block) -> Option<WriteUnless> {
         }
     }
     let (ttl_arg, unit) = found?;
-    let (ok, no) = (reply_lit(&ok?, None)?, reply_lit(&no?, None)?);
+    let (ok, no) = (reply_lit(&ok?, None, None)?, reply_lit(&no?, None, None)?);
     (ok != no).then(|| WriteUnless {
         value: Bytes::copy_from_slice(c),
         ttl_arg,
@@ -1081,7 +1081,8 @@ fn constant_replies(runs: &[&Run], op: Op, ttl: Option<usize>) -> Option<Answer>
             (ok, no, gone, again)
         }
     };
-    let lit = |v: &Val| reply_lit(v, ttl);
+    let token = runs.first().map(|r| r.layout.token);
+    let lit = |v: &Val| reply_lit(v, ttl, token);
     let replies = Replies {
         ok: lit(ok)?,
         no: lit(no)?,
@@ -1161,10 +1162,10 @@ fn strict_success(r: &Run, op: Op) -> bool {
 }
 
 /// The reply the proxy gives for a granted (`ok`) or refused operation (as `command::lock`).
-fn expected(answer: Answer, ok: bool, n: usize, ttl_arg: usize) -> Val {
+fn expected(answer: Answer, ok: bool, n: usize, ttl_arg: usize, token_arg: usize) -> Val {
     match (answer, ok) {
-        (Answer::Const(c), true) => lit_val(c.ok, ttl_arg),
-        (Answer::Const(c), false) => lit_val(c.no, ttl_arg),
+        (Answer::Const(c), true) => lit_val(c.ok, ttl_arg, token_arg),
+        (Answer::Const(c), false) => lit_val(c.no, ttl_arg, token_arg),
         (Answer::OkNil | Answer::OkZero, true) => Val::Status,
         (Answer::OkNil, false) => Val::Nil,
         (Answer::Count, true) => Val::Num(n as i64),
@@ -1176,6 +1177,7 @@ fn expected(answer: Answer, ok: bool, n: usize, ttl_arg: usize) -> Val {
 
 fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bool {
     let n = r.start.len();
+    let token_arg = r.layout.token;
     let unchanged: Vec<KeyNow> = r
         .start
         .iter()
@@ -1202,9 +1204,9 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 Answer::Tristate if deleted + missing == n => Val::Num(-1),
                 Answer::Tristate => Val::Num(0),
                 Answer::Const(c) if deleted + missing == n && deleted < n => {
-                    lit_val(c.gone, ttl_arg)
+                    lit_val(c.gone, ttl_arg, token_arg)
                 }
-                shape => expected(shape, deleted == n, n, ttl_arg),
+                shape => expected(shape, deleted == n, n, ttl_arg, token_arg),
             };
             r.end == end && r.reply == reply
         }
@@ -1225,9 +1227,9 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 Answer::Count => Val::Num(if mine { n as i64 } else { 0 }),
                 Answer::Tristate => return false,
                 Answer::Const(c) if r.start.iter().all(|s| s.held == Held::Missing) => {
-                    lit_val(c.gone, ttl_arg)
+                    lit_val(c.gone, ttl_arg, token_arg)
                 }
-                shape => expected(shape, mine, n, ttl_arg),
+                shape => expected(shape, mine, n, ttl_arg, token_arg),
             };
             r.end == end && r.reply == reply
         }
@@ -1243,12 +1245,12 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 return false;
             }
             if !r.start.iter().all(|s| s.held == Held::Token) {
-                return r.reply == lit_val(c.no, ttl_arg);
+                return r.reply == lit_val(c.no, ttl_arg, token_arg);
             }
             if !r.start.iter().all(|s| s.ttl) {
                 // Held, a key without a TTL (never one the proxy granted): the proxy answers
                 // `ok`; the script may also answer the TTL of a key that has one.
-                return r.reply == lit_val(c.ok, ttl_arg)
+                return r.reply == lit_val(c.ok, ttl_arg, token_arg)
                     || (1..=n).any(|k| r.start[k - 1].ttl && r.reply == in_unit(k));
             }
             match n {
@@ -1278,7 +1280,7 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
             let existed = r.start.iter().filter(|s| s.held != Held::Missing).count();
             let reply = match answer {
                 Answer::Count => Val::Num(existed as i64),
-                shape => expected(shape, existed == n, n, ttl_arg),
+                shape => expected(shape, existed == n, n, ttl_arg, token_arg),
             };
             r.end.iter().all(|k| *k == gone) && r.reply == reply
         }
@@ -1291,7 +1293,7 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 Held::Other => c.no,
                 Held::Missing => c.gone,
             };
-            n == 1 && r.end == unchanged && r.reply == lit_val(want, ttl_arg)
+            n == 1 && r.end == unchanged && r.reply == lit_val(want, ttl_arg, token_arg)
         }
         Op::Inspect => {
             if n != 1 || answer != Answer::OneZero {
@@ -1324,7 +1326,7 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
             if n != 1 {
                 return false;
             }
-            let reply_ok = expected(answer, true, n, ttl_arg);
+            let reply_ok = expected(answer, true, n, ttl_arg, token_arg);
             match r.start[0].held {
                 Held::Missing => {
                     let taken = KeyNow {
@@ -1338,12 +1340,14 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 }
                 Held::Token => {
                     let again = match answer {
-                        Answer::Const(c) => lit_val(c.again, ttl_arg),
-                        shape => expected(shape, true, n, ttl_arg),
+                        Answer::Const(c) => lit_val(c.again, ttl_arg, token_arg),
+                        shape => expected(shape, true, n, ttl_arg, token_arg),
                     };
                     r.end == unchanged && r.reply == again
                 }
-                Held::Other => r.end == unchanged && r.reply == expected(answer, false, n, ttl_arg),
+                Held::Other => {
+                    r.end == unchanged && r.reply == expected(answer, false, n, ttl_arg, token_arg)
+                }
             }
         }
         _ => {
@@ -1377,9 +1381,9 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                 && r.start.iter().all(|s| s.held != Held::Other);
             let again = match answer {
                 Answer::Const(c) if r.start.iter().all(|s| s.held == Held::Token) => {
-                    lit_val(c.again, ttl_arg)
+                    lit_val(c.again, ttl_arg, token_arg)
                 }
-                shape => expected(shape, true, n, ttl_arg),
+                shape => expected(shape, true, n, ttl_arg, token_arg),
             };
             let won = r.end == success && r.reply == again;
             let refused = match answer {
@@ -1388,9 +1392,9 @@ fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bo
                         && n == 1
                         && r.start[0].held == Held::Missing =>
                 {
-                    lit_val(c.gone, ttl_arg)
+                    lit_val(c.gone, ttl_arg, token_arg)
                 }
-                shape => expected(shape, false, n, ttl_arg),
+                shape => expected(shape, false, n, ttl_arg, token_arg),
             };
             let lost = r.end == unchanged
                 && (r.reply == refused
