@@ -625,7 +625,8 @@ pub struct HashScript {
     /// 1-based `ARGV` index of the caller's field (0 for `ForceUnlock`, which names none; the
     /// first key's for `RenewAll`).
     pub field_arg: usize,
-    /// 1-based `ARGV` index of the TTL in milliseconds (0 for `ForceUnlock`).
+    /// 1-based `ARGV` index of the TTL in milliseconds (0 for `ForceUnlock`, and for an `Unlock`
+    /// that leaves the TTL as it was where a hold is left).
     pub ttl_arg: usize,
     /// Where the release is published (`Unlock`, `ForceUnlock`).
     pub publish: Option<Publish>,

@@ -2186,10 +2186,13 @@ async fn corpus_differential() {
                 let n = h.field_arg.max(h.ttl_arg);
                 let mut argv: Vec<String> = vec!["1".to_string(); n];
                 argv[h.field_arg - 1] = "uuid-1:7".into();
-                argv[h.ttl_arg - 1] = match h.unit {
-                    TtlUnit::Millis => "20000".into(),
-                    TtlUnit::Seconds => "20".into(),
-                };
+                // No TTL argument: an unlock that leaves the TTL as it was.
+                if h.ttl_arg > 0 {
+                    argv[h.ttl_arg - 1] = match h.unit {
+                        TtlUnit::Millis => "20000".into(),
+                        TtlUnit::Seconds => "20".into(),
+                    };
+                }
                 let mut direct = Vec::new();
                 for m in &ms {
                     direct.push(m.client().await);
@@ -3177,7 +3180,8 @@ async fn a_refused_acquisition_refreshed_in_seconds_undoes_what_it_created() {
 
 /// The re-entrant hash lock of many tutorials (`EXISTS` then `HSET field '1'`, or `HEXISTS`
 /// then `HINCRBY field '1'`, `EXPIRE` in seconds, answering 1 or 0) and its unlock (`HINCRBY
-/// field -1`, `EXPIRE` where a hold is left, else `DEL`; nil in every case, no publish) from
+/// field -1`, `EXPIRE` where a hold is left, else `DEL`; nil in every case, no publish), and
+/// an unlock that only counts down (the TTL left as it was; nil, 0 or 1), from
 /// each starting state of the lock (missing, held by the caller once, re-entered, held by
 /// another, expired, a string): the reply and the hash a majority of masters hold are what one
 /// plain Redis answers and holds, with unknown scripts refused (so both run as hash-lock quorum
@@ -3203,6 +3207,12 @@ async fn a_tutorial_reentrant_hash_lock_answers_what_one_redis_answers() {
         local count = redis.call('hincrby', KEYS[1], ARGV[1], -1);\nif(count > 0) then\n\
         redis.call('expire', KEYS[1], ARGV[2]);\nreturn nil;\nelse\n\
         redis.call('del', KEYS[1]);\nreturn nil;\nend;";
+    // An unlock that only counts the hold down, leaving the TTL as it was: nil when not held,
+    // 0 while a hold is left, 1 when the hash is deleted.
+    let count_down = "if (redis.call('hexists', KEYS[1], ARGV[1]) == 0) then\n    return nil;\n\
+        end ;\nlocal counter = redis.call('hincrby', KEYS[1], ARGV[1], -1);\n\
+        if (counter > 0) then\n    return 0;\nelse\n    redis.call('del', KEYS[1]);\n\
+        return 1;\nend ;\nreturn nil;";
     let redisson = lua("redisson_lock");
     let me = "uuid-1:7";
     for (case, start) in [
@@ -3246,19 +3256,27 @@ async fn a_tutorial_reentrant_hash_lock_answers_what_one_redis_answers() {
             tokio::time::sleep(Duration::from_millis(150)).await;
         }
         let unlocked = format!("{key}:u");
+        let counted = format!("{key}:c");
         if (times > 0 && start != "expired") || start == "a string" {
-            // The same start for the unlock, on its own key.
-            let copy = ["COPY", key.as_str(), unlocked.as_str()];
-            assert_eq!(r.cmd(&copy).await, Reply::Integer(1));
-            for d in direct.iter_mut() {
-                d.cmd(&copy).await;
+            // The same start for each unlock, on its own key.
+            for to in [&unlocked, &counted] {
+                let copy = ["COPY", key.as_str(), to.as_str()];
+                assert_eq!(r.cmd(&copy).await, Reply::Integer(1));
+                for d in direct.iter_mut() {
+                    d.cmd(&copy).await;
+                }
             }
         }
         let call = ["EVAL", script, "1", key.as_str(), me, "30"];
         let free = ["EVAL", unlock, "1", unlocked.as_str(), me, "30"];
-        for (call, k) in [(call, &key), (free, &unlocked)] {
-            let want = bucketed(r.cmd(&call).await);
-            let got = bucketed(c.cmd(&call).await);
+        let down = ["EVAL", count_down, "1", counted.as_str(), me];
+        for (call, k) in [
+            (&call[..], &key),
+            (&free[..], &unlocked),
+            (&down[..], &counted),
+        ] {
+            let want = bucketed(r.cmd(call).await);
+            let got = bucketed(c.cmd(call).await);
             assert_eq!(got, want, "reply of {} from {start}", call[1]);
             let want = hash_state(&mut r, k).await;
             let mut per_master = Vec::new();

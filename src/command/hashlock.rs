@@ -89,7 +89,7 @@ const UNLOCK: &str = "if #KEYS > 2 then \
     end \
     if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return {0} end \
     if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then \
-      redis.call('pexpire', KEYS[1], ARGV[2]) \
+      if ARGV[2] ~= '' then redis.call('pexpire', KEYS[1], ARGV[2]) end \
       if #KEYS > 2 then redis.call('set', KEYS[3], '0', 'px', ARGV[5]) end \
       return {1} \
     end \
@@ -144,6 +144,9 @@ pub struct HashLockOp {
     pub field: Bytes,
     /// The TTL in ms (`Acquire`, `Unlock`, `Renew`).
     pub ttl_ms: i64,
+    /// `Unlock` that leaves the lock's TTL as it is where a hold is left (a script that only
+    /// counts the hold down): no `ttl_ms`.
+    pub keeps_ttl: bool,
     /// Where the release is published (`Unlock`, `ForceUnlock`).
     pub publish: Option<Publication>,
     /// The unlock latch's key and TTL in ms.
@@ -172,7 +175,7 @@ pub fn run(proxy: &Arc<Proxy>, op: HashLockOp) -> Action {
             | HashOp::Renew
             | HashOp::RenewAll
     ) {
-        if op.ttl_ms <= 0 {
+        if op.ttl_ms <= 0 && !op.keeps_ttl {
             return Reply::from(Error::InvalidLockScriptTtl).into();
         }
         if op.ttl_ms > max {
@@ -408,11 +411,18 @@ async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
             )
         }
         // An unlock that publishes nothing: no channel, no publish command.
-        (None, Some(_)) if op.latch.is_none() => eval(
-            UNLOCK,
-            &[&op.key],
-            &[&op.field, &ms(op.ttl_ms), &empty, &empty, &ms(0)],
-        ),
+        (None, Some(_)) if op.latch.is_none() => {
+            let ttl = if op.keeps_ttl {
+                empty.clone()
+            } else {
+                ms(op.ttl_ms)
+            };
+            eval(
+                UNLOCK,
+                &[&op.key],
+                &[&op.field, &ttl, &empty, &empty, &ms(0)],
+            )
+        }
         _ => return Reply::from(Error::UnlockWithoutChannel),
     };
     let deadline = Instant::now() + proxy.config().node_timeout();

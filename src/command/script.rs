@@ -470,6 +470,7 @@ fn bind_hash(
         key,
         field,
         ttl_ms,
+        keeps_ttl: script.op == HashOp::Unlock && script.ttl_arg == 0,
         publish,
         latch,
         also,

@@ -377,9 +377,9 @@ fn classify(cases: &[Case], n: usize, field: usize) -> Option<HashScript> {
                     unlock_replies: None,
                 },
                 // An unlock that publishes nothing (no channel given): its TTL is the one it
-                // sets where a hold is left.
+                // sets where a hold is left, or none when it leaves the TTL as it was.
                 None => {
-                    let (t, seconds) = ttl_in(cases, MANY, field)?;
+                    let (t, seconds) = ttl_in(cases, MANY, field).unwrap_or((0, false));
                     let replies = unlock_constants(cases)?;
                     let shape = Shape {
                         op: HashOp::Unlock,
@@ -573,9 +573,14 @@ fn fits(
     let op = shape.op;
     let r = c.run;
     let start = &lock_states()[c.lock];
-    let set_ttl = TtlNow::Set {
-        seconds: shape.seconds,
-        v: Val::Arg(t),
+    // No TTL argument: an unlock that leaves the TTL as it was.
+    let set_ttl = if t == 0 {
+        TtlNow::Orig
+    } else {
+        TtlNow::Set {
+            seconds: shape.seconds,
+            v: Val::Arg(t),
+        }
     };
     let hash = |mine: Val| {
         Some(KeyNow {
