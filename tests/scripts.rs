@@ -1294,6 +1294,50 @@ async fn both_from(
     both(reference, ms, proxy, script, keys, &held, argv).await
 }
 
+/// Runs scripts from starting states on one plain redis-server and through the proxy, on fresh
+/// keys (`{prefix}:{case}:{i}`, a new case per script and state), and requires the same reply
+/// and the same keys (see [`both_from`]).
+struct FromEachStart<'a> {
+    reference: &'a Master,
+    ms: &'a [Master],
+    proxy: &'a str,
+    prefix: &'a str,
+    case: usize,
+}
+
+impl<'a> FromEachStart<'a> {
+    fn new(reference: &'a Master, ms: &'a [Master], proxy: &'a str, prefix: &'a str) -> Self {
+        FromEachStart {
+            reference,
+            ms,
+            proxy,
+            prefix,
+            case: 0,
+        }
+    }
+
+    /// `script` with `argv` from each of `states` (one `Start` per key).
+    async fn same(&mut self, script: &str, argv: &[&str], states: &[&[Start]]) {
+        for from in states {
+            self.case += 1;
+            let keys: Vec<String> = (0..from.len())
+                .map(|i| format!("{}:{}:{i}", self.prefix, self.case))
+                .collect();
+            let (want, got) = both_from(
+                self.reference,
+                self.ms,
+                self.proxy,
+                script,
+                &keys,
+                from,
+                argv,
+            )
+            .await;
+            assert_eq!(got, want, "{script} {argv:?} from {from:?}");
+        }
+    }
+}
+
 /// Every script of these libraries, from every starting state (missing, held by the caller,
 /// held by another, expired; for multi-key scripts the mixes), answers through the proxy (3
 /// masters, unknown scripts refused) what one plain redis-server answers, and leaves the same
@@ -2477,32 +2521,24 @@ async fn third_round_shapes_answer_what_one_redis_answers() {
     let ttl_acquire = "redis.replicate_commands();\n\
         if redis.pcall('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then\n\
         return tonumber(ARGV[2]) end\nreturn 0";
-    let mut case = 0;
-    let mut run = async |script: &str, argv: &[&str]| {
-        for from in single {
-            case += 1;
-            let keys = vec![format!("r3:{case}:0")];
-            let (want, got) = both_from(&reference, &ms, &p, script, &keys, from, argv).await;
-            assert_eq!(got, want, "{script} {argv:?} from {from:?}");
-        }
-    };
-    run(replicated, &["tok", "20000"]).await;
-    run(ttl_number, &["tok", "20000"]).await;
-    run(ttl_number, &["tok", "15000"]).await;
-    run(ttl_text, &["tok", "20"]).await;
-    run(ttl_acquire, &["tok", "20000"]).await;
-    run(ttl_acquire, &["tok", "12345"]).await;
+    let mut run = FromEachStart::new(&reference, &ms, &p, "r3");
+    run.same(replicated, &["tok", "20000"], single).await;
+    run.same(ttl_number, &["tok", "20000"], single).await;
+    run.same(ttl_number, &["tok", "15000"], single).await;
+    run.same(ttl_text, &["tok", "20"], single).await;
+    run.same(ttl_acquire, &["tok", "20000"], single).await;
+    run.same(ttl_acquire, &["tok", "12345"], single).await;
     // TTLs written in the script: taken for 20 s, refreshed for 20 s, in both units.
     let fixed_take = "if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then\n\
         redis.call('expire', KEYS[1], 20) return 'OK' end\nreturn 'LOCKED'";
     let fixed_refresh = "local v = redis.call('get', KEYS[1])\n\
         if v == ARGV[1] then return redis.call('pexpire', KEYS[1], 20000) end\nreturn 0";
-    run(fixed_take, &["tok"]).await;
+    run.same(fixed_take, &["tok"], single).await;
     // tostring of SET's reply: 'false' when refused, a table's address when written.
     let tostring_set = "local ret = redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', tonumber(ARGV[2]))\n\
         if tostring(ret) == 'false' then return false end\nreturn true";
-    run(tostring_set, &["tok", "20000"]).await;
-    run(fixed_refresh, &["tok"]).await;
+    run.same(tostring_set, &["tok", "20000"], single).await;
+    run.same(fixed_refresh, &["tok"], single).await;
     // Many keys taken one by one, the ones taken given back when one is busy: all or nothing.
     let rollback = "for i, key in ipairs(KEYS) do\n\
         if not redis.call('set', key, ARGV[1], 'NX', 'PX', ARGV[2]) then\n\
@@ -2515,13 +2551,7 @@ async fn third_round_shapes_answer_what_one_redis_answers() {
         &[H(Mine), H(Missing)],
         &[Expired, H(Missing)],
     ];
-    for from in many {
-        case += 1;
-        let keys: Vec<String> = (0..from.len()).map(|i| format!("r3:{case}:{i}")).collect();
-        let argv = ["tok", "20000"];
-        let (want, got) = both_from(&reference, &ms, &p, rollback, &keys, from, &argv).await;
-        assert_eq!(got, want, "rollback from {from:?}");
-    }
+    run.same(rollback, &["tok", "20000"], many).await;
     // A TTL the proxy refuses (not a positive integer) is an error, never a grant.
     let mut c = Client::connect(&p).await;
     for bad in ["0", "-5", "12.5", "abc"] {
@@ -2687,23 +2717,15 @@ async fn argument_count_tests_answer_what_one_redis_answers() {
     let defaulted = "local ttl = ARGV[2] or 30000\n\
         if redis.call('get', KEYS[1]) == ARGV[1] then\n\
         redis.call('pexpire', KEYS[1], ttl) return 1 end\nreturn 0";
-    let mut case = 0;
-    let mut run = async |script: &str, argv: &[&str]| {
-        for from in single {
-            case += 1;
-            let keys = vec![format!("r4:{case}:0")];
-            let (want, got) = both_from(&reference, &ms, &p, script, &keys, from, argv).await;
-            assert_eq!(got, want, "{script} {argv:?} from {from:?}");
-        }
-    };
-    run(take, &["tok", "20000"]).await;
-    run(extend, &["tok", "20000"]).await;
-    run(release, &["tok"]).await;
-    run(defaulted, &["tok", "20000"]).await;
+    let mut run = FromEachStart::new(&reference, &ms, &p, "r4");
+    run.same(take, &["tok", "20000"], single).await;
+    run.same(extend, &["tok", "20000"], single).await;
+    run.same(release, &["tok"], single).await;
+    run.same(defaulted, &["tok", "20000"], single).await;
     // A TTL written in the script unless the call passes one: read for calls that pass it.
     let optional = "local ttl = 30000\nif #ARGV > 1 then ttl = tonumber(ARGV[2]) end\n\
         if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ttl) then return 1 end\nreturn 0";
-    run(optional, &["tok", "20000"]).await;
+    run.same(optional, &["tok", "20000"], single).await;
 }
 
 /// An acquisition guarded by `#ARGV` is a Redlock acquisition: held by another client on two
@@ -2755,17 +2777,9 @@ async fn set_with_get_in_scripts_answers_what_one_redis_answers() {
         return 0";
     let take = "if not redis.call('SET', KEYS[1], ARGV[1], 'GET', 'PX', ARGV[2], 'NX') then\n\
         return 'OK' end\nreturn 'BUSY'";
-    let mut case = 0;
-    let mut run = async |script: &str, argv: &[&str]| {
-        for from in single {
-            case += 1;
-            let keys = vec![format!("r4g:{case}:0")];
-            let (want, got) = both_from(&reference, &ms, &p, script, &keys, from, argv).await;
-            assert_eq!(got, want, "{script} {argv:?} from {from:?}");
-        }
-    };
-    run(take_or_keep, &["tok", "20000"]).await;
-    run(take, &["tok", "20000"]).await;
+    let mut run = FromEachStart::new(&reference, &ms, &p, "r4g");
+    run.same(take_or_keep, &["tok", "20000"], single).await;
+    run.same(take, &["tok", "20000"], single).await;
     let mut c = Client::connect(&p).await;
     let holder = "return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')";
     let r = c
@@ -2878,71 +2892,63 @@ async fn fifth_round_shapes_answer_what_one_redis_answers() {
         &[H(Other), H(Other)],
         &[Expired, H(Mine)],
     ];
-    let mut case = 0;
-    let mut run = async |script: &str, argv: &[&str], states: &[&[Start]]| {
-        for from in states {
-            case += 1;
-            let keys: Vec<String> = (0..from.len()).map(|i| format!("r5:{case}:{i}")).collect();
-            let (want, got) = both_from(&reference, &ms, &p, script, &keys, from, argv).await;
-            assert_eq!(got, want, "{script} {argv:?} from {from:?}");
-        }
-    };
+    let mut run = FromEachStart::new(&reference, &ms, &p, "r5");
     // Deletes every key that holds the token, answers 'OK' whatever it found.
     let release_ok = "for _, k in ipairs(KEYS) do\n\
         if redis.call('GET', k) == ARGV[1] then redis.call('DEL', k) end\nend\nreturn 'OK'";
-    run(release_ok, &["tok"], single).await;
-    run(release_ok, &["tok"], multi).await;
+    run.same(release_ok, &["tok"], single).await;
+    run.same(release_ok, &["tok"], multi).await;
     // Guarded by #ARGV: the same operation for two, three or four arguments.
     let take = "if #ARGV < 2 then return redis.error_reply('ERR usage: token ttl') end\n\
         if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end\n\
         return 0";
-    run(take, &["tok", "20000", "extra"], single).await;
-    run(take, &["tok", "20000", "a", "b"], single).await;
+    run.same(take, &["tok", "20000", "extra"], single).await;
+    run.same(take, &["tok", "20000", "a", "b"], single).await;
     let release = "if #ARGV == 0 then return redis.error_reply('no token') end\n\
         if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end\n\
         return 0";
-    run(release, &["tok", "unused"], single).await;
+    run.same(release, &["tok", "unused"], single).await;
     // Guarded by #KEYS: one key, as the script asks.
     let keys_release = "if #KEYS ~= 1 then return redis.error_reply('ERR expected one key') end\n\
         if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end\n\
         return 0";
-    run(keys_release, &["tok"], single).await;
+    run.same(keys_release, &["tok"], single).await;
     let keys_take = "if #KEYS == 0 then return redis.error_reply('ERR no key') end\n\
         return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])";
-    run(keys_take, &["tok", "20000"], single).await;
+    run.same(keys_take, &["tok", "20000"], single).await;
     let keys_extend = "if #KEYS > 1 then return redis.error_reply('ERR one key only') end\n\
         if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end\n\
         return redis.call('pexpire', KEYS[1], ARGV[2])";
-    run(keys_extend, &["tok", "20000"], single).await;
+    run.same(keys_extend, &["tok", "20000"], single).await;
     // string.format for a log line, type() and .err of a pcall's reply.
     let logged = "local key = KEYS[1] local token = ARGV[1]\n\
         redis.log(redis.LOG_NOTICE, string.format('unlock %s by %s', key, token))\n\
         if redis.call('get', key) == token then return redis.call('del', key) end return 0";
-    run(logged, &["tok"], single).await;
+    run.same(logged, &["tok"], single).await;
     let checked = "local r = redis.pcall('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n\
         if type(r) == 'table' and r.err then return redis.error_reply(r.err) end\n\
         if r then return 1 end return 0";
-    run(checked, &["tok", "20000"], single).await;
+    run.same(checked, &["tok", "20000"], single).await;
     let typed = "local r = redis.pcall('get', KEYS[1])\n\
         if type(r) == 'string' and r == ARGV[1] then return redis.call('del', KEYS[1]) end\n\
         return 0";
-    run(typed, &["tok"], single).await;
+    run.same(typed, &["tok"], single).await;
     // math.floor of the TTL argument, the status reply's ok field, a TTL guard with an error.
     let floored = "if redis.call('get', KEYS[1]) == ARGV[1] then\n\
         return redis.call('expire', KEYS[1], math.floor(tonumber(ARGV[2]))) end return 0";
-    run(floored, &["tok", "20"], single).await;
+    run.same(floored, &["tok", "20"], single).await;
     let ok_field = "local r = redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n\
         if r and r['ok'] == 'OK' then return 1 end\nreturn 0";
-    run(ok_field, &["tok", "20000"], single).await;
+    run.same(ok_field, &["tok", "20000"], single).await;
     let guarded = "local ttl = tonumber(ARGV[2])\n\
         if ttl == nil or ttl <= 0 then return redis.error_reply('ERR bad ttl') end\n\
         if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ttl) then return 1 end\nreturn 0";
-    run(guarded, &["tok", "20000"], single).await;
+    run.same(guarded, &["tok", "20000"], single).await;
     // An extension (SETEX) answering 0 done, 1 another's, 2 gone: told apart by the masters.
     let tristate = "local ret = redis.call(\"EXISTS\", KEYS[1])\nif ret == 0 then return 2 end\n\
         ret = redis.call(\"GET\", KEYS[1])\nif ret == ARGV[1] then\n\
         redis.call(\"SETEX\", KEYS[1], ARGV[2], ARGV[1])\nreturn 0\nend\nreturn 1";
-    run(tristate, &["tok", "20"], single).await;
+    run.same(tristate, &["tok", "20"], single).await;
 }
 
 /// Sixth-round shapes, from every starting state, answer through the proxy what one Redis
@@ -2957,36 +2963,28 @@ async fn sixth_round_shapes_answer_what_one_redis_answers() {
     let ms = masters(3);
     let p = proxy_with(&ms, |c| c.unknown_scripts = UnknownScripts::Reject).await;
     let single: &[&[Start]] = &[&[H(Mine)], &[H(Other)], &[H(Missing)], &[Expired]];
-    let mut case = 0;
-    let mut run = async |script: &str, argv: &[&str]| {
-        for from in single {
-            case += 1;
-            let keys = vec![format!("r6:{case}")];
-            let (want, got) = both_from(&reference, &ms, &p, script, &keys, from, argv).await;
-            assert_eq!(got, want, "{script} {argv:?} from {from:?}");
-        }
-    };
+    let mut run = FromEachStart::new(&reference, &ms, &p, "r6");
     let release = "local val = redis.call('GET', KEYS[1])\nif not val then return {'OK'} end\n\
         if val ~= ARGV[1] then return {'NO'} end\nredis.call('DEL', KEYS[1])\nreturn {'OK'}";
-    run(release, &["tok"]).await;
+    run.same(release, &["tok"], single).await;
     let renew = "local val = redis.call('GET', KEYS[1])\nif not val then return {'NO'} end\n\
         if val ~= ARGV[1] then return {'NO'} end\nredis.call('PEXPIRE', KEYS[1], ARGV[2])\n\
         return {'OK'}";
-    run(renew, &["tok", "20000"]).await;
+    run.same(renew, &["tok", "20000"], single).await;
     let typed = "local key_type = redis.call(\"TYPE\", KEYS[1]).ok\n\
         if key_type ~= \"string\" then return 0 end\n\
         if redis.call(\"GET\", KEYS[1]) ~= ARGV[1] then return 0 end\n\
         return redis.call(\"PEXPIRE\", KEYS[1], ARGV[2])";
-    run(typed, &["tok", "20000"]).await;
+    run.same(typed, &["tok", "20000"], single).await;
     let indexed = "if redis.call('type', KEYS[1])['ok'] == 'none' then return -2 end\n\
         if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end\n\
         return 0";
-    run(indexed, &["tok"]).await;
+    run.same(indexed, &["tok"], single).await;
     // GitLab's lease renewal: answers the token it renewed, else nil.
     let renew_echo = "local key, uuid, ttl = KEYS[1], ARGV[1], ARGV[2]\n\
         if redis.call(\"get\", key) == uuid then\n  redis.call(\"expire\", key, ttl)\n  \
         return uuid\nend";
-    run(renew_echo, &["tok", "20"]).await;
+    run.same(renew_echo, &["tok", "20"], single).await;
 }
 
 /// A release answering `{'OK'}` / `{'NO'}` is a Redlock release: the caller's token on one

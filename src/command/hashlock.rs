@@ -391,6 +391,12 @@ fn undo(proxy: &Proxy, masters: &Masters, ballots: &Ballots, op: &HashLockOp) {
 
 async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
     let empty = Bytes::new();
+    // The TTL set where a hold is left; none for an unlock that leaves it as it was.
+    let ttl = if op.keeps_ttl {
+        empty.clone()
+    } else {
+        ms(op.ttl_ms)
+    };
     let req = match (&op.publish, op.unlock_replies) {
         (Some(p), _) => {
             let mut keys = vec![&op.key, &p.channel];
@@ -401,28 +407,15 @@ async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
             eval(
                 UNLOCK,
                 &keys,
-                &[
-                    &op.field,
-                    &ms(op.ttl_ms),
-                    &p.command,
-                    &p.message,
-                    &latch_ttl,
-                ],
+                &[&op.field, &ttl, &p.command, &p.message, &latch_ttl],
             )
         }
         // An unlock that publishes nothing: no channel, no publish command.
-        (None, Some(_)) if op.latch.is_none() => {
-            let ttl = if op.keeps_ttl {
-                empty.clone()
-            } else {
-                ms(op.ttl_ms)
-            };
-            eval(
-                UNLOCK,
-                &[&op.key],
-                &[&op.field, &ttl, &empty, &empty, &ms(0)],
-            )
-        }
+        (None, Some(_)) if op.latch.is_none() => eval(
+            UNLOCK,
+            &[&op.key],
+            &[&op.field, &ttl, &empty, &empty, &ms(0)],
+        ),
         _ => return Reply::from(Error::UnlockWithoutChannel),
     };
     let deadline = Instant::now() + proxy.config().node_timeout();

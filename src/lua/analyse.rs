@@ -1968,9 +1968,9 @@ fn less(a: &Val, b: &Val, or_equal: bool) -> R<bool> {
 }
 
 /// The constant a script answers with `v`, if it is one the proxy can give: a number, nil, a
-/// status `OK`, a short string or error, a table of one number or one short string, or (where `ttl` names the TTL
-/// argument) that argument as a number or as text, or (where `token` names the token argument)
-/// the token.
+/// status `OK`, a short string or error, a table of one number or one short string, (where
+/// `ttl` names the TTL argument) that argument as a number or as text, or (where `token` names
+/// the token argument) the token.
 pub fn reply_lit(v: &Val, ttl: Option<usize>, token: Option<usize>) -> Option<Lit> {
     match v {
         Val::Num(n) => Some(Lit::Int(*n)),
