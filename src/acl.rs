@@ -1,8 +1,11 @@
 //! Client users, as Redis ACL: who may log in (`AUTH [user] password`, `HELLO 3 AUTH user
-//! password`) and which keys each user may lock, read or release.
+//! password`), which keys each user may lock, read or release, and which publish/subscribe
+//! channels it may use.
 //!
-//! The `password` setting is the `default` user (every key); `[[users]]` add named users, each
-//! limited to the keys matching its glob patterns. Passwords are kept only as SHA-256 digests
+//! The `password` setting is the `default` user (every key, every channel); `[[users]]` add
+//! named users, each limited to the keys and channels matching its glob patterns. As in Redis 7
+//! (`acl-pubsub-default resetchannels`), a named user given no channel patterns may use no
+//! channel. Passwords are kept only as SHA-256 digests
 //! (the form Redis's `ACL GETUSER` shows, and `password_sha256` accepts), and a login compares
 //! digests in time that depends on neither password.
 
@@ -13,21 +16,51 @@ use ring::digest::{SHA256, digest};
 use crate::config::{Config, ConfigError};
 use crate::error::Error;
 
-/// The keys a logged-in user may touch.
+/// What a user is granted of one kind of name (keys, or channels): every name, or those that
+/// match its glob patterns.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Keys {
-    /// Every key (the `default` user, or a user with `~*`).
+pub enum Patterns {
+    /// Every name (the `default` user, or a user with `~*` / `&*`).
     All,
-    /// Only keys matching one of these glob patterns.
+    /// Only names matching one of these glob patterns.
     Only(Arc<[Vec<u8>]>),
 }
 
-impl Keys {
-    /// True when `key` is one the user may touch.
-    pub fn allows(&self, key: &[u8]) -> bool {
+impl Patterns {
+    /// True when `name` (a key, or a channel) is one the user may touch.
+    pub fn allows(&self, name: &[u8]) -> bool {
         match self {
-            Keys::All => true,
-            Keys::Only(patterns) => patterns.iter().any(|p| glob(p, key)),
+            Patterns::All => true,
+            Patterns::Only(patterns) => patterns.iter().any(|p| glob(p, name)),
+        }
+    }
+
+    /// True when the user may `PSUBSCRIBE` to `pattern`: as Redis 7 decides it, only a user
+    /// with every channel, or one of whose own patterns is exactly `pattern` (a pattern is
+    /// never matched as if it were a channel name: `a:*` does not allow `*`).
+    pub fn allows_pattern(&self, pattern: &[u8]) -> bool {
+        match self {
+            Patterns::All => true,
+            Patterns::Only(patterns) => patterns.iter().any(|p| p.as_slice() == pattern),
+        }
+    }
+}
+
+/// What a logged-in user may touch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Access {
+    /// The keys it may lock, read or release.
+    pub keys: Patterns,
+    /// The channels it may subscribe and publish to.
+    pub channels: Patterns,
+}
+
+impl Access {
+    /// Everything: the `default` user.
+    pub fn all() -> Access {
+        Access {
+            keys: Patterns::All,
+            channels: Patterns::All,
         }
     }
 }
@@ -36,21 +69,34 @@ impl Keys {
 struct Account {
     name: String,
     sha256: [u8; 32],
-    keys: Keys,
+    access: Access,
     /// The user's own lease patterns, when it has them.
-    lease_keys: Option<Keys>,
+    lease_keys: Option<Patterns>,
 }
 
-/// Glob patterns as written in the configuration (a leading `~` accepted), as the keys they
-/// allow: exactly those that match one of them. No patterns allow no key.
-pub fn patterns(written: &[String]) -> Keys {
-    Keys::Only(
-        written
-            .iter()
-            .map(|k| k.strip_prefix('~').unwrap_or(k).as_bytes().to_vec())
-            .collect::<Vec<_>>()
-            .into(),
-    )
+/// Key glob patterns as written in the configuration (a leading `~` accepted), as the keys
+/// they allow: exactly those that match one of them. No patterns allow no key; `*` every key.
+pub fn patterns(written: &[String]) -> Patterns {
+    grant(written, '~')
+}
+
+/// Channel glob patterns as written in the configuration (a leading `&` accepted, as Redis
+/// writes them in ACL rules). No patterns allow no channel; `*` every channel.
+pub fn channel_patterns(written: &[String]) -> Patterns {
+    grant(written, '&')
+}
+
+/// Glob patterns, each with Redis's ACL sigil (`~` for keys, `&` for channels) or without.
+fn grant(written: &[String], sigil: char) -> Patterns {
+    let patterns: Vec<Vec<u8>> = written
+        .iter()
+        .map(|k| k.strip_prefix(sigil).unwrap_or(k).as_bytes().to_vec())
+        .collect();
+    if patterns.iter().any(|p| p == b"*") {
+        Patterns::All
+    } else {
+        Patterns::Only(patterns.into())
+    }
 }
 
 /// Every user, built once from the configuration.
@@ -68,7 +114,7 @@ impl Accounts {
             users.push(Account {
                 name: "default".into(),
                 sha256: sha256(p.as_bytes()),
-                keys: Keys::All,
+                access: Access::all(),
                 lease_keys: None,
             });
         }
@@ -106,20 +152,13 @@ impl Accounts {
                     )));
                 }
             };
-            let patterns: Vec<Vec<u8>> = u
-                .keys
-                .iter()
-                .map(|k| k.strip_prefix('~').unwrap_or(k).as_bytes().to_vec())
-                .collect();
-            let keys = if patterns.iter().any(|p| p == b"*") {
-                Keys::All
-            } else {
-                Keys::Only(patterns.into())
-            };
             users.push(Account {
                 name: u.name.clone(),
                 sha256,
-                keys,
+                access: Access {
+                    keys: patterns(&u.keys),
+                    channels: channel_patterns(&u.channels),
+                },
                 lease_keys: u.lease_keys.as_deref().map(self::patterns),
             });
         }
@@ -127,7 +166,7 @@ impl Accounts {
     }
 
     /// The lease patterns of user `name` (`None`: `default`) when it has its own.
-    pub fn lease_keys(&self, name: Option<&[u8]>) -> Option<Keys> {
+    pub fn lease_keys(&self, name: Option<&[u8]>) -> Option<Patterns> {
         let name = name.unwrap_or(b"default");
         self.users
             .iter()
@@ -146,18 +185,18 @@ impl Accounts {
     }
 
     /// Checks `AUTH [user] password` as Redis 7 does; `None` for the user means `default`.
-    /// On success, the keys the user may touch; on failure, Redis's error
+    /// On success, what the user may touch; on failure, Redis's error
     /// ([`Error::WrongPass`] for an unknown user or a wrong password).
     ///
     /// With no users configured, `default` is Redis's `nopass` user: any password logs in, and
     /// the one-argument form is refused with Redis's hint. With users but no `password`, the
     /// `default` user is disabled. Every configured user's digest is compared, whoever asks, so
     /// the time taken tells nothing about names or passwords.
-    pub fn login(&self, user: Option<&[u8]>, given: &[u8]) -> Result<Keys, Error> {
+    pub fn login(&self, user: Option<&[u8]>, given: &[u8]) -> Result<Access, Error> {
         if self.users.is_empty() {
             return match user {
                 None => Err(Error::AuthWithoutPassword),
-                Some(b"default") => Ok(Keys::All),
+                Some(b"default") => Ok(Access::all()),
                 Some(_) => Err(Error::WrongPass),
             };
         }
@@ -167,7 +206,7 @@ impl Accounts {
         for a in &self.users {
             let same = same_digest(&a.sha256, &given);
             if same & (a.name.as_bytes() == name) {
-                found = Some(a.keys.clone());
+                found = Some(a.access.clone());
             }
         }
         found.ok_or(Error::WrongPass)
@@ -315,11 +354,11 @@ mod tests {
         ));
         let a = Accounts::from_config(&c).unwrap();
         assert!(a.required());
-        assert_eq!(a.login(None, b"root"), Ok(Keys::All));
-        assert_eq!(a.login(Some(b"default"), b"root"), Ok(Keys::All));
+        assert_eq!(a.login(None, b"root"), Ok(Access::all()));
+        assert_eq!(a.login(Some(b"default"), b"root"), Ok(Access::all()));
         assert_eq!(a.login(Some(b"locker"), b"root"), Err(Error::WrongPass));
         assert_eq!(a.login(Some(b"nobody"), b"pw"), Err(Error::WrongPass));
-        let keys = a.login(Some(b"locker"), b"pw").unwrap();
+        let keys = a.login(Some(b"locker"), b"pw").unwrap().keys;
         assert!(keys.allows(b"lock:a"));
         assert!(!keys.allows(b"other:a"));
         assert_eq!(a.login(Some(b"h"), b"x"), Err(Error::WrongPass));
@@ -339,7 +378,9 @@ mod tests {
         assert!(a.login(Some(b"f"), b"from-a-file").is_ok());
         // A user with no key patterns may touch no key.
         let none = a.login(Some(b"p"), b"inline-secret").unwrap();
-        assert!(!none.allows(b"a"));
+        assert!(!none.keys.allows(b"a"));
+        // Nor any channel (Redis 7's `resetchannels` default).
+        assert!(!none.channels.allows(b"a"));
         let shown = format!("{c:?}");
         assert!(!shown.contains("inline-secret"), "{shown}");
         assert!(
@@ -373,5 +414,30 @@ mod tests {
             ))
             .is_err()
         );
+    }
+
+    #[test]
+    fn channels_are_granted_as_redis_7_grants_them() {
+        let c = config(
+            "password = \"root\"\n[[users]]\nname = \"a\"\npassword = \"pa\"\nkeys = [\"a:*\"]\n\
+             channels = [\"&redisson_lock__channel:{a:*}\", \"news.*\"]\n\
+             [[users]]\nname = \"all\"\npassword = \"pall\"\nchannels = [\"*\"]\n",
+        );
+        let a = Accounts::from_config(&c).unwrap();
+        let ch = a.login(Some(b"a"), b"pa").unwrap().channels;
+        assert!(ch.allows(b"redisson_lock__channel:{a:lock}"));
+        assert!(!ch.allows(b"redisson_lock__channel:{b:lock}"));
+        assert!(ch.allows(b"news.art"));
+        assert!(!ch.allows(b"redlock-proxy:lease-lost"));
+        // A pattern subscription needs one of the user's patterns exactly.
+        assert!(ch.allows_pattern(b"news.*"));
+        assert!(!ch.allows_pattern(b"news.a*"));
+        assert!(!ch.allows_pattern(b"*"));
+        let all = a.login(Some(b"all"), b"pall").unwrap();
+        assert_eq!(all.channels, Patterns::All);
+        assert!(all.channels.allows_pattern(b"*"));
+        assert!(!all.keys.allows(b"a:x"), "channels grant no key");
+        // The default user keeps every channel.
+        assert_eq!(a.login(None, b"root").unwrap().channels, Patterns::All);
     }
 }

@@ -29,14 +29,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 use tracing::{debug, warn};
 
-use crate::command::lease::{LOST_CHANNEL, lost_push};
-use crate::command::session::{Conn, Leases, Pushes};
+use crate::command::lease::notice_push;
+use crate::command::session::{Conn, Leases, Notice, Pushes};
 use crate::command::{self, Action, Later};
 use crate::proxy::Proxy;
 use crate::pubsub::{ClientSubs, Message};
@@ -44,8 +44,8 @@ use crate::quorum::deadline::Watcher;
 use crate::wire::reply::Reply;
 use crate::wire::request::{Decoder, Limits};
 
-/// The key of the next lease the connection lost; pending for ever when it holds none.
-fn next_lost(lost: &mut Option<Pushes>) -> impl Future<Output = Option<Bytes>> + '_ {
+/// The next notice about the connection's leases; pending for ever when it holds none.
+fn next_lost(lost: &mut Option<Pushes>) -> impl Future<Output = Option<Notice>> + '_ {
     std::future::poll_fn(move |cx| match lost {
         Some(rx) => rx.poll_recv(cx),
         None => Poll::Pending,
@@ -558,20 +558,23 @@ where
                 count_error(&proxy, &reply);
                 form.write(&reply, &mut output);
             }
-            Some(key) = next_lost(&mut lost), if leases.as_ref().is_some_and(|l| l.0.watching()) => {
+            Some((channel, message)) = next_lost(&mut lost), if leases.as_ref().is_some_and(|l| l.0.watching()) => {
                 if let Some(l) = &leases {
                     l.0.notice_read();
                 }
-                // The holder hears of its lost lease as the channel's message, pushed, unless
-                // it is subscribed to the channel and hears of it that way.
+                // The holder hears of its lease as the channel's message, pushed, unless it is
+                // subscribed to the channel and hears of it that way, or has logged in since
+                // as a user who may not touch the key.
                 let subscribed = conn.subs().is_some_and(|s| {
-                    s.list(crate::pubsub::Kind::Channel).iter().any(|c| c.as_ref() == LOST_CHANNEL)
+                    s.list(crate::pubsub::Kind::Channel).iter().any(|c| c.as_ref() == channel)
                 });
-                if conn.resp3() && !subscribed {
+                let key = crate::pubsub::notice_key(channel, &message).flatten();
+                let may_hear = key.is_some_and(|k| conn.may_touch(|| std::iter::once(k)));
+                if conn.resp3() && !subscribed && may_hear {
                     if output.is_empty() {
                         progress = Instant::now();
                     }
-                    lost_push(key).encode(BufferPool::ready(&mut output), true);
+                    notice_push(channel, message).encode(BufferPool::ready(&mut output), true);
                 }
             }
             m = next_message(conn.subs()), if conn.subs().is_some() => {

@@ -293,6 +293,13 @@ pub struct UserDecl {
     /// release; a leading `~` is accepted. Empty: no key at all. `*`: every key.
     #[serde(default)]
     pub keys: Vec<String>,
+    /// Glob patterns of the publish/subscribe channels the user may subscribe and publish to
+    /// (`SUBSCRIBE`, `SSUBSCRIBE`, `PUBLISH`, `SPUBLISH`, and the channels a recognised script
+    /// publishes to); a leading `&` is accepted, as Redis writes them. A `PSUBSCRIBE` pattern
+    /// must be one of them exactly. Empty: no channel at all (Redis 7's default). `*`: every
+    /// channel.
+    #[serde(default)]
+    pub channels: Vec<String>,
     /// This user's own `lease_keys`, in place of the global list; unset: the global list.
     pub lease_keys: Option<Vec<String>>,
 }

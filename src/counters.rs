@@ -26,8 +26,11 @@ pub struct Counters {
     pub leases_active: AtomicU64,
     /// Lease renewals a quorum granted.
     pub lease_renewals: AtomicU64,
-    /// Leases lost: a renewal without a quorum within validity.
+    /// Leases lost: no renewal reached a quorum within validity.
     pub leases_lost: AtomicU64,
+    /// Runs of failed lease renewals, each told as a "renewal failed" notice while the lock
+    /// was still valid (a run that ends in a loss is counted in `leases_lost` as well).
+    pub lease_renewal_failures: AtomicU64,
     /// Leases ended because the lock was released, through any proxy (or taken over).
     pub leases_released: AtomicU64,
     /// Leases ended because the connection that acquired the lock closed.
@@ -53,6 +56,7 @@ impl Counters {
             leases_active: AtomicU64::new(0),
             lease_renewals: AtomicU64::new(0),
             leases_lost: AtomicU64::new(0),
+            lease_renewal_failures: AtomicU64::new(0),
             leases_released: AtomicU64::new(0),
             leases_disconnected: AtomicU64::new(0),
             leases_max: AtomicU64::new(0),

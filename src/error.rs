@@ -250,6 +250,13 @@ pub enum Error {
     AuthWithoutPassword,
     /// `NOPERM` for a key the user may not touch.
     NoPermKeys,
+    /// `NOPERM` for a channel the user may not subscribe or publish to.
+    NoPermChannels,
+    /// `ERR The user executing the script can't publish to the channel ...`: a recognised
+    /// script would publish to a channel its user may not use.
+    ScriptChannel,
+    /// `NOPERM` for a publish on one of the proxy's own channels (`redlock-proxy:*`).
+    ReservedChannel,
 
     // --- Transactions. ---
     /// `ERR Command not allowed inside a transaction`.
@@ -519,6 +526,15 @@ impl Error {
             Error::NoPermKeys => {
                 "NOPERM this user has no permissions to access one of the keys used as arguments"
             }
+            Error::NoPermChannels => {
+                "NOPERM this user has no permissions to access one of the channels used as arguments"
+            }
+            Error::ScriptChannel => {
+                "ERR The user executing the script can't publish to the channel mentioned in the command"
+            }
+            Error::ReservedChannel => {
+                "NOPERM redlock-proxy:* channels carry the proxy's own notices: clients may subscribe to them, never publish"
+            }
 
             // Transactions.
             Error::NotInMulti => "ERR Command not allowed inside a transaction",
@@ -699,6 +715,9 @@ mod tests {
             Error::WrongPass,
             Error::AuthWithoutPassword,
             Error::NoPermKeys,
+            Error::NoPermChannels,
+            Error::ScriptChannel,
+            Error::ReservedChannel,
             Error::NotInMulti,
             Error::WatchInMulti,
             Error::NestedMulti,

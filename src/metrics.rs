@@ -17,7 +17,8 @@
 //!   `_clock_suspect` (0 or 1), `redlock_master_restarts_total`, `_clock_jumps_total`,
 //!   `_reconnects_total`, `_request_timeouts_total`, and `redlock_master_reply_seconds`;
 //! - leases: `redlock_leases` (running), `redlock_lease_renewals_total`,
-//!   `redlock_leases_lost_total`, `redlock_leases_ended_total{reason}` (`released`,
+//!   `redlock_lease_renewal_failures_total`, `redlock_leases_lost_total`,
+//!   `redlock_leases_ended_total{reason}` (`released`,
 //!   `disconnected`, `max`).
 //!
 //! The HTTP side is hyper's HTTP/1.1 server, one request per connection: `GET` (or `HEAD`)
@@ -174,8 +175,14 @@ impl Collector for ProxyCollector {
         )?;
         counter(
             &mut e,
+            "redlock_lease_renewal_failures",
+            "Runs of failed lease renewals, told while the lock was still valid.",
+            Counters::get(&s.lease_renewal_failures),
+        )?;
+        counter(
+            &mut e,
             "redlock_leases_lost",
-            "Leases lost: a renewal that reached no quorum within validity.",
+            "Leases lost: no renewal reached a quorum within validity.",
             Counters::get(&s.leases_lost),
         )?;
         {

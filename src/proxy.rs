@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::acl::{Accounts, Keys};
+use crate::acl::{Accounts, Patterns};
 use crate::backend::clock::Rules as ClockRules;
 use crate::backend::target::Link;
 use crate::backend::{Backend, Settings};
@@ -53,7 +53,7 @@ pub struct Proxy {
     /// Cancelled on `SIGTERM`/`SIGINT`: clients answer what they have read, then close.
     shutdown: CancellationToken,
     /// The keys whose locks get a lease (`lease_keys`), for a user without its own.
-    lease_patterns: Keys,
+    lease_patterns: Patterns,
     /// True when any connection may hold a lease: `lease_keys` or some user's own.
     leases_on: bool,
 }
@@ -187,7 +187,7 @@ impl Proxy {
     }
 
     /// The lease patterns of user `name` (`None`: `default`): its own, or `lease_keys`.
-    pub fn lease_patterns(&self, name: Option<&[u8]>) -> Keys {
+    pub fn lease_patterns(&self, name: Option<&[u8]>) -> Patterns {
         self.accounts
             .lease_keys(name)
             .unwrap_or_else(|| self.lease_patterns.clone())

@@ -19,6 +19,11 @@
 //! to everything wanted at once, and a member no longer in force has its link closed. Each
 //! link has its own id, never reused, so copies counted for a removed link are never taken for
 //! those of the link that replaced it.
+//!
+//! **The proxy's own channels.** Channels under [`RESERVED_PREFIX`] carry the proxy's notices
+//! about leases, each naming a lock's key. No client publishes on them (see
+//! `command::pubsub`), and a notice is delivered only to subscribers whose user may touch the
+//! key it names ([`notice_key`]): a tenant never learns the name of another tenant's lock.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -31,6 +36,7 @@ use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span};
 
+use crate::acl::Patterns;
 use crate::backend::target::Link;
 use crate::quorum::members::same;
 use crate::wire::master::{ReplyDecoder, command};
@@ -42,6 +48,41 @@ pub const DEDUP_WINDOW: Duration = Duration::from_secs(2);
 /// Messages queued for one client before further ones are dropped (Redis would disconnect a
 /// subscriber this far behind; the session does, when it sees [`Subscriber::overflowed`]).
 pub const CLIENT_QUEUE: usize = 4096;
+
+/// The prefix of the channels the proxy publishes its own notices on; clients may subscribe
+/// to them, never publish.
+pub const RESERVED_PREFIX: &[u8] = b"redlock-proxy:";
+
+/// The channel a lost lease is told on: the message is the lock's key.
+pub const LEASE_LOST: &[u8] = b"redlock-proxy:lease-lost";
+
+/// The channel a failed lease renewal is told on, while the lock may still be valid: the
+/// message is `<T> <key>`, T the Unix time in ms (the proxy's clock) until which the lock may
+/// still be valid.
+pub const LEASE_RENEWAL_FAILED: &[u8] = b"redlock-proxy:lease-renewal-failed";
+
+/// True when `channel` is one of the proxy's own.
+pub fn reserved(channel: &[u8]) -> bool {
+    channel.starts_with(RESERVED_PREFIX)
+}
+
+/// The key a notice on one of the proxy's channels names; `None` when the channel is not the
+/// proxy's, and `Some(None)` when it is but the message names no key it can read (such a
+/// message reaches only users who may touch every key).
+pub fn notice_key<'a>(channel: &[u8], payload: &'a [u8]) -> Option<Option<&'a [u8]>> {
+    if !reserved(channel) {
+        return None;
+    }
+    Some(match channel {
+        LEASE_LOST => Some(payload),
+        LEASE_RENEWAL_FAILED => payload
+            .iter()
+            .position(|&c| c == b' ')
+            .filter(|&at| at > 0 && payload[..at].iter().all(u8::is_ascii_digit))
+            .map(|at| &payload[at + 1..]),
+        _ => None,
+    })
+}
 
 /// What a subscription names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -124,9 +165,21 @@ impl Subscriber {
 struct Sink {
     tx: mpsc::Sender<Message>,
     overflow: Arc<std::sync::atomic::AtomicBool>,
+    /// The keys the client's user may touch (changed by a login): the proxy's notices reach it
+    /// only for those. Shared by every copy of the sink.
+    keys: Arc<Mutex<Patterns>>,
 }
 
 impl Sink {
+    /// True when the client may hear a notice naming `key` (see [`notice_key`]).
+    fn may_hear(&self, key: Option<&[u8]>) -> bool {
+        let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        match key {
+            Some(key) => keys.allows(key),
+            None => *keys == Patterns::All,
+        }
+    }
+
     fn send(&self, m: Message) {
         if self.tx.try_send(m).is_err() {
             self.overflow
@@ -324,8 +377,8 @@ impl Hub {
         }
     }
 
-    /// A new client's receiving end.
-    pub fn attach(self: &Arc<Self>, client: u64) -> Subscriber {
+    /// A new client's receiving end; its user may touch `keys`.
+    pub fn attach(self: &Arc<Self>, client: u64, keys: Patterns) -> Subscriber {
         self.start_links();
         let (tx, rx) = mpsc::channel(CLIENT_QUEUE);
         let overflow = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -334,9 +387,17 @@ impl Hub {
             Sink {
                 tx,
                 overflow: overflow.clone(),
+                keys: Arc::new(Mutex::new(keys)),
             },
         );
         Subscriber { rx, overflow }
+    }
+
+    /// The user of `client` (attached before) is now one who may touch `keys`.
+    pub fn set_keys(&self, client: u64, keys: Patterns) {
+        if let Some(sink) = self.lock().sinks.get(&client) {
+            *sink.keys.lock().unwrap_or_else(|p| p.into_inner()) = keys;
+        }
     }
 
     /// Subscribes `client` (attached before) to `name`; true when it was not subscribed yet.
@@ -507,9 +568,12 @@ impl Hub {
             Kind::Pattern => message.pattern.clone().unwrap_or_default(),
             _ => message.channel.clone(),
         };
+        let notice = notice_key(&message.channel, &message.payload);
         if let Some(subs) = state.subs.get(&(message.kind, name)) {
             for sink in subs.values() {
-                sink.send(message.clone());
+                if notice.is_none_or(|key| sink.may_hear(key)) {
+                    sink.send(message.clone());
+                }
             }
         }
     }
@@ -528,14 +592,19 @@ pub struct ClientSubs {
 }
 
 impl ClientSubs {
-    /// Attaches client `id` to the hub.
-    pub fn new(hub: &Arc<Hub>, id: u64) -> Arc<ClientSubs> {
+    /// Attaches client `id`, whose user may touch `keys`, to the hub.
+    pub fn new(hub: &Arc<Hub>, id: u64, keys: Patterns) -> Arc<ClientSubs> {
         Arc::new(ClientSubs {
             hub: hub.clone(),
             id,
-            inbox: Mutex::new(hub.attach(id)),
+            inbox: Mutex::new(hub.attach(id, keys)),
             names: Mutex::default(),
         })
+    }
+
+    /// The client logged in as a user who may touch `keys`.
+    pub fn set_keys(&self, keys: Patterns) {
+        self.hub.set_keys(self.id, keys);
     }
 
     fn names(&self) -> std::sync::MutexGuard<'_, HashMap<Kind, HashSet<Bytes>>> {
@@ -837,7 +906,7 @@ mod tests {
     #[test]
     fn one_message_from_every_master_is_delivered_once() {
         let h = hub(3);
-        let mut s = h.attach(1);
+        let mut s = h.attach(1, Patterns::All);
         assert!(h.subscribe(1, Kind::Channel, &Bytes::from_static(b"ch")));
         for master in 1..=3 {
             h.deliver(master, msg("0"));
@@ -859,8 +928,8 @@ mod tests {
     #[test]
     fn only_subscribers_of_the_channel_or_pattern_get_it() {
         let h = hub(1);
-        let mut a = h.attach(1);
-        let mut b = h.attach(2);
+        let mut a = h.attach(1, Patterns::All);
+        let mut b = h.attach(2, Patterns::All);
         h.subscribe(1, Kind::Channel, &Bytes::from_static(b"ch"));
         h.subscribe(2, Kind::Pattern, &Bytes::from_static(b"c*"));
         h.deliver(1, msg("plain"));
@@ -878,11 +947,50 @@ mod tests {
         assert!(h.wanted().len() == 1);
     }
 
+    #[test]
+    fn the_proxys_notices_reach_only_users_who_may_touch_their_key() {
+        let h = hub(1);
+        let only = |p: &str| Patterns::Only(vec![p.as_bytes().to_vec()].into());
+        let mut a = h.attach(1, only("a:*"));
+        let mut b = h.attach(2, only("b:*"));
+        let mut root = h.attach(3, Patterns::All);
+        let lost = Bytes::from_static(LEASE_LOST);
+        let failed = Bytes::from_static(LEASE_RENEWAL_FAILED);
+        for id in 1..=3 {
+            h.subscribe(id, Kind::Channel, &lost);
+            h.subscribe(id, Kind::Channel, &failed);
+        }
+        let notice = |channel: &Bytes, payload: &'static str| Message {
+            kind: Kind::Channel,
+            pattern: None,
+            channel: channel.clone(),
+            payload: Bytes::from_static(payload.as_bytes()),
+        };
+        h.deliver(1, notice(&lost, "a:lock"));
+        h.deliver(1, notice(&failed, "1764000000000 b:lock"));
+        // Unreadable: only for users who may touch every key.
+        h.deliver(1, notice(&failed, "b:lock"));
+        assert_eq!(drain(&mut a), vec![Bytes::from_static(b"a:lock")]);
+        assert_eq!(
+            drain(&mut b),
+            vec![Bytes::from_static(b"1764000000000 b:lock")]
+        );
+        assert_eq!(drain(&mut root).len(), 3);
+        // A login as another user changes what the client hears from then on.
+        h.set_keys(1, only("b:*"));
+        h.deliver(1, notice(&lost, "b:other"));
+        assert_eq!(drain(&mut a), vec![Bytes::from_static(b"b:other")]);
+        // Other channels are not filtered by key.
+        h.subscribe(1, Kind::Channel, &Bytes::from_static(b"ch"));
+        h.deliver(1, msg("anything"));
+        assert_eq!(drain(&mut a), vec![Bytes::from_static(b"anything")]);
+    }
+
     /// In a runtime: the links added are spawned (to ports nobody listens on).
     #[tokio::test]
     async fn the_links_follow_the_members() {
         let h = hub(3);
-        let mut s = h.attach(1);
+        let mut s = h.attach(1, Patterns::All);
         let ch = Bytes::from_static(b"ch");
         h.subscribe(1, Kind::Channel, &ch);
         for id in 1..=3 {

@@ -33,6 +33,7 @@ const LEASED: &str = r#"lease_keys = ["lease:*"]"#;
 
 /// The channel a lost lease is told on.
 const LOST_CHANNEL: &str = "redlock-proxy:lease-lost";
+const RENEWAL_FAILED_CHANNEL: &str = "redlock-proxy:lease-renewal-failed";
 
 /// A proxy in this test's runtime, and its metrics endpoint.
 struct Leasing {
@@ -634,10 +635,8 @@ async fn a_majority_stopped_loses_the_lease_within_a_ttl_tells_the_holder_and_su
     };
 
     // The raw holder's own connection: the push, byte for byte, within one TTL of the stop.
-    let push = holder
-        .try_read(Duration::from_millis(3 * TTL))
-        .await
-        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    let push =
+        push_after_renewal_failed(&mut holder, raw_key, Duration::from_millis(3 * TTL)).await;
     let told = paused.elapsed();
     let told_ms = wall_ms();
     assert_eq!(push.as_deref(), Some(lost_push(raw_key).as_str()));
@@ -665,10 +664,13 @@ async fn a_majority_stopped_loses_the_lease_within_a_ttl_tells_the_holder_and_su
 
     // The real clients were told too.
     let lines = py.finish(Duration::from_secs(30)).await;
-    let push_line = lines
-        .iter()
-        .find(|l| l.starts_with("push "))
-        .unwrap_or_else(|| panic!("redis-py got no push: {lines:?}"));
+    let pushes: Vec<&String> = lines.iter().filter(|l| l.starts_with("push ")).collect();
+    assert!(
+        pushes.len() == 2
+            && pushes[0].starts_with(&format!("push message {RENEWAL_FAILED_CHANNEL} ")),
+        "redis-py is told the renewal failed, then the loss: {lines:?}"
+    );
+    let push_line = pushes[1];
     let words: Vec<&str> = push_line.split(' ').collect();
     assert_eq!(
         words[..4],
@@ -755,6 +757,22 @@ async fn next_text(c: &mut Client, within: Duration) -> Option<String> {
         .map(|b| String::from_utf8_lossy(&b).into_owned())
 }
 
+/// What a RESP3 holder of `key` is pushed when its lease is lost to masters that stopped
+/// answering: first the renewal-failed notice (`<T> <key>`, T in Unix ms), checked here, then
+/// the loss, returned as text.
+async fn push_after_renewal_failed(c: &mut Client, key: &str, within: Duration) -> Option<String> {
+    let first = next_text(c, within).await?;
+    let head = format!(
+        ">3\r\n$7\r\nmessage\r\n${}\r\n{RENEWAL_FAILED_CHANNEL}\r\n$",
+        RENEWAL_FAILED_CHANNEL.len()
+    );
+    assert!(
+        first.starts_with(&head) && first.ends_with(&format!(" {key}\r\n")),
+        "first a renewal-failed push: {first:?}"
+    );
+    next_text(c, within).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_lost_to_slow_masters_is_told_to_another_proxys_subscribers_and_pushed_to_resp3_holders_only()
  {
@@ -791,7 +809,9 @@ async fn a_lease_lost_to_slow_masters_is_told_to_another_proxys_subscribers_and_
     fx[0].set(Fault::Delay(Duration::from_millis(300)));
     fx[1].set(Fault::Delay(Duration::from_millis(300)));
     let slowed = Instant::now();
-    let push = next_text(&mut holder3, Duration::from_millis(3 * TTL)).await;
+    let push =
+        push_after_renewal_failed(&mut holder3, "lease:slow:3", Duration::from_millis(3 * TTL))
+            .await;
     assert_eq!(push.as_deref(), Some(lost_push("lease:slow:3").as_str()));
     assert!(
         slowed.elapsed() < Duration::from_millis(TTL),
@@ -848,7 +868,7 @@ async fn a_lost_lease_is_told_once_even_when_the_stopped_masters_come_back_late(
     ms[0].pause();
     ms[1].pause();
     assert_eq!(
-        next_text(&mut holder, Duration::from_millis(3 * TTL))
+        push_after_renewal_failed(&mut holder, "lease:late", Duration::from_millis(3 * TTL))
             .await
             .as_deref(),
         Some(lost_push("lease:late").as_str())
@@ -901,7 +921,8 @@ async fn a_lease_lost_with_every_master_stopped_is_still_told_by_the_proxy_and_l
     for m in &ms {
         m.pause();
     }
-    let push = next_text(&mut holder, Duration::from_millis(2700)).await;
+    let push =
+        push_after_renewal_failed(&mut holder, "lease:log", Duration::from_millis(2700)).await;
     let message = next_text(&mut sub, Duration::from_millis(2700)).await;
     for m in &ms {
         m.resume();

@@ -1189,3 +1189,284 @@ async fn random_commands_broken_framing_and_abuse_never_hurt_the_proxy_or_a_lock
     );
     assert!(rounds.load(Ordering::Relaxed) > 0);
 }
+
+/// The `[[users]]` of the tenancy tests: two tenants, each limited to its own keys, Redisson
+/// channels and leases; `widened` gives `tenant_a` every key and channel (the negative control).
+fn tenant_users(widened: bool) -> Vec<redlock_proxy::config::UserDecl> {
+    let tenant = |t: &str| {
+        let (keys, channels) = if widened && t == "a" {
+            ("[\"*\"]".to_string(), "[\"*\"]".to_string())
+        } else {
+            (
+                format!(
+                    "[\"{t}:*\", \"redisson_lock__channel:{{{t}:*}}\", \"redisson_unlock_latch:{{{t}:*}}:*\"]"
+                ),
+                format!("[\"&redisson_lock__channel:{{{t}:*}}\", \"redlock-proxy:lease-*\"]"),
+            )
+        };
+        format!(
+            "[[users]]\nname = \"tenant_{t}\"\npassword = \"p{t}\"\nkeys = {keys}\nchannels = {channels}\n\
+             lease_keys = [\"{t}:lease:*\"]\n"
+        )
+    };
+    // tenant_c may use its Redisson keys but no channel at all.
+    let c = "[[users]]\nname = \"tenant_c\"\npassword = \"pc\"\n\
+             keys = [\"c:*\", \"redisson_lock__channel:{c:*}\", \"redisson_unlock_latch:{c:*}:*\"]\n";
+    let text = format!("password = \"rootpw\"\n{}{}{c}", tenant("a"), tenant("b"));
+    Config::from_toml(&text).expect("tenant users").users
+}
+
+/// A client logged in as `user` (RESP3 when `resp3`, so that lease notices are pushed).
+async fn tenant(addr: &str, user: &str, password: &str, resp3: bool) -> Client {
+    let mut c = Client::connect(addr).await;
+    if resp3 {
+        let hello = c.raw(&["HELLO", "3", "AUTH", user, password]).await;
+        assert!(hello.starts_with('%'), "{hello}");
+    } else {
+        assert_eq!(c.raw(&["AUTH", user, password]).await, "+OK\r\n");
+    }
+    c
+}
+
+/// Every message (or push) `c` receives until `quiet` passes without one: the channel and
+/// payload of each.
+async fn messages_until_quiet(c: &mut Client, quiet: Duration) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    while let Some(raw) = c.try_read(quiet).await {
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let parts: Vec<&str> = text.split("\r\n").collect();
+        // *3 / >3, $7, message, $n, channel, $m, payload
+        if parts.len() >= 7 && parts[2] == "message" {
+            out.push((parts[4].to_string(), parts[6].to_string()));
+        }
+    }
+    out
+}
+
+const NOPERM_CHANNELS: &str =
+    "-NOPERM this user has no permissions to access one of the channels used as arguments\r\n";
+const RESERVED: &str = "-NOPERM redlock-proxy:* channels carry the proxy's own notices: clients may subscribe to them, never publish\r\n";
+
+/// Two tenants with locks, leases and Redisson waiters (issue 33). Unless `widened`, every
+/// cross-tenant subscribe, publish and lease notice is refused or withheld; what each tenant
+/// may do works either way.
+async fn tenants_on_channels(widened: bool) {
+    let ms = masters(3);
+    let p = proxy_with(&ms, |c| {
+        c.password = Some("rootpw".into());
+        c.users = tenant_users(widened);
+        c.node_timeout_ms = 100;
+    })
+    .await;
+    let a = || tenant(&p, "tenant_a", "pa", false);
+    // Cross-tenant subscriptions and publishes, each on a fresh connection.
+    let cross: [&[&str]; 5] = [
+        &["SUBSCRIBE", "redisson_lock__channel:{b:lock}"],
+        &[
+            "SUBSCRIBE",
+            "redisson_lock__channel:{a:lock}",
+            "redlock-proxy:x",
+            "b:news",
+        ],
+        &["PSUBSCRIBE", "redisson_lock__channel:*"],
+        &["SSUBSCRIBE", "redisson_lock__channel:{b:lock}"],
+        &["PUBLISH", "redisson_lock__channel:{b:lock}", "0"],
+    ];
+    for cmd in cross {
+        let got = a().await.raw(cmd).await;
+        if widened {
+            assert_ne!(got, NOPERM_CHANNELS, "{cmd:?} with every channel");
+        } else {
+            assert_eq!(got, NOPERM_CHANNELS, "{cmd:?}");
+        }
+    }
+    // A pattern subscription that is one of the user's patterns exactly is allowed.
+    let got = a()
+        .await
+        .raw(&["PSUBSCRIBE", "redisson_lock__channel:{a:*}"])
+        .await;
+    assert!(got.starts_with("*3\r\n$10\r\npsubscribe"), "{got}");
+    // Nobody publishes on the proxy's own channels: not a tenant, not the default user.
+    let mut root = tenant(&p, "default", "rootpw", false).await;
+    for c in [&mut a().await, &mut root] {
+        for cmd in ["PUBLISH", "SPUBLISH"] {
+            assert_eq!(
+                c.raw(&[cmd, "redlock-proxy:lease-lost", "b:lease:1"]).await,
+                RESERVED
+            );
+        }
+    }
+
+    // A Redisson waiter of each tenant hears its own tenant's unlock.
+    let (lock, unlock) = (lua("redisson_lock"), lua("redisson_unlock"));
+    for t in ["a", "b"] {
+        let (user, pass) = (format!("tenant_{t}"), format!("p{t}"));
+        let name = format!("{t}:lock");
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        let mut waiter = tenant(&p, &user, &pass, false).await;
+        waiter.send(&["SUBSCRIBE", &channel]).await;
+        assert!(String::from_utf8_lossy(&waiter.read_raw().await).contains("subscribe"));
+        let mut holder = tenant(&p, &user, &pass, false).await;
+        let me = "uuid-1:1";
+        assert_eq!(
+            holder.cmd(&["EVAL", &lock, "1", &name, "10000", me]).await,
+            Reply::Nil
+        );
+        let latch = format!("redisson_unlock_latch:{{{name}}}:r1");
+        let release = [
+            "EVAL", &unlock, "3", &name, &channel, &latch, "0", "10000", me, "publish", "5000",
+        ];
+        assert_eq!(holder.cmd(&release).await, Reply::Integer(1));
+        let heard = messages_until_quiet(&mut waiter, Duration::from_millis(300)).await;
+        assert_eq!(
+            heard,
+            vec![(channel.clone(), "0".to_string())],
+            "{t}'s waiter"
+        );
+    }
+
+    // A script that would publish where its user may not is refused before it runs anywhere:
+    // the lock stays its holder's.
+    let mut c = tenant(&p, "tenant_c", "pc", false).await;
+    assert_eq!(
+        c.cmd(&["EVAL", &lock, "1", "c:lock", "10000", "uuid-2:1"])
+            .await,
+        Reply::Nil
+    );
+    let release = [
+        "EVAL",
+        &unlock,
+        "3",
+        "c:lock",
+        "redisson_lock__channel:{c:lock}",
+        "redisson_unlock_latch:{c:lock}:r1",
+        "0",
+        "10000",
+        "uuid-2:1",
+        "publish",
+        "5000",
+    ];
+    assert_eq!(
+        c.raw(&release).await,
+        "-ERR The user executing the script can't publish to the channel mentioned in the command\r\n"
+    );
+    for m in &ms {
+        assert_eq!(
+            m.client().await.cmd(&["EXISTS", "c:lock"]).await,
+            Reply::Integer(1)
+        );
+    }
+
+    // Lease notices: each tenant's subscriber, and the default user's, listen on both of the
+    // proxy's channels; each tenant holds a leased lock on a RESP3 connection.
+    let listen = |user: &'static str, pass: &'static str| {
+        let p = p.clone();
+        async move {
+            let mut s = tenant(&p, user, pass, false).await;
+            s.send(&[
+                "SUBSCRIBE",
+                "redlock-proxy:lease-lost",
+                "redlock-proxy:lease-renewal-failed",
+            ])
+            .await;
+            s.read_raw().await;
+            s.read_raw().await;
+            s
+        }
+    };
+    let (mut sa, mut sb, mut sroot) = (
+        listen("tenant_a", "pa").await,
+        listen("tenant_b", "pb").await,
+        listen("default", "rootpw").await,
+    );
+    let mut ha = tenant(&p, "tenant_a", "pa", true).await;
+    let mut hb = tenant(&p, "tenant_b", "pb", true).await;
+    assert_eq!(
+        ha.raw(&["SET", "a:lease:1", "ta", "NX", "PX", "900"]).await,
+        "+OK\r\n"
+    );
+    assert_eq!(
+        hb.raw(&["SET", "b:lease:1", "tb", "NX", "PX", "900"]).await,
+        "+OK\r\n"
+    );
+    // Two masters stop answering: both leases fail to renew, then are lost.
+    ms[1].pause();
+    ms[2].pause();
+    let quiet = Duration::from_millis(1500);
+    let (heard_a, heard_b, heard_root, pushed_a) = tokio::join!(
+        messages_until_quiet(&mut sa, quiet),
+        messages_until_quiet(&mut sb, quiet),
+        messages_until_quiet(&mut sroot, quiet),
+        messages_until_quiet(&mut ha, quiet),
+    );
+    ms[1].resume();
+    ms[2].resume();
+    let names = |heard: &[(String, String)]| {
+        let mut n: Vec<String> = heard
+            .iter()
+            .map(|(ch, m)| format!("{ch} {}", m.rsplit(' ').next().unwrap_or("")))
+            .collect();
+        n.sort();
+        n
+    };
+    let notices = |k: &str| {
+        vec![
+            format!("redlock-proxy:lease-lost {k}"),
+            format!("redlock-proxy:lease-renewal-failed {k}"),
+        ]
+    };
+    let mut both = notices("a:lease:1");
+    both.extend(notices("b:lease:1"));
+    both.sort();
+    assert_eq!(
+        names(&heard_root),
+        both,
+        "the default user hears every notice"
+    );
+    assert_eq!(
+        names(&heard_b),
+        notices("b:lease:1"),
+        "tenant_b hears only its own"
+    );
+    if widened {
+        assert_eq!(
+            names(&heard_a),
+            both,
+            "widened, tenant_a hears tenant_b's notices"
+        );
+    } else {
+        assert_eq!(
+            names(&heard_a),
+            notices("a:lease:1"),
+            "tenant_a hears only its own"
+        );
+    }
+    // The holder's own pushes: renewal failed (with its deadline), then lost.
+    assert_eq!(names(&pushed_a), notices("a:lease:1"));
+    let failed = &pushed_a
+        .iter()
+        .find(|(ch, _)| ch == "redlock-proxy:lease-renewal-failed")
+        .expect("a renewal-failed push")
+        .1;
+    let until: u128 = failed.split(' ').next().unwrap().parse().expect("T in ms");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    assert!(
+        until + 5_000 > now && until < now + 1_000,
+        "T = {until}, now {now}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_are_kept_apart_on_channels_and_lease_notices() {
+    tenants_on_channels(false).await;
+}
+
+/// Negative control: with `tenant_a`'s patterns widened to every key and channel, the same
+/// probes reach `tenant_b`'s channels and notices, so the test above can see a leak.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_control_widened_patterns_reach_the_other_tenant() {
+    tenants_on_channels(true).await;
+}

@@ -74,8 +74,8 @@ pub fn hello(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
         let opt = &args[i];
         if opt.eq_ignore_ascii_case(b"AUTH") && i + 2 < args.len() {
             match proxy.accounts().login(Some(&args[i + 1]), &args[i + 2]) {
-                Ok(keys) => {
-                    conn.log_in(keys);
+                Ok(access) => {
+                    conn.log_in(access);
                     lease_patterns_of(proxy, conn, Some(&args[i + 1]));
                 }
                 Err(e) => return Reply::from(e).into(),
@@ -120,8 +120,8 @@ pub fn auth(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
         _ => return Reply::from(Error::Syntax).into(),
     };
     match proxy.accounts().login(user, password) {
-        Ok(keys) => {
-            conn.log_in(keys);
+        Ok(access) => {
+            conn.log_in(access);
             lease_patterns_of(proxy, conn, user);
             Reply::ok().into()
         }

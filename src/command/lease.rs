@@ -7,10 +7,20 @@
 //! full TTL, under Redlock's validity rule, never past the grant plus `lease_max_ms`. The lease
 //! ends quietly when a quorum answer that the lock is no longer the holder's (released, through
 //! any proxy), when the connection closes (and the lock is then released when
-//! `lease_release_on_disconnect` is set), or at `lease_max_ms`. When a renewal cannot reach a
-//! quorum within validity, the lease is **lost**: counted, logged at WARN with the key, and
-//! told to the holder — published on [`LOST_CHANNEL`] with the key as message, and pushed to
-//! the holder's own connection when it speaks RESP3.
+//! `lease_release_on_disconnect` is set), or at `lease_max_ms`.
+//!
+//! Two notices tell a holder that its lease is in trouble, each published on its own channel
+//! of the proxy's and pushed to the holder's own connection when it speaks RESP3:
+//!
+//! - **Renewal failed** ([`RENEWAL_FAILED_CHANNEL`], message `<T> <key>`): a renewal could not
+//!   reach a quorum within validity. The lock is still the holder's until T (the Unix time in
+//!   ms, on the proxy's clock, when the validity of the last successful renewal ends), and the
+//!   lease keeps trying, every tenth of the TTL, until then. Told once per run of failures.
+//! - **Lost** ([`LOST_CHANNEL`], message `<key>`): validity ran out with no renewal succeeding
+//!   (or the proxy stalled past it). Counted, and logged at WARN with the key. The holder must
+//!   stop: another client may take the lock.
+//!
+//! Both reach only subscribers whose user may touch the key (see [`crate::pubsub`]).
 //!
 //! Connections without patterns carry nothing, and an acquisition that is not leased pays
 //! nothing: the grant is watched only where a lease will follow it.
@@ -34,7 +44,11 @@ use crate::wire::master::command;
 use crate::wire::reply::Reply;
 
 /// The channel a lost lease is published on; the message is the lock's key.
-pub const LOST_CHANNEL: &[u8] = b"redlock-proxy:lease-lost";
+pub const LOST_CHANNEL: &[u8] = crate::pubsub::LEASE_LOST;
+
+/// The channel a failed renewal is published on while the lock is still valid; the message
+/// is `<T> <key>`, T the Unix time in ms until which the lock stays the holder's.
+pub const RENEWAL_FAILED_CHANNEL: &[u8] = crate::pubsub::LEASE_RENEWAL_FAILED;
 
 /// A lock a lease keeps.
 #[derive(Debug, Clone)]
@@ -152,8 +166,16 @@ async fn keep(proxy: Arc<Proxy>, leases: Arc<Leases>, lock: Leased, granted: Ins
     let until = granted + Duration::from_millis(proxy.config().lease_max_ms);
     let drift = crate::lockop::drift(ttl, proxy.config().drift_factor);
     let mut last = granted;
+    // Since the first failed renewal of a run of failures: the masters that answered the
+    // latest one (a loss is published through them).
+    let mut failing: Option<super::lock::Answered> = None;
     let end = loop {
-        let next = last + ttl / 3;
+        // The lock is the holder's until the validity of the last renewal ends.
+        let valid_until = last + ttl.saturating_sub(drift);
+        let next = match failing {
+            None => last + ttl / 3,
+            Some(_) => Instant::now() + (ttl / 10).max(Duration::from_millis(5)),
+        };
         if next >= until {
             tokio::select! {
                 () = sleep_until(until) => break End::Max,
@@ -161,17 +183,23 @@ async fn keep(proxy: Arc<Proxy>, leases: Arc<Leases>, lock: Leased, granted: Ins
             }
         }
         tokio::select! {
-            () = sleep_until(next) => {}
+            () = sleep_until(next.min(valid_until)) => {}
             () = leases.closed() => break End::Disconnected,
         }
         let now = Instant::now();
-        // A renewal that comes too late (this proxy stalled) finds the lock expired: lost, not
-        // released, whatever the masters now say.
-        if now >= last + ttl.saturating_sub(drift) {
-            break End::Lost(
-                "the lock expired before its renewal could run",
-                super::lock::Answered::default(),
-            );
+        // A renewal that comes too late (this proxy stalled, or every retry failed) finds the
+        // lock expired: lost, not released, whatever the masters now say.
+        if now >= valid_until {
+            break match failing.take() {
+                Some(answered) => End::Lost(
+                    "no renewal reached a quorum before the lock's validity ended",
+                    answered,
+                ),
+                None => End::Lost(
+                    "the lock expired before its renewal could run",
+                    super::lock::Answered::default(),
+                ),
+            };
         }
         // Never past the lease's end: the last renewal sets only what is left of it.
         let left = until.saturating_duration_since(now).min(ttl);
@@ -179,17 +207,44 @@ async fn keep(proxy: Arc<Proxy>, leases: Arc<Leases>, lock: Leased, granted: Ins
         if ms <= 0 {
             break End::Max;
         }
-        let renewal = match &lock {
-            Leased::Plain { keys, token, .. } => lock::renew(&proxy, keys, token, ms).await,
-            Leased::Hash { key, field, .. } => hashlock::renew_lease(&proxy, key, field, ms).await,
+        let renew = async {
+            match &lock {
+                Leased::Plain { keys, token, .. } => lock::renew(&proxy, keys, token, ms).await,
+                Leased::Hash { key, field, .. } => {
+                    hashlock::renew_lease(&proxy, key, field, ms).await
+                }
+            }
         };
+        // The holder is told of the loss when validity ends, not when a renewal still in
+        // flight then gives up (its writes reach the masters all the same).
+        let renewal = tokio::select! {
+            renewal = renew => renewal,
+            () = sleep_until(valid_until) => Renewal::Failed(
+                "no renewal reached a quorum before the lock's validity ended",
+                failing.take().unwrap_or_default(),
+            ),
+        };
+        let expired = Instant::now() >= valid_until;
         match renewal {
             Renewal::Renewed => {
                 Counters::bump(&proxy.counters().lease_renewals);
                 last = now;
+                failing = None;
             }
             Renewal::Gone => break End::Released,
-            Renewal::Failed(why, answered) => break End::Lost(why, answered),
+            Renewal::Failed(why, answered) if expired => break End::Lost(why, answered),
+            Renewal::Failed(why, answered) => {
+                if failing.is_none() {
+                    Counters::bump(&proxy.counters().lease_renewal_failures);
+                    warn!(key = %lock.key().escape_ascii(), reason = why, "lease renewal failed; the lock stays valid until its validity ends");
+                    let left = valid_until.saturating_duration_since(Instant::now());
+                    let notice = renewal_failed_message(lock.key(), left);
+                    let channel = Bytes::from_static(RENEWAL_FAILED_CHANNEL);
+                    publish(&proxy, &channel, &notice, &answered);
+                    leases.warn((RENEWAL_FAILED_CHANNEL, notice));
+                }
+                failing = Some(answered);
+            }
         }
     };
     let counters = proxy.counters();
@@ -247,25 +302,44 @@ async fn release(proxy: &Arc<Proxy>, lock: &Leased) {
 /// window, and announce the loss a second time, perhaps to a holder that has taken the lock
 /// again since.
 fn tell(proxy: &Proxy, leases: &Leases, key: Bytes, answered: &super::lock::Answered) -> bool {
-    let channel = Bytes::from_static(LOST_CHANNEL);
-    proxy.hub().deliver_local(channel.clone(), key.clone());
-    let publish = command(&[b"PUBLISH", &channel, &key]);
-    for master in &answered.0 {
-        master.send(publish.clone(), 1, None);
-    }
-    let told = leases.tell(key);
+    publish(proxy, &Bytes::from_static(LOST_CHANNEL), &key, answered);
+    let told = leases.tell((LOST_CHANNEL, key));
     if !told {
         debug!("a lost-lease push was dropped: the holder's connection is gone or full");
     }
     told
 }
 
-/// The push a RESP3 holder receives for a lease it lost: the channel's message.
-pub fn lost_push(key: Bytes) -> Reply {
+/// Publishes one of the proxy's notices: to this proxy's subscribers now, and to the other
+/// proxies' through the masters that `answered` (see [`tell`] for why only those).
+fn publish(proxy: &Proxy, channel: &Bytes, message: &Bytes, answered: &super::lock::Answered) {
+    proxy.hub().deliver_local(channel.clone(), message.clone());
+    let publish = command(&[b"PUBLISH", channel, message]);
+    for master in &answered.0 {
+        master.send(publish.clone(), 1, None);
+    }
+}
+
+/// The message of a failed renewal: `<T> <key>`, T the Unix time in ms, on this proxy's clock,
+/// `left` from now (the message is built once, so every copy of it is the same).
+fn renewal_failed_message(key: &Bytes, left: Duration) -> Bytes {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let until = (now + left).as_millis();
+    let mut m = Vec::with_capacity(key.len() + 16);
+    m.extend_from_slice(until.to_string().as_bytes());
+    m.push(b' ');
+    m.extend_from_slice(key);
+    Bytes::from(m)
+}
+
+/// The push a RESP3 holder receives for a notice about its lease: the channel's message.
+pub fn notice_push(channel: &'static [u8], message: Bytes) -> Reply {
     Reply::Push(vec![
         Reply::Bulk(Bytes::from_static(b"message")),
-        Reply::Bulk(Bytes::from_static(LOST_CHANNEL)),
-        Reply::Bulk(key),
+        Reply::Bulk(Bytes::from_static(channel)),
+        Reply::Bulk(message),
     ])
 }
 
@@ -296,10 +370,28 @@ mod tests {
     #[test]
     fn the_holders_push_is_the_channels_message() {
         let mut out = bytes::BytesMut::new();
-        lost_push(Bytes::from_static(b"lock:a")).encode(&mut out, true);
+        notice_push(LOST_CHANNEL, Bytes::from_static(b"lock:a")).encode(&mut out, true);
         assert_eq!(
             &out[..],
             b">3\r\n$7\r\nmessage\r\n$24\r\nredlock-proxy:lease-lost\r\n$6\r\nlock:a\r\n"
+        );
+    }
+
+    #[test]
+    fn a_failed_renewal_names_its_deadline_then_the_key_as_the_hub_reads_it() {
+        let key = Bytes::from_static(b"lock a");
+        let m = renewal_failed_message(&key, Duration::from_millis(1500));
+        let (t, k) = m.split_at(m.iter().position(|&c| c == b' ').unwrap());
+        let t: u128 = std::str::from_utf8(t).unwrap().parse().unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis();
+        assert!(t > now && t <= now + 1500, "{t} against {now}");
+        assert_eq!(&k[1..], b"lock a");
+        assert_eq!(
+            crate::pubsub::notice_key(RENEWAL_FAILED_CHANNEL, &m),
+            Some(Some(&b"lock a"[..]))
         );
     }
 }

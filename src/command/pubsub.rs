@@ -5,6 +5,11 @@
 //! to it (at most a second), so a message published after the answer reaches the client. A
 //! publish goes to every master (every master's subscribers, other proxies included, get it)
 //! and answers the largest number of receivers any master reported.
+//!
+//! A user limited to some channels (`channels` in `[[users]]`) is refused, as Redis 7 refuses
+//! it, a subscription or publish that names a channel outside them (`NOPERM`); a pattern
+//! subscription must name one of its patterns exactly. Nobody publishes on the proxy's own
+//! channels (`redlock-proxy:*`), which only the proxy's notices use.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,8 +20,9 @@ use super::action::Action;
 use super::keys::{Gather, vote};
 use super::session::Conn;
 use super::spec::Cmd;
+use crate::error::Error;
 use crate::proxy::Proxy;
-use crate::pubsub::Kind;
+use crate::pubsub::{Kind, reserved};
 use crate::wire::master::command;
 use crate::wire::reply::Reply;
 
@@ -42,7 +48,18 @@ fn confirmation(kind: Kind, on: bool, name: Option<Bytes>, count: usize) -> Repl
     ])
 }
 
+/// True when the connection's user may subscribe to every one of `names`.
+fn may_subscribe(conn: &Conn, kind: Kind, names: &[Bytes]) -> bool {
+    names.iter().all(|n| match kind {
+        Kind::Pattern => conn.may_use_pattern(n),
+        Kind::Channel | Kind::Shard => conn.may_use_channel(n),
+    })
+}
+
 fn subscribe(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, kind: Kind) -> Action {
+    if !may_subscribe(conn, kind, &args[1..]) {
+        return Reply::from(Error::NoPermChannels).into();
+    }
     let subs = conn.subscribe_with(proxy.hub());
     let names: Vec<Bytes> = args[1..].to_vec();
     let replies: Vec<Reply> = names
@@ -81,6 +98,18 @@ fn unsubscribe(conn: &mut Conn, args: Vec<Bytes>, kind: Kind) -> Action {
     .into()
 }
 
+/// Whether the connection's user may publish on `channel`: not on the proxy's own channels,
+/// whoever asks, and otherwise as its channel patterns allow.
+pub fn may_publish(conn: &Conn, channel: &[u8]) -> Result<(), Error> {
+    if reserved(channel) {
+        Err(Error::ReservedChannel)
+    } else if !conn.may_use_channel(channel) {
+        Err(Error::NoPermChannels)
+    } else {
+        Ok(())
+    }
+}
+
 /// `SUBSCRIBE channel [channel ...]`
 pub fn sub(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     subscribe(proxy, conn, args, Kind::Channel)
@@ -112,7 +141,10 @@ pub fn sunsub(_: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
 }
 
 /// `PUBLISH channel message`, `SPUBLISH shardchannel message`
-pub fn publish(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>, cmd: Cmd) -> Action {
+pub fn publish(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, cmd: Cmd) -> Action {
+    if let Err(e) = may_publish(conn, &args[1]) {
+        return Reply::from(e).into();
+    }
     let name: &[u8] = if cmd == Cmd::Spublish {
         b"SPUBLISH"
     } else {

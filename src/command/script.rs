@@ -83,12 +83,26 @@ fn run(proxy: &Arc<Proxy>, conn: &mut Conn, script: &Script, args: Vec<Bytes>) -
     };
     match &script.meaning {
         Meaning::Lock(lock) => match bind(lock, keys, argv) {
-            Some(Ok(op)) => return leased_lock(proxy, conn, op),
+            Some(Ok(op)) => {
+                if let Some(p) = &op.publish
+                    && let Err(e) = may_publish(conn, &p.channel)
+                {
+                    return e.into();
+                }
+                return leased_lock(proxy, conn, op);
+            }
             Some(Err(e)) => return e.into(),
             None => {}
         },
         Meaning::Hash(hash) => match bind_hash(hash, keys, argv) {
-            Some(Ok(op)) => return leased_hash_lock(proxy, conn, op),
+            Some(Ok(op)) => {
+                if let Some(p) = &op.publish
+                    && let Err(e) = may_publish(conn, &p.channel)
+                {
+                    return e.into();
+                }
+                return leased_hash_lock(proxy, conn, op);
+            }
             Some(Err(e)) => return e.into(),
             None => {}
         },
@@ -100,7 +114,15 @@ fn run(proxy: &Arc<Proxy>, conn: &mut Conn, script: &Script, args: Vec<Bytes>) -
         // Redisson's read-write and fair locks: the client's script on every master, decided
         // by the quorum (see `rwlock`).
         Meaning::Redisson(rw) => match super::rwlock::bind(rw, &script.body, keys, argv) {
-            Some(Ok(op)) => return super::rwlock::run(proxy, op),
+            Some(Ok(op)) => {
+                let channel = rw.op.channel_key().and_then(|i| keys.get(i - 1));
+                if let Some(channel) = channel
+                    && let Err(e) = may_publish(conn, channel)
+                {
+                    return e.into();
+                }
+                return super::rwlock::run(proxy, op);
+            }
             Some(Err(e)) => return e.into(),
             None => {}
         },
@@ -112,6 +134,19 @@ fn run(proxy: &Arc<Proxy>, conn: &mut Conn, script: &Script, args: Vec<Bytes>) -
         Meaning::Unknown => {}
     }
     unknown(proxy, script, keys, &args)
+}
+
+/// Whether a recognised script may publish on `channel` for the connection's user: never on
+/// the proxy's own channels, and otherwise as the user's channel patterns allow, refused as
+/// Redis refuses a script's publish (checked before the script runs anywhere, so a refused
+/// release leaves the lock as it was rather than half done).
+fn may_publish(conn: &Conn, channel: &[u8]) -> Result<(), Reply> {
+    super::pubsub::may_publish(conn, channel).map_err(|e| {
+        Reply::from(match e {
+            Error::NoPermChannels => Error::ScriptChannel,
+            other => other,
+        })
+    })
 }
 
 /// Runs a script that writes a constant unless the key holds it (see [`WriteUnless`]) as

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::acl::Keys;
+use crate::acl::{Access, Patterns};
 use crate::error::Error;
 use crate::pubsub::{ClientSubs, Hub};
 use crate::wire::reply::Reply;
@@ -34,7 +34,9 @@ pub struct Conn {
     /// False until `AUTH` succeeds, when a password is configured.
     authed: bool,
     /// The keys the logged-in user may touch.
-    keys: Keys,
+    keys: Patterns,
+    /// The channels the logged-in user may subscribe and publish to.
+    channels: Patterns,
     /// The transaction being queued since `MULTI`; `None` outside one.
     multi: Option<Multi>,
     /// The keys under `WATCH`, with what the majority held when each was watched.
@@ -55,7 +57,7 @@ pub struct Conn {
     /// The connection's leases, when it may hold any (shared with `EXEC`'s copy).
     leases: Option<Arc<Leases>>,
     /// The keys whose locks get a lease on this connection: the user's own, or `lease_keys`.
-    lease_patterns: Keys,
+    lease_patterns: Patterns,
 }
 
 /// A transaction being queued, between `MULTI` and `EXEC` or `DISCARD`.
@@ -123,7 +125,8 @@ impl Conn {
             resp3: false,
             name: None,
             authed: !needs_auth,
-            keys: Keys::All,
+            keys: Patterns::All,
+            channels: Patterns::All,
             multi: None,
             watched: Vec::new(),
             watched_bytes: None,
@@ -133,7 +136,7 @@ impl Conn {
             skip_this: false,
             gone: Gone::default(),
             leases: None,
-            lease_patterns: Keys::Only(Arc::from([])),
+            lease_patterns: Patterns::Only(Arc::from([])),
         }
     }
 
@@ -148,13 +151,13 @@ impl Conn {
     }
 
     /// Gives the connection its leases, for locks on keys that match `patterns`.
-    pub fn set_leases(&mut self, leases: Arc<Leases>, patterns: Keys) {
+    pub fn set_leases(&mut self, leases: Arc<Leases>, patterns: Patterns) {
         self.leases = Some(leases);
         self.lease_patterns = patterns;
     }
 
     /// After a login: the keys whose locks get a lease are the user's.
-    pub fn set_lease_patterns(&mut self, patterns: Keys) {
+    pub fn set_lease_patterns(&mut self, patterns: Patterns) {
         self.lease_patterns = patterns;
     }
 
@@ -216,17 +219,34 @@ impl Conn {
         self.authed
     }
 
-    /// The client has logged in as a user who may touch `keys`.
-    pub fn log_in(&mut self, keys: Keys) {
+    /// The client has logged in as a user who may touch what `access` grants. Its
+    /// subscriptions stay (as in Redis), but the proxy's own notices reach it from now on only
+    /// for the new user's keys.
+    pub fn log_in(&mut self, access: Access) {
         self.authed = true;
-        self.keys = keys;
+        if let Some(subs) = &self.pubsub {
+            subs.set_keys(access.keys.clone());
+        }
+        self.keys = access.keys;
+        self.channels = access.channels;
+    }
+
+    /// True when the logged-in user may subscribe or publish to `channel`.
+    pub fn may_use_channel(&self, channel: &[u8]) -> bool {
+        self.channels.allows(channel)
+    }
+
+    /// True when the logged-in user may `PSUBSCRIBE` to `pattern` (see
+    /// [`Patterns::allows_pattern`]).
+    pub fn may_use_pattern(&self, pattern: &[u8]) -> bool {
+        self.channels.allows_pattern(pattern)
     }
 
     /// True when the logged-in user may touch every one of the keys `keys` names (not even
     /// worked out for a user who may touch any key, as every request on the hot path is).
     pub fn may_touch<'a, I: Iterator<Item = &'a [u8]>>(&self, keys: impl FnOnce() -> I) -> bool {
         match &self.keys {
-            Keys::All => true,
+            Patterns::All => true,
             only => keys().all(|k| only.allows(k)),
         }
     }
@@ -330,8 +350,9 @@ impl Conn {
     /// The client's subscriptions, attached to `hub` on its first subscription.
     pub fn subscribe_with(&mut self, hub: &Arc<Hub>) -> Arc<ClientSubs> {
         let id = self.id;
+        let keys = &self.keys;
         self.pubsub
-            .get_or_insert_with(|| ClientSubs::new(hub, id))
+            .get_or_insert_with(|| ClientSubs::new(hub, id, keys.clone()))
             .clone()
     }
 
@@ -405,7 +426,7 @@ impl Watched {
     }
 }
 
-/// How many lost-lease notices wait for a connection before more are dropped.
+/// How many lease notices wait for a connection before more are dropped.
 const LOST_QUEUE: usize = 64;
 
 /// The most locks one connection's leases keep at once; a lock granted beyond them gets no
@@ -414,21 +435,25 @@ const LOST_QUEUE: usize = 64;
 pub const MAX_LEASES: usize = 10_000;
 
 /// One connection's leases: the locks they keep, the signal that the connection closed, and
-/// the way back to it for lost-lease pushes.
+/// the way back to it for lease notices.
 #[derive(Debug)]
 pub struct Leases {
     /// The locks kept now, by key and token (or field): a lock acquired again by its holder
     /// (re-entered, refreshed) keeps its one lease.
     held: Mutex<HashSet<(Bytes, Bytes)>>,
-    /// Leases kept plus lost-lease notices not yet read: the connection listens for notices
+    /// Leases kept plus lease notices not yet read: the connection listens for notices
     /// only while this is above zero, so a connection that holds none pays nothing for them.
     watched: AtomicUsize,
     closed: CancellationToken,
-    pushes: mpsc::Sender<Bytes>,
+    pushes: mpsc::Sender<Notice>,
 }
 
-/// The connection's end of its lost-lease pushes: each is the key of a lease it lost.
-pub type Pushes = mpsc::Receiver<Bytes>;
+/// A notice about one of the connection's leases: the proxy's channel it is told on (see
+/// [`crate::pubsub::LEASE_LOST`]) and the message.
+pub type Notice = (&'static [u8], Bytes);
+
+/// The connection's end of its lease notices, pushed to it as the channel's messages.
+pub type Pushes = mpsc::Receiver<Notice>;
 
 impl Leases {
     /// Leases for a connection; the receiver is the connection's.
@@ -474,12 +499,12 @@ impl Leases {
         }
     }
 
-    /// True while the connection keeps a lease or has a lost-lease notice to read.
+    /// True while the connection keeps a lease or has a lease notice to read.
     pub fn watching(&self) -> bool {
         self.watched.load(Ordering::Relaxed) > 0
     }
 
-    /// The connection has read a lost-lease notice.
+    /// The connection has read a lease notice.
     pub fn notice_read(&self) {
         self.watched.fetch_sub(1, Ordering::Relaxed);
     }
@@ -489,10 +514,21 @@ impl Leases {
         self.closed.cancelled().await;
     }
 
-    /// Tells the connection that it lost the lease of `key`; false when it could not be told
-    /// (the connection is gone, or too far behind).
-    pub fn tell(&self, key: Bytes) -> bool {
-        self.pushes.try_send(key).is_ok()
+    /// Tells the connection a notice that ends one of its leases (its lease slot of
+    /// `watched` now waits for the notice to be read); false when it could not be told (the
+    /// connection is gone, or too far behind).
+    pub fn tell(&self, notice: Notice) -> bool {
+        self.pushes.try_send(notice).is_ok()
+    }
+
+    /// Tells the connection a notice about a lease that goes on: one more notice to read.
+    pub fn warn(&self, notice: Notice) -> bool {
+        self.watched.fetch_add(1, Ordering::Relaxed);
+        let told = self.tell(notice);
+        if !told {
+            self.watched.fetch_sub(1, Ordering::Relaxed);
+        }
+        told
     }
 }
 
@@ -584,7 +620,7 @@ mod tests {
     fn the_gone_signal_survives_reset_and_is_not_shared_by_a_scratch_copy() {
         let mut conn = Conn::new(7, true);
         let signal = conn.gone_signal();
-        conn.log_in(Keys::All);
+        conn.log_in(Access::all());
         conn.reset(true);
         assert_eq!(conn.id(), 7);
         assert!(!conn.logged_in());
@@ -598,8 +634,13 @@ mod tests {
     fn a_user_limited_to_some_keys_may_touch_only_those() {
         let mut conn = Conn::new(1, true);
         assert!(conn.may_touch(|| [&b"any"[..]].into_iter()));
-        conn.log_in(Keys::Only(vec![b"lock:*".to_vec()].into()));
+        conn.log_in(Access {
+            keys: Patterns::Only(vec![b"lock:*".to_vec()].into()),
+            channels: Patterns::Only(vec![b"ch:*".to_vec()].into()),
+        });
         assert!(conn.may_touch(|| [&b"lock:a"[..]].into_iter()));
+        assert!(conn.may_use_channel(b"ch:1") && !conn.may_use_channel(b"lock:a"));
+        assert!(conn.may_use_pattern(b"ch:*") && !conn.may_use_pattern(b"ch:1*"));
         assert!(!conn.may_touch(|| [&b"lock:a"[..], b"other"].into_iter()));
         assert!(conn.may_touch(std::iter::empty));
     }

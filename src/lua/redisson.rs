@@ -71,6 +71,19 @@ pub struct RedissonScript {
     pub keys: usize,
 }
 
+impl RedissonOp {
+    /// The 1-based `KEYS` index of the channel the operation may publish to: the channel
+    /// itself (a read–write unlock's `KEYS[2]`), or the start of the channel's name (a fair
+    /// unlock tells the next waiter on `KEYS[4] .. ':' .. id`). `None` when it publishes nothing.
+    pub fn channel_key(self) -> Option<usize> {
+        match self {
+            RedissonOp::RwUnlock | RedissonOp::RwForceUnlock => Some(2),
+            RedissonOp::FairUnlock | RedissonOp::FairForceUnlock => Some(4),
+            _ => None,
+        }
+    }
+}
+
 /// The shape of one argument of a `redis.call`.
 #[derive(Debug, Clone, PartialEq)]
 enum Shape {

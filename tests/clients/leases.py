@@ -113,7 +113,11 @@ def lost(port, key, ttl_ms, wait_s):
     say("acquired")
     deadline = time.monotonic() + wait_s
     pongs = 0
-    while time.monotonic() < deadline and not pushes:
+    def lost_told():
+        return any(len(p) > 1 and p[1] == b"redlock-proxy:lease-lost" for p, _ in pushes)
+
+    # A renewal-failed notice comes first; the loss follows within the lock's validity.
+    while time.monotonic() < deadline and not lost_told():
         if r.ping():
             pongs += 1
         time.sleep(0.05)
