@@ -204,7 +204,8 @@ fn tally(views: &[View], of: usize) -> Tally {
         .max_by_key(|(_, n)| *n)
         .unwrap_or(("", 0));
     let agree: Vec<&&View> = current.iter().filter(|v| v.addr == addr).collect();
-    let confirmed = votes >= of / 2 + 1;
+    // ⌊of/2⌋ + 1 of the configured.
+    let confirmed = votes > of / 2;
     Tally {
         addr: confirmed.then(|| addr.to_string()),
         votes,
