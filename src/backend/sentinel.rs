@@ -756,6 +756,7 @@ async fn confirm(
 ) {
     let retry = every.min(Duration::from_millis(250));
     let mut lost = false;
+    let mut warned_tight = false;
     loop {
         let pause = match sentinels.resolve_named(within).await {
             Ok(Named {
@@ -764,6 +765,18 @@ async fn confirm(
                 ..
             }) => {
                 info.note_confirmations(c.votes, c.of);
+                if c.bound < within * 2 && !warned_tight {
+                    // A round may take `within`: with the bound this short a healthy member
+                    // can lapse between two rounds.
+                    warned_tight = true;
+                    warn!(
+                        bound_ms = c.bound.as_millis() as u64,
+                        connect_timeout_ms = within.as_millis() as u64,
+                        "the Sentinels' confirmation bound is under twice connect_timeout_ms: a \
+                         healthy member may go down between two rounds (raise \
+                         down-after-milliseconds or lower connect_timeout_ms)"
+                    );
+                }
                 if info.confirm(&addr, c.until) {
                     if lost {
                         info!(primary = %addr, sentinels = c.votes, of = c.of, "a majority of the Sentinels confirms the primary again");
