@@ -141,6 +141,9 @@ pub struct Confirmed {
     pub votes: usize,
     /// Sentinels configured.
     pub of: usize,
+    /// That epoch (`config-epoch`): the same node at another epoch has been replaced and
+    /// promoted again meanwhile (a failover and a failback), so it is a new primary too.
+    pub epoch: u64,
 }
 
 /// No primary: why, and (with the majority rule) how many of the configured Sentinels agreed.
@@ -177,6 +180,8 @@ struct Tally {
     votes: usize,
     /// Sentinels configured.
     of: usize,
+    /// The newest `config-epoch` reported.
+    epoch: u64,
     /// The youngest `role-reported-time` of the confirming Sentinels (0 when one does not say).
     age: Option<Duration>,
     /// The smallest `down-after-milliseconds` of the confirming Sentinels (the bound is
@@ -210,6 +215,7 @@ fn tally(views: &[View], of: usize) -> Tally {
         addr: confirmed.then(|| addr.to_string()),
         votes,
         of,
+        epoch: newest,
         age: confirmed.then(|| {
             agree
                 .iter()
@@ -389,6 +395,7 @@ impl Sentinels {
                         extra,
                         votes: t.votes,
                         of: t.of,
+                        epoch: t.epoch,
                     }),
                 })
             }
@@ -777,11 +784,17 @@ async fn confirm(
                          down-after-milliseconds or lower connect_timeout_ms)"
                     );
                 }
-                if info.confirm(&addr, c.until) {
+                if info.confirm(&addr, c.epoch, c.until) {
                     if lost {
                         info!(primary = %addr, sentinels = c.votes, of = c.of, "a majority of the Sentinels confirms the primary again");
                     }
                     lost = false;
+                } else if info.primary() == addr {
+                    // The same node at another epoch: replaced and promoted again meanwhile,
+                    // it may lack locks it once held. The connection is dropped, and the
+                    // greeting judges the node as a new primary.
+                    info!(primary = %addr, epoch = c.epoch, "the Sentinels name this primary at a new config epoch (a failover and back): reconnecting");
+                    switched.send_modify(|g| *g += 1);
                 } else if !info.primary().is_empty() {
                     bump("a majority of the Sentinels", &addr);
                 }
