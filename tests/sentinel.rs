@@ -722,8 +722,10 @@ async fn a_member_is_down_while_no_majority_of_its_sentinels_confirms_and_back_a
         line.contains(",sentinels_confirming=1,sentinels=3"),
         "{info}"
     );
+    assert_eq!(field(&info, "masters_up"), "2", "{info}");
     let (_, text) = http_get(&metrics, "/metrics", "").await;
     for want in [
+        format!("redlock_master_up{{master=\"{}\"}} 0", backends[0]),
         format!("redlock_sentinel_confirmed{{master=\"{}\"}} 0", backends[0]),
         format!(
             "redlock_sentinel_confirmations{{master=\"{}\"}} 1",

@@ -145,9 +145,10 @@ impl Backend {
         &self.info
     }
 
-    /// True when the master is connected (whether or not its votes count).
+    /// True when the master is connected (whether or not its votes count), and for a
+    /// Sentinel member under the majority rule its primary confirmed (without, it is down).
     pub fn is_up(&self) -> bool {
-        self.info.is_connected()
+        self.info.is_connected() && self.info.is_confirmed()
     }
 
     /// True when the master's replies count as votes: connected, not quarantined, and its
