@@ -382,7 +382,8 @@ impl Sentinels {
                         smallest_ms = t.down_after.map_or(0, |d| d.as_millis() as u64),
                         largest_ms = t.down_after_max.map_or(0, |d| d.as_millis() as u64),
                         "the Sentinels disagree on down-after-milliseconds: the confirmation \
-                         bound assumes they agree (give every Sentinel the same value)"
+                         bound uses the smallest, the failover quarantine's extra the largest \
+                         (give every Sentinel the same value)"
                     );
                 }
                 let (bound, extra) = rule.bound_and_extra(t.down_after, t.down_after_max);
