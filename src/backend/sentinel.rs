@@ -764,6 +764,9 @@ async fn confirm(
 ) {
     let retry = every.min(Duration::from_millis(250));
     let mut lost = false;
+    // The `last_error` this loop wrote (cleared again when a majority returns, unless the
+    // driver has written another since).
+    let mut wrote = String::new();
     let mut warned_tight = false;
     loop {
         let pause = match sentinels.resolve_named(within).await {
@@ -788,6 +791,10 @@ async fn confirm(
                 if info.confirm(&addr, c.epoch, c.until) {
                     if lost {
                         info!(primary = %addr, sentinels = c.votes, of = c.of, "a majority of the Sentinels confirms the primary again");
+                        if !wrote.is_empty() && info.last_error() == wrote {
+                            info.set_last_error("");
+                        }
+                        wrote.clear();
                     }
                     lost = false;
                 } else if info.primary() == addr {
@@ -806,6 +813,8 @@ async fn confirm(
                 if let Some((votes, of)) = u.tally {
                     info.note_confirmations(votes, of);
                 }
+                info.set_last_error(&u.why);
+                wrote = info.last_error();
                 if !lost {
                     warn!(reason = %u.why, "no majority of the Sentinels confirms the primary: the member's votes stop counting when the last confirmation lapses");
                 }
