@@ -159,6 +159,14 @@ pub struct Config {
     /// duplicate: it is sent nothing and its votes never count. `false` switches the check
     /// off: unsafe, a negative control for tests (one master could then be counted twice).
     pub member_identity_check: bool,
+    /// A Sentinel member's primary is the node a majority of its *configured* Sentinels
+    /// (`⌊S/2⌋ + 1` of the `S` listed) name at the newest config epoch, all asked at once, and
+    /// its votes count only while such a majority has confirmed it within a bound derived from
+    /// `max_ttl_ms`, `drift_factor` and the Sentinels' `down-after-milliseconds` (re-confirmed
+    /// well inside it); without one the member is down. `false` takes the first Sentinel's
+    /// answer with no bound, as before: unsafe under a partition (a proxy cut off with the old
+    /// primary and one Sentinel keeps granting there), a negative control for tests.
+    pub sentinel_majority: bool,
     /// Declares that every master persists every write (`appendonly yes` + `appendfsync
     /// always`), so a restart loses nothing and needs no quarantine. The proxy checks each
     /// master on connect and quarantines any that does not.
@@ -426,6 +434,7 @@ impl Default for Config {
             membership_transition: true,
             membership_transition_ms: 0,
             member_identity_check: true,
+            sentinel_majority: true,
             masters_persist: false,
             clock_watch: true,
             clock_jump_ms: 5,
@@ -541,6 +550,15 @@ impl Config {
                 ))
             })?;
             members.push(member);
+        }
+        for m in &members {
+            if let Some(s) = crate::endpoint::sentinel_listed_twice(m) {
+                return bad(format!(
+                    "backend '{}' lists the Sentinel {s} twice: each Sentinel counts once toward \
+                     the majority, so list it once",
+                    m.name()
+                ));
+            }
         }
         if let Some((a, b)) = crate::endpoint::listed_twice(&members) {
             return bad(format!(
@@ -888,6 +906,20 @@ mod tests {
             assert!(e.contains("name the same master"), "{list}: {e}");
         }
         let c = Config::from_toml(r#"backends = ["h:1", "h:2", "h:3"]"#).unwrap();
+        assert!(c.validate().is_ok());
+        // One Sentinel twice in one member's list would count twice toward its majority.
+        for list in [
+            r#"["redis-sentinel://s:1,t:1,s:1#m"]"#,
+            r#"["redis-sentinel://localhost:26379,127.0.0.1#m"]"#,
+        ] {
+            let c = Config::from_toml(&format!("backends = {list}")).unwrap();
+            let e = c.validate().unwrap_err().to_string();
+            assert!(
+                e.contains("twice: each Sentinel counts once"),
+                "{list}: {e}"
+            );
+        }
+        let c = Config::from_toml(r#"backends = ["redis-sentinel://s:1,s:2,t:1#m"]"#).unwrap();
         assert!(c.validate().is_ok());
         // Other loopback addresses are other places.
         let c = Config::from_toml(r#"backends = ["127.0.0.1:1", "127.0.0.2:1", "::1:2"]"#).unwrap();

@@ -27,6 +27,13 @@ pub(super) struct Hello<S> {
     /// A Sentinel member: how long the Sentinels have known this node as the primary (set by
     /// [`connect`]).
     primary_for: Option<Duration>,
+    /// A Sentinel member under the majority rule: how much longer than the window a new
+    /// primary sits out (the confirmation bound another proxy may still be counting the old
+    /// primary for; see `sentinel::Majority::bound`). Zero otherwise.
+    extra: Duration,
+    /// A Sentinel member under the majority rule: the config epoch the primary was confirmed
+    /// at.
+    epoch: Option<u64>,
     run_id: Option<String>,
     /// `redis_version` from `INFO server`.
     version: Option<String>,
@@ -60,17 +67,34 @@ pub(super) async fn connect(
 ) -> Result<Hello<Wire>, Refused> {
     // A Sentinel member asks its Sentinels first, each time: the primary may have moved.
     let mut primary_for = None;
+    let mut extra = Duration::ZERO;
+    let mut epoch = None;
     let addr = match &settings.sentinel {
         None => info.addr.clone(),
         Some(s) => {
-            let (addr, age) = s
-                .resolve_with_age(settings.connect_timeout)
-                .await
-                .map_err(Refused::Quietly)?;
-            info.set_primary(&addr);
+            let named = match s.resolve_named(settings.connect_timeout).await {
+                Ok(named) => named,
+                Err(u) => {
+                    if let Some((votes, of)) = u.tally {
+                        info.note_confirmations(votes, of);
+                    }
+                    return Err(Refused::Quietly(u.why));
+                }
+            };
+            match named.confirmed {
+                // Under the majority rule: counted from this confirmation on (the connection
+                // is not served before it is admitted).
+                Some(c) => {
+                    info.note_confirmations(c.votes, c.of);
+                    info.set_primary_confirmed(&named.addr, c.epoch, c.until);
+                    extra = c.extra;
+                    epoch = Some(c.epoch);
+                }
+                None => info.set_primary(&named.addr),
+            }
             // Unknown counts as new: a first connect then sits out the whole window.
-            primary_for = Some(age.unwrap_or_default());
-            addr
+            primary_for = Some(named.age.unwrap_or_default());
+            named.addr
         }
     };
     let quiet = |e: std::io::Error| Refused::Quietly(e.to_string());
@@ -111,6 +135,8 @@ pub(super) async fn connect(
     let mut hello = opened?;
     hello.addr = addr;
     hello.primary_for = primary_for;
+    hello.extra = extra;
+    hello.epoch = epoch;
     Ok(hello)
 }
 
@@ -359,6 +385,8 @@ where
         stream,
         addr: String::new(),
         primary_for: None,
+        extra: Duration::ZERO,
+        epoch: None,
         run_id: info_field(&server, "run_id").map(str::to_owned),
         version: info_field(&server, "redis_version").map(str::to_owned),
         uptime_s: info_field(&server, "uptime_in_seconds").and_then(|u| u.parse().ok()),
@@ -395,21 +423,31 @@ pub(super) fn admit<S>(
 ) {
     info.set_version(hello.version.as_deref());
     let previous = info.replace_run_id(hello.run_id.clone());
-    let previous_addr = info.replace_served(hello.addr.clone());
+    let previous_served = info.replace_served(hello.addr.clone(), hello.epoch);
+    let (previous_addr, previous_epoch) = match previous_served {
+        Some((addr, epoch)) => (Some(addr), epoch),
+        None => (None, None),
+    };
     let first = previous.is_none();
     let restarted = !first && previous != hello.run_id;
-    // A Sentinel member whose primary is another node (another address, or another run_id):
-    // the new primary was a replica, which may lack locks the old one granted, persistence or
+    // A Sentinel member whose primary is another node (another address, or another run_id, or
+    // under the majority rule the same node at another config epoch): the new primary was a replica, which may lack locks the old one granted, persistence or
     // not.
     let failover = settings.sentinel.is_some()
         && previous_addr.is_some()
-        && (restarted || previous_addr.as_deref() != Some(hello.addr.as_str()));
+        && (restarted
+            || previous_addr.as_deref() != Some(hello.addr.as_str())
+            // The same node confirmed at another config epoch (failed over and back).
+            || (previous_epoch.is_some() && hello.epoch.is_some() && previous_epoch != hello.epoch));
     if failover {
         info.count_failover();
     } else if restarted {
         info.count_restart();
     }
     if let Some(window) = settings.quarantine {
+        // A new primary that a majority of the Sentinels confirmed sits out the confirmation
+        // bound too: a proxy cut off with the old primary may count it that much longer.
+        let failover_window = window + hello.extra;
         if settings.masters_persist && !hello.persists {
             warn!(
                 "masters_persist is set, but this master does not persist every write \
@@ -420,13 +458,13 @@ pub(super) fn admit<S>(
         let old = previous.as_deref().unwrap_or("");
         let new = hello.run_id.as_deref().unwrap_or("?");
         if failover {
-            info.quarantine(window, "failover");
+            info.quarantine(failover_window, "failover");
             warn!(
                 old_primary = previous_addr.as_deref().unwrap_or(""),
                 primary = %hello.addr,
                 old_run_id = old,
                 run_id = new,
-                quarantine_ms = window.as_millis() as u64,
+                quarantine_ms = failover_window.as_millis() as u64,
                 status = "quarantined",
                 "the member's primary changed (failover): it may lack locks the old primary granted, so its votes do not count until every such lock has expired"
             );
@@ -457,7 +495,7 @@ pub(super) fn admit<S>(
             .then_some(hello.primary_for)
             .flatten()
             .filter(|_| settings.quarantine_young)
-            .and_then(|age| window.checked_sub(age))
+            .and_then(|age| failover_window.checked_sub(age))
             .filter(|l| !l.is_zero())
         {
             // A Sentinel member whose primary is newer than the window (as the Sentinels know
