@@ -298,7 +298,7 @@ async fn run_set(proxy: &Arc<Proxy>, w: &Write, held: Held) -> Reply {
             // members that lack it (see `repair`).
             let e = super::repair::Extended {
                 key: w.key.clone(),
-                copy: super::repair::Copy::Token(w.value.clone()),
+                copy: super::repair::LockCopy::Token(w.value.clone()),
                 ttl_ms: w.ttl_ms.unwrap_or(0),
                 vote,
                 start,

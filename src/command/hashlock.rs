@@ -153,7 +153,7 @@ fn repair_after(
     };
     let e = super::repair::Extended {
         key: key.clone(),
-        copy: super::repair::Copy::Hash {
+        copy: super::repair::LockCopy::Hash {
             field: field.clone(),
             holds,
         },

@@ -274,7 +274,7 @@ fn repair_after(proxy: &Arc<Proxy>, op: &LockOp, vote: Vote, start: Instant, hel
     if let [key] = op.keys.as_slice() {
         let e = super::repair::Extended {
             key: key.clone(),
-            copy: super::repair::Copy::Token(op.token.clone()),
+            copy: super::repair::LockCopy::Token(op.token.clone()),
             ttl_ms: op.ttl_ms,
             vote,
             start,

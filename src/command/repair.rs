@@ -99,7 +99,7 @@ pub const EXTEND_READING: Reading = Reading {
 
 /// What a member that lacks the lock is given back.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Copy {
+pub enum LockCopy {
     /// A plain lock: the key holds the holder's token.
     Token(Bytes),
     /// A hash lock: the hash holds the holder's field, counting `holds`.
@@ -111,13 +111,13 @@ pub enum Copy {
     },
 }
 
-impl Copy {
+impl LockCopy {
     /// The write for one member: `key` gets the copy for `px_ms`, only where it does not exist.
     fn write(&self, key: &Bytes, px_ms: u64) -> Bytes {
         let px = i64::try_from(px_ms).unwrap_or(i64::MAX);
         match self {
-            Copy::Token(token) => set_nx(key, token, px, false),
-            Copy::Hash { field, holds } => {
+            LockCopy::Token(token) => set_nx(key, token, px, false),
+            LockCopy::Hash { field, holds } => {
                 let (mut n, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
                 eval(
                     HASH_REPAIR,
@@ -140,7 +140,7 @@ pub struct Extended {
     /// The lock's key.
     pub key: Bytes,
     /// What the lock is on a member.
-    pub copy: Copy,
+    pub copy: LockCopy,
     /// The TTL the extension set, in ms.
     pub ttl_ms: i64,
     /// The extension's vote.
