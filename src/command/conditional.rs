@@ -33,6 +33,7 @@ use super::lock::agreed_error;
 use super::session::Conn;
 use crate::counters::Counters;
 use crate::error::Error;
+use crate::keylock::Held;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Masters, Request, ask, validity};
 use crate::wire::master::{command, eval};
@@ -148,8 +149,8 @@ pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, opts: SetOptio
         _ => None,
     };
     let keys = [w.key.clone()];
-    let action = super::action::in_turn(proxy, &keys, move |proxy| async move {
-        run_set(&proxy, &w).await
+    let action = super::action::in_turn_held(proxy, &keys, move |proxy, held| async move {
+        run_set(&proxy, &w, held).await
     });
     match lease {
         Some((leases, lock)) => super::lease::on_grant(leases, proxy, action, lock, Reply::is_ok),
@@ -255,7 +256,9 @@ async fn plan_set(proxy: &Proxy, masters: &Masters, w: &Write) -> Result<Plan, R
     Ok((asks, known))
 }
 
-async fn run_set(proxy: &Proxy, w: &Write) -> Reply {
+/// A conditional `SET` in its key's turn (`held`: passed on to a quorum repair after a granted
+/// extension, else freed with the answer).
+async fn run_set(proxy: &Arc<Proxy>, w: &Write, held: Held) -> Reply {
     // One member set for the whole write: its read, its vote and any give-back.
     let masters = proxy.masters();
     let (asks, known) = match plan_set(proxy, &masters, w).await {
@@ -289,7 +292,21 @@ async fn run_set(proxy: &Proxy, w: &Write) -> Reply {
             });
     if valid && decided.agree(wrote) {
         Counters::bump(&proxy.counters().grants);
-        return set_reply(w, &decided);
+        let reply = set_reply(w, &decided);
+        if let Some(reading) = repairs(w) {
+            // `SET tok IFEQ tok PX ttl` is an extension: the lock goes back to the trusted
+            // members that lack it (see `repair`).
+            let e = super::repair::Extended {
+                key: w.key.clone(),
+                copy: super::repair::LockCopy::Token(w.value.clone()),
+                ttl_ms: w.ttl_ms.unwrap_or(0),
+                vote,
+                start,
+                reading,
+            };
+            super::repair::after(proxy, e, held);
+        }
+        return reply;
     }
     Counters::bump(&proxy.counters().denials);
     // Refused: every master's answer until the deadline, so each write that landed in time is
@@ -300,6 +317,23 @@ async fn run_set(proxy: &Proxy, w: &Write) -> Reply {
         return e;
     }
     not_set_reply(w, Some(&all))
+}
+
+/// How a granted conditional `SET` reads for a quorum repair, when it is a lock extension:
+/// `SET tok IFEQ tok PX ttl` (the value kept, a TTL given). A member where the key was missing
+/// answered `{0, nil, …}`; one that wrote brings its new PTTL. Other forms (a takeover, `IFNE`,
+/// the digests, no TTL or `KEEPTTL`) are not repaired.
+fn repairs(w: &Write) -> Option<super::repair::Reading> {
+    let extension = matches!(&w.cond, Cond::Eq(m) if *m == w.value)
+        && w.ttl_ms.is_some_and(|t| t > 0)
+        && !w.keep_ttl;
+    extension.then_some(super::repair::Reading {
+        holds: |r, _| new_ttl_of(r).filter(|t| *t != i64::MAX && wrote(r)),
+        missing: |r| {
+            matches!(r, Reply::Array(a)
+                if a.first() == Some(&Reply::Integer(0)) && a.get(1) == Some(&Reply::Nil))
+        },
+    })
 }
 
 /// Gives back, on each master that wrote, what the refused write replaced (see [`RESTORE`]).
@@ -552,6 +586,44 @@ mod tests {
         ] {
             assert_eq!(digest_arg(bad), None, "{}", bad.escape_ascii());
         }
+    }
+
+    #[test]
+    fn only_an_ifeq_extension_with_a_ttl_is_repaired_and_only_where_the_key_was_missing() {
+        use crate::command::repair::{EXTEND_READING, plan};
+        let ext = |cond: Cond, ttl_ms: Option<i64>, keep_ttl: bool| Write {
+            cond,
+            ttl_ms,
+            keep_ttl,
+            ..write(Cond::Eq(Bytes::from_static(b"new")), false)
+        };
+        let new = || Bytes::from_static(b"new");
+        assert!(repairs(&ext(Cond::Eq(new()), Some(1000), false)).is_some());
+        // A takeover, the other conditions, no TTL or `KEEPTTL`: not extensions.
+        for w in [
+            ext(Cond::Eq(Bytes::from_static(b"old")), Some(1000), false),
+            ext(Cond::Ne(new()), Some(1000), false),
+            ext(Cond::DigestEq(digest_of(b"new")), Some(1000), false),
+            ext(Cond::Eq(new()), None, false),
+            ext(Cond::Eq(new()), Some(1000), true),
+            ext(Cond::Eq(new()), Some(-1), false),
+        ] {
+            assert!(repairs(&w).is_none());
+        }
+        let reading = repairs(&ext(Cond::Eq(new()), Some(1000), false)).expect("an extension");
+        // Five members: wrote on three (new PTTL 1000); the key was missing on the fourth; the
+        // fifth held another value.
+        let wrote = Some(Reply::Array(vec![I(1), bulk("new"), I(400), I(1000)]));
+        let missing = Some(Reply::Array(vec![I(0), Reply::Nil, I(-2)]));
+        let other = Some(Reply::Array(vec![I(0), bulk("other"), I(700)]));
+        let b = ballots(vec![wrote.clone(), wrote.clone(), wrote, missing, other]);
+        let p = plan(&b, reading, 1000, |_| true, Duration::ZERO, 0.01).expect("a repair");
+        assert_eq!((p.members, p.px_ms), (vec![3], 1000 - 12));
+        // The script's reading never takes a conditional `SET`'s answers for a grant.
+        assert_eq!(
+            plan(&b, EXTEND_READING, 1000, |_| true, Duration::ZERO, 0.01),
+            None
+        );
     }
 
     fn write(cond: Cond, get: bool) -> Write {
