@@ -159,6 +159,14 @@ pub struct Config {
     /// duplicate: it is sent nothing and its votes never count. `false` switches the check
     /// off: unsafe, a negative control for tests (one master could then be counted twice).
     pub member_identity_check: bool,
+    /// A Sentinel member's primary is the node a majority of its *configured* Sentinels
+    /// (`⌊S/2⌋ + 1` of the `S` listed) name at the newest config epoch, all asked at once, and
+    /// its votes count only while such a majority has confirmed it within a bound derived from
+    /// `max_ttl_ms`, `drift_factor` and the Sentinels' `down-after-milliseconds` (re-confirmed
+    /// well inside it); without one the member is down. `false` takes the first Sentinel's
+    /// answer with no bound, as before: unsafe under a partition (a proxy cut off with the old
+    /// primary and one Sentinel keeps granting there), a negative control for tests.
+    pub sentinel_majority: bool,
     /// Declares that every master persists every write (`appendonly yes` + `appendfsync
     /// always`), so a restart loses nothing and needs no quarantine. The proxy checks each
     /// master on connect and quarantines any that does not.
@@ -419,6 +427,7 @@ impl Default for Config {
             membership_transition: true,
             membership_transition_ms: 0,
             member_identity_check: true,
+            sentinel_majority: true,
             masters_persist: false,
             clock_watch: true,
             clock_jump_ms: 5,

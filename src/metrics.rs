@@ -16,6 +16,8 @@
 //! - per master (`master="host:port"`): `redlock_master_up`, `_trusted`, `_quarantined`,
 //!   `_clock_suspect` (0 or 1), `redlock_master_restarts_total`, `_clock_jumps_total`,
 //!   `_reconnects_total`, `_request_timeouts_total`, and `redlock_master_reply_seconds`;
+//! - Sentinel members under the majority rule: `redlock_sentinel_confirmations`,
+//!   `redlock_sentinels`, `redlock_sentinel_confirmed` (see `INFO`'s `sentinels_confirming`);
 //! - leases: `redlock_leases` (running), `redlock_lease_renewals_total`,
 //!   `redlock_leases_lost_total`, `redlock_leases_ended_total{reason}` (`released`,
 //!   `disconnected`, `max`).
@@ -385,6 +387,37 @@ impl Collector for ProxyCollector {
                     ("quarantine_reason", reason.as_str()),
                 ];
                 ConstGauge::new(1i64).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        // Sentinel members under the majority rule (`sentinel_majority`).
+        let majority: Vec<(&MasterInfo, (usize, usize))> = masters
+            .iter()
+            .filter_map(|m| m.confirmations().map(|c| (*m, c)))
+            .collect();
+        for (name, help, value) in [
+            (
+                "redlock_sentinel_confirmations",
+                "Sentinel members: how many of the configured Sentinels named the primary at the \
+                 newest config epoch in the last round of questions (a majority, floor(S/2)+1, \
+                 confirms it).",
+                (|_, (votes, _)| votes as i64) as fn(&MasterInfo, (usize, usize)) -> i64,
+            ),
+            (
+                "redlock_sentinels",
+                "Sentinel members: how many Sentinels are configured (S).",
+                |_, (_, of)| of as i64,
+            ),
+            (
+                "redlock_sentinel_confirmed",
+                "Sentinel members: 1 while a majority of the configured Sentinels has confirmed \
+                 the primary within the confirmation bound; 0 makes the member down.",
+                |m, _| i64::from(m.is_confirmed()),
+            ),
+        ] {
+            let mut family = e.encode_descriptor(name, help, None, gauge)?;
+            for (m, c) in &majority {
+                let labels = [("master", m.addr.as_str())];
+                ConstGauge::new(value(m, *c)).encode(family.encode_family(&labels)?)?;
             }
         }
         let count = MetricType::Counter;

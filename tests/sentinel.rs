@@ -560,3 +560,196 @@ async fn a_sentinel_members_primary_listed_on_its_own_votes_once() {
         Reply::ok()
     );
 }
+
+/// With `sentinel_majority` a member follows the node a majority of its configured Sentinels
+/// name: here two of three name `p2`, and the lone one, listed first, names `p1`. The negative
+/// control (`sentinel_majority = false`) takes the first answer and follows `p1`, as every proxy
+/// did before, whatever the other two say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_follows_the_primary_a_majority_of_its_sentinels_name() {
+    let split = tokio::task::block_in_place(Split::start);
+    let backends = [
+        split.member_reaching_all(),
+        split.m1.addr(),
+        split.m2.addr(),
+    ];
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut on = sentinel_config(&backends, false);
+    on.metrics_listen = Some(metrics.clone());
+    let on = proxy(on).await.to_string();
+    let mut off = sentinel_config(&backends, false);
+    off.sentinel_majority = false;
+    let off = proxy(off).await.to_string();
+    wait_trusted(&on, 3, Duration::from_secs(10)).await;
+    wait_trusted(&off, 3, Duration::from_secs(10)).await;
+    assert_eq!(master_field(&on, 0, "primary").await, split.p2.addr());
+    assert_eq!(master_field(&on, 0, "sentinels_confirming").await, "2");
+    assert_eq!(master_field(&on, 0, "sentinels").await, "3");
+    assert_eq!(
+        master_field(&off, 0, "primary").await,
+        split.p1.addr(),
+        "the negative control follows the first answer"
+    );
+    let (_, text) = http_get(&metrics, "/metrics", "").await;
+    for want in [
+        format!(
+            "redlock_sentinel_confirmations{{master=\"{}\"}} 2",
+            backends[0]
+        ),
+        format!("redlock_sentinels{{master=\"{}\"}} 3", backends[0]),
+        format!("redlock_sentinel_confirmed{{master=\"{}\"}} 1", backends[0]),
+    ] {
+        assert!(text.contains(&want), "{want} in:\n{text}");
+    }
+    // A lock lands on the majority's primary, never on the node the lone Sentinel names.
+    let mut c = Client::connect(&on).await;
+    assert_eq!(
+        c.cmd(&["SET", "followed", "tok", "NX", "PX", "2000"]).await,
+        Reply::ok()
+    );
+    assert_eq!(
+        split.p2.client().await.cmd(&["GET", "followed"]).await,
+        Reply::Bulk("tok".into())
+    );
+    assert_eq!(
+        split.p1.client().await.cmd(&["GET", "followed"]).await,
+        Reply::Nil
+    );
+}
+
+/// The partition: proxy A is cut off with the old primary `p1`, the lone Sentinel and master
+/// `m1` (the other two Sentinels and `m2` are dead ports in its configuration); proxy B sits
+/// with `p2`, the two Sentinels that promoted it, and `m2`. Both try to take one lock. Returns
+/// how many were granted it.
+async fn partition_scenario(majority: bool) -> usize {
+    let split = tokio::task::block_in_place(Split::start);
+    let minority = [
+        Split::member(&[split.lone.addr(), dead_addr(), dead_addr()]),
+        split.m1.addr(),
+        dead_addr(),
+    ];
+    let majority_side = [
+        Split::member(&[dead_addr(), split.pair[0].addr(), split.pair[1].addr()]),
+        dead_addr(),
+        split.m2.addr(),
+    ];
+    let config = |backends: &[String]| {
+        let mut c = sentinel_config(backends, false);
+        c.sentinel_majority = majority;
+        c
+    };
+    let a = proxy(config(&minority)).await.to_string();
+    let b = proxy(config(&majority_side)).await.to_string();
+    wait_trusted(&b, 2, Duration::from_secs(10)).await;
+    assert_eq!(master_field(&b, 0, "primary").await, split.p2.addr());
+    if majority {
+        // One of three configured Sentinels answers: no majority, so the member is down and
+        // says why; it never counts p1.
+        let until = Instant::now() + Duration::from_secs(10);
+        let want = "no majority of sentinels (1 of 3) confirmed the primary";
+        while master_field(&a, 0, "quarantine_reason").await != want {
+            assert!(Instant::now() < until, "{}", redlock_info(&a).await);
+            sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(master_field(&a, 0, "status").await, "down");
+        assert_eq!(master_field(&a, 0, "sentinels_confirming").await, "1");
+        assert_eq!(field(&redlock_info(&a).await, "masters_trusted"), "1");
+    } else {
+        wait_trusted(&a, 2, Duration::from_secs(10)).await;
+        assert_eq!(master_field(&a, 0, "primary").await, split.p1.addr());
+    }
+    let mut holders = 0;
+    for (p, token) in [(&a, "a"), (&b, "b")] {
+        let mut c = Client::connect(p).await;
+        let reply = c.cmd(&["SET", "split", token, "NX", "PX", "2000"]).await;
+        if reply == Reply::ok() {
+            holders += 1;
+        }
+    }
+    holders
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_cut_off_with_the_old_primary_and_one_sentinel_grants_nothing_there() {
+    assert_eq!(partition_scenario(true).await, 1, "one holder: proxy B's");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_sentinel_majority_the_two_sides_of_a_partition_double_grant() {
+    assert_eq!(
+        partition_scenario(false).await,
+        2,
+        "the negative control must show two holders of one lock"
+    );
+}
+
+/// Two of three Sentinels stop answering (SIGSTOP): the member's last confirmation lapses and
+/// it is down (sent nothing: a lock taken meanwhile on the other two members is not on its
+/// primary), and `INFO` and `/metrics` say why. When they answer again it is up again, on the
+/// same primary, without reconnecting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_is_down_while_no_majority_of_its_sentinels_confirms_and_back_after() {
+    let split = tokio::task::block_in_place(Split::start);
+    let backends = [
+        Split::member(&[
+            split.pair[0].addr(),
+            split.pair[1].addr(),
+            split.lone.addr(),
+        ]),
+        split.m1.addr(),
+        split.m2.addr(),
+    ];
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut config = sentinel_config(&backends, false);
+    config.metrics_listen = Some(metrics.clone());
+    let p = proxy(config).await.to_string();
+    wait_trusted(&p, 3, Duration::from_secs(10)).await;
+    assert_eq!(master_field(&p, 0, "primary").await, split.p2.addr());
+
+    for s in &split.pair {
+        s.pause();
+    }
+    wait_status(&p, 0, "down", Duration::from_secs(5)).await;
+    let info = redlock_info(&p).await;
+    let line = field(&info, "master0");
+    assert!(
+        line.contains(
+            ",quarantine_reason=no majority of sentinels (1 of 3) confirmed the primary,"
+        ),
+        "{info}"
+    );
+    assert!(
+        line.contains(",sentinels_confirming=1,sentinels=3"),
+        "{info}"
+    );
+    let (_, text) = http_get(&metrics, "/metrics", "").await;
+    for want in [
+        format!("redlock_sentinel_confirmed{{master=\"{}\"}} 0", backends[0]),
+        format!(
+            "redlock_sentinel_confirmations{{master=\"{}\"}} 1",
+            backends[0]
+        ),
+    ] {
+        assert!(text.contains(&want), "{want} in:\n{text}");
+    }
+    let mut c = Client::connect(&p).await;
+    assert_eq!(
+        c.cmd(&["SET", "unconfirmed", "tok", "NX", "PX", "2000"])
+            .await,
+        Reply::ok(),
+        "m1 and m2 are a quorum"
+    );
+    assert_eq!(
+        split.p2.client().await.cmd(&["GET", "unconfirmed"]).await,
+        Reply::Nil,
+        "the unconfirmed member was sent nothing"
+    );
+
+    for s in &split.pair {
+        s.resume();
+    }
+    wait_status(&p, 0, "up", Duration::from_secs(5)).await;
+    assert_eq!(master_field(&p, 0, "primary").await, split.p2.addr());
+    assert_eq!(master_field(&p, 0, "sentinels_confirming").await, "2");
+    assert_eq!(master_field(&p, 0, "quarantine_reason").await, "");
+}

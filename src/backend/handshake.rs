@@ -27,6 +27,10 @@ pub(super) struct Hello<S> {
     /// A Sentinel member: how long the Sentinels have known this node as the primary (set by
     /// [`connect`]).
     primary_for: Option<Duration>,
+    /// A Sentinel member under the majority rule: how much longer than the window a new
+    /// primary sits out (the confirmation bound another proxy may still be counting the old
+    /// primary for; see `sentinel::Majority::bound`). Zero otherwise.
+    extra: Duration,
     run_id: Option<String>,
     /// `redis_version` from `INFO server`.
     version: Option<String>,
@@ -60,17 +64,32 @@ pub(super) async fn connect(
 ) -> Result<Hello<Wire>, Refused> {
     // A Sentinel member asks its Sentinels first, each time: the primary may have moved.
     let mut primary_for = None;
+    let mut extra = Duration::ZERO;
     let addr = match &settings.sentinel {
         None => info.addr.clone(),
         Some(s) => {
-            let (addr, age) = s
-                .resolve_with_age(settings.connect_timeout)
-                .await
-                .map_err(Refused::Quietly)?;
-            info.set_primary(&addr);
+            let named = match s.resolve_named(settings.connect_timeout).await {
+                Ok(named) => named,
+                Err(u) => {
+                    if let Some((votes, of)) = u.tally {
+                        info.note_confirmations(votes, of);
+                    }
+                    return Err(Refused::Quietly(u.why));
+                }
+            };
+            match named.confirmed {
+                // Under the majority rule: counted from this confirmation on (the connection
+                // is not served before it is admitted).
+                Some(c) => {
+                    info.note_confirmations(c.votes, c.of);
+                    info.set_primary_confirmed(&named.addr, c.until);
+                    extra = c.extra;
+                }
+                None => info.set_primary(&named.addr),
+            }
             // Unknown counts as new: a first connect then sits out the whole window.
-            primary_for = Some(age.unwrap_or_default());
-            addr
+            primary_for = Some(named.age.unwrap_or_default());
+            named.addr
         }
     };
     let quiet = |e: std::io::Error| Refused::Quietly(e.to_string());
@@ -111,6 +130,7 @@ pub(super) async fn connect(
     let mut hello = opened?;
     hello.addr = addr;
     hello.primary_for = primary_for;
+    hello.extra = extra;
     Ok(hello)
 }
 
@@ -359,6 +379,7 @@ where
         stream,
         addr: String::new(),
         primary_for: None,
+        extra: Duration::ZERO,
         run_id: info_field(&server, "run_id").map(str::to_owned),
         version: info_field(&server, "redis_version").map(str::to_owned),
         uptime_s: info_field(&server, "uptime_in_seconds").and_then(|u| u.parse().ok()),
@@ -410,6 +431,9 @@ pub(super) fn admit<S>(
         info.count_restart();
     }
     if let Some(window) = settings.quarantine {
+        // A new primary that a majority of the Sentinels confirmed sits out the confirmation
+        // bound too: a proxy cut off with the old primary may count it that much longer.
+        let failover_window = window + hello.extra;
         if settings.masters_persist && !hello.persists {
             warn!(
                 "masters_persist is set, but this master does not persist every write \
@@ -420,13 +444,13 @@ pub(super) fn admit<S>(
         let old = previous.as_deref().unwrap_or("");
         let new = hello.run_id.as_deref().unwrap_or("?");
         if failover {
-            info.quarantine(window, "failover");
+            info.quarantine(failover_window, "failover");
             warn!(
                 old_primary = previous_addr.as_deref().unwrap_or(""),
                 primary = %hello.addr,
                 old_run_id = old,
                 run_id = new,
-                quarantine_ms = window.as_millis() as u64,
+                quarantine_ms = failover_window.as_millis() as u64,
                 status = "quarantined",
                 "the member's primary changed (failover): it may lack locks the old primary granted, so its votes do not count until every such lock has expired"
             );
@@ -457,7 +481,7 @@ pub(super) fn admit<S>(
             .then_some(hello.primary_for)
             .flatten()
             .filter(|_| settings.quarantine_young)
-            .and_then(|age| window.checked_sub(age))
+            .and_then(|age| failover_window.checked_sub(age))
             .filter(|l| !l.is_zero())
         {
             // A Sentinel member whose primary is newer than the window (as the Sentinels know

@@ -45,6 +45,12 @@ impl Status {
     }
 }
 
+/// Why a member without a confirming majority is down, as `INFO`'s `quarantine_reason` and
+/// `/metrics` show it.
+pub fn unconfirmed_reason(votes: usize, of: usize) -> String {
+    format!("no majority of sentinels ({votes} of {of}) confirmed the primary")
+}
+
 /// [`MasterInfo`]'s link bit: the connection is open.
 const CONNECTED: u8 = 1;
 /// [`MasterInfo`]'s link bit: the server is another member's too (see [`super::identity`]).
@@ -78,6 +84,12 @@ pub struct MasterInfo {
     duplicate_of: Mutex<String>,
     /// Milliseconds since `epoch` until which the master is quarantined (0: never was).
     quarantine_until: AtomicU64,
+    /// A Sentinel member under the majority rule: milliseconds since `epoch` until which a
+    /// majority of its Sentinels' confirmation of the primary lasts (0: none yet). `u64::MAX`
+    /// for every other member: no confirmation needed.
+    confirmed_until: AtomicU64,
+    /// Under the majority rule: `(votes, of)` of the last round of questions to the Sentinels.
+    confirmations: Mutex<Option<(usize, usize)>>,
     /// Milliseconds since `epoch` until which the master's clock is not trusted.
     clock_until: AtomicU64,
     /// Set while an exclusion is in force, so its end is logged once.
@@ -120,6 +132,8 @@ impl MasterInfo {
             link: AtomicU8::new(0),
             duplicate_of: Mutex::new(String::new()),
             quarantine_until: AtomicU64::new(0),
+            confirmed_until: AtomicU64::new(u64::MAX),
+            confirmations: Mutex::new(None),
             clock_until: AtomicU64::new(0),
             excluded: AtomicBool::new(false),
             run_id: Mutex::new(None),
@@ -162,9 +176,10 @@ impl MasterInfo {
         Duration::from_millis(slot.load(Ordering::Acquire).saturating_sub(self.now_ms()))
     }
 
-    /// Current status; an exclusion shows only while connected (a down master is down).
+    /// Current status; an exclusion shows only while connected (a down master is down, and so
+    /// is a Sentinel member whose primary no majority of its Sentinels confirms).
     pub fn status(&self) -> Status {
-        if !self.is_connected() {
+        if !self.is_connected() || !self.is_confirmed() {
             Status::Down
         } else if self.is_duplicate() {
             Status::Duplicate
@@ -182,9 +197,57 @@ impl MasterInfo {
         self.link.load(Ordering::Acquire) & CONNECTED != 0
     }
 
-    /// True when requests may be sent: connected, and not a duplicate of another member.
+    /// True when requests may be sent: connected, not a duplicate of another member, and (a
+    /// Sentinel member under the majority rule) its primary confirmed.
     pub fn accepts(&self) -> bool {
-        self.link.load(Ordering::Acquire) == CONNECTED
+        self.link.load(Ordering::Acquire) == CONNECTED && self.is_confirmed()
+    }
+
+    /// False while a Sentinel member under the majority rule has no confirmation of its
+    /// primary in force; true for every other member (one load, no clock read).
+    pub fn is_confirmed(&self) -> bool {
+        let until = self.confirmed_until.load(Ordering::Acquire);
+        until == u64::MAX || until > self.now_ms()
+    }
+
+    /// Makes this member one that needs a majority of its `of` Sentinels to confirm its
+    /// primary before its votes count (none has yet).
+    pub(super) fn expect_confirmations(&self, of: usize) {
+        self.confirmed_until.store(0, Ordering::Release);
+        if let Ok(mut g) = self.confirmations.lock() {
+            *g = Some((0, of));
+        }
+    }
+
+    /// Records how many of the configured Sentinels named the primary in the last round.
+    pub(super) fn note_confirmations(&self, votes: usize, of: usize) {
+        if let Ok(mut g) = self.confirmations.lock() {
+            *g = Some((votes, of));
+        }
+    }
+
+    /// `(votes, of)` of the last round of questions to the Sentinels; `None` for a member
+    /// outside the majority rule.
+    pub fn confirmations(&self) -> Option<(usize, usize)> {
+        self.confirmations.lock().ok().and_then(|g| *g)
+    }
+
+    /// Milliseconds since `epoch` of `at`, rounded down (so a deadline is never late).
+    fn ms_of(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_millis() as u64
+    }
+
+    /// Extends the confirmation of `addr` to `until`, if `addr` is still the member's primary
+    /// (checked under the same lock [`MasterInfo::set_primary_confirmed`] takes, so a round
+    /// that confirmed the node just replaced never credits its successor); false when it is not.
+    pub(super) fn confirm(&self, addr: &str, until: Instant) -> bool {
+        let primary = self.primary.lock().unwrap_or_else(|p| p.into_inner());
+        if *primary != addr {
+            return false;
+        }
+        self.confirmed_until
+            .fetch_max(self.ms_of(until), Ordering::AcqRel);
+        true
     }
 
     pub(super) fn set_connected(&self, up: bool) {
@@ -282,12 +345,17 @@ impl MasterInfo {
         }
     }
 
-    /// Why the member's votes do not count now: `duplicate of member <name>` while it
+    /// Why the member's votes do not count now: `no majority of sentinels (V of S) confirmed
+    /// the primary` while a Sentinel member under the majority rule lacks a confirmation (it is
+    /// then down, even when connected), else `duplicate of member <name>` while it
     /// reaches the same server as another member, else the quarantine's reason (`restart`,
     /// `young`, `failover`, `new-member`), else `clock` while its clock is distrusted; "" when
     /// they count (or it is down).
     pub fn quarantine_reason(&self) -> String {
-        if self.is_duplicate() {
+        if !self.is_confirmed() {
+            let (votes, of) = self.confirmations().unwrap_or_default();
+            unconfirmed_reason(votes, of)
+        } else if self.is_duplicate() {
             format!("duplicate of member {}", self.duplicate_of())
         } else if !self.quarantine_left().is_zero() {
             (*self.reason.lock().unwrap_or_else(|p| p.into_inner())).to_string()
@@ -312,6 +380,19 @@ impl MasterInfo {
     pub(super) fn set_primary(&self, addr: &str) {
         if let Ok(mut g) = self.primary.lock() {
             addr.clone_into(&mut g);
+        }
+    }
+
+    /// Records the primary a majority of the Sentinels confirmed, until `until`: a new primary
+    /// starts from this confirmation alone, the same one keeps the later of the two.
+    pub(super) fn set_primary_confirmed(&self, addr: &str, until: Instant) {
+        let mut primary = self.primary.lock().unwrap_or_else(|p| p.into_inner());
+        let until = self.ms_of(until);
+        if *primary == addr {
+            self.confirmed_until.fetch_max(until, Ordering::AcqRel);
+        } else {
+            addr.clone_into(&mut primary);
+            self.confirmed_until.store(until, Ordering::Release);
         }
     }
 
@@ -445,6 +526,9 @@ impl MasterInfo {
             self.quarantine_reason().replace(',', ";"),
             self.failovers(),
         );
+        if let Some((votes, of)) = self.confirmations() {
+            let _ = write!(out, ",sentinels_confirming={votes},sentinels={of}");
+        }
         out
     }
 }

@@ -21,8 +21,9 @@
 //! request that timed out for its caller may still run on the master; the lock logic cleans
 //! up after that case.
 //!
-//! A Sentinel member ([`sentinel`]) asks its Sentinels for the primary before every connect,
-//! and drops the connection when they name another one (or when the node answers `READONLY` or
+//! A Sentinel member ([`sentinel`]) asks its Sentinels for the primary before every connect
+//! (under `sentinel_majority`, all of them, and its votes count only while a majority of them
+//! has confirmed the primary lately), and drops the connection when they name another one (or when the node answers `READONLY` or
 //! `MASTERDOWN`, which any member's connection does: a node that is no longer a primary).
 //!
 //! On every connect the driver learns who the master is (`INFO server`, `ROLE`, `TIME`):
@@ -90,6 +91,14 @@ impl Backend {
             None => MasterInfo::new(addr.clone()),
             Some(_) => MasterInfo::of_kind(addr.clone(), "sentinel", String::new()),
         });
+        if let Some(s) = settings
+            .sentinel
+            .as_ref()
+            .filter(|s| s.majority().is_some())
+        {
+            // Down until a majority of its Sentinels confirms a primary.
+            info.expect_confirmations(s.count());
+        }
         let clock = settings.clock.is_some();
         let span = info_span!("backend", backend.addr = %addr);
         let outlet = Arc::new(io::Outlet::default());
@@ -311,6 +320,7 @@ mod tests {
     use crate::wire::master::command;
     use crate::wire::reply::Reply;
     use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::Duration;
     use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -602,6 +612,16 @@ mod tests {
         primary: Arc<Mutex<String>>,
         age_ms: u64,
     ) -> (String, tokio::sync::broadcast::Sender<String>) {
+        fake_sentinel_at(primary, age_ms, Arc::new(AtomicU64::new(0))).await
+    }
+
+    /// A fake Sentinel naming `primary` at config epoch `epoch` (`SENTINEL MASTER`'s
+    /// `config-epoch`, with `down-after-milliseconds` 1000).
+    async fn fake_sentinel_at(
+        primary: Arc<Mutex<String>>,
+        age_ms: u64,
+        epoch: Arc<AtomicU64>,
+    ) -> (String, tokio::sync::broadcast::Sender<String>) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap().to_string();
         let (push, _) = tokio::sync::broadcast::channel::<String>(8);
@@ -609,6 +629,7 @@ mod tests {
         tokio::spawn(async move {
             while let Ok((mut s, _)) = l.accept().await {
                 let primary = primary.clone();
+                let epoch = epoch.clone();
                 let mut pushed = pushes.subscribe();
                 tokio::spawn(async move {
                     let mut buf = BytesMut::new();
@@ -621,11 +642,22 @@ mod tests {
                             };
                             let out = match word(0).as_slice() {
                                 b"SENTINEL" if word(1) == b"MASTER" => {
-                                    let age = age_ms.to_string();
-                                    format!(
-                                        "*4\r\n$4\r\nname\r\n$1\r\nm\r\n$18\r\nrole-reported-time\r\n${}\r\n{age}\r\n",
-                                        age.len()
-                                    )
+                                    let p = primary.lock().unwrap().clone();
+                                    let (h, port) = p.rsplit_once(':').unwrap();
+                                    let e = epoch.load(Ordering::Relaxed).to_string();
+                                    let fields = [
+                                        ("name", "m"),
+                                        ("ip", h),
+                                        ("port", port),
+                                        ("role-reported-time", &age_ms.to_string()),
+                                        ("down-after-milliseconds", "1000"),
+                                        ("config-epoch", &e),
+                                    ]
+                                    .map(|(k, v)| {
+                                        format!("${}\r\n{k}\r\n${}\r\n{v}\r\n", k.len(), v.len())
+                                    })
+                                    .concat();
+                                    format!("*12\r\n{fields}")
                                 }
                                 b"SENTINEL" => {
                                     let p = primary.lock().unwrap().clone();
@@ -767,6 +799,102 @@ mod tests {
         );
         wait_for(&m, Status::Up).await;
         assert_eq!(m.info().primary(), new);
+    }
+
+    /// A member whose Sentinels are the fakes at `addrs`, under the majority rule (max TTL
+    /// 400 ms: a confirmation lasts 390 ms).
+    fn majority_member(addrs: &[&str]) -> Backend {
+        let sentinels = addrs
+            .iter()
+            .map(|a| crate::endpoint::Endpoint::parse(a).unwrap())
+            .collect();
+        let s = sentinel::Sentinels::new(sentinels, "m".into(), None, None, true).with_majority(
+            sentinel::Majority {
+                max_ttl: Duration::from_millis(400),
+                drift_factor: 0.01,
+            },
+        );
+        Backend::spawn(
+            "redis-sentinel://x#m".into(),
+            Settings {
+                sentinel: Some(Arc::new(s)),
+                ..settings()
+            },
+        )
+    }
+
+    #[tokio::test]
+    async fn a_sentinel_member_follows_the_majority_and_is_down_without_one() {
+        let (a, _, _) = fake_master(persona("a", 3600)).await;
+        let (b, _, _) = fake_master(persona("b", 3600)).await;
+        let epochs: Vec<Arc<AtomicU64>> = (0..3).map(|_| Arc::new(AtomicU64::new(0))).collect();
+        // The first Sentinel names a; the other two name b.
+        let mut fakes = Vec::new();
+        for (i, p) in [&a, &b, &b].into_iter().enumerate() {
+            let named = Arc::new(Mutex::new(p.clone()));
+            fakes.push(fake_sentinel_at(named, 3_600_000, epochs[i].clone()).await);
+        }
+        let addrs: Vec<&str> = fakes.iter().map(|(s, _)| s.as_str()).collect();
+        let m = majority_member(&addrs);
+        wait_for(&m, Status::Up).await;
+        let line = m.info().describe();
+        assert_eq!(field(&line, "primary"), b, "{line}");
+        assert_eq!(field(&line, "sentinels_confirming"), "2", "{line}");
+        assert_eq!(field(&line, "sentinels"), "3", "{line}");
+
+        // The lone Sentinel reports a newer epoch: the two naming b are behind it, and no
+        // majority confirms anyone. The confirmation lapses: down, and INFO says why, though
+        // the connection to b is still open.
+        epochs[0].store(1, Ordering::Relaxed);
+        wait_for(&m, Status::Down).await;
+        assert!(m.info().is_connected());
+        assert!(!m.is_trusted());
+        assert_eq!(
+            m.info().quarantine_reason(),
+            "no majority of sentinels (1 of 3) confirmed the primary"
+        );
+        // The other two reach that epoch still naming b: confirmed again, without a reconnect.
+        epochs[1].store(1, Ordering::Relaxed);
+        epochs[2].store(1, Ordering::Relaxed);
+        wait_for(&m, Status::Up).await;
+        assert_eq!(m.info().reconnects(), 0);
+
+        // A member whose only reachable Sentinel is the lone one (two dead ports): one of three
+        // configured is no majority, however many answered.
+        let dead = [free_addr().await, free_addr().await];
+        let lone = majority_member(&[addrs[0], &dead[0], &dead[1]]);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(lone.info().status(), Status::Down);
+        assert!(!lone.info().is_connected());
+        assert_eq!(
+            lone.info().quarantine_reason(),
+            "no majority of sentinels (1 of 3) confirmed the primary"
+        );
+        // The negative control: the first answer wins, and that is a.
+        let first = Backend::spawn(
+            "redis-sentinel://x#m".into(),
+            Settings {
+                sentinel: Some(Arc::new(sentinel::Sentinels::new(
+                    [addrs[0], &dead[0], &dead[1]]
+                        .iter()
+                        .map(|s| crate::endpoint::Endpoint::parse(s).unwrap())
+                        .collect(),
+                    "m".into(),
+                    None,
+                    None,
+                    true,
+                ))),
+                ..settings()
+            },
+        );
+        wait_for(&first, Status::Up).await;
+        assert_eq!(first.info().primary(), a);
+    }
+
+    /// An address nothing listens on.
+    async fn free_addr() -> String {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap().to_string()
     }
 
     #[tokio::test]

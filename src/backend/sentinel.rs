@@ -1,14 +1,28 @@
 //! Sentinel members: a member whose primary the Sentinels name, and which follows it when they
 //! fail it over.
 //!
-//! Before every connect the driver asks the Sentinels, in turn, for the primary
-//! (`SENTINEL GET-MASTER-ADDR-BY-NAME name`); the greeting then checks with `ROLE` that the node
-//! really is a master (a Sentinel's view may lag). A watcher task per member keeps a
-//! subscription to `+switch-master` on one Sentinel (moving to the next when it fails) and, every
-//! few seconds and after every reconnect, asks again; when the primary it hears of is not the one
-//! the member is connected to, it bumps a generation number that the driver watches: the data
-//! connection is dropped (every request in flight on it fails: a vote sent to the old primary
-//! does not count once the switch is known) and the driver resolves again.
+//! With `sentinel_majority` (the default) the primary is the node that a majority of the
+//! *configured* Sentinels name: all of them are asked at once (`SENTINEL MASTER name`: the
+//! address, its `config-epoch`, `role-reported-time` and `down-after-milliseconds`), only the
+//! answers at the newest config epoch any of them reports are counted, and a node needs
+//! `⌊S/2⌋ + 1` of the `S` listed (never of those that answered). Such a majority *confirms* the
+//! primary for a bound ([`Majority::bound`], derived from `max_ttl_ms`, `drift_factor` and
+//! `down-after-milliseconds`): the member's votes count only until the confirmation, measured
+//! from when the question was sent, is that old. A probe loop ([`confirm`]) asks again well
+//! inside the bound, so a healthy member never lapses; without a confirming majority the member
+//! is down, sent nothing, and `INFO` says why. docs/design.md ("Following a majority of the
+//! Sentinels") has the argument. With `sentinel_majority = false` (a negative control) the
+//! Sentinels are asked in turn and the first answer wins (`SENTINEL GET-MASTER-ADDR-BY-NAME`),
+//! with no bound.
+//!
+//! Either way the greeting then checks with `ROLE` that the node really is a master (a
+//! Sentinel's view may lag). A watcher task per member keeps a subscription to `+switch-master`
+//! on one Sentinel (moving to the next when it fails) and, every few seconds and after every
+//! reconnect, asks again; when the primary it hears of is not the one the member is connected
+//! to, it bumps a generation number that the driver watches: the data connection is dropped
+//! (every request in flight on it fails: a vote sent to the old primary does not count once the
+//! switch is known) and the driver resolves again. With the majority rule a `+switch-master`
+//! from one Sentinel is only a reason to ask them all again at once.
 //!
 //! What a new primary means for the member's votes (the failover quarantine) is decided where
 //! every greeting is judged, in `handshake::admit`. No Sentinel answering means no primary: the
@@ -23,11 +37,11 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
-use tokio::time::{sleep, timeout};
+use tokio::sync::{Notify, watch};
+use tokio::time::{Instant, sleep, timeout};
 use tracing::{debug, info, warn};
 
-use super::health::MasterInfo;
+use super::health::{MasterInfo, unconfirmed_reason};
 use crate::endpoint::Endpoint;
 use crate::wire::master::{ReplyDecoder, SMALL_REPLY, ask_once, command, read_reply};
 use crate::wire::reply::Reply;
@@ -56,7 +70,136 @@ pub struct Sentinels {
     first: AtomicUsize,
     /// The primary the Sentinels named last (by an answer or a `+switch-master`), for the side
     /// connections that must follow it too (the pub/sub links); "" before they named one.
+    /// With the majority rule only a confirming majority names it.
     named: watch::Sender<String>,
+    /// `sentinel_majority`: the rule's parameters; `None` takes the first answer.
+    majority: Option<Majority>,
+}
+
+/// The majority rule's parameters (`sentinel_majority = true`), from the proxy's configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Majority {
+    /// `max_ttl_ms`: the longest lock any proxy grants.
+    pub max_ttl: Duration,
+    /// `drift_factor`: how far clocks may run apart, as a fraction of a duration.
+    pub drift_factor: f64,
+}
+
+impl Majority {
+    /// How long a majority's confirmation lets the member's votes count, and how much the
+    /// failover quarantine of a primary confirmed this way is lengthened, given the
+    /// Sentinels' `down-after-milliseconds` (`None` when they do not say: `max_ttl` stands
+    /// in). With `base = min(down_after, max_ttl)`:
+    /// `bound = base × (1 − 2 × drift_factor) − 2 ms` and `extra = base`, so that
+    /// `extra ≥ bound × (1 + drift_factor)` (docs/design.md, "Following a majority of the
+    /// Sentinels").
+    pub fn bound(&self, down_after: Option<Duration>) -> (Duration, Duration) {
+        let base = down_after.map_or(self.max_ttl, |d| d.min(self.max_ttl));
+        let factor = (1.0 - 2.0 * self.drift_factor).clamp(0.0, 1.0);
+        let bound = Duration::from_secs_f64(base.as_secs_f64() * factor)
+            .saturating_sub(Duration::from_millis(2));
+        (bound, base)
+    }
+}
+
+/// The primary the Sentinels named.
+#[derive(Debug)]
+pub struct Named {
+    /// `host:port`.
+    pub addr: String,
+    /// How long the Sentinels have known it as the primary (`role-reported-time`; with the
+    /// majority rule the youngest of the confirming Sentinels'), `None` when they do not say.
+    pub age: Option<Duration>,
+    /// With the majority rule: the confirmation.
+    pub confirmed: Option<Confirmed>,
+}
+
+/// A majority's confirmation of a primary.
+#[derive(Debug, Clone, Copy)]
+pub struct Confirmed {
+    /// The member's votes count until then (the questions were sent at `until − bound`).
+    pub until: Instant,
+    /// How long a confirmation lasts ([`Majority::bound`]).
+    pub bound: Duration,
+    /// Added to the failover quarantine of a primary confirmed this way.
+    pub extra: Duration,
+    /// Sentinels that named the primary at the newest config epoch.
+    pub votes: usize,
+    /// Sentinels configured.
+    pub of: usize,
+}
+
+/// No primary: why, and (with the majority rule) how many of the configured Sentinels agreed.
+#[derive(Debug)]
+pub struct Unnamed {
+    /// For the log and `last_error`.
+    pub why: String,
+    /// `(votes, of)`: the most Sentinels naming one node at the newest epoch, and how many are
+    /// configured.
+    pub tally: Option<(usize, usize)>,
+}
+
+/// One Sentinel's view of the master, from `SENTINEL MASTER name`.
+#[derive(Debug, Clone, PartialEq)]
+struct View {
+    /// The Sentinel answering (`host:port`).
+    from: String,
+    /// The primary it names, `host:port`.
+    addr: String,
+    /// `config-epoch`: the epoch of the failover that made this configuration (0 before any).
+    epoch: u64,
+    /// `role-reported-time`.
+    age: Option<Duration>,
+    /// `down-after-milliseconds`.
+    down_after: Option<Duration>,
+}
+
+/// What one round of answers says.
+#[derive(Debug, PartialEq)]
+struct Tally {
+    /// The primary, when a majority confirms it.
+    addr: Option<String>,
+    /// The most Sentinels naming one node at the newest epoch.
+    votes: usize,
+    /// Sentinels configured.
+    of: usize,
+    /// The youngest `role-reported-time` of the confirming Sentinels (0 when one does not say).
+    age: Option<Duration>,
+    /// The smallest `down-after-milliseconds` of the confirming Sentinels.
+    down_after: Option<Duration>,
+}
+
+/// The majority rule over the views of the Sentinels that answered, `of` being how many are
+/// configured. Only the views at the newest `config-epoch` reported count: a Sentinel that
+/// names a node at an older epoch has not yet heard of a failover another has seen, and is
+/// outvoted, never counted for the node it names (nor is anyone while the newest epoch has no
+/// majority). A node is confirmed when `⌊of/2⌋ + 1` name it at that epoch.
+fn tally(views: &[View], of: usize) -> Tally {
+    let newest = views.iter().map(|v| v.epoch).max().unwrap_or(0);
+    let current: Vec<&View> = views.iter().filter(|v| v.epoch == newest).collect();
+    let (addr, votes) = current
+        .iter()
+        .map(|v| {
+            let n = current.iter().filter(|w| w.addr == v.addr).count();
+            (v.addr.as_str(), n)
+        })
+        .max_by_key(|(_, n)| *n)
+        .unwrap_or(("", 0));
+    let agree: Vec<&&View> = current.iter().filter(|v| v.addr == addr).collect();
+    let confirmed = votes >= of / 2 + 1;
+    Tally {
+        addr: confirmed.then(|| addr.to_string()),
+        votes,
+        of,
+        age: confirmed.then(|| {
+            agree
+                .iter()
+                .map(|v| v.age.unwrap_or_default())
+                .min()
+                .unwrap_or_default()
+        }),
+        down_after: agree.iter().filter_map(|v| v.down_after).min(),
+    }
 }
 
 impl fmt::Debug for Sentinels {
@@ -85,7 +228,26 @@ impl Sentinels {
             tls_name_follows_host,
             first: AtomicUsize::new(0),
             named: watch::Sender::new(String::new()),
+            majority: None,
         }
+    }
+
+    /// The same Sentinels under the majority rule (`sentinel_majority`).
+    pub fn with_majority(self, rule: Majority) -> Sentinels {
+        Sentinels {
+            majority: Some(rule),
+            ..self
+        }
+    }
+
+    /// The majority rule, when it is in force.
+    pub fn majority(&self) -> Option<Majority> {
+        self.majority
+    }
+
+    /// How many Sentinels are configured.
+    pub fn count(&self) -> usize {
+        self.sentinels.len()
     }
 
     /// The primary the Sentinels named last, changing with every answer or `+switch-master`
@@ -114,38 +276,108 @@ impl Sentinels {
         self.first.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Asks each Sentinel in turn for the primary's `host:port`, each within `within`; the
-    /// first answer wins. The error names every Sentinel's failure (no password).
+    /// The primary's `host:port`, each Sentinel asked within `within`: the node a majority of
+    /// them confirms (`sentinel_majority`), or the first answer. The error names every
+    /// Sentinel's failure (no password).
     pub async fn resolve(&self, within: Duration) -> Result<String, String> {
-        self.resolve_with_age(within).await.map(|(addr, _)| addr)
+        self.resolve_named(within)
+            .await
+            .map(|named| named.addr)
+            .map_err(|u| u.why)
     }
 
-    /// [`Sentinels::resolve`], and how long the answering Sentinel has known that node as the
-    /// primary (`role-reported-time` of `SENTINEL MASTER`: reset when it switched to it, or when
-    /// the Sentinel itself started, so never longer than the node's time as primary); `None`
-    /// when the Sentinel does not say.
-    pub async fn resolve_with_age(
-        &self,
-        within: Duration,
-    ) -> Result<(String, Option<Duration>), String> {
+    /// The primary, how long the Sentinels have known it as the primary, and (with the
+    /// majority rule) the confirmation: see [`Named`].
+    pub async fn resolve_named(&self, within: Duration) -> Result<Named, Unnamed> {
+        match self.majority {
+            Some(rule) => self.resolve_by_majority(rule, within).await,
+            None => self.resolve_first(within).await,
+        }
+    }
+
+    /// Today's rule without `sentinel_majority`: each Sentinel in turn, the first answer wins.
+    async fn resolve_first(&self, within: Duration) -> Result<Named, Unnamed> {
         let mut why = Vec::new();
         let n = self.sentinels.len();
         let first = self.first.load(Ordering::Relaxed);
         for s in (0..n).map(|i| &self.sentinels[(first + i) % n]) {
             match timeout(within, self.ask_primary(s)).await {
-                Ok(Ok(found)) => {
-                    self.name(&found.0);
-                    return Ok(found);
+                Ok(Ok((addr, age))) => {
+                    self.name(&addr);
+                    return Ok(Named {
+                        addr,
+                        age,
+                        confirmed: None,
+                    });
                 }
                 Ok(Err(e)) => why.push(format!("{}: {e}", s.addr())),
                 Err(_) => why.push(format!("{}: timed out", s.addr())),
             }
         }
-        Err(format!(
-            "no Sentinel named a primary for '{}' ({})",
-            self.master,
-            why.join("; ")
-        ))
+        Err(Unnamed {
+            why: format!(
+                "no Sentinel named a primary for '{}' ({})",
+                self.master,
+                why.join("; ")
+            ),
+            tally: None,
+        })
+    }
+
+    /// The majority rule: every Sentinel at once, `SENTINEL MASTER name`, counted by
+    /// [`tally`]; the confirmation runs from when the questions were sent.
+    async fn resolve_by_majority(
+        &self,
+        rule: Majority,
+        within: Duration,
+    ) -> Result<Named, Unnamed> {
+        let sent = Instant::now();
+        let asks = self.sentinels.iter().map(|s| async move {
+            match timeout(within, self.ask_master(s)).await {
+                Ok(Ok(view)) => Ok(view),
+                Ok(Err(e)) => Err(format!("{}: {e}", s.addr())),
+                Err(_) => Err(format!("{}: timed out", s.addr())),
+            }
+        });
+        let answers = futures_util::future::join_all(asks).await;
+        let (views, errors): (Vec<_>, Vec<_>) = answers.into_iter().partition(Result::is_ok);
+        let views: Vec<View> = views.into_iter().filter_map(Result::ok).collect();
+        let errors: Vec<String> = errors.into_iter().filter_map(Result::err).collect();
+        let t = tally(&views, self.sentinels.len());
+        let counted = (t.votes, t.of);
+        match t.addr {
+            Some(addr) => {
+                self.name(&addr);
+                let (bound, extra) = rule.bound(t.down_after);
+                Ok(Named {
+                    addr,
+                    age: t.age,
+                    confirmed: Some(Confirmed {
+                        until: sent + bound,
+                        bound,
+                        extra,
+                        votes: t.votes,
+                        of: t.of,
+                    }),
+                })
+            }
+            None => {
+                let mut detail: Vec<String> = views
+                    .iter()
+                    .map(|v| format!("{} names {} at epoch {}", v.from, v.addr, v.epoch))
+                    .collect();
+                detail.extend(errors);
+                Err(Unnamed {
+                    why: format!(
+                        "{} for '{}' ({})",
+                        unconfirmed_reason(t.votes, t.of),
+                        self.master,
+                        detail.join("; ")
+                    ),
+                    tally: Some(counted),
+                })
+            }
+        }
     }
 
     async fn ask_primary(&self, s: &Endpoint) -> Result<(String, Option<Duration>), String> {
@@ -163,6 +395,16 @@ impl Sentinels {
         let addr = primary_of(&next_reply(&mut wire, &mut buf, &mut decoder).await?)?;
         let age = age_of(&next_reply(&mut wire, &mut buf, &mut decoder).await?);
         Ok((addr, age))
+    }
+
+    /// One Sentinel's view of the master (`SENTINEL MASTER name`).
+    async fn ask_master(&self, s: &Endpoint) -> Result<View, String> {
+        let mut wire = self.open(s).await?;
+        let mut buf = BytesMut::new();
+        let mut decoder = ReplyDecoder::default();
+        let args: [&[u8]; 3] = [b"SENTINEL", b"MASTER", self.master.as_bytes()];
+        let reply = ask(&mut wire, &mut buf, &mut decoder, &args).await?;
+        view_of(&reply, s.addr())
     }
 
     /// A connection to Sentinel `s`: TCP, TLS when configured, `AUTH` when configured.
@@ -271,6 +513,42 @@ fn age_of(reply: &Reply) -> Option<Duration> {
     })
 }
 
+/// A Sentinel's view from its `SENTINEL MASTER` reply (a flat list of fields and values): `ip`,
+/// `port` and `config-epoch` are needed; `role-reported-time` and `down-after-milliseconds`
+/// are read when present.
+fn view_of(reply: &Reply, from: String) -> Result<View, String> {
+    let Reply::Array(items) = reply else {
+        return Err(match reply {
+            Reply::Error(e) if e.is_empty() => "an empty error".into(),
+            Reply::Error(_) => shown(reply),
+            other => format!("unexpected reply {}", shown(other)),
+        });
+    };
+    let field = |name: &[u8]| {
+        items.chunks(2).find_map(|kv| match kv {
+            [Reply::Bulk(k), Reply::Bulk(v)] if k.as_ref() == name => Some(v.clone()),
+            _ => None,
+        })
+    };
+    let number = |name: &[u8]| {
+        field(name)
+            .filter(|v| !v.is_empty() && v.iter().all(u8::is_ascii_digit))
+            .and_then(|v| std::str::from_utf8(&v).ok()?.parse::<u64>().ok())
+    };
+    let (Some(ip), Some(port)) = (field(b"ip"), field(b"port")) else {
+        return Err("SENTINEL MASTER names no ip and port".into());
+    };
+    let addr = primary_of(&Reply::Array(vec![Reply::Bulk(ip), Reply::Bulk(port)]))?;
+    let epoch = number(b"config-epoch").ok_or("SENTINEL MASTER names no config-epoch")?;
+    Ok(View {
+        from,
+        addr,
+        epoch,
+        age: number(b"role-reported-time").map(Duration::from_millis),
+        down_after: number(b"down-after-milliseconds").map(Duration::from_millis),
+    })
+}
+
 /// `host:port`, IPv6 in brackets.
 fn join(host: &str, port: u16) -> String {
     if host.contains(':') {
@@ -293,7 +571,9 @@ fn switch_of(payload: &[u8]) -> Option<(&str, String)> {
 
 /// Keeps `switched` bumped whenever the Sentinels name a primary other than the one the member
 /// is connected to: a `+switch-master` for this master, or (every `every`, and on each
-/// subscription) an answer to `GET-MASTER-ADDR-BY-NAME`. Ends when the driver is gone.
+/// subscription) an answer to `GET-MASTER-ADDR-BY-NAME`. With the majority rule a
+/// `+switch-master` only wakes [`confirm`], which asks every Sentinel and keeps the member's
+/// confirmation. Ends when the driver is gone.
 pub(super) async fn watch(
     sentinels: Arc<Sentinels>,
     info: Arc<MasterInfo>,
@@ -314,6 +594,37 @@ pub(super) async fn watch(
                 "the Sentinels name another primary: reconnecting"
             );
             switched.send_modify(|g| *g += 1);
+        }
+    };
+    let wake = Notify::new();
+    let majority = sentinels.majority.is_some();
+    let subscription = subscribe(&sentinels, &bump, &wake, &switched, every, within);
+    if majority {
+        tokio::join!(
+            subscription,
+            confirm(&sentinels, &info, &bump, &wake, &switched, every, within)
+        );
+    } else {
+        subscription.await;
+    }
+}
+
+/// The `+switch-master` subscription, moving to the next Sentinel when one fails.
+async fn subscribe(
+    sentinels: &Sentinels,
+    bump: &impl Fn(&str, &str),
+    wake: &Notify,
+    switched: &watch::Sender<u64>,
+    every: Duration,
+    within: Duration,
+) {
+    let majority = sentinels.majority.is_some();
+    // Anything missed while unsubscribed (or, with the majority rule, a reason to ask them all).
+    let ask_again = || async {
+        if majority {
+            wake.notify_one();
+        } else if let Ok(now) = sentinels.resolve(within).await {
+            bump("resolved", &now);
         }
     };
     let mut next = 0;
@@ -364,10 +675,7 @@ pub(super) async fn watch(
         };
         failures = 0;
         debug!(sentinel = %s.addr(), "subscribed to +switch-master");
-        // Anything missed while unsubscribed.
-        if let Ok(now) = sentinels.resolve(within).await {
-            bump("resolved", &now);
-        }
+        ask_again().await;
         let mut poll = tokio::time::interval(every);
         poll.tick().await;
         loop {
@@ -379,8 +687,13 @@ pub(super) async fn watch(
                             && let Some((name, to)) = switch_of(payload)
                             && name == sentinels.master
                         {
-                            sentinels.name(&to);
-                            bump("+switch-master", &to);
+                            if majority {
+                                // One Sentinel's word: ask them all.
+                                wake.notify_one();
+                            } else {
+                                sentinels.name(&to);
+                                bump("+switch-master", &to);
+                            }
                         }
                     }
                     Ok(_) => {}
@@ -389,13 +702,63 @@ pub(super) async fn watch(
                         break;
                     }
                 },
-                _ = poll.tick() => {
-                    if let Ok(now) = sentinels.resolve(within).await {
-                        bump("resolved", &now);
-                    }
-                }
+                // With the majority rule `confirm` asks on its own schedule.
+                _ = poll.tick(), if !majority => ask_again().await,
                 _ = switched.closed() => return,
             }
+        }
+    }
+}
+
+/// The majority rule's probe loop: asks every Sentinel, at a quarter of the confirmation bound
+/// (at most `every`), and at once when woken (a `+switch-master`). A majority naming the
+/// member's primary extends its confirmation; one naming another node moves the member there;
+/// none lets the confirmation lapse, and the member is down until a majority returns.
+async fn confirm(
+    sentinels: &Sentinels,
+    info: &MasterInfo,
+    bump: &impl Fn(&str, &str),
+    wake: &Notify,
+    switched: &watch::Sender<u64>,
+    every: Duration,
+    within: Duration,
+) {
+    let retry = every.min(Duration::from_millis(250));
+    let mut lost = false;
+    loop {
+        let pause = match sentinels.resolve_named(within).await {
+            Ok(Named {
+                addr,
+                confirmed: Some(c),
+                ..
+            }) => {
+                info.note_confirmations(c.votes, c.of);
+                if info.confirm(&addr, c.until) {
+                    if lost {
+                        info!(primary = %addr, sentinels = c.votes, of = c.of, "a majority of the Sentinels confirms the primary again");
+                    }
+                    lost = false;
+                } else if !info.primary().is_empty() {
+                    bump("a majority of the Sentinels", &addr);
+                }
+                (c.bound / 4).clamp(Duration::from_millis(10), every)
+            }
+            Ok(_) => every,
+            Err(u) => {
+                if let Some((votes, of)) = u.tally {
+                    info.note_confirmations(votes, of);
+                }
+                if !lost {
+                    warn!(reason = %u.why, "no majority of the Sentinels confirms the primary: the member's votes stop counting when the last confirmation lapses");
+                }
+                lost = true;
+                retry
+            }
+        };
+        tokio::select! {
+            _ = sleep(pause) => {}
+            _ = wake.notified() => {}
+            _ = switched.closed() => return,
         }
     }
 }
@@ -443,6 +806,154 @@ mod tests {
         assert_eq!(age_of(&master), Some(Duration::from_millis(2040)));
         assert_eq!(age_of(&Reply::Error(Bytes::from_static(b"ERR no"))), None);
         assert_eq!(switch_of(b"m a b c notaport"), None);
+    }
+
+    fn view(from: &str, addr: &str, epoch: u64, age_ms: u64) -> View {
+        View {
+            from: from.into(),
+            addr: addr.into(),
+            epoch,
+            age: Some(Duration::from_millis(age_ms)),
+            down_after: Some(Duration::from_millis(1000 + age_ms)),
+        }
+    }
+
+    #[test]
+    fn a_majority_of_the_configured_sentinels_at_the_newest_epoch_names_the_primary() {
+        let (p1, p2) = ("10.0.0.1:6379", "10.0.0.2:6379");
+        // Two of three name p2: p2, its youngest age and smallest down-after.
+        let t = tally(
+            &[
+                view("s1", p1, 0, 9),
+                view("s2", p2, 0, 500),
+                view("s3", p2, 0, 300),
+            ],
+            3,
+        );
+        assert_eq!(t.addr.as_deref(), Some(p2));
+        assert_eq!((t.votes, t.of), (2, 3));
+        assert_eq!(t.age, Some(Duration::from_millis(300)));
+        assert_eq!(t.down_after, Some(Duration::from_millis(1300)));
+        // The majority is of the configured Sentinels: one answer of three is none, even
+        // though every Sentinel that answered agrees.
+        let t = tally(&[view("s1", p1, 0, 9)], 3);
+        assert_eq!((t.addr, t.votes, t.of), (None, 1, 3));
+        // One Sentinel has seen a newer failover: the two naming p1 at the older epoch make no
+        // majority for it, and p2 has one vote at the newest: nobody is confirmed.
+        let t = tally(
+            &[
+                view("s1", p2, 7, 9),
+                view("s2", p1, 6, 9),
+                view("s3", p1, 6, 9),
+            ],
+            3,
+        );
+        assert_eq!((t.addr, t.votes), (None, 1));
+        // Once a second Sentinel has caught up, p2 is confirmed; a straggler at the older
+        // epoch naming the same node is not counted for it either.
+        let t = tally(
+            &[
+                view("s1", p2, 7, 9),
+                view("s2", p2, 7, 9),
+                view("s3", p2, 6, 9),
+            ],
+            3,
+        );
+        assert_eq!((t.addr.as_deref(), t.votes), (Some(p2), 2));
+        // Five Sentinels: two of five is no majority; three is.
+        let two = [view("a", p1, 1, 9), view("b", p1, 1, 9)];
+        assert_eq!(tally(&two, 5).addr, None);
+        let three = [two[0].clone(), two[1].clone(), view("c", p1, 1, 9)];
+        assert_eq!(tally(&three, 5).addr.as_deref(), Some(p1));
+        // An even split names nobody.
+        let t = tally(
+            &[
+                view("a", p1, 1, 9),
+                view("b", p1, 1, 9),
+                view("c", p2, 1, 9),
+                view("d", p2, 1, 9),
+            ],
+            4,
+        );
+        assert_eq!((t.addr, t.votes), (None, 2));
+        assert_eq!(tally(&[], 3).votes, 0);
+    }
+
+    #[test]
+    fn the_confirmation_bound_is_below_down_after_and_max_ttl() {
+        let rule = Majority {
+            max_ttl: Duration::from_millis(10_000),
+            drift_factor: 0.01,
+        };
+        // base = min(down-after, max TTL); bound = base × 0.98 − 2 ms; extra = base.
+        assert_eq!(
+            rule.bound(Some(Duration::from_millis(5000))),
+            (Duration::from_millis(4898), Duration::from_millis(5000))
+        );
+        assert_eq!(
+            rule.bound(Some(Duration::from_millis(30_000))),
+            (Duration::from_millis(9798), Duration::from_millis(10_000))
+        );
+        assert_eq!(
+            rule.bound(None),
+            (Duration::from_millis(9798), Duration::from_millis(10_000))
+        );
+        for d in [1u64, 100, 5000, 60_000] {
+            let (bound, extra) = rule.bound(Some(Duration::from_millis(d)));
+            assert!(bound.mul_f64(1.01) <= extra, "{d}");
+            assert!(bound < Duration::from_millis(d));
+        }
+    }
+
+    #[test]
+    fn a_sentinels_view_is_read_from_sentinel_master() {
+        let b = |t: &str| Reply::Bulk(Bytes::copy_from_slice(t.as_bytes()));
+        // As redis-sentinel 7.0 answers (fields abridged).
+        let reply = Reply::Array(
+            [
+                "name",
+                "mm",
+                "ip",
+                "127.0.0.1",
+                "port",
+                "16390",
+                "flags",
+                "master",
+                "down-after-milliseconds",
+                "1234",
+                "role-reported-time",
+                "1068",
+                "config-epoch",
+                "3",
+                "quorum",
+                "2",
+            ]
+            .map(b)
+            .to_vec(),
+        );
+        assert_eq!(
+            view_of(&reply, "s:1".into()),
+            Ok(View {
+                from: "s:1".into(),
+                addr: "127.0.0.1:16390".into(),
+                epoch: 3,
+                age: Some(Duration::from_millis(1068)),
+                down_after: Some(Duration::from_millis(1234)),
+            })
+        );
+        let no_epoch = Reply::Array(["ip", "h", "port", "1"].map(b).to_vec());
+        assert!(view_of(&no_epoch, String::new()).is_err());
+        let bad_epoch = Reply::Array(
+            ["ip", "h", "port", "1", "config-epoch", "-1"]
+                .map(b)
+                .to_vec(),
+        );
+        assert!(view_of(&bad_epoch, String::new()).is_err());
+        let unknown = Reply::Error(Bytes::from_static(b"ERR No such master with that name"));
+        assert_eq!(
+            view_of(&unknown, String::new()),
+            Err("ERR No such master with that name".into())
+        );
     }
 
     /// Hostile replies to `SENTINEL GET-MASTER-ADDR-BY-NAME`, as bytes on the wire: each is

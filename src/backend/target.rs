@@ -14,7 +14,7 @@ use std::fmt;
 
 use std::sync::Arc;
 
-use super::sentinel::Sentinels;
+use super::sentinel::{Majority, Sentinels};
 use crate::config::{Config, ConfigError};
 use crate::endpoint::{Endpoint, Member, redact};
 use crate::tls::TlsTarget;
@@ -155,13 +155,21 @@ pub fn links(config: &Config) -> Result<Vec<Link>, ConfigError> {
                     Some(t) if s.tls => Some(t.connector.clone()),
                     _ => None,
                 };
-                Some(Arc::new(Sentinels::new(
+                let sentinels = Sentinels::new(
                     s.sentinels.clone(),
                     s.master.clone(),
                     config.backend_sentinel_password.clone(),
                     to_sentinels,
                     config.backend_tls_server_name.is_none(),
-                )))
+                );
+                Some(Arc::new(if config.sentinel_majority {
+                    sentinels.with_majority(Majority {
+                        max_ttl: std::time::Duration::from_millis(config.max_ttl_ms),
+                        drift_factor: config.drift_factor,
+                    })
+                } else {
+                    sentinels
+                }))
             }
         };
         let addr = match &sentinel {

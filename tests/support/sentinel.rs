@@ -2,7 +2,8 @@
 //! [`Rig`] of three Sentinel members (each a primary and a replica, the replica replicating
 //! through a fault proxy so a test can make it lag; member 2's primary behind a fault proxy of
 //! its own so a test can cut it off) watched by the same three Sentinels, plus the proxy
-//! settings the Sentinel tests share.
+//! settings the Sentinel tests share; and the [`Split`] that models a partition's two views of
+//! one master name without cutting a link.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -149,6 +150,24 @@ impl Sentinel {
             },
             _ => String::new(),
         }
+    }
+}
+
+impl Sentinel {
+    /// SIGSTOP: the Sentinel accepts connections (the kernel does) but answers nothing.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status();
     }
 }
 
@@ -335,4 +354,64 @@ pub async fn master_field(p: &str, i: usize, name: &str) -> String {
         .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
         .unwrap_or("")
         .to_string()
+}
+
+/// Two views of one master name, as a network partition leaves them, modelled without cutting
+/// any link: the lone Sentinel monitors the old primary `p1` as `locks`, while the other two
+/// monitor `p2` (the replica the majority side promoted) under the same name; two standalone
+/// masters complete N = 3. A proxy "on the minority side" lists all three Sentinels but reaches
+/// only the lone one (the other two are dead ports in its configuration); "on the majority side"
+/// the lone one is the dead port.
+pub struct Split {
+    pub p1: Master,
+    pub p2: Master,
+    pub m1: Master,
+    pub m2: Master,
+    /// Names `p1`.
+    pub lone: Sentinel,
+    /// Name `p2`.
+    pub pair: [Sentinel; 2],
+}
+
+/// The master name the [`Split`]'s Sentinels monitor.
+pub const SPLIT_NAME: &str = "locks";
+
+impl Split {
+    pub fn start() -> Split {
+        let [p1, p2, m1, m2] = [(); 4].map(|_| Master::start());
+        let watch = |m: &Master| Watch {
+            name: SPLIT_NAME,
+            addr: m.addr(),
+            down_after_ms: 1000,
+        };
+        let lone = Sentinel::start(&[watch(&p1)]);
+        let pair = [
+            Sentinel::start(&[watch(&p2)]),
+            Sentinel::start(&[watch(&p2)]),
+        ];
+        Split {
+            p1,
+            p2,
+            m1,
+            m2,
+            lone,
+            pair,
+        }
+    }
+
+    /// A Sentinel member listing `sentinels`, in that order.
+    pub fn member(sentinels: &[String]) -> String {
+        format!("redis-sentinel://{}#{SPLIT_NAME}", sentinels.join(","))
+    }
+
+    /// The member as a proxy that reaches every Sentinel lists it, the lone one first (so the
+    /// first answer names `p1`).
+    pub fn member_reaching_all(&self) -> String {
+        Split::member(&[self.lone.addr(), self.pair[0].addr(), self.pair[1].addr()])
+    }
+}
+
+/// An address nothing listens on (a node on the far side of a partition).
+pub fn dead_addr() -> String {
+    format!("127.0.0.1:{}", free_port())
 }
