@@ -213,6 +213,7 @@ async fn a_cut_stalls_a_link_both_ways_and_heals() {
         sleep(Duration::from_millis(50)).await;
     }
     let chain = net.chain().to_string();
+    drop((a, b));
     drop(net);
     let rules = std::process::Command::new("iptables")
         .args(["-w", "-S"])

@@ -61,11 +61,17 @@ pub struct Net {
     chain: String,
     /// The DROP rules in force, each as its iptables arguments after the chain name.
     cuts: Mutex<BTreeSet<Vec<String>>>,
+    /// The numbers of the users it took, given back when it is dropped.
+    users: Mutex<Vec<usize>>,
 }
 
-/// How many users the tests of one binary may take (each test takes fresh ones, so that tests
-/// running at once never share a user).
+/// How many users the tests of one binary may hold at once: tests running at the same time
+/// never share a user; a test's users go back to the pool when its [`Net`] is dropped, after
+/// its processes (declared after it, so dropped before it).
 const USERS: usize = 64;
+
+/// Users given back, to be taken again before new ones are made.
+static FREE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
 fn iptables(args: &[&str]) -> Result<(), String> {
     let out = Command::new("iptables")
@@ -166,15 +172,21 @@ impl Net {
         Some(Net {
             chain,
             cuts: Mutex::new(BTreeSet::new()),
+            users: Mutex::new(Vec::new()),
         })
     }
 
-    /// A Unix user no other process of this test binary runs as, made when missing, whose
-    /// connections this network marks from now on.
+    /// A Unix user no other running process of this test binary runs as, made when missing,
+    /// whose connections this network marks from now on.
     pub fn user(&self) -> User {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        assert!(n < USERS, "more than {USERS} test users in one binary");
+        let n = FREE
+            .lock()
+            .expect("free users")
+            .pop()
+            .unwrap_or_else(|| NEXT.fetch_add(1, Ordering::Relaxed));
+        assert!(n < USERS, "more than {USERS} test users at once");
+        self.users.lock().expect("users").push(n);
         let name = format!("rlp-test-{n}");
         let user = lookup(&name).unwrap_or_else(|| {
             // Two binaries may make the same user at once; whoever loses finds it made.
@@ -300,6 +312,8 @@ impl Net {
 impl Drop for Net {
     fn drop(&mut self) {
         remove_chain(&self.chain);
+        let mine = std::mem::take(&mut *self.users.lock().unwrap_or_else(|e| e.into_inner()));
+        FREE.lock().unwrap_or_else(|e| e.into_inner()).extend(mine);
     }
 }
 
