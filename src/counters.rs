@@ -22,6 +22,9 @@ pub struct Counters {
     pub rollbacks: AtomicU64,
     /// Releases that deleted the lock on a majority.
     pub releases: AtomicU64,
+    /// Locks written back to trusted members that lacked them, after a granted extension or
+    /// lease renewal (quorum repair): one per extension that wrote at least one copy.
+    pub locks_repaired: AtomicU64,
     /// Leases running now.
     pub leases_active: AtomicU64,
     /// Lease renewals a quorum granted.
@@ -50,6 +53,7 @@ impl Counters {
             grants: AtomicU64::new(0),
             denials: AtomicU64::new(0),
             releases: AtomicU64::new(0),
+            locks_repaired: AtomicU64::new(0),
             leases_active: AtomicU64::new(0),
             lease_renewals: AtomicU64::new(0),
             leases_lost: AtomicU64::new(0),

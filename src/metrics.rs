@@ -8,6 +8,8 @@
 //!
 //! Families (all prefixed `redlock_`; counters end in `_total`, durations in `_seconds`):
 //! - `redlock_locks_total{outcome}`: `granted`, `denied`, `rolled_back`, `released`;
+//!   `redlock_locks_repaired_total` (locks written back to trusted members that lacked them
+//!   after a granted extension or renewal: quorum repair);
 //! - `redlock_commands_total`, and `redlock_commands_by_name_total{command}`;
 //!   `redlock_errors_total{kind}` (error replies by their kind, the first word, as
 //!   Redis's `errorstat_*`); `redlock_acquire_seconds` (from a `SET ... NX` request being read to its
@@ -126,6 +128,13 @@ impl Collector for ProxyCollector {
                 ConstCounter::new(Counters::get(c)).encode(locks.encode_family(&labels)?)?;
             }
         }
+        counter(
+            &mut e,
+            "redlock_locks_repaired",
+            "Locks written back (SET NX with the validity left) to trusted members that lacked \
+             them, after an extension or lease renewal a quorum granted.",
+            Counters::get(&s.locks_repaired),
+        )?;
         counter(
             &mut e,
             "redlock_commands",

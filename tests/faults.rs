@@ -16,6 +16,7 @@
 mod support;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use support::fault::{Fault, FaultProxy};
@@ -1040,4 +1041,249 @@ async fn a_member_that_reconnects_to_another_members_master_votes_no_more() {
         "without the check the moved member votes twice for one server (negative control):\n{}",
         off.info
     );
+}
+
+/// How often the holder of [`extended_on_a_bare_majority`] extends its lock, and to what TTL.
+const EXTEND_EVERY: Duration = Duration::from_millis(400);
+const EXTEND_TTL: &str = "1500";
+
+/// A holder that extends its lock with the hand-written compare-and-pexpire script every
+/// [`EXTEND_EVERY`], as a library's auto-extension does, until `stop` or until an extension is
+/// refused; counts the granted ones in `granted`. Answers whether one was refused.
+fn keep_extending(
+    mut holder: Client,
+    key: &'static str,
+    stop: Arc<AtomicBool>,
+    granted: Arc<AtomicUsize>,
+) -> tokio::task::JoinHandle<bool> {
+    tokio::spawn(async move {
+        while !stop.load(Ordering::Acquire) {
+            sleep(EXTEND_EVERY).await;
+            let r = holder
+                .cmd(&["EVAL", EXTEND, "1", key, "tok", EXTEND_TTL])
+                .await;
+            if r != Reply::Integer(1) {
+                return true;
+            }
+            granted.fetch_add(1, Ordering::AcqRel);
+        }
+        false
+    })
+}
+
+/// Waits until `count` has grown by `more` (at most 5 s).
+async fn grows(count: &AtomicUsize, more: usize) {
+    let want = count.load(Ordering::Acquire) + more;
+    let until = Instant::now() + Duration::from_secs(5);
+    while count.load(Ordering::Acquire) < want {
+        assert!(Instant::now() < until, "the holder stopped extending");
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Quorum repair (issue 30), the extension's side. A lock is granted while master C is cut off,
+/// so it rests on A and B; its holder keeps extending it. C comes back: reachable again after
+/// the cut (trusted at once), or, with `restart`, restarted empty and quarantined first (never
+/// written while quarantined). Then A is cut off. With repair the extensions wrote the lock
+/// back on C, so B and C still hold it: every extension is granted and another client is
+/// refused for longer than a TTL. Without repair (`quorum_repair = false`, the negative
+/// control) C never gets it: A's loss makes the next extension fail and another client takes
+/// the lock; asserted.
+async fn extended_on_a_bare_majority(repair: bool, restart: bool) {
+    const KEY: &str = "repair:extended";
+    let mut ms = masters(3);
+    let fx = front(&addrs(&ms)).await;
+    let mut config = fault_config(&fault_addrs(&fx));
+    config.quorum_repair = repair;
+    let p = proxy(config).await.to_string();
+    wait_trusted(&p, 3, SETTLE).await;
+    fx[2].set(Fault::Reset);
+    wait_status(&p, 2, "down", Duration::from_secs(3)).await;
+    let mut holder = Client::connect(&p).await;
+    assert_eq!(
+        holder
+            .cmd(&["SET", KEY, "tok", "NX", "PX", EXTEND_TTL])
+            .await,
+        Reply::ok()
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let granted = Arc::new(AtomicUsize::new(0));
+    let extending = keep_extending(holder, KEY, stop.clone(), granted.clone());
+    if restart {
+        blocking(|| ms[2].restart());
+        fx[2].heal();
+        wait_status(&p, 2, "quarantined", Duration::from_secs(3)).await;
+        grows(&granted, 2).await;
+        assert_eq!(master_status(&p, 2).await, "quarantined");
+        assert_eq!(
+            values_on(&ms[2..], KEY).await,
+            vec![None],
+            "a quarantined member was written"
+        );
+        wait_trusted(&p, 3, SETTLE).await;
+    } else {
+        fx[2].heal();
+        wait_status(&p, 2, "up", Duration::from_secs(3)).await;
+    }
+    // Two extensions with C trusted: the first finds the key missing there.
+    grows(&granted, 2).await;
+    let on_c = values_on(&ms[2..], KEY).await.remove(0);
+    fx[0].set(Fault::Reset);
+    let began = Instant::now();
+    let mut other = Client::connect(&p).await;
+    let mut taken = false;
+    while began.elapsed() < Duration::from_millis(2500) {
+        let r = other
+            .cmd(&["SET", KEY, "other", "NX", "PX", EXTEND_TTL])
+            .await;
+        if r.is_ok() {
+            taken = true;
+            break;
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::Release);
+    let refused = extending.await.expect("the holder's task");
+    let info = redlock_info(&p).await;
+    if repair {
+        assert_eq!(
+            on_c.as_deref(),
+            Some("tok"),
+            "not written back on C:\n{info}"
+        );
+        assert!(!refused, "an extension was refused after one loss:\n{info}");
+        assert!(
+            !taken,
+            "another client got the lock after one loss:\n{info}"
+        );
+        assert_ne!(field(&info, "locks_repaired"), "0", "{info}");
+    } else {
+        assert_eq!(on_c, None, "without repair C never gets the lock");
+        assert!(
+            refused,
+            "without repair the extension after one loss should fail"
+        );
+        assert!(taken, "without repair another client should take the lock");
+        assert_eq!(field(&info, "locks_repaired"), "0", "{info}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_writes_the_lock_back_on_a_member_that_returns_and_it_survives_the_next_loss()
+{
+    extended_on_a_bare_majority(true, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_member_gets_the_lock_back_only_after_its_quarantine() {
+    extended_on_a_bare_majority(true, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_quorum_repair_the_next_loss_frees_a_lock_extended_on_a_bare_majority() {
+    extended_on_a_bare_majority(false, false).await;
+}
+
+/// A repair writes only where the key is missing, for no longer than the quorum's copies
+/// live: `SET NX` never replaces another holder's key, and members that answered with another
+/// token are not asked. Both extension forms repair (the compare-and-pexpire script and
+/// `SET tok IFEQ tok PX`); with `quorum_repair = false` neither does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_writes_only_where_the_key_is_missing_and_never_over_another_token() {
+    init_logs();
+    let ms = masters(3);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let m = metrics.clone();
+    let p = proxy_with(&ms, |c| c.metrics_listen = Some(m)).await;
+    let off = proxy_with(&ms, |c| c.quorum_repair = false).await;
+    let mut c = Client::connect(&p).await;
+    let mut direct = ms[2].client().await;
+    let lacks_c = async |c: &mut Client, direct: &mut Client, key: &str| {
+        assert_eq!(
+            c.cmd(&["SET", key, "tok", "NX", "PX", "5000"]).await,
+            Reply::ok()
+        );
+        assert_eq!(direct.cmd(&["DEL", key]).await, Reply::Integer(1));
+    };
+    let on_c = async |key: &str| values_on(&ms[2..], key).await.remove(0);
+
+    // The script: C gets the lock back, never outliving the quorum's copies.
+    lacks_c(&mut c, &mut direct, "k1").await;
+    assert_eq!(
+        c.cmd(&["EVAL", EXTEND, "1", "k1", "tok", "5000"]).await,
+        Reply::Integer(1)
+    );
+    let until = Instant::now() + Duration::from_secs(2);
+    while on_c("k1").await.is_none() {
+        assert!(Instant::now() < until, "k1 not written back on C");
+        sleep(Duration::from_millis(10)).await;
+    }
+    let pttl = async |m: &Master, key: &str| match m.client().await.cmd(&["PTTL", key]).await {
+        Reply::Integer(t) => t,
+        r => panic!("PTTL {r:?}"),
+    };
+    let (on_a, on_c_ttl) = (pttl(&ms[0], "k1").await, pttl(&ms[2], "k1").await);
+    assert!(
+        on_c_ttl > 0 && on_c_ttl < on_a,
+        "C's copy ({on_c_ttl} ms) outlives A's ({on_a} ms)"
+    );
+
+    // Another token on C: left as it was.
+    assert_eq!(
+        direct.cmd(&["SET", "k2", "other", "PX", "5000"]).await,
+        Reply::ok()
+    );
+    assert_eq!(
+        c.cmd(&["SET", "k2", "tok", "NX", "PX", "5000"]).await,
+        Reply::ok(),
+        "granted on A and B"
+    );
+    let before = pttl(&ms[2], "k2").await;
+    assert_eq!(
+        c.cmd(&["EVAL", EXTEND, "1", "k2", "tok", "5000"]).await,
+        Reply::Integer(1)
+    );
+    sleep(Duration::from_millis(200)).await;
+    assert_eq!(on_c("k2").await.as_deref(), Some("other"));
+    assert!(
+        pttl(&ms[2], "k2").await <= before,
+        "C's other key was extended"
+    );
+
+    // `SET tok IFEQ tok PX ttl`, an extension too.
+    lacks_c(&mut c, &mut direct, "k3").await;
+    assert_eq!(
+        c.cmd(&["SET", "k3", "tok", "IFEQ", "tok", "PX", "5000"])
+            .await,
+        Reply::ok()
+    );
+    let until = Instant::now() + Duration::from_secs(2);
+    while on_c("k3").await.is_none() {
+        assert!(Instant::now() < until, "k3 not written back on C");
+        sleep(Duration::from_millis(10)).await;
+    }
+    let info = redlock_info(&p).await;
+    assert_eq!(field(&info, "locks_repaired"), "2", "{info}");
+    let (_, text) = http_get(&metrics, "/metrics", "").await;
+    assert!(
+        text.lines().any(|l| l == "redlock_locks_repaired_total 2"),
+        "{text}"
+    );
+
+    // The negative control: the same extensions through a proxy without repair leave C empty.
+    let mut c = Client::connect(&off).await;
+    lacks_c(&mut c, &mut direct, "k4").await;
+    assert_eq!(
+        c.cmd(&["EVAL", EXTEND, "1", "k4", "tok", "5000"]).await,
+        Reply::Integer(1)
+    );
+    lacks_c(&mut c, &mut direct, "k5").await;
+    assert_eq!(
+        c.cmd(&["SET", "k5", "tok", "IFEQ", "tok", "PX", "5000"])
+            .await,
+        Reply::ok()
+    );
+    sleep(Duration::from_millis(200)).await;
+    assert_eq!((on_c("k4").await, on_c("k5").await), (None, None));
+    assert_eq!(field(&redlock_info(&off).await, "locks_repaired"), "0");
 }

@@ -1416,3 +1416,79 @@ async fn a_redisson_rlock_without_its_watchdog_is_held_past_its_lease_time_with_
     assert!(without["taken_by_other"].as_u64() >= Some(1), "{without}");
     assert_eq!(without["unlock"], serde_json::Value::Null, "{without}");
 }
+
+/// Quorum repair (issue 30), the lease's side: a leased lock granted while master C was cut off
+/// rests on A and B; C comes back (reachable again, the same server, so trusted at once), a
+/// renewal writes the lock back there, and then A is cut off. With repair the lock still rests
+/// on a quorum (B, C): the lease holds and another client is refused for three TTLs. The
+/// negative control (`quorum_repair = false`) leaves C empty, so A's loss loses the lease and
+/// the other client takes the lock while its holder's connection is still open; asserted.
+async fn lease_granted_on_a_bare_majority(repair: bool) {
+    const TTL: u64 = 900;
+    const KEY: &str = "lease:bare-majority";
+    let ms = masters(3);
+    let a = FaultProxy::start(ms[0].addr()).await;
+    let c = FaultProxy::start(ms[2].addr()).await;
+    let backends = [a.addr.clone(), ms[1].addr(), c.addr.clone()];
+    let settings = format!("{LEASED}\nquorum_repair = {repair}");
+    let p = start(&backends, &settings).await;
+    c.set(Fault::Reset);
+    wait_status(&p.addr, 2, "down", Duration::from_secs(3)).await;
+    let mut holder = Client::connect(&p.addr).await;
+    let ttl = TTL.to_string();
+    assert_eq!(
+        holder.cmd(&["SET", KEY, "tok", "NX", "PX", &ttl]).await,
+        Reply::ok()
+    );
+    assert_eq!(holders(&ms, KEY).await, 2, "granted on A and B only");
+    c.heal();
+    wait_status(&p.addr, 2, "up", Duration::from_secs(3)).await;
+    // Two renewals once C is back: the first finds the key missing there.
+    let renewed = p.count("leases_renewed").await;
+    p.wait_at_least("leases_renewed", renewed + 2, Duration::from_secs(3))
+        .await;
+    let on_c = values_on(&ms[2..], KEY).await.remove(0);
+    a.set(Fault::Reset);
+    let began = Instant::now();
+    let mut other = Client::connect(&p.addr).await;
+    let mut taken = None;
+    while began.elapsed() < Duration::from_millis(3 * TTL) {
+        let r = other.cmd(&["SET", KEY, "other", "NX", "PX", &ttl]).await;
+        if r.is_ok() {
+            taken = Some(began.elapsed());
+            break;
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+    if repair {
+        assert_eq!(on_c.as_deref(), Some("tok"), "written back on C");
+        assert_eq!(taken, None, "another client got the lock after one loss");
+        assert_eq!(holder.cmd(&["GET", KEY]).await, Reply::bulk("tok"));
+        assert_eq!(p.count("leases_lost").await, 0);
+        assert!(p.count("locks_repaired").await >= 1);
+        assert!(p.metric("redlock_locks_repaired_total").await >= 1.0);
+        assert_eq!(
+            holder.cmd(&["EVAL", UNLOCK, "1", KEY, "tok"]).await,
+            Reply::Integer(1),
+            "still the holder's, released by a quorum (B, C)"
+        );
+    } else {
+        assert_eq!(on_c, None, "without repair C never gets the lock");
+        assert!(
+            taken.is_some(),
+            "without repair, one loss should let another client take the lock"
+        );
+        assert!(p.count("leases_lost").await >= 1);
+        assert_eq!(p.count("locks_repaired").await, 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_granted_on_a_bare_majority_is_written_back_and_survives_the_next_loss() {
+    lease_granted_on_a_bare_majority(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_quorum_repair_a_lease_granted_on_a_bare_majority_is_lost_to_the_next_loss() {
+    lease_granted_on_a_bare_majority(false).await;
+}

@@ -33,6 +33,7 @@ use super::lock::agreed_error;
 use super::session::Conn;
 use crate::counters::Counters;
 use crate::error::Error;
+use crate::keylock::Held;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Masters, Request, ask, validity};
 use crate::wire::master::{command, eval};
@@ -148,8 +149,8 @@ pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, opts: SetOptio
         _ => None,
     };
     let keys = [w.key.clone()];
-    let action = super::action::in_turn(proxy, &keys, move |proxy| async move {
-        run_set(&proxy, &w).await
+    let action = super::action::in_turn_held(proxy, &keys, move |proxy, held| async move {
+        run_set(&proxy, &w, held).await
     });
     match lease {
         Some((leases, lock)) => super::lease::on_grant(leases, proxy, action, lock, Reply::is_ok),
@@ -255,7 +256,9 @@ async fn plan_set(proxy: &Proxy, masters: &Masters, w: &Write) -> Result<Plan, R
     Ok((asks, known))
 }
 
-async fn run_set(proxy: &Proxy, w: &Write) -> Reply {
+/// A conditional `SET` in its key's turn (`held`: passed on to a quorum repair after a granted
+/// extension, else freed with the answer).
+async fn run_set(proxy: &Arc<Proxy>, w: &Write, held: Held) -> Reply {
     // One member set for the whole write: its read, its vote and any give-back.
     let masters = proxy.masters();
     let (asks, known) = match plan_set(proxy, &masters, w).await {
@@ -289,7 +292,20 @@ async fn run_set(proxy: &Proxy, w: &Write) -> Reply {
             });
     if valid && decided.agree(wrote) {
         Counters::bump(&proxy.counters().grants);
-        return set_reply(w, &decided);
+        let reply = set_reply(w, &decided);
+        if let Some(reading) = repairs(w) {
+            // `SET tok IFEQ tok PX ttl` is an extension: the lock goes back to the trusted
+            // members that lack it (see `repair`).
+            let e = super::repair::Extended {
+                key: w.key.clone(),
+                token: w.value.clone(),
+                vote,
+                start,
+                reading,
+            };
+            super::repair::after(proxy, e, held);
+        }
+        return reply;
     }
     Counters::bump(&proxy.counters().denials);
     // Refused: every master's answer until the deadline, so each write that landed in time is
@@ -300,6 +316,23 @@ async fn run_set(proxy: &Proxy, w: &Write) -> Reply {
         return e;
     }
     not_set_reply(w, Some(&all))
+}
+
+/// How a granted conditional `SET` reads for a quorum repair, when it is a lock extension:
+/// `SET tok IFEQ tok PX ttl` (the value kept, a TTL given). A member where the key was missing
+/// answered `{0, nil, …}`; one that wrote brings its new PTTL. Other forms (a takeover, `IFNE`,
+/// the digests, no TTL or `KEEPTTL`) are not repaired.
+fn repairs(w: &Write) -> Option<super::repair::Reading> {
+    let extension = matches!(&w.cond, Cond::Eq(m) if *m == w.value)
+        && w.ttl_ms.is_some_and(|t| t > 0)
+        && !w.keep_ttl;
+    extension.then_some(super::repair::Reading {
+        holds: |r| new_ttl_of(r).filter(|t| *t != i64::MAX && wrote(r)),
+        missing: |r| {
+            matches!(r, Reply::Array(a)
+                if a.first() == Some(&Reply::Integer(0)) && a.get(1) == Some(&Reply::Nil))
+        },
+    })
 }
 
 /// Gives back, on each master that wrote, what the refused write replaced (see [`RESTORE`]).

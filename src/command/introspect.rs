@@ -206,7 +206,7 @@ pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         let trusted = masters.iter().filter(|m| m.is_trusted()).count();
         let _ = write!(
             out,
-            "# Redlock\r\nmasters:{}\r\nmasters_up:{}\r\nmasters_trusted:{}\r\nquorum:{}\r\nquorum_available:{}\r\nquorum_available_in_ms:{}\r\nnode_timeout_ms:{}\r\ndrift_factor:{}\r\nmax_ttl_ms:{}\r\nquarantine_window_ms:{}\r\nmembership_transition:{}\r\nmembership_transition_left_ms:{}\r\nlocks_granted:{}\r\nlocks_denied:{}\r\nlocks_rolled_back:{}\r\nlocks_released:{}\r\nleases_active:{}\r\nleases_renewed:{}\r\nleases_lost:{}\r\nleases_released:{}\r\nleases_ended:{}\r\nkeys_in_flight:{}\r\nscripts_cached:{}\r\n",
+            "# Redlock\r\nmasters:{}\r\nmasters_up:{}\r\nmasters_trusted:{}\r\nquorum:{}\r\nquorum_available:{}\r\nquorum_available_in_ms:{}\r\nnode_timeout_ms:{}\r\ndrift_factor:{}\r\nmax_ttl_ms:{}\r\nquarantine_window_ms:{}\r\nmembership_transition:{}\r\nmembership_transition_left_ms:{}\r\nlocks_granted:{}\r\nlocks_denied:{}\r\nlocks_rolled_back:{}\r\nlocks_released:{}\r\nlocks_repaired:{}\r\nleases_active:{}\r\nleases_renewed:{}\r\nleases_lost:{}\r\nleases_released:{}\r\nleases_ended:{}\r\nkeys_in_flight:{}\r\nscripts_cached:{}\r\n",
             masters.len(),
             up,
             trusted,
@@ -223,6 +223,7 @@ pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
             Counters::get(&s.denials),
             Counters::get(&s.rollbacks),
             Counters::get(&s.releases),
+            Counters::get(&s.locks_repaired),
             Counters::get(&s.leases_active),
             Counters::get(&s.lease_renewals),
             Counters::get(&s.leases_lost),

@@ -251,18 +251,34 @@ pub async fn renew(proxy: &Arc<Proxy>, keys: &[Bytes], token: &Bytes, ttl_ms: i6
         publish: None,
     };
     let held = turn(proxy, &op).ready().await;
-    let (decided, vote) = extend_on_masters(proxy, &op).await;
+    let (decided, vote, start) = extend_on_masters(proxy, &op).await;
     let ballots = vote.ballots();
-    let renewal = match decided {
-        Extension::Granted => Renewal::Renewed,
+    match decided {
+        Extension::Granted => {
+            repair_after(proxy, &op, vote, start, held);
+            Renewal::Renewed
+        }
         _ if ballots.agree(|r| matches!(r, Reply::Integer(0 | -3))) => Renewal::Gone,
         _ => Renewal::Failed(
             "fewer than a quorum of masters extended the lock in time",
             Answered::of(&vote),
         ),
-    };
-    drop(held);
-    renewal
+    }
+}
+
+/// After a granted extension of `op` (sent at `start`): the lock written back to the trusted
+/// members that lacked it (one key; see [`super::repair`]), in the key's turn (`held`).
+fn repair_after(proxy: &Arc<Proxy>, op: &LockOp, vote: Vote, start: Instant, held: Held) {
+    if let [key] = op.keys.as_slice() {
+        let e = super::repair::Extended {
+            key: key.clone(),
+            token: op.token.clone(),
+            vote,
+            start,
+            reading: super::repair::EXTEND_READING,
+        };
+        super::repair::after(proxy, e, held);
+    }
 }
 
 /// The checks every lock operation passes: it names keys, its TTL is within the cap, and so is
@@ -336,10 +352,10 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
         }
         Op::Extend | Op::ExtendAdd => {
             let ticket = turn(proxy, &op);
+            // The turn goes to the extension, which keeps it past its reply when a quorum
+            // repair has to wait for a member's answer (see `repair`).
             super::action::in_turn_of(proxy, ticket, move |proxy, held| async move {
-                let reply = run_extend(&proxy, &op).await;
-                drop(held);
-                reply
+                run_extend(&proxy, &op, held).await
             })
         }
         Op::Release | Op::ReleaseAll | Op::Delete => {
@@ -1036,15 +1052,20 @@ async fn name_holders(
     )
 }
 
-async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
+/// An extension in its keys' turn (`held`: passed on to a quorum repair, else freed with the
+/// answer).
+async fn run_extend(proxy: &Arc<Proxy>, op: &LockOp, held: Held) -> Reply {
     let k = op.keys.len();
     if op.ttl_ms < 0 || (op.ttl_ms == 0 && op.op == Op::Extend) {
         return Reply::from(Error::InvalidExtension);
     }
-    let (decided, vote) = extend_on_masters(proxy, op).await;
+    let (decided, vote, start) = extend_on_masters(proxy, op).await;
     let ballots = vote.ballots();
     match decided {
-        Extension::Granted => answer(op.answer, true, k, &op.token),
+        Extension::Granted => {
+            repair_after(proxy, op, vote, start, held);
+            answer(op.answer, true, k, &op.token)
+        }
         Extension::BeyondMax => Reply::from(Error::ExtensionTooLong {
             max: proxy.config().max_ttl_ms,
         }),
@@ -1072,8 +1093,8 @@ async fn run_extend(proxy: &Proxy, op: &LockOp) -> Reply {
 }
 
 /// Runs an extension of `op` on every master and decides it as soon as it can (see
-/// [`extension`]); the vote, for its ballots.
-async fn extend_on_masters(proxy: &Proxy, op: &LockOp) -> (Extension, crate::quorum::Vote) {
+/// [`extension`]); the vote, for its ballots, and when it was sent.
+async fn extend_on_masters(proxy: &Proxy, op: &LockOp) -> (Extension, Vote, Instant) {
     let ttl_arg = itoa::Buffer::new().format(op.ttl_ms).to_owned();
     let max = itoa::Buffer::new()
         .format(proxy.config().max_ttl_ms)
@@ -1092,7 +1113,7 @@ async fn extend_on_masters(proxy: &Proxy, op: &LockOp) -> (Extension, crate::quo
         start.elapsed(),
         proxy.config(),
     );
-    (decided, vote)
+    (decided, vote, start)
 }
 
 /// An extension's outcome.

@@ -11,6 +11,8 @@
 //! The files, from the bottom up (each uses only those above it in this list):
 //! - [`spec`]: [`Cmd`], the table, [`Command`]. [`session`]: a client's state ([`Conn`]).
 //!   [`action`]: [`Action`] and the per-key turn.
+//! - [`repair`]: quorum repair, a lock written back after a granted extension to the
+//!   trusted members that lacked it.
 //! - [`lock`]: the Redlock engine (acquire, extend, release, roll back).
 //! - [`keys`]: plain key commands decided by majority; [`conditional`] (`SET … IFEQ`,
 //!   `DELEX`, `DELIFEQ`, `DIGEST`); [`set`] (`SET` and its forms);
@@ -30,6 +32,7 @@ pub mod keys;
 pub mod lease;
 pub mod lock;
 pub mod pubsub;
+pub mod repair;
 pub mod rwlock;
 pub mod script;
 pub mod session;
