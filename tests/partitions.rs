@@ -380,6 +380,9 @@ struct Repaired {
     /// Another client, through a proxy that reaches every master, was granted the lock while
     /// the holder's connection (and so its lease) was still open.
     taken: bool,
+    /// A, restarted empty, holds the holder's lock again at the end (written back once its
+    /// quarantine was over).
+    on_a_again: bool,
 }
 
 /// Masters A, B, C; proxy P cut off from C, proxy Q reaching all. A client takes a leased
@@ -441,17 +444,19 @@ async fn repair_scenario(protect: bool) -> Option<Repaired> {
     // The holder's connection is still open.
     assert_eq!(holder.raw(&["PING"]).await, "+PONG\r\n");
     let lease_lost = field(&p.p.info().await, "leases_lost") != "0";
+    let on_a_again = ms[0].m.cli(("", ""), &["GET", "lease:job"]) == "holder";
     let r = Repaired {
         on_c,
         lease_lost,
         taken,
+        on_a_again,
     };
     line(
         "asymmetric cut, healed, then a master lost",
         if protect { "on" } else { "off" },
         &format!(
-            "written_back_to_c={} lease_lost={} taken_by_other={}",
-            r.on_c, r.lease_lost, r.taken
+            "written_back_to_c={} lease_lost={} taken_by_other={} written_back_to_restarted_a={}",
+            r.on_c, r.lease_lost, r.taken, r.on_a_again
         ),
     );
     Some(r)
@@ -462,13 +467,14 @@ async fn a_lock_granted_during_a_cut_is_repaired_and_survives_losing_a_master() 
     if let Some(r) = repair_scenario(true).await {
         assert!(r.on_c, "the lock was not written back to C: {r:?}");
         assert!(!r.lease_lost && !r.taken, "{r:?}");
+        assert!(r.on_a_again, "the lock was not written back to A: {r:?}");
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_quorum_repair_losing_a_master_hands_the_lock_to_another_client() {
     if let Some(r) = repair_scenario(false).await {
-        assert!(!r.on_c, "{r:?}");
+        assert!(!r.on_c && !r.on_a_again, "{r:?}");
         assert!(
             r.lease_lost && r.taken,
             "the negative control: the holder loses its lock to one lost master: {r:?}"
