@@ -31,7 +31,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -74,6 +74,8 @@ pub struct Sentinels {
     named: watch::Sender<String>,
     /// `sentinel_majority`: the rule's parameters; `None` takes the first answer.
     majority: Option<Majority>,
+    /// Set once the Sentinels' disagreement on `down-after-milliseconds` has been logged.
+    warned_down_after: AtomicBool,
 }
 
 /// The majority rule's parameters (`sentinel_majority = true`), from the proxy's configuration.
@@ -94,11 +96,23 @@ impl Majority {
     /// `extra ≥ bound × (1 + drift_factor)` (docs/design.md, "Following a majority of the
     /// Sentinels").
     pub fn bound(&self, down_after: Option<Duration>) -> (Duration, Duration) {
-        let base = down_after.map_or(self.max_ttl, |d| d.min(self.max_ttl));
+        self.bound_and_extra(down_after, down_after)
+    }
+
+    /// [`Majority::bound`], the bound from `down_after` and the extra quarantine from
+    /// `down_after_max` (the largest any Sentinel reports: another proxy's bound may come from
+    /// Sentinels this one did not count).
+    fn bound_and_extra(
+        &self,
+        down_after: Option<Duration>,
+        down_after_max: Option<Duration>,
+    ) -> (Duration, Duration) {
+        let cap = |d: Option<Duration>| d.map_or(self.max_ttl, |d| d.min(self.max_ttl));
+        let (base, extra) = (cap(down_after), cap(down_after_max).max(cap(down_after)));
         let factor = (1.0 - 2.0 * self.drift_factor).clamp(0.0, 1.0);
         let bound = Duration::from_secs_f64(base.as_secs_f64() * factor)
             .saturating_sub(Duration::from_millis(2));
-        (bound, base)
+        (bound, extra)
     }
 }
 
@@ -165,8 +179,12 @@ struct Tally {
     of: usize,
     /// The youngest `role-reported-time` of the confirming Sentinels (0 when one does not say).
     age: Option<Duration>,
-    /// The smallest `down-after-milliseconds` of the confirming Sentinels.
+    /// The smallest `down-after-milliseconds` of the confirming Sentinels (the bound is
+    /// derived from it).
     down_after: Option<Duration>,
+    /// The largest `down-after-milliseconds` any Sentinel that answered reports (the extra
+    /// quarantine is derived from it; the two differ only when the Sentinels disagree).
+    down_after_max: Option<Duration>,
 }
 
 /// The majority rule over the views of the Sentinels that answered, `of` being how many are
@@ -186,7 +204,8 @@ fn tally(views: &[View], of: usize) -> Tally {
         .max_by_key(|(_, n)| *n)
         .unwrap_or(("", 0));
     let agree: Vec<&&View> = current.iter().filter(|v| v.addr == addr).collect();
-    let confirmed = votes >= of / 2 + 1;
+    // ⌊of/2⌋ + 1 of the configured.
+    let confirmed = votes > of / 2;
     Tally {
         addr: confirmed.then(|| addr.to_string()),
         votes,
@@ -199,6 +218,7 @@ fn tally(views: &[View], of: usize) -> Tally {
                 .unwrap_or_default()
         }),
         down_after: agree.iter().filter_map(|v| v.down_after).min(),
+        down_after_max: views.iter().filter_map(|v| v.down_after).max(),
     }
 }
 
@@ -229,6 +249,7 @@ impl Sentinels {
             first: AtomicUsize::new(0),
             named: watch::Sender::new(String::new()),
             majority: None,
+            warned_down_after: AtomicBool::new(false),
         }
     }
 
@@ -348,7 +369,17 @@ impl Sentinels {
         match t.addr {
             Some(addr) => {
                 self.name(&addr);
-                let (bound, extra) = rule.bound(t.down_after);
+                if t.down_after != t.down_after_max
+                    && !self.warned_down_after.swap(true, Ordering::Relaxed)
+                {
+                    warn!(
+                        smallest_ms = t.down_after.map_or(0, |d| d.as_millis() as u64),
+                        largest_ms = t.down_after_max.map_or(0, |d| d.as_millis() as u64),
+                        "the Sentinels disagree on down-after-milliseconds: the confirmation \
+                         bound assumes they agree (give every Sentinel the same value)"
+                    );
+                }
+                let (bound, extra) = rule.bound_and_extra(t.down_after, t.down_after_max);
                 Ok(Named {
                     addr,
                     age: t.age,
@@ -725,6 +756,7 @@ async fn confirm(
 ) {
     let retry = every.min(Duration::from_millis(250));
     let mut lost = false;
+    let mut warned_tight = false;
     loop {
         let pause = match sentinels.resolve_named(within).await {
             Ok(Named {
@@ -733,6 +765,18 @@ async fn confirm(
                 ..
             }) => {
                 info.note_confirmations(c.votes, c.of);
+                if c.bound < within * 2 && !warned_tight {
+                    // A round may take `within`: with the bound this short a healthy member
+                    // can lapse between two rounds.
+                    warned_tight = true;
+                    warn!(
+                        bound_ms = c.bound.as_millis() as u64,
+                        connect_timeout_ms = within.as_millis() as u64,
+                        "the Sentinels' confirmation bound is under twice connect_timeout_ms: a \
+                         healthy member may go down between two rounds (raise \
+                         down-after-milliseconds or lower connect_timeout_ms)"
+                    );
+                }
                 if info.confirm(&addr, c.until) {
                     if lost {
                         info!(primary = %addr, sentinels = c.votes, of = c.of, "a majority of the Sentinels confirms the primary again");
@@ -834,6 +878,7 @@ mod tests {
         assert_eq!((t.votes, t.of), (2, 3));
         assert_eq!(t.age, Some(Duration::from_millis(300)));
         assert_eq!(t.down_after, Some(Duration::from_millis(1300)));
+        assert_eq!(t.down_after_max, Some(Duration::from_millis(1500)));
         // The majority is of the configured Sentinels: one answer of three is none, even
         // though every Sentinel that answered agrees.
         let t = tally(&[view("s1", p1, 0, 9)], 3);
@@ -897,6 +942,15 @@ mod tests {
         assert_eq!(
             rule.bound(None),
             (Duration::from_millis(9798), Duration::from_millis(10_000))
+        );
+        // Sentinels that disagree: the bound from the confirming ones' smallest, the extra from
+        // the largest any reports.
+        assert_eq!(
+            rule.bound_and_extra(
+                Some(Duration::from_millis(5000)),
+                Some(Duration::from_millis(8000))
+            ),
+            (Duration::from_millis(4898), Duration::from_millis(8000))
         );
         for d in [1u64, 100, 5000, 60_000] {
             let (bound, extra) = rule.bound(Some(Duration::from_millis(d)));
