@@ -48,27 +48,6 @@ fn settings_with(max_ttl_ms: u64, quarantine: bool, extra: &str) -> String {
     )
 }
 
-/// Whether this build has config key `key`. `sentinel_majority` and `quorum_repair` are being
-/// built beside these tests: until the key exists, a protected run is skipped (with a printed
-/// reason) and its negative control runs without the key, which is the behaviour the key
-/// switches off.
-fn has_key(key: &str) -> bool {
-    include_str!("../src/config.rs").contains(&format!("pub {key}:"))
-}
-
-/// `key = on` when this build has `key`; otherwise nothing (see [`has_key`]), or `None` for a
-/// protected run, which is then skipped.
-fn switch(key: &str, on: bool) -> Option<String> {
-    if has_key(key) {
-        Some(format!("{key} = {on}"))
-    } else if on {
-        eprintln!("SKIPPED: this build has no `{key}` yet");
-        None
-    } else {
-        Some(String::new())
-    }
-}
-
 /// A `redis-server` running as a user of its own, in a folder of its own.
 struct Node {
     m: Master,
@@ -235,7 +214,6 @@ async fn a_cut_stalls_a_link_both_ways_and_heals() {
 /// and M2) once its failover quarantine is over; then A asks for the same lock (P1 and M1).
 /// Answers whether A was granted it while B's lock was still valid.
 async fn sentinel_split(protect: bool) -> Option<bool> {
-    let switch = switch("sentinel_majority", protect)?;
     let net = Net::new()?;
     let p1 = node(&net, "P1", &[]);
     let port = p1.m.port.to_string();
@@ -279,7 +257,7 @@ async fn sentinel_split(protect: bool) -> Option<bool> {
         m1.m.addr(),
         m2.m.addr(),
     ];
-    let settings = settings(&switch);
+    let settings = settings(&format!("sentinel_majority = {protect}"));
     let a = proxy(&net, "A", &backends, &settings);
     let b = proxy(&net, "B", &backends, &settings);
     trusted(&a.p, 3).await;
@@ -389,12 +367,11 @@ struct Repaired {
 /// lock through P (it lives on A and B); the cut heals and the lease renews it; then A
 /// restarts empty. Q asks for the lock for three quarantine windows.
 async fn repair_scenario(protect: bool) -> Option<Repaired> {
-    let switch = switch("quorum_repair", protect)?;
     let net = Net::new()?;
     let mut ms: Vec<Node> = ["A", "B", "C"].iter().map(|n| node(&net, n, &[])).collect();
     let backends: Vec<String> = ms.iter().map(|n| n.m.addr()).collect();
     let settings = settings(&format!(
-        "lease_keys = [\"lease:*\"]\nlease_max_ms = 60000\n{switch}"
+        "lease_keys = [\"lease:*\"]\nlease_max_ms = 60000\nquorum_repair = {protect}"
     ));
     let p = proxy(&net, "P", &backends, &settings);
     let q = proxy(&net, "Q", &backends, &settings);
