@@ -788,7 +788,14 @@ async fn random_link_cuts_under_load_grant_nothing_twice() {
     let until = Instant::now() + Duration::from_secs(8);
     while Instant::now() < until {
         sleep(Duration::from_millis(rand::random_range(150..=450))).await;
-        match rand::random_range(0..100) {
+        // At least one restart per run, past half-time.
+        let restart_due =
+            restarts == 0 && until.duration_since(Instant::now()) < Duration::from_secs(4);
+        match if restart_due {
+            99
+        } else {
+            rand::random_range(0..100)
+        } {
             0..55 => {
                 let link = (rand::random_range(0..3), rand::random_range(0..3));
                 if !cut.contains(&link) {

@@ -19,6 +19,9 @@
 //! (also on a panic, by unwinding); a chain left by a run that was killed is removed by the next
 //! run (its pid is gone).
 //!
+//! The users are the machine's, so one test process at a time uses them: a second one waits
+//! for the first to exit (a lock file in the temp folder).
+//!
 //! Needs root and iptables (`scripts/deps.sh test` installs Debian's `iptables`, which drives
 //! nftables here). Without them [`Net::new`] answers `None` with the reason printed, and in CI
 //! (`CI` set) panics: the partition tests must never pass by skipping there.
@@ -159,8 +162,19 @@ impl Net {
             return None;
         }
         static NEXT: AtomicUsize = AtomicUsize::new(0);
-        static STALE: std::sync::Once = std::sync::Once::new();
-        STALE.call_once(remove_stale_chains);
+        // The test users are the machine's, not this process's: two test processes at once
+        // would mark each other's connections. So one process at a time holds this lock, until
+        // it exits; the first to take it removes what killed runs left.
+        static MACHINE: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+        MACHINE.get_or_init(|| {
+            let path = std::env::temp_dir().join("redlock-tests-partitions.lock");
+            let file =
+                std::fs::File::create(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            file.lock()
+                .unwrap_or_else(|e| panic!("lock {}: {e}", path.display()));
+            remove_stale_chains();
+            file
+        });
         let chain = format!(
             "RLP-{}-{}",
             std::process::id(),
