@@ -3,17 +3,20 @@
 //! every process keeps running. Open connections stall as they would behind a real partition;
 //! nothing is reset.
 //!
-//! Each safety scenario runs with its protection and again with it switched off (the negative
-//! control), where the test asserts the double grant the protection prevents:
+//! Each scenario with a protection runs with it and again with it switched off (the negative
+//! control), where the test asserts what the protection prevents: a double grant, or for
+//! `quorum_repair` a holder losing its lock to the loss of one master:
 //!
 //! 1. a Sentinel member split into a minority and a majority side (`sentinel_majority`);
 //! 2. a proxy cut off from one master while a leased lock is taken, then healed, then another
 //!    master lost (`quorum_repair`); and two proxies with complementary cuts racing for the
-//!    same keys;
+//!    same keys under load;
 //! 3. a Redis Cluster shard primary cut off from its cluster's majority, its slots failed over
-//!    (`quarantine`);
+//!    (`quarantine`), with the old primary's last grant and the promotion timed;
 //! 4. a member list reloaded on a proxy cut off from part of the old set
-//!    (`membership_transition`).
+//!    (`membership_transition`);
+//! 5. random proxy–master link cuts and master restarts under load (the fault suite's
+//!    checkers).
 //!
 //! Needs root and iptables (`scripts/deps.sh test`); without them each test prints why and
 //! passes, except in CI (`CI` set), where it fails. Run with
@@ -55,6 +58,7 @@ struct Node {
     _dir: Scratch,
 }
 
+/// Starts a [`Node`] named `name` with extra `redis-server` arguments.
 fn node(net: &Net, name: &str, extra: &[&str]) -> Node {
     let user = net.user();
     let dir = Scratch::new("part");
@@ -73,6 +77,7 @@ struct Proxy {
     peer: Peer,
 }
 
+/// Starts a [`Proxy`] named `name` in front of `backends` with `settings` (TOML lines).
 fn proxy(net: &Net, name: &str, backends: &[String], settings: &str) -> Proxy {
     let user = net.user();
     let p = ProxyProcess::start_as(user, backends, settings);
@@ -97,6 +102,7 @@ async fn wait_info(p: &ProxyProcess, what: &str, within: Duration, f: impl Fn(&s
     }
 }
 
+/// Waits until proxy `p` trusts `n` masters (out of their first-connect quarantine).
 async fn trusted(p: &ProxyProcess, n: usize) {
     wait_info(p, "all masters trusted", Duration::from_secs(20), |i| {
         field(i, "masters_trusted") == n.to_string()
@@ -141,6 +147,7 @@ fn drift(ttl_ms: u64) -> Duration {
     Duration::from_millis(ttl_ms / 100 + 2)
 }
 
+/// Prints one scenario's `PARTITION` line.
 fn line(scenario: &str, protection: &str, outcome: &str) {
     println!("PARTITION scenario={scenario} protection={protection} {outcome}");
 }
@@ -148,8 +155,10 @@ fn line(scenario: &str, protection: &str, outcome: &str) {
 // ---------------------------------------------------------------------------------------------
 // The harness itself.
 
-/// A cut stalls an open connection both ways and refuses new ones; healing resumes both; the
-/// test process (root) is never cut off; dropping the network removes its chain.
+/// A cut stalls an open connection, also in the direction its opener does not send (b opened
+/// the replication link to a; a's writes stop reaching b), and new connections never complete
+/// (a cannot replicate from b); healing resumes the stalled link; the test process (root) is
+/// never cut off; dropping the network removes its chain.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_stalls_a_link_both_ways_and_heals() {
     let Some(net) = Net::new() else { return };
