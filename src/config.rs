@@ -552,6 +552,15 @@ impl Config {
             })?;
             members.push(member);
         }
+        for m in &members {
+            if let Some(s) = crate::endpoint::sentinel_listed_twice(m) {
+                return bad(format!(
+                    "backend '{}' lists the Sentinel {s} twice: each Sentinel counts once toward \
+                     the majority, so list it once",
+                    m.name()
+                ));
+            }
+        }
         if let Some((a, b)) = crate::endpoint::listed_twice(&members) {
             return bad(format!(
                 "backends '{a}' and '{b}' name the same master: each master votes once, so \
@@ -898,6 +907,20 @@ mod tests {
             assert!(e.contains("name the same master"), "{list}: {e}");
         }
         let c = Config::from_toml(r#"backends = ["h:1", "h:2", "h:3"]"#).unwrap();
+        assert!(c.validate().is_ok());
+        // One Sentinel twice in one member's list would count twice toward its majority.
+        for list in [
+            r#"["redis-sentinel://s:1,t:1,s:1#m"]"#,
+            r#"["redis-sentinel://localhost:26379,127.0.0.1#m"]"#,
+        ] {
+            let c = Config::from_toml(&format!("backends = {list}")).unwrap();
+            let e = c.validate().unwrap_err().to_string();
+            assert!(
+                e.contains("twice: each Sentinel counts once"),
+                "{list}: {e}"
+            );
+        }
+        let c = Config::from_toml(r#"backends = ["redis-sentinel://s:1,s:2,t:1#m"]"#).unwrap();
         assert!(c.validate().is_ok());
         // Other loopback addresses are other places.
         let c = Config::from_toml(r#"backends = ["127.0.0.1:1", "127.0.0.2:1", "::1:2"]"#).unwrap();

@@ -372,6 +372,20 @@ pub fn listed_twice(members: &[Member]) -> Option<(String, String)> {
     None
 }
 
+/// A Sentinel that a Sentinel member lists twice (as `host:port`), if any: each Sentinel
+/// counts once toward the majority of the Sentinels listed, and one listed twice would count
+/// twice (two entries of three, a "majority" alone). Compared by place, as [`listed_twice`].
+pub fn sentinel_listed_twice(member: &Member) -> Option<String> {
+    let Member::Sentinel(s) = member else {
+        return None;
+    };
+    let mut seen = std::collections::HashSet::new();
+    s.sentinels
+        .iter()
+        .find(|e| !seen.insert(place(e)))
+        .map(Endpoint::addr)
+}
+
 /// Where `e` listens, in one spelling per place: an IP address in its canonical form (an
 /// IPv4-mapped IPv6 address as the IPv4 one), a host name in lower case without a final dot,
 /// and this host's loopback under every name it goes by (`localhost`, `127.0.0.1`, `::1`: a

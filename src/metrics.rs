@@ -224,11 +224,12 @@ impl Collector for ProxyCollector {
         per_master(
             &mut e,
             "redlock_master_up",
-            "1 when the master is connected.",
+            "1 when the master is connected (and, for a Sentinel member under the majority rule, \
+             its primary confirmed by a majority of its Sentinels).",
             None,
             gauge,
             &masters,
-            |m| flag(m.is_connected()),
+            |m| flag(m.is_connected() && m.is_confirmed()),
         )?;
         per_master(
             &mut e,

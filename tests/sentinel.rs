@@ -722,8 +722,18 @@ async fn a_member_is_down_while_no_majority_of_its_sentinels_confirms_and_back_a
         line.contains(",sentinels_confirming=1,sentinels=3"),
         "{info}"
     );
+    assert_eq!(field(&info, "masters_up"), "2", "{info}");
+    // What each Sentinel said: the lone one names p1, the paused ones time out.
+    assert!(
+        line.contains(&format!(
+            ",last_error=no majority of sentinels (1 of 3) confirmed the primary for '{SPLIT_NAME}' ("
+        )) && line.contains(&format!("names {} at epoch 0", split.p1.addr()))
+            && line.contains(&format!("{}: timed out", split.pair[0].addr())),
+        "{info}"
+    );
     let (_, text) = http_get(&metrics, "/metrics", "").await;
     for want in [
+        format!("redlock_master_up{{master=\"{}\"}} 0", backends[0]),
         format!("redlock_sentinel_confirmed{{master=\"{}\"}} 0", backends[0]),
         format!(
             "redlock_sentinel_confirmations{{master=\"{}\"}} 1",
@@ -752,4 +762,5 @@ async fn a_member_is_down_while_no_majority_of_its_sentinels_confirms_and_back_a
     assert_eq!(master_field(&p, 0, "primary").await, split.p2.addr());
     assert_eq!(master_field(&p, 0, "sentinels_confirming").await, "2");
     assert_eq!(master_field(&p, 0, "quarantine_reason").await, "");
+    assert_eq!(master_field(&p, 0, "last_error").await, "");
 }

@@ -31,6 +31,9 @@ pub(super) struct Hello<S> {
     /// primary sits out (the confirmation bound another proxy may still be counting the old
     /// primary for; see `sentinel::Majority::bound`). Zero otherwise.
     extra: Duration,
+    /// A Sentinel member under the majority rule: the config epoch the primary was confirmed
+    /// at.
+    epoch: Option<u64>,
     run_id: Option<String>,
     /// `redis_version` from `INFO server`.
     version: Option<String>,
@@ -65,6 +68,7 @@ pub(super) async fn connect(
     // A Sentinel member asks its Sentinels first, each time: the primary may have moved.
     let mut primary_for = None;
     let mut extra = Duration::ZERO;
+    let mut epoch = None;
     let addr = match &settings.sentinel {
         None => info.addr.clone(),
         Some(s) => {
@@ -82,8 +86,9 @@ pub(super) async fn connect(
                 // is not served before it is admitted).
                 Some(c) => {
                     info.note_confirmations(c.votes, c.of);
-                    info.set_primary_confirmed(&named.addr, c.until);
+                    info.set_primary_confirmed(&named.addr, c.epoch, c.until);
                     extra = c.extra;
+                    epoch = Some(c.epoch);
                 }
                 None => info.set_primary(&named.addr),
             }
@@ -131,6 +136,7 @@ pub(super) async fn connect(
     hello.addr = addr;
     hello.primary_for = primary_for;
     hello.extra = extra;
+    hello.epoch = epoch;
     Ok(hello)
 }
 
@@ -380,6 +386,7 @@ where
         addr: String::new(),
         primary_for: None,
         extra: Duration::ZERO,
+        epoch: None,
         run_id: info_field(&server, "run_id").map(str::to_owned),
         version: info_field(&server, "redis_version").map(str::to_owned),
         uptime_s: info_field(&server, "uptime_in_seconds").and_then(|u| u.parse().ok()),
@@ -416,15 +423,22 @@ pub(super) fn admit<S>(
 ) {
     info.set_version(hello.version.as_deref());
     let previous = info.replace_run_id(hello.run_id.clone());
-    let previous_addr = info.replace_served(hello.addr.clone());
+    let previous_served = info.replace_served(hello.addr.clone(), hello.epoch);
+    let (previous_addr, previous_epoch) = match previous_served {
+        Some((addr, epoch)) => (Some(addr), epoch),
+        None => (None, None),
+    };
     let first = previous.is_none();
     let restarted = !first && previous != hello.run_id;
-    // A Sentinel member whose primary is another node (another address, or another run_id):
-    // the new primary was a replica, which may lack locks the old one granted, persistence or
+    // A Sentinel member whose primary is another node (another address, or another run_id, or
+    // under the majority rule the same node at another config epoch): the new primary was a replica, which may lack locks the old one granted, persistence or
     // not.
     let failover = settings.sentinel.is_some()
         && previous_addr.is_some()
-        && (restarted || previous_addr.as_deref() != Some(hello.addr.as_str()));
+        && (restarted
+            || previous_addr.as_deref() != Some(hello.addr.as_str())
+            // The same node confirmed at another config epoch (failed over and back).
+            || (previous_epoch.is_some() && hello.epoch.is_some() && previous_epoch != hello.epoch));
     if failover {
         info.count_failover();
     } else if restarted {

@@ -70,8 +70,12 @@ pub struct MasterInfo {
     /// The data node the member is served by (or about to be): a standalone master's `addr`,
     /// the primary the Sentinels named last ("" before they named one).
     primary: Mutex<String>,
-    /// The address of the last connection admitted, to tell a failover on the next.
-    served: Mutex<Option<String>>,
+    /// The address of the last connection admitted (and, under the Sentinel majority rule, the
+    /// config epoch it was confirmed at), to tell a failover on the next.
+    served: Mutex<Option<(String, Option<u64>)>>,
+    /// Under the Sentinel majority rule: the config epoch at which `primary` was confirmed
+    /// (written under `primary`'s lock); `u64::MAX` while unknown.
+    primary_epoch: AtomicU64,
     /// Why the quarantine in force was imposed: `restart`, `young`, `failover` or `new-member`.
     reason: Mutex<&'static str>,
     /// Primaries replaced (another address, or another run_id, named by the Sentinels).
@@ -126,6 +130,7 @@ impl MasterInfo {
             kind,
             primary: Mutex::new(primary),
             served: Mutex::new(None),
+            primary_epoch: AtomicU64::new(u64::MAX),
             reason: Mutex::new(""),
             failovers: AtomicU64::new(0),
             epoch: Instant::now(),
@@ -237,12 +242,13 @@ impl MasterInfo {
         at.saturating_duration_since(self.epoch).as_millis() as u64
     }
 
-    /// Extends the confirmation of `addr` to `until`, if `addr` is still the member's primary
-    /// (checked under the same lock [`MasterInfo::set_primary_confirmed`] takes, so a round
-    /// that confirmed the node just replaced never credits its successor); false when it is not.
-    pub(super) fn confirm(&self, addr: &str, until: Instant) -> bool {
+    /// Extends the confirmation of `addr` at config epoch `epoch` to `until`, if that is still
+    /// the member's primary, at the same epoch (checked under the same lock
+    /// [`MasterInfo::set_primary_confirmed`] takes, so a round that confirmed the node just
+    /// replaced never credits its successor); false when it is not.
+    pub(super) fn confirm(&self, addr: &str, epoch: u64, until: Instant) -> bool {
         let primary = self.primary.lock().unwrap_or_else(|p| p.into_inner());
-        if *primary != addr {
+        if *primary != addr || self.primary_epoch.load(Ordering::Acquire) != epoch {
             return false;
         }
         self.confirmed_until
@@ -383,23 +389,29 @@ impl MasterInfo {
         }
     }
 
-    /// Records the primary a majority of the Sentinels confirmed, until `until`: a new primary
-    /// starts from this confirmation alone, the same one keeps the later of the two.
-    pub(super) fn set_primary_confirmed(&self, addr: &str, until: Instant) {
+    /// Records the primary a majority of the Sentinels confirmed at config epoch `epoch`, until
+    /// `until`: a new primary (or the same node at another epoch) starts from this confirmation
+    /// alone, the same one keeps the later of the two.
+    pub(super) fn set_primary_confirmed(&self, addr: &str, epoch: u64, until: Instant) {
         let mut primary = self.primary.lock().unwrap_or_else(|p| p.into_inner());
         let until = self.ms_of(until);
-        if *primary == addr {
+        if *primary == addr && self.primary_epoch.load(Ordering::Acquire) == epoch {
             self.confirmed_until.fetch_max(until, Ordering::AcqRel);
         } else {
             addr.clone_into(&mut primary);
+            self.primary_epoch.store(epoch, Ordering::Release);
             self.confirmed_until.store(until, Ordering::Release);
         }
     }
 
     /// Records the address of a connection admitted and returns the one before.
-    pub(super) fn replace_served(&self, addr: String) -> Option<String> {
+    pub(super) fn replace_served(
+        &self,
+        addr: String,
+        epoch: Option<u64>,
+    ) -> Option<(String, Option<u64>)> {
         match self.served.lock() {
-            Ok(mut g) => g.replace(addr),
+            Ok(mut g) => g.replace((addr, epoch)),
             Err(_) => None,
         }
     }

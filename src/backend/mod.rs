@@ -145,9 +145,10 @@ impl Backend {
         &self.info
     }
 
-    /// True when the master is connected (whether or not its votes count).
+    /// True when the master is connected (whether or not its votes count), and for a
+    /// Sentinel member under the majority rule its primary confirmed (without, it is down).
     pub fn is_up(&self) -> bool {
-        self.info.is_connected()
+        self.info.is_connected() && self.info.is_confirmed()
     }
 
     /// True when the master's replies count as votes: connected, not quarantined, and its
@@ -802,8 +803,8 @@ mod tests {
     }
 
     /// A member whose Sentinels are the fakes at `addrs`, under the majority rule (max TTL
-    /// 400 ms: a confirmation lasts 390 ms).
-    fn majority_member(addrs: &[&str]) -> Backend {
+    /// 400 ms: a confirmation lasts 390 ms), with a quarantine window of 3 s or none.
+    fn majority_member(addrs: &[&str], quarantine: bool) -> Backend {
         let sentinels = addrs
             .iter()
             .map(|a| crate::endpoint::Endpoint::parse(a).unwrap())
@@ -818,9 +819,35 @@ mod tests {
             "redis-sentinel://x#m".into(),
             Settings {
                 sentinel: Some(Arc::new(s)),
+                quarantine: quarantine.then_some(Duration::from_millis(3000)),
                 ..settings()
             },
         )
+    }
+
+    #[tokio::test]
+    async fn the_same_primary_at_a_new_config_epoch_is_a_failover() {
+        // b failed over to another node and back: same address, same run_id, but the
+        // Sentinels' configuration is a new epoch, and b was a replica meanwhile.
+        let (b, _, _) = fake_master(persona("b", 3600)).await;
+        let epoch = Arc::new(AtomicU64::new(0));
+        let mut fakes = Vec::new();
+        for _ in 0..3 {
+            let named = Arc::new(Mutex::new(b.clone()));
+            fakes.push(fake_sentinel_at(named, 3_600_000, epoch.clone()).await);
+        }
+        let addrs: Vec<&str> = fakes.iter().map(|(s, _)| s.as_str()).collect();
+        let m = majority_member(&addrs, true);
+        wait_for(&m, Status::Up).await;
+        assert_eq!(m.info().failovers(), 0);
+        epoch.store(2, Ordering::Relaxed);
+        wait_for(&m, Status::Quarantined).await;
+        assert_eq!(m.info().quarantine_reason(), "failover");
+        assert_eq!(m.info().failovers(), 1);
+        assert_eq!(m.info().primary(), b);
+        // The window, and the extra for the confirmation bound (down-after 1000 ms, max TTL
+        // 400 ms: 400 ms more).
+        assert!(m.info().quarantine_left() > Duration::from_millis(3000));
     }
 
     #[tokio::test]
@@ -830,21 +857,22 @@ mod tests {
         let epochs: Vec<Arc<AtomicU64>> = (0..3).map(|_| Arc::new(AtomicU64::new(0))).collect();
         // The first Sentinel names a; the other two name b.
         let mut fakes = Vec::new();
+        let mut named = Vec::new();
         for (i, p) in [&a, &b, &b].into_iter().enumerate() {
-            let named = Arc::new(Mutex::new(p.clone()));
-            fakes.push(fake_sentinel_at(named, 3_600_000, epochs[i].clone()).await);
+            named.push(Arc::new(Mutex::new(p.clone())));
+            fakes.push(fake_sentinel_at(named[i].clone(), 3_600_000, epochs[i].clone()).await);
         }
         let addrs: Vec<&str> = fakes.iter().map(|(s, _)| s.as_str()).collect();
-        let m = majority_member(&addrs);
+        let m = majority_member(&addrs, false);
         wait_for(&m, Status::Up).await;
         let line = m.info().describe();
         assert_eq!(field(&line, "primary"), b, "{line}");
         assert_eq!(field(&line, "sentinels_confirming"), "2", "{line}");
         assert_eq!(field(&line, "sentinels"), "3", "{line}");
 
-        // The lone Sentinel reports a newer epoch: the two naming b are behind it, and no
-        // majority confirms anyone. The confirmation lapses: down, and INFO says why, though
-        // the connection to b is still open.
+        // The lone Sentinel reports a newer epoch (a failover to a the other two have not
+        // heard of yet): they are behind it, and no majority confirms anyone. The confirmation
+        // lapses: down, and INFO says why, though the connection to b is still open.
         epochs[0].store(1, Ordering::Relaxed);
         wait_for(&m, Status::Down).await;
         assert!(m.info().is_connected());
@@ -853,16 +881,19 @@ mod tests {
             m.info().quarantine_reason(),
             "no majority of sentinels (1 of 3) confirmed the primary"
         );
-        // The other two reach that epoch still naming b: confirmed again, without a reconnect.
-        epochs[1].store(1, Ordering::Relaxed);
-        epochs[2].store(1, Ordering::Relaxed);
+        // The other two catch up: a majority names a at epoch 1, and the member moves there.
+        for i in 1..3 {
+            *named[i].lock().unwrap() = a.clone();
+            epochs[i].store(1, Ordering::Relaxed);
+        }
         wait_for(&m, Status::Up).await;
-        assert_eq!(m.info().reconnects(), 0);
+        assert_eq!(m.info().primary(), a);
+        assert_eq!(m.info().failovers(), 1);
 
         // A member whose only reachable Sentinel is the lone one (two dead ports): one of three
         // configured is no majority, however many answered.
         let dead = [free_addr().await, free_addr().await];
-        let lone = majority_member(&[addrs[0], &dead[0], &dead[1]]);
+        let lone = majority_member(&[addrs[0], &dead[0], &dead[1]], false);
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(lone.info().status(), Status::Down);
         assert!(!lone.info().is_connected());

@@ -141,6 +141,9 @@ pub struct Confirmed {
     pub votes: usize,
     /// Sentinels configured.
     pub of: usize,
+    /// That epoch (`config-epoch`): the same node at another epoch has been replaced and
+    /// promoted again meanwhile (a failover and a failback), so it is a new primary too.
+    pub epoch: u64,
 }
 
 /// No primary: why, and (with the majority rule) how many of the configured Sentinels agreed.
@@ -177,6 +180,8 @@ struct Tally {
     votes: usize,
     /// Sentinels configured.
     of: usize,
+    /// The newest `config-epoch` reported.
+    epoch: u64,
     /// The youngest `role-reported-time` of the confirming Sentinels (0 when one does not say).
     age: Option<Duration>,
     /// The smallest `down-after-milliseconds` of the confirming Sentinels (the bound is
@@ -210,6 +215,7 @@ fn tally(views: &[View], of: usize) -> Tally {
         addr: confirmed.then(|| addr.to_string()),
         votes,
         of,
+        epoch: newest,
         age: confirmed.then(|| {
             agree
                 .iter()
@@ -376,7 +382,8 @@ impl Sentinels {
                         smallest_ms = t.down_after.map_or(0, |d| d.as_millis() as u64),
                         largest_ms = t.down_after_max.map_or(0, |d| d.as_millis() as u64),
                         "the Sentinels disagree on down-after-milliseconds: the confirmation \
-                         bound assumes they agree (give every Sentinel the same value)"
+                         bound uses the smallest, the failover quarantine's extra the largest \
+                         (give every Sentinel the same value)"
                     );
                 }
                 let (bound, extra) = rule.bound_and_extra(t.down_after, t.down_after_max);
@@ -389,6 +396,7 @@ impl Sentinels {
                         extra,
                         votes: t.votes,
                         of: t.of,
+                        epoch: t.epoch,
                     }),
                 })
             }
@@ -756,6 +764,9 @@ async fn confirm(
 ) {
     let retry = every.min(Duration::from_millis(250));
     let mut lost = false;
+    // The `last_error` this loop wrote (cleared again when a majority returns, unless the
+    // driver has written another since).
+    let mut wrote = String::new();
     let mut warned_tight = false;
     loop {
         let pause = match sentinels.resolve_named(within).await {
@@ -777,11 +788,21 @@ async fn confirm(
                          down-after-milliseconds or lower connect_timeout_ms)"
                     );
                 }
-                if info.confirm(&addr, c.until) {
+                if info.confirm(&addr, c.epoch, c.until) {
                     if lost {
                         info!(primary = %addr, sentinels = c.votes, of = c.of, "a majority of the Sentinels confirms the primary again");
+                        if !wrote.is_empty() && info.last_error() == wrote {
+                            info.set_last_error("");
+                        }
+                        wrote.clear();
                     }
                     lost = false;
+                } else if info.primary() == addr {
+                    // The same node at another epoch: replaced and promoted again meanwhile,
+                    // it may lack locks it once held. The connection is dropped, and the
+                    // greeting judges the node as a new primary.
+                    info!(primary = %addr, epoch = c.epoch, "the Sentinels name this primary at a new config epoch (a failover and back): reconnecting");
+                    switched.send_modify(|g| *g += 1);
                 } else if !info.primary().is_empty() {
                     bump("a majority of the Sentinels", &addr);
                 }
@@ -792,6 +813,8 @@ async fn confirm(
                 if let Some((votes, of)) = u.tally {
                     info.note_confirmations(votes, of);
                 }
+                info.set_last_error(&u.why);
+                wrote = info.last_error();
                 if !lost {
                     warn!(reason = %u.why, "no majority of the Sentinels confirms the primary: the member's votes stop counting when the last confirmation lapses");
                 }

@@ -379,10 +379,12 @@ pub const SPLIT_NAME: &str = "locks";
 impl Split {
     pub fn start() -> Split {
         let [p1, p2, m1, m2] = [(); 4].map(|_| Master::start());
+        // Nothing fails over here. With the proxies' max TTL of 2000 ms a confirmation lasts
+        // 1958 ms (min(down-after, max TTL) × 0.98 − 2 ms): a margin for a loaded machine.
         let watch = |m: &Master| Watch {
             name: SPLIT_NAME,
             addr: m.addr(),
-            down_after_ms: 1000,
+            down_after_ms: 5000,
         };
         let lone = Sentinel::start(&[watch(&p1)]);
         let pair = [
