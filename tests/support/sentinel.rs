@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep};
 
 use super::fault::FaultProxy;
+use super::partition::{User, give};
 use super::*;
 
 /// The proxies' `max_ttl_ms` in [`sentinel_config`]: the quarantine window is 2000 ms + 22 ms
@@ -39,6 +40,16 @@ impl Sentinel {
     /// A Sentinel with `extra` configuration lines; when they hold `tls-cert-file` it listens
     /// for TLS only.
     pub fn start_with(watches: &[Watch<'_>], extra: &str) -> Sentinel {
+        Sentinel::launch(watches, extra, None)
+    }
+
+    /// A Sentinel running as `user` (see [`super::partition`]), with `extra` configuration
+    /// lines.
+    pub fn start_as(user: User, watches: &[Watch<'_>], extra: &str) -> Sentinel {
+        Sentinel::launch(watches, extra, Some(user))
+    }
+
+    fn launch(watches: &[Watch<'_>], extra: &str, user: Option<User>) -> Sentinel {
         for _ in 0..10 {
             let port = free_port();
             let dir = Scratch::new("sentinel");
@@ -67,7 +78,14 @@ impl Sentinel {
             }
             let path = dir.path("sentinel.conf");
             std::fs::write(&path, conf).expect("sentinel.conf");
-            let mut child = Command::new("redis-sentinel")
+            let mut cmd = Command::new("redis-sentinel");
+            if let Some(u) = user {
+                // It rewrites its configuration file, and writes its log, in its folder.
+                give(&dir.path(""), u);
+                use std::os::unix::process::CommandExt;
+                cmd.uid(u.uid).gid(u.gid);
+            }
+            let mut child = cmd
                 .arg(&path)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
