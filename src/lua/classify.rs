@@ -5,13 +5,11 @@
 use bytes::Bytes;
 
 use super::analyse::{self, Held, KeyNow, Layout, Run, TtlNow, Val};
+use super::matching::{MAX_TOKEN_ARG, TTL_LITERAL, has, side};
 use super::parse::{Block, KeyUse, key_use_block};
-use super::*;
 use crate::lockop::{
     Announce, AnnounceWhen, Choice, Counts, LockScript, NumTest, Op, Param, Signal,
 };
-
-use super::matching::{TTL_LITERAL, has, side};
 
 pub(super) fn classify(block: &Block) -> Option<LockScript> {
     let mut u = KeyUse::default();

@@ -3,8 +3,10 @@
 //! called, written and answered for it. The layouts tried come from [`super::classify`].
 
 use super::analyse::{self, Held, KeyNow, Run, TtlNow, Val, lit_val, reply_lit};
-use super::*;
-use crate::lockop::{Answer, Op, Replies, TtlUnit};
+use crate::lockop::{Answer, Lit, Op, Replies, TtlUnit};
+
+/// The highest `ARGV` index tried as the token's place.
+pub(super) const MAX_TOKEN_ARG: usize = 8;
 
 /// The base of the pseudo-argument index that stands for a TTL written in the script: index
 /// `TTL_LITERAL + k` is the literal `k` (see [`ttl_val`]); no real argument index comes near.
@@ -258,235 +260,316 @@ pub(super) fn expected(
     }
 }
 
+/// Whether one run is the operation `op`, with the TTL in `ttl_arg` in `unit` and replies
+/// shaped `answer`: what it must have written from its starting state, and what answered.
 pub(super) fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bool {
-    let n = r.start.len();
-    let token_arg = r.layout.token;
-    let unchanged: Vec<KeyNow> = r
-        .start
-        .iter()
-        .enumerate()
-        .map(|(i, s)| KeyNow::start(i + 1, *s, r.layout.token))
-        .collect();
+    let c = Case::new(r, ttl_arg, unit, answer);
     match op {
-        Op::Release => {
-            let end: Vec<KeyNow> = unchanged
+        Op::Release => c.release(),
+        Op::ReleaseAll => c.release_all(),
+        Op::Remaining => c.remaining(),
+        Op::Delete => c.delete(),
+        Op::Held => c.held(),
+        Op::Inspect => c.inspect(),
+        Op::AcquireOrKeep => c.acquire_or_keep(),
+        _ => c.acquire_or_extend(op),
+    }
+}
+
+/// One run and the operation's parameters it is matched against, with its keys as they
+/// started (`unchanged`: what an operation that writes nothing leaves).
+struct Case<'r> {
+    r: &'r Run,
+    ttl_arg: usize,
+    unit: TtlUnit,
+    answer: Answer,
+    /// The number of keys.
+    n: usize,
+    token_arg: usize,
+    unchanged: Vec<KeyNow>,
+}
+
+impl Case<'_> {
+    fn new(r: &Run, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> Case<'_> {
+        Case {
+            r,
+            ttl_arg,
+            unit,
+            answer,
+            n: r.start.len(),
+            token_arg: r.layout.token,
+            unchanged: r
+                .start
                 .iter()
-                .map(|k| match k.value {
-                    Some(Val::Arg(t)) if t == r.layout.token => KeyNow {
-                        value: None,
-                        ttl: TtlNow::None,
-                    },
-                    _ => k.clone(),
-                })
-                .collect();
-            let deleted = r.start.iter().filter(|s| s.held == Held::Token).count();
-            let missing = r.start.iter().filter(|s| s.held == Held::Missing).count();
-            let reply = match answer {
-                Answer::Count => Val::Num(deleted as i64),
-                Answer::Tristate if deleted == n => Val::Num(1),
-                Answer::Tristate if deleted + missing == n => Val::Num(-1),
-                Answer::Tristate => Val::Num(0),
-                Answer::Const(c) if deleted + missing == n && deleted < n => {
-                    lit_val(c.gone, ttl_arg, token_arg)
-                }
-                shape => expected(shape, deleted == n, n, ttl_arg, token_arg),
-            };
-            r.end == end && r.reply == reply
+                .enumerate()
+                .map(|(i, s)| KeyNow::start(i + 1, *s, r.layout.token))
+                .collect(),
         }
-        Op::ReleaseAll => {
-            let mine = r.start.iter().all(|s| s.held == Held::Token);
-            let end: Vec<KeyNow> = if mine {
-                vec![
-                    KeyNow {
-                        value: None,
-                        ttl: TtlNow::None,
-                    };
-                    n
-                ]
-            } else {
-                unchanged
-            };
-            let reply = match answer {
-                Answer::Count => Val::Num(if mine { n as i64 } else { 0 }),
-                Answer::Tristate => return false,
-                Answer::Const(c) if r.start.iter().all(|s| s.held == Held::Missing) => {
-                    lit_val(c.gone, ttl_arg, token_arg)
-                }
-                shape => expected(shape, mine, n, ttl_arg, token_arg),
-            };
-            r.end == end && r.reply == reply
-        }
-        Op::Remaining => {
-            let Answer::Const(c) = answer else {
-                return false;
-            };
-            let in_unit = |k: usize| match unit {
-                TtlUnit::Millis => Val::Pttl(k),
-                TtlUnit::Seconds => Val::Ttl(k),
-            };
-            if r.end != unchanged {
-                return false;
-            }
-            if !r.start.iter().all(|s| s.held == Held::Token) {
-                return r.reply == lit_val(c.no, ttl_arg, token_arg);
-            }
-            if !r.start.iter().all(|s| s.ttl) {
-                // Held, a key without a TTL (never one the proxy granted): the proxy answers
-                // `ok`; the script may also answer the TTL of a key that has one.
-                return r.reply == lit_val(c.ok, ttl_arg, token_arg)
-                    || (1..=n).any(|k| r.start[k - 1].ttl && r.reply == in_unit(k));
-            }
-            match n {
-                1 => r.reply == in_unit(1),
-                // The smallest of two TTLs, by the order the run assumed.
-                2 => {
-                    let first = |a: usize, b: usize| {
-                        r.assumed.iter().find_map(|(j, s, yes)| {
-                            (*j == analyse::ORDER && *s == analyse::order(a, b)).then_some(*yes)
-                        })
-                    };
-                    let least = match (first(1, 2), first(2, 1)) {
-                        (Some(true), _) | (_, Some(false)) => 1,
-                        (_, Some(true)) | (Some(false), _) => 2,
-                        (None, None) => return false,
-                    };
-                    r.reply == in_unit(least)
-                }
-                _ => false,
-            }
-        }
-        Op::Delete => {
-            let gone = KeyNow {
-                value: None,
-                ttl: TtlNow::None,
-            };
-            let existed = r.start.iter().filter(|s| s.held != Held::Missing).count();
-            let reply = match answer {
-                Answer::Count => Val::Num(existed as i64),
-                shape => expected(shape, existed == n, n, ttl_arg, token_arg),
-            };
-            r.end.iter().all(|k| *k == gone) && r.reply == reply
-        }
-        Op::Held => {
-            let Answer::Const(c) = answer else {
-                return false;
-            };
-            let want = match r.start[0].held {
-                Held::Token => c.ok,
-                Held::Other => c.no,
-                Held::Missing => c.gone,
-            };
-            n == 1 && r.end == unchanged && r.reply == lit_val(want, ttl_arg, token_arg)
-        }
-        Op::Inspect => {
-            if n != 1 || answer != Answer::OneZero {
-                return false;
-            }
-            let k = &unchanged[0];
-            let value = k.value.clone().unwrap_or(Val::Nil);
-            let ttl = match (&k.value, &k.ttl) {
-                (None, _) => Val::Num(-2),
-                (_, TtlNow::None) => Val::Num(-1),
-                _ => Val::Pttl(1),
-            };
-            let reply = if value == Val::Nil {
-                Val::Table(Vec::new())
-            } else {
-                Val::Table(vec![value, ttl])
-            };
-            // Redis cuts a table at its first nil, and `false` (a missing key) becomes nil:
-            // `{false, -2}` is answered as `[nil, -2]`.
-            let reply_missing = Val::Table(vec![Val::Nil, Val::Num(-2)]);
-            let got = match &r.reply {
-                Val::Table(t) if t.first() == Some(&Val::Nil) => reply_missing.clone(),
-                other => other.clone(),
-            };
-            r.end == unchanged && (got == reply || (k.value.is_none() && got == reply_missing))
-        }
-        Op::AcquireOrKeep => {
-            // One key: missing, it is taken with the TTL; already the token's, it is kept as it
-            // is (TTL untouched) and the grant answered; another's, nothing changes.
-            if n != 1 {
-                return false;
-            }
-            let reply_ok = expected(answer, true, n, ttl_arg, token_arg);
-            match r.start[0].held {
-                Held::Missing => {
-                    let taken = KeyNow {
-                        value: Some(Val::Arg(r.layout.token)),
-                        ttl: TtlNow::Set {
-                            seconds: unit == TtlUnit::Seconds,
-                            v: ttl_val(ttl_arg),
-                        },
-                    };
-                    r.end == [taken] && r.reply == reply_ok
-                }
-                Held::Token => {
-                    let again = match answer {
-                        Answer::Const(c) => lit_val(c.again, ttl_arg, token_arg),
-                        shape => expected(shape, true, n, ttl_arg, token_arg),
-                    };
-                    r.end == unchanged && r.reply == again
-                }
-                Held::Other => {
-                    r.end == unchanged && r.reply == expected(answer, false, n, ttl_arg, token_arg)
-                }
-            }
-        }
-        _ => {
-            if op == Op::AcquireOrRefreshSeconds && n != 1 {
-                return false;
-            }
-            let ttl = |i: usize| {
-                let v = if op == Op::ExtendAdd {
-                    Val::Sum(vec![Val::Arg(ttl_arg), Val::Pttl(i + 1)])
-                } else {
-                    ttl_val(ttl_arg)
+    }
+
+    /// The reply `shape` gives for success (`ok`) or refusal with this run's keys.
+    fn expected(&self, shape: Answer, ok: bool) -> Val {
+        expected(shape, ok, self.n, self.ttl_arg, self.token_arg)
+    }
+
+    /// The value a literal reply stands for in this run.
+    fn lit(&self, l: Lit) -> Val {
+        lit_val(l, self.ttl_arg, self.token_arg)
+    }
+}
+
+impl Case<'_> {
+    /// An [`Op::Release`] run: the token's keys deleted, the others as they were.
+    fn release(&self) -> bool {
+        let end: Vec<KeyNow> = self
+            .unchanged
+            .iter()
+            .map(|k| match k.value {
+                Some(Val::Arg(t)) if t == self.r.layout.token => KeyNow {
+                    value: None,
+                    ttl: TtlNow::None,
+                },
+                _ => k.clone(),
+            })
+            .collect();
+        let deleted = self
+            .r
+            .start
+            .iter()
+            .filter(|s| s.held == Held::Token)
+            .count();
+        let missing = self
+            .r
+            .start
+            .iter()
+            .filter(|s| s.held == Held::Missing)
+            .count();
+        let reply = match self.answer {
+            Answer::Count => Val::Num(deleted as i64),
+            Answer::Tristate if deleted == self.n => Val::Num(1),
+            Answer::Tristate if deleted + missing == self.n => Val::Num(-1),
+            Answer::Tristate => Val::Num(0),
+            Answer::Const(c) if deleted + missing == self.n && deleted < self.n => self.lit(c.gone),
+            shape => self.expected(shape, deleted == self.n),
+        };
+        self.r.end == end && self.r.reply == reply
+    }
+
+    /// An [`Op::ReleaseAll`] run: every key deleted when all hold the token, none otherwise.
+    fn release_all(&self) -> bool {
+        let mine = self.r.start.iter().all(|s| s.held == Held::Token);
+        let end: Vec<KeyNow> = if mine {
+            vec![
+                KeyNow {
+                    value: None,
+                    ttl: TtlNow::None,
                 };
-                // A refresh in seconds: the same argument read in seconds where the key was
-                // already the caller's.
-                let refreshed = op == Op::AcquireOrRefreshSeconds && r.start[i].held == Held::Token;
-                TtlNow::Set {
-                    seconds: unit == TtlUnit::Seconds || refreshed,
-                    v,
-                }
-            };
-            let success: Vec<KeyNow> = (0..n)
-                .map(|i| KeyNow {
-                    value: Some(Val::Arg(r.layout.token)),
-                    ttl: ttl(i),
-                })
-                .collect();
-            // A key holding the token without a TTL cannot come from the proxy's own grants;
-            // refusing it is as safe as extending it (python-redis-lock answers 2 there).
-            let lenient = op != Op::Acquire
-                && r.start.iter().any(|s| s.held == Held::Token && !s.ttl)
-                && r.start.iter().all(|s| s.held != Held::Other);
-            let again = match answer {
-                Answer::Const(c) if r.start.iter().all(|s| s.held == Held::Token) => {
-                    lit_val(c.again, ttl_arg, token_arg)
-                }
-                shape => expected(shape, true, n, ttl_arg, token_arg),
-            };
-            let won = r.end == success && r.reply == again;
-            let refused = match answer {
-                Answer::Const(c)
-                    if matches!(op, Op::Extend | Op::ExtendAdd)
-                        && n == 1
-                        && r.start[0].held == Held::Missing =>
-                {
-                    lit_val(c.gone, ttl_arg, token_arg)
-                }
-                shape => expected(shape, false, n, ttl_arg, token_arg),
-            };
-            let lost = r.end == unchanged
-                && (r.reply == refused
-                    || (lenient && answer == Answer::ZeroOne && r.reply == Val::Num(2)));
-            if strict_success(r, op) || (lenient && won) {
-                won || (lenient && lost)
-            } else {
-                lost
+                self.n
+            ]
+        } else {
+            self.unchanged.clone()
+        };
+        let reply = match self.answer {
+            Answer::Count => Val::Num(if mine { self.n as i64 } else { 0 }),
+            Answer::Tristate => return false,
+            Answer::Const(c) if self.r.start.iter().all(|s| s.held == Held::Missing) => {
+                self.lit(c.gone)
             }
+            shape => self.expected(shape, mine),
+        };
+        self.r.end == end && self.r.reply == reply
+    }
+
+    /// An [`Op::Remaining`] run: nothing written, the time the token's key has left answered
+    /// (the smaller of two).
+    fn remaining(&self) -> bool {
+        let Answer::Const(c) = self.answer else {
+            return false;
+        };
+        let in_unit = |k: usize| match self.unit {
+            TtlUnit::Millis => Val::Pttl(k),
+            TtlUnit::Seconds => Val::Ttl(k),
+        };
+        if self.r.end != self.unchanged {
+            return false;
+        }
+        if !self.r.start.iter().all(|s| s.held == Held::Token) {
+            return self.r.reply == self.lit(c.no);
+        }
+        if !self.r.start.iter().all(|s| s.ttl) {
+            // Held, a key without a TTL (never one the proxy granted): the proxy answers
+            // `ok`; the script may also self.answer the TTL of a key that has one.
+            return self.r.reply == self.lit(c.ok)
+                || (1..=self.n).any(|k| self.r.start[k - 1].ttl && self.r.reply == in_unit(k));
+        }
+        match self.n {
+            1 => self.r.reply == in_unit(1),
+            // The smallest of two TTLs, by the order the run assumed.
+            2 => {
+                let first = |a: usize, b: usize| {
+                    self.r.assumed.iter().find_map(|(j, s, yes)| {
+                        (*j == analyse::ORDER && *s == analyse::order(a, b)).then_some(*yes)
+                    })
+                };
+                let least = match (first(1, 2), first(2, 1)) {
+                    (Some(true), _) | (_, Some(false)) => 1,
+                    (_, Some(true)) | (Some(false), _) => 2,
+                    (None, None) => return false,
+                };
+                self.r.reply == in_unit(least)
+            }
+            _ => false,
+        }
+    }
+
+    /// An [`Op::Delete`] run: every key gone, whoever held it.
+    fn delete(&self) -> bool {
+        let gone = KeyNow {
+            value: None,
+            ttl: TtlNow::None,
+        };
+        let existed = self
+            .r
+            .start
+            .iter()
+            .filter(|s| s.held != Held::Missing)
+            .count();
+        let reply = match self.answer {
+            Answer::Count => Val::Num(existed as i64),
+            shape => self.expected(shape, existed == self.n),
+        };
+        self.r.end.iter().all(|k| *k == gone) && self.r.reply == reply
+    }
+
+    /// An [`Op::Held`] run: nothing written, the answer telling whose the key is.
+    fn held(&self) -> bool {
+        let Answer::Const(c) = self.answer else {
+            return false;
+        };
+        let want = match self.r.start[0].held {
+            Held::Token => c.ok,
+            Held::Other => c.no,
+            Held::Missing => c.gone,
+        };
+        self.n == 1 && self.r.end == self.unchanged && self.r.reply == self.lit(want)
+    }
+
+    /// An [`Op::Inspect`] run: nothing written, the value and PTTL answered.
+    fn inspect(&self) -> bool {
+        if self.n != 1 || self.answer != Answer::OneZero {
+            return false;
+        }
+        let k = &self.unchanged[0];
+        let value = k.value.clone().unwrap_or(Val::Nil);
+        let ttl = match (&k.value, &k.ttl) {
+            (None, _) => Val::Num(-2),
+            (_, TtlNow::None) => Val::Num(-1),
+            _ => Val::Pttl(1),
+        };
+        let reply = if value == Val::Nil {
+            Val::Table(Vec::new())
+        } else {
+            Val::Table(vec![value, ttl])
+        };
+        // Redis cuts a table at its first nil, and `false` (a missing key) becomes nil:
+        // `{false, -2}` is answered as `[nil, -2]`.
+        let reply_missing = Val::Table(vec![Val::Nil, Val::Num(-2)]);
+        let got = match &self.r.reply {
+            Val::Table(t) if t.first() == Some(&Val::Nil) => reply_missing.clone(),
+            other => other.clone(),
+        };
+        self.r.end == self.unchanged
+            && (got == reply || (k.value.is_none() && got == reply_missing))
+    }
+
+    /// An [`Op::AcquireOrKeep`] run: a missing key taken, the token's kept as it is.
+    fn acquire_or_keep(&self) -> bool {
+        // One key: missing, it is taken with the TTL; already the token's, it is kept as it
+        // is (TTL untouched) and the grant answered; another's, nothing changes.
+        if self.n != 1 {
+            return false;
+        }
+        let reply_ok = self.expected(self.answer, true);
+        match self.r.start[0].held {
+            Held::Missing => {
+                let taken = KeyNow {
+                    value: Some(Val::Arg(self.r.layout.token)),
+                    ttl: TtlNow::Set {
+                        seconds: self.unit == TtlUnit::Seconds,
+                        v: ttl_val(self.ttl_arg),
+                    },
+                };
+                self.r.end == [taken] && self.r.reply == reply_ok
+            }
+            Held::Token => {
+                let again = match self.answer {
+                    Answer::Const(c) => self.lit(c.again),
+                    shape => self.expected(shape, true),
+                };
+                self.r.end == self.unchanged && self.r.reply == again
+            }
+            Held::Other => {
+                self.r.end == self.unchanged && self.r.reply == self.expected(self.answer, false)
+            }
+        }
+    }
+
+    /// A run of an acquisition, refresh or extension (every other [`Op`]): the keys taken with
+    /// the TTL where the operation succeeds, nothing changed where it does not.
+    fn acquire_or_extend(&self, op: Op) -> bool {
+        if op == Op::AcquireOrRefreshSeconds && self.n != 1 {
+            return false;
+        }
+        let ttl = |i: usize| {
+            let v = if op == Op::ExtendAdd {
+                Val::Sum(vec![Val::Arg(self.ttl_arg), Val::Pttl(i + 1)])
+            } else {
+                ttl_val(self.ttl_arg)
+            };
+            // A refresh in seconds: the same argument read in seconds where the key was
+            // already the caller's.
+            let refreshed =
+                op == Op::AcquireOrRefreshSeconds && self.r.start[i].held == Held::Token;
+            TtlNow::Set {
+                seconds: self.unit == TtlUnit::Seconds || refreshed,
+                v,
+            }
+        };
+        let success: Vec<KeyNow> = (0..self.n)
+            .map(|i| KeyNow {
+                value: Some(Val::Arg(self.r.layout.token)),
+                ttl: ttl(i),
+            })
+            .collect();
+        // A key holding the token without a TTL cannot come from the proxy's own grants;
+        // refusing it is as safe as extending it (python-redis-lock answers 2 there).
+        let lenient = op != Op::Acquire
+            && self.r.start.iter().any(|s| s.held == Held::Token && !s.ttl)
+            && self.r.start.iter().all(|s| s.held != Held::Other);
+        let again = match self.answer {
+            Answer::Const(c) if self.r.start.iter().all(|s| s.held == Held::Token) => {
+                self.lit(c.again)
+            }
+            shape => self.expected(shape, true),
+        };
+        let won = self.r.end == success && self.r.reply == again;
+        let refused = match self.answer {
+            Answer::Const(c)
+                if matches!(op, Op::Extend | Op::ExtendAdd)
+                    && self.n == 1
+                    && self.r.start[0].held == Held::Missing =>
+            {
+                self.lit(c.gone)
+            }
+            shape => self.expected(shape, false),
+        };
+        let lost = self.r.end == self.unchanged
+            && (self.r.reply == refused
+                || (lenient && self.answer == Answer::ZeroOne && self.r.reply == Val::Num(2)));
+        if strict_success(self.r, op) || (lenient && won) {
+            won || (lenient && lost)
+        } else {
+            lost
         }
     }
 }

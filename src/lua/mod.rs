@@ -21,6 +21,7 @@ mod shapes;
 use crate::lockop::{HashScript, LockScript, PlainSet, WriteUnless};
 use analyse::{Layout, Run, TtlNow, Val};
 use classify::classify;
+use matching::MAX_TOKEN_ARG;
 use parse::{Block, KeyUse, key_use_block};
 use shapes::{plain_set, write_unless};
 
@@ -229,6 +230,3 @@ pub fn behaviour_with(body: &[u8], token: usize) -> Result<Vec<String>, String> 
     }
     Ok(out)
 }
-
-/// The highest `ARGV` index tried as the token's place.
-const MAX_TOKEN_ARG: usize = 8;

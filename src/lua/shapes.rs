@@ -5,8 +5,8 @@
 use bytes::Bytes;
 
 use super::analyse::{self, Held, KeyNow, Layout, Run, TtlNow, Val, reply_lit};
+use super::matching::MAX_TOKEN_ARG;
 use super::parse::{Block, KeyUse, key_use_block};
-use super::*;
 use crate::lockop::{PlainSet, TtlUnit, WriteUnless};
 
 /// A script on `KEYS[1]` alone that, from every starting state of the key, leaves it holding

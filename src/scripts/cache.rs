@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 
-use super::{Declared, Meaning, Script, classify, sha1_hex};
+use super::meaning::{Declared, Meaning, Script, classify, sha1_hex};
 use crate::config::ScriptDecl;
 use crate::lua;
 

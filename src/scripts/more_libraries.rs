@@ -2,8 +2,11 @@
 //! (Python), and short hand-written forms seen in the wild, each with near misses that must
 //! stay unknown.
 
+use bytes::Bytes;
+
 use super::*;
 use crate::lockop::*;
+use crate::lua;
 
 macro_rules! lua {
     ($name:literal) => {

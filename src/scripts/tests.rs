@@ -1,8 +1,12 @@
 //! Recognition tests: the client libraries' scripts (under `tests/clients/lua/`), their
 //! rewordings and near misses, each held to the meaning it must (or must not) get.
 
+use bytes::Bytes;
+
 use super::*;
+use crate::config::ScriptDecl;
 use crate::lockop::*;
+use crate::lua;
 
 /// Classifies every `*.lua` file under `$RECOG_CORPUS` and prints what each is recognised
 /// as, or why it is refused (a measuring aid: `RECOG_CORPUS=dir cargo test --lib

@@ -2,7 +2,16 @@
 //! models (`table.insert`, `string.sub`, `tonumber`, `redis.status_reply`, ...), the script's
 //! own local functions, and numeric tests of arguments, read back as assumptions.
 
-use super::*;
+use super::machine::*;
+use super::values::*;
+use crate::lua::parse::*;
+
+/// `table.insert`.
+pub(super) fn is_table_insert(f: &Expr) -> bool {
+    matches!(f, Expr::Index(t, name)
+        if matches!(&**t, Expr::Global(g) if g == "table")
+        && matches!(&**name, Expr::Str(s) if s == b"insert"))
+}
 
 impl Machine<'_> {
     /// Refuses `local b = a` (or `b = a`) where `a` holds a table: tables are values here, so

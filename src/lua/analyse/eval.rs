@@ -2,7 +2,11 @@
 //! unrolled `for`, returns), locals, and operators, forking a run where an argument comparison
 //! decides it.
 
-use super::*;
+use super::calls::{is_table_insert, library, log_level, numeric_test, predicate};
+use super::machine::*;
+use super::states::*;
+use super::values::*;
+use crate::lua::parse::*;
 
 impl Machine<'_> {
     pub(super) fn stat(&mut self, s: &Stat) -> R<Flow> {

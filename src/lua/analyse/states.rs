@@ -4,7 +4,80 @@
 
 use std::fmt;
 
-use super::*;
+use super::values::Val;
+
+/// The pseudo-`ARGV` index of assumptions about the order of two keys' TTLs (see [`order`]);
+/// real `ARGV` indexes start at 1.
+pub const ORDER: usize = 0;
+
+/// The pseudo-`ARGV` index of assumptions that another client's value equals a literal
+/// (`GET KEYS[1] == "1"`), made only with [`Layout::literal_forks`]: the literal is the
+/// assumption's text.
+pub const HOLDS: usize = usize::MAX;
+
+/// The assumption "`PTTL(KEYS[a])` < `PTTL(KEYS[b])`", recorded under [`ORDER`].
+pub fn order(a: usize, b: usize) -> Vec<u8> {
+    format!("pttl(KEYS[{a}]) < pttl(KEYS[{b}])").into_bytes()
+}
+
+/// [`Layout::field`] while looking for the field (see [`find_field`]).
+pub(super) const FIND_FIELD: usize = usize::MAX;
+
+/// Where a script takes its parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// The parameter holding the token (1-based).
+    pub token: usize,
+    /// False: parameters are `ARGV`. True: the script works on `KEYS[1]` and takes its
+    /// parameters from `KEYS[2]`, `KEYS[3]`, ... (warlock's `parityRelock`); parameter `j` is
+    /// then `KEYS[j + 1]`, shown as `ARGV[j]`.
+    pub keys_as_args: bool,
+    /// The `ARGV` index of the hash field that names the caller in a hash lock (Redisson's
+    /// `<uuid>:<threadId>`), 0 for scripts without one. Only then are hash commands modelled.
+    pub field: usize,
+    /// True when each key has its own field: `KEYS[i]`'s is `ARGV[field + i - 1]` (Redisson's
+    /// multi-lock renewal).
+    pub field_per_key: bool,
+    /// 0: `ARGV` holds as many arguments as the script reads, and spreading it into a command
+    /// (`unpack(ARGV)`) is not followed. `m`: the run stands for a call with exactly `m`
+    /// arguments, `unpack(ARGV)` spreads `ARGV[1]` to `ARGV[m]` and `ARGV[j]` past `m` is nil
+    /// (see [`crate::lockop::LockScript::argv_count`]).
+    pub argv_count: usize,
+    /// True: the run stands for a call with exactly as many keys as it was given, so `#KEYS`
+    /// is that number (a script testing it: see [`crate::lockop::LockScript::keys_count`]);
+    /// false: `#KEYS` is the symbolic count of an unrolled loop over every key.
+    pub keys_exact: bool,
+    /// True: a comparison of another client's value with a string literal forks the run (see
+    /// [`HOLDS`]) where it would stop it (a constant written as the lock's value, compared
+    /// with itself).
+    pub literal_forks: bool,
+}
+
+impl Layout {
+    /// The plain layout: parameters in `ARGV`, the token in `ARGV[token]`, no hash field, as
+    /// many arguments as the script reads, no literal forks.
+    pub fn argv(token: usize) -> Layout {
+        Layout {
+            token,
+            keys_as_args: false,
+            field: 0,
+            field_per_key: false,
+            argv_count: 0,
+            keys_exact: false,
+            literal_forks: false,
+        }
+    }
+
+    /// A hash lock's layout: parameters in `ARGV`, the caller's field in `ARGV[field]` (with
+    /// `per_key`, one field per key from there).
+    pub fn hash(field: usize, per_key: bool) -> Layout {
+        Layout {
+            field,
+            field_per_key: per_key,
+            ..Layout::argv(0)
+        }
+    }
+}
 
 /// How a key stands before the script runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

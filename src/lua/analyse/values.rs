@@ -4,7 +4,26 @@
 
 use std::fmt;
 
-use super::*;
+use crate::lockop::{Lit, Short};
+
+/// Most terms in a symbolic sum (`ARGV[1] + PTTL(...) + ...`). Lock scripts add two or three;
+/// a loop adding to one value would otherwise grow it, and every addition copies and sorts it.
+pub(super) const MAX_TERMS: usize = 16;
+
+/// Why a run stopped short of its end.
+pub(super) enum Stop {
+    Fork(usize, Vec<u8>),
+    Fail(String),
+    /// [`find_field`]: the first hash command names this field.
+    Found(usize),
+}
+
+/// A step of a run: its value, or why it stopped.
+pub(super) type R<T> = Result<T, Stop>;
+
+pub(super) fn fail<T>(why: impl Into<String>) -> R<T> {
+    Err(Stop::Fail(why.into()))
+}
 
 /// A symbolic value.
 #[derive(Debug, Clone, PartialEq)]
