@@ -8,7 +8,7 @@ use super::analyse::{self, Held, KeyNow, Layout, Run, TtlNow, Val};
 use super::matching::{MAX_TOKEN_ARG, TTL_LITERAL, has, side};
 use super::parse::{Block, KeyUse, key_use_block};
 use crate::lockop::{
-    Announce, AnnounceWhen, Choice, Counts, LockScript, NumTest, Op, Param, Signal,
+    Announce, AnnounceWhen, Answer, Choice, Counts, LockScript, NumTest, Op, Param, Signal, TtlUnit,
 };
 
 pub(super) fn classify(block: &Block) -> Option<LockScript> {
@@ -242,24 +242,21 @@ pub(super) fn classify_signal(block: &Block) -> Option<LockScript> {
         _ => return None,
     };
     Some(LockScript {
-        choice: Choice::Always(op),
-        token_arg: layout.token,
-        ttl_arg: lock_ttl_arg,
-        unit,
-        all_keys: false,
         params_in_keys: false,
-        token_literal: None,
-        ttl_literal: None,
-        answer,
         signal: Some(Signal {
             key: 2,
             ttl_arg,
             value,
             always,
         }),
-        announce: None,
-        argv_count: None,
-        keys_count: None,
+        ..lock_script(
+            layout,
+            Choice::Always(op),
+            lock_ttl_arg,
+            unit,
+            false,
+            answer,
+        )
     })
 }
 
@@ -448,20 +445,8 @@ pub(super) fn classify_runs(runs: &[Run], all_keys: bool, layout: Layout) -> Opt
     if runs.iter().any(|r| r.prefix.is_some()) {
         return classify_prefix(runs, &switches, all_keys, layout);
     }
-    let lock = |choice, ttl_arg, unit, answer| LockScript {
-        choice,
-        token_arg: layout.token,
-        ttl_arg,
-        unit,
-        all_keys,
-        params_in_keys: layout.keys_as_args,
-        token_literal: None,
-        ttl_literal: None,
-        answer,
-        signal: None,
-        announce: None,
-        argv_count: None,
-        keys_count: None,
+    let lock = |choice, ttl_arg, unit, answer| {
+        lock_script(layout, choice, ttl_arg, unit, all_keys, answer)
     };
     match switches.as_slice() {
         [] => {
@@ -529,17 +514,38 @@ pub(super) fn classify_prefix(
     if !matches!(op, Op::AcquireOrRefresh | Op::AcquireOrRefreshAll) || ttl_arg == j {
         return None;
     }
-    Some(LockScript {
-        choice: Choice::IfTokenLen {
+    // `layout.keys_as_args` is false here (refused above).
+    Some(lock_script(
+        layout,
+        Choice::IfTokenLen {
             arg: j,
             then: op,
             otherwise: Op::Acquire,
         },
+        ttl_arg,
+        unit,
+        all_keys,
+        answer,
+    ))
+}
+
+/// A lock operation with its parameters where `layout` puts them, and no literal, signal,
+/// announcement or argument count.
+fn lock_script(
+    layout: Layout,
+    choice: Choice,
+    ttl_arg: usize,
+    unit: TtlUnit,
+    all_keys: bool,
+    answer: Answer,
+) -> LockScript {
+    LockScript {
+        choice,
         token_arg: layout.token,
         ttl_arg,
         unit,
         all_keys,
-        params_in_keys: false,
+        params_in_keys: layout.keys_as_args,
         token_literal: None,
         ttl_literal: None,
         answer,
@@ -547,5 +553,5 @@ pub(super) fn classify_prefix(
         announce: None,
         argv_count: None,
         keys_count: None,
-    })
+    }
 }
