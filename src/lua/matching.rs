@@ -263,22 +263,22 @@ pub(super) fn expected(
 /// Whether one run is the operation `op`, with the TTL in `ttl_arg` in `unit` and replies
 /// shaped `answer`: what it must have written from its starting state, and what answered.
 pub(super) fn matches(r: &Run, op: Op, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> bool {
-    let c = Case::new(r, ttl_arg, unit, answer);
+    let trial = Trial::new(r, ttl_arg, unit, answer);
     match op {
-        Op::Release => c.release(),
-        Op::ReleaseAll => c.release_all(),
-        Op::Remaining => c.remaining(),
-        Op::Delete => c.delete(),
-        Op::Held => c.held(),
-        Op::Inspect => c.inspect(),
-        Op::AcquireOrKeep => c.acquire_or_keep(),
-        _ => c.acquire_or_extend(op),
+        Op::Release => trial.release(),
+        Op::ReleaseAll => trial.release_all(),
+        Op::Remaining => trial.remaining(),
+        Op::Delete => trial.delete(),
+        Op::Held => trial.held(),
+        Op::Inspect => trial.inspect(),
+        Op::AcquireOrKeep => trial.acquire_or_keep(),
+        _ => trial.acquire_or_extend(op),
     }
 }
 
-/// One run and the operation's parameters it is matched against, with its keys as they
+/// One run on trial against an operation's parameters, with its keys as they
 /// started (`unchanged`: what an operation that writes nothing leaves).
-struct Case<'r> {
+struct Trial<'r> {
     r: &'r Run,
     ttl_arg: usize,
     unit: TtlUnit,
@@ -289,9 +289,9 @@ struct Case<'r> {
     unchanged: Vec<KeyNow>,
 }
 
-impl Case<'_> {
-    fn new(r: &Run, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> Case<'_> {
-        Case {
+impl Trial<'_> {
+    fn new(r: &Run, ttl_arg: usize, unit: TtlUnit, answer: Answer) -> Trial<'_> {
+        Trial {
             r,
             ttl_arg,
             unit,
@@ -318,7 +318,7 @@ impl Case<'_> {
     }
 }
 
-impl Case<'_> {
+impl Trial<'_> {
     /// An [`Op::Release`] run: the token's keys deleted, the others as they were.
     fn release(&self) -> bool {
         let end: Vec<KeyNow> = self

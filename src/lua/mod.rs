@@ -7,6 +7,13 @@
 //! the same writes from every state, the reply its library expects in each, and nothing else
 //! (no other key, no other command). A wrong match is worse than none, so anything uncertain is
 //! `None`. Scripts larger than [`MAX_SCRIPT`] are not analysed.
+//!
+//! # Layout
+//! - `classify`: the lock-script layouts tried (where the token, TTL and keys sit; a signal
+//!   list, a published release, a guard on an argument, a token prefix).
+//! - `matching`: a script's runs held against each lock operation and reply shape.
+//! - `shapes`: scripts that are one plain command whatever the key held.
+//! - [`hash`] and [`redisson`]: hash locks and read-write or fair locks, on the same reading.
 
 pub mod analyse;
 pub mod hash;

@@ -12,9 +12,20 @@
 //! shape its library expects ([`Answer`]). A re-entrant hash lock's script (Redisson's `RLock`)
 //! becomes a [`HashScript`] instead: one of [`HashOp`], with where its field, TTL, publish and
 //! unlock latch sit. The masters never run client scripts that the proxy
-//! understands; they run the proxy's canonical scripts below ([`ACQUIRE`], [`EXTEND`],
+//! understands; they run the proxy's canonical scripts ([`ACQUIRE`], [`EXTEND`],
 //! [`RELEASE`]), sent with `EVAL`, so that a restarted master that forgot every script needs no
 //! reloading. Operators can declare the meaning of their own scripts in the configuration.
+//!
+//! # Layout
+//! - `meaning`: what a script means, declared or recognised ([`Meaning`], [`Script`]).
+//! - `cache`: the script cache, by SHA1, bounded in bytes ([`ScriptCache`]).
+//! - `texts`: the proxy's own scripts, run on the masters.
+//!
+//! [`LockScript`]: crate::lockop::LockScript
+//! [`HashScript`]: crate::lockop::HashScript
+//! [`Op`]: crate::lockop::Op
+//! [`Answer`]: crate::lockop::Answer
+//! [`HashOp`]: crate::lockop::HashOp
 
 mod cache;
 mod meaning;

@@ -17,6 +17,13 @@
 //! length ([`Run::prefix`]). Local functions are followed (not recursive, two calls deep), as
 //! are `unpack` at the end of a `redis.call`, `table.insert` into a local table, and
 //! `redis.status_reply` / `redis.error_reply`.
+//!
+//! # Layout
+//! - `machine`: one run's state (locals, keys, calls made, step budget) and the block walk.
+//! - `eval`: statements and expressions; `redis`: the Redis commands; `calls`: library and
+//!   local functions, numeric tests of arguments.
+//! - `values`: symbolic values and their Lua semantics; `states`: key states, starting
+//!   states, layouts and the record of a run.
 
 mod calls;
 mod eval;
