@@ -239,20 +239,12 @@ fn fenced(block: &parse::Block, lock_starts: &[Vec<KeyNow>]) -> Option<HashScrip
                 return None;
             }
         }
-        Some(HashScript {
-            op: if pair? {
-                HashOp::FencedAcquireToken
-            } else {
-                HashOp::FencedAcquire
-            },
-            field_arg: field,
-            ttl_arg: t,
-            publish: None,
-            latch: None,
-            unit: TtlUnit::Millis,
-            replies: None,
-            unlock_replies: None,
-        })
+        let op = if pair? {
+            HashOp::FencedAcquireToken
+        } else {
+            HashOp::FencedAcquire
+        };
+        Some(hash_script(op, field, t, false))
     })
 }
 
@@ -314,161 +306,149 @@ fn renew_all(block: &parse::Block) -> Option<HashScript> {
         }
         // The TTL must not be one of the fields (`ARGV[field ..]`).
         let t = ttl_arg?;
-        (t < field).then_some(HashScript {
-            op: HashOp::RenewAll,
-            field_arg: field,
-            ttl_arg: t,
-            publish: None,
-            latch: None,
-            unit: TtlUnit::Millis,
-            replies: None,
-            unlock_replies: None,
-        })
+        (t < field).then_some(hash_script(HashOp::RenewAll, field, t, false))
     })
 }
 
+/// The hash-lock operation whose every case the runs fit, from the number of keys `n` and the
+/// caller's field (`ARGV[field]`, 0 for none).
 fn classify(cases: &[Case], n: usize, field: usize) -> Option<HashScript> {
     let publish = published(cases)?;
-    let ttl_arg = |state: usize| {
-        let c = cases.iter().find(|c| c.lock == state && !c.latch)?;
-        match &c.run.end.first()?.ttl {
-            TtlNow::Set {
-                seconds: false,
-                v: Val::Arg(t),
-            } if *t != field => Some(*t),
-            _ => None,
-        }
-    };
     let script = match (n, field) {
-        (1, 1..) => {
-            // Acquire and renew both set the TTL where the caller is alone in the hash, in
-            // either unit.
-            let acquire_or_renew = ttl_in(cases, ONCE, field).and_then(|(t, seconds)| {
-                let plain = |op| Shape {
-                    op,
-                    seconds,
-                    replies: None,
-                    unlock_replies: None,
-                };
-                // An acquisition answering constants of its own (`return 1` / `return 0`).
-                let constants = acquire_constants(cases).map(|replies| Shape {
-                    replies: Some(replies),
-                    ..plain(HashOp::Acquire)
-                });
-                [plain(HashOp::Acquire), plain(HashOp::Renew)]
-                    .into_iter()
-                    .chain(constants)
-                    .find(|shape| cases.iter().all(|c| fits(c, *shape, t, None, &publish)))
-                    .map(|shape| (shape, t))
-            });
-            match acquire_or_renew {
-                Some((shape, t)) => HashScript {
-                    op: shape.op,
-                    field_arg: field,
-                    ttl_arg: t,
-                    publish: None,
-                    latch: None,
-                    unit: if shape.seconds {
-                        TtlUnit::Seconds
-                    } else {
-                        TtlUnit::Millis
-                    },
-                    replies: shape.replies,
-                    unlock_replies: None,
-                },
-                // An unlock that publishes nothing (no channel given): its TTL is the one it
-                // sets where a hold is left, or none when it leaves the TTL as it was.
-                None => {
-                    let (t, seconds) = ttl_in(cases, MANY, field).unwrap_or((0, false));
-                    let replies = unlock_constants(cases)?;
-                    let shape = Shape {
-                        op: HashOp::Unlock,
-                        seconds,
-                        replies: None,
-                        unlock_replies: Some(replies),
-                    };
-                    if publish.is_some() || !cases.iter().all(|c| fits(c, shape, t, None, &None)) {
-                        return None;
-                    }
-                    HashScript {
-                        op: HashOp::Unlock,
-                        field_arg: field,
-                        ttl_arg: t,
-                        publish: None,
-                        latch: None,
-                        unit: if seconds {
-                            TtlUnit::Seconds
-                        } else {
-                            TtlUnit::Millis
-                        },
-                        replies: None,
-                        unlock_replies: Some(replies),
-                    }
-                }
-            }
-        }
-        (2, 0) => {
-            let publish = publish.clone()?;
-            cases
-                .iter()
-                .all(|c| {
-                    let shape = Shape::ms(HashOp::ForceUnlock);
-                    fits(c, shape, 0, None, &Some(publish.clone()))
-                })
-                .then_some(HashScript {
-                    op: HashOp::ForceUnlock,
-                    field_arg: 0,
-                    ttl_arg: 0,
-                    publish: Some(publish),
-                    latch: None,
-                    unit: TtlUnit::Millis,
-                    replies: None,
-                    unlock_replies: None,
-                })?
-        }
-        (2 | 3, 1..) => {
-            let t = ttl_arg(MANY)?;
-            let latch = if n == 3 {
-                let c = cases.iter().find(|c| c.lock == ONCE && !c.latch)?;
-                match &c.run.end.get(2)?.ttl {
-                    TtlNow::Set {
-                        seconds: false,
-                        v: Val::Arg(l),
-                    } if *l != field => Some(Latch {
-                        key: 3,
-                        ttl_arg: *l,
-                    }),
-                    _ => return None,
-                }
-            } else {
-                None
-            };
-            publish.as_ref()?;
-            cases
-                .iter()
-                .all(|c| fits(c, Shape::ms(HashOp::Unlock), t, latch.as_ref(), &publish))
-                .then_some(HashScript {
-                    op: HashOp::Unlock,
-                    field_arg: field,
-                    ttl_arg: t,
-                    publish: publish.clone(),
-                    latch,
-                    unit: TtlUnit::Millis,
-                    replies: None,
-                    unlock_replies: None,
-                })?
-        }
+        (1, 1..) => one_key(cases, field, &publish)?,
+        (2, 0) => force_unlock(cases, publish?)?,
+        (2 | 3, 1..) => unlock(cases, n, field, publish)?,
         _ => return None,
     };
-    let args_distinct = script.publish.as_ref().is_none_or(|p| {
+    args_distinct(&script, field).then_some(script)
+}
+
+/// A hash-lock operation on the lock alone: its field, TTL and unit, and nothing more.
+fn hash_script(op: HashOp, field_arg: usize, ttl_arg: usize, seconds: bool) -> HashScript {
+    HashScript {
+        op,
+        field_arg,
+        ttl_arg,
+        publish: None,
+        latch: None,
+        unit: if seconds {
+            TtlUnit::Seconds
+        } else {
+            TtlUnit::Millis
+        },
+        replies: None,
+        unlock_replies: None,
+    }
+}
+
+/// One key with a field: an acquisition or renewal (either unit), or an unlock that
+/// publishes nothing.
+fn one_key(cases: &[Case], field: usize, publish: &Option<Publish>) -> Option<HashScript> {
+    // Acquire and renew both set the TTL where the caller is alone in the hash, in either
+    // unit.
+    let acquire_or_renew = ttl_in(cases, ONCE, field).and_then(|(t, seconds)| {
+        let plain = |op| Shape {
+            op,
+            seconds,
+            replies: None,
+            unlock_replies: None,
+        };
+        // An acquisition answering constants of its own (`return 1` / `return 0`).
+        let constants = acquire_constants(cases).map(|replies| Shape {
+            replies: Some(replies),
+            ..plain(HashOp::Acquire)
+        });
+        [plain(HashOp::Acquire), plain(HashOp::Renew)]
+            .into_iter()
+            .chain(constants)
+            .find(|shape| cases.iter().all(|c| fits(c, *shape, t, None, publish)))
+            .map(|shape| (shape, t))
+    });
+    if let Some((shape, t)) = acquire_or_renew {
+        return Some(HashScript {
+            replies: shape.replies,
+            ..hash_script(shape.op, field, t, shape.seconds)
+        });
+    }
+    // An unlock that publishes nothing (no channel given): its TTL is the one it sets where a
+    // hold is left, or none when it leaves the TTL as it was.
+    let (t, seconds) = ttl_in(cases, MANY, field).unwrap_or((0, false));
+    let replies = unlock_constants(cases)?;
+    let shape = Shape {
+        op: HashOp::Unlock,
+        seconds,
+        replies: None,
+        unlock_replies: Some(replies),
+    };
+    if publish.is_some() || !cases.iter().all(|c| fits(c, shape, t, None, &None)) {
+        return None;
+    }
+    Some(HashScript {
+        unlock_replies: Some(replies),
+        ..hash_script(HashOp::Unlock, field, t, seconds)
+    })
+}
+
+/// Two keys, no field: a forced unlock that publishes.
+fn force_unlock(cases: &[Case], publish: Publish) -> Option<HashScript> {
+    cases
+        .iter()
+        .all(|c| {
+            let shape = Shape::ms(HashOp::ForceUnlock);
+            fits(c, shape, 0, None, &Some(publish.clone()))
+        })
+        .then_some(HashScript {
+            publish: Some(publish),
+            ..hash_script(HashOp::ForceUnlock, 0, 0, false)
+        })
+}
+
+/// Two or three keys with a field: an unlock that publishes, with its latch in `KEYS[3]`.
+fn unlock(cases: &[Case], n: usize, field: usize, publish: Option<Publish>) -> Option<HashScript> {
+    let c = cases.iter().find(|c| c.lock == MANY && !c.latch)?;
+    let t = match &c.run.end.first()?.ttl {
+        TtlNow::Set {
+            seconds: false,
+            v: Val::Arg(t),
+        } if *t != field => *t,
+        _ => return None,
+    };
+    let latch = if n == 3 {
+        let c = cases.iter().find(|c| c.lock == ONCE && !c.latch)?;
+        match &c.run.end.get(2)?.ttl {
+            TtlNow::Set {
+                seconds: false,
+                v: Val::Arg(l),
+            } if *l != field => Some(Latch {
+                key: 3,
+                ttl_arg: *l,
+            }),
+            _ => return None,
+        }
+    } else {
+        None
+    };
+    publish.as_ref()?;
+    cases
+        .iter()
+        .all(|c| fits(c, Shape::ms(HashOp::Unlock), t, latch.as_ref(), &publish))
+        .then_some(HashScript {
+            publish: publish.clone(),
+            latch,
+            ..hash_script(HashOp::Unlock, field, t, false)
+        })
+}
+
+/// Whether the field, the TTL and the publish's command and message are distinct arguments.
+fn args_distinct(script: &HashScript, field: usize) -> bool {
+    script.publish.as_ref().is_none_or(|p| {
         let cmd = match p.command {
             PublishCommand::Arg(j) => j,
             PublishCommand::Literal(_) => 0,
         };
         ![field, script.ttl_arg, cmd].contains(&p.message_arg)
             && ![field, script.ttl_arg].contains(&cmd)
-    });
-    args_distinct.then_some(script)
+    })
 }
 
 /// The one publish the script makes (the same call in every run that publishes), if any.

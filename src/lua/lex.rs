@@ -52,6 +52,59 @@ fn long_body(src: &[u8], start: usize, level: usize) -> Result<(&[u8], usize), S
     Err("unfinished long string or comment".into())
 }
 
+/// A string quoted by `c` that opens at `src[i]`: its bytes, escapes applied, and the index
+/// just past its closing quote.
+fn quoted(src: &[u8], mut i: usize, c: u8) -> Result<(Vec<u8>, usize), String> {
+    let mut s = Vec::new();
+    i += 1;
+    loop {
+        let Some(&d) = src.get(i) else {
+            return Err("unfinished string".into());
+        };
+        if d == c {
+            i += 1;
+            break;
+        }
+        if d == b'\n' {
+            return Err("unfinished string".into());
+        }
+        if d != b'\\' {
+            s.push(d);
+            i += 1;
+            continue;
+        }
+        let Some(&e) = src.get(i + 1) else {
+            return Err("unfinished string".into());
+        };
+        i += 2;
+        match e {
+            b'n' => s.push(b'\n'),
+            b't' => s.push(b'\t'),
+            b'r' => s.push(b'\r'),
+            b'a' => s.push(7),
+            b'b' => s.push(8),
+            b'f' => s.push(12),
+            b'v' => s.push(11),
+            b'\n' => s.push(b'\n'),
+            b'0'..=b'9' => {
+                let mut v = u32::from(e - b'0');
+                for _ in 0..2 {
+                    match src.get(i) {
+                        Some(&d) if d.is_ascii_digit() => {
+                            v = v * 10 + u32::from(d - b'0');
+                            i += 1;
+                        }
+                        _ => break,
+                    }
+                }
+                s.push(u8::try_from(v).map_err(|_| "escape too large")?);
+            }
+            e => s.push(e),
+        }
+    }
+    Ok((s, i))
+}
+
 /// Splits `src` into tokens.
 pub fn lex(src: &[u8]) -> Result<Vec<Tok>, String> {
     let mut out = Vec::new();
@@ -74,54 +127,9 @@ pub fn lex(src: &[u8]) -> Result<Vec<Tok>, String> {
             continue;
         }
         if c == b'"' || c == b'\'' {
-            let mut s = Vec::new();
-            i += 1;
-            loop {
-                let Some(&d) = src.get(i) else {
-                    return Err("unfinished string".into());
-                };
-                if d == c {
-                    i += 1;
-                    break;
-                }
-                if d == b'\n' {
-                    return Err("unfinished string".into());
-                }
-                if d != b'\\' {
-                    s.push(d);
-                    i += 1;
-                    continue;
-                }
-                let Some(&e) = src.get(i + 1) else {
-                    return Err("unfinished string".into());
-                };
-                i += 2;
-                match e {
-                    b'n' => s.push(b'\n'),
-                    b't' => s.push(b'\t'),
-                    b'r' => s.push(b'\r'),
-                    b'a' => s.push(7),
-                    b'b' => s.push(8),
-                    b'f' => s.push(12),
-                    b'v' => s.push(11),
-                    b'\n' => s.push(b'\n'),
-                    b'0'..=b'9' => {
-                        let mut v = u32::from(e - b'0');
-                        for _ in 0..2 {
-                            match src.get(i) {
-                                Some(&d) if d.is_ascii_digit() => {
-                                    v = v * 10 + u32::from(d - b'0');
-                                    i += 1;
-                                }
-                                _ => break,
-                            }
-                        }
-                        s.push(u8::try_from(v).map_err(|_| "escape too large")?);
-                    }
-                    e => s.push(e),
-                }
-            }
+            let (s, end) = quoted(src, i, c)?;
             out.push(Tok::Str(s));
+            i = end;
             continue;
         }
         if let Some((level, start)) = long_open(src, i) {
@@ -175,6 +183,11 @@ pub fn lex(src: &[u8]) -> Result<Vec<Tok>, String> {
     Ok(out)
 }
 
+/// Texts cut off inside a string, a long bracket, a comment or a byte sequence: refused
+/// without a panic (by the lexer, and so by every reader of a script).
+#[cfg(test)]
+pub(crate) const UNTERMINATED: [&[u8]; 4] = [b"\"unterminated", b"[[", b"--[==[", b"\xff\xfe((("];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,14 +211,7 @@ mod tests {
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {
-        for junk in [
-            &b"\"unterminated"[..],
-            b"[[",
-            b"--[==[",
-            b"\xff\xfe(((",
-            b"'\\",
-            b"0x",
-        ] {
+        for junk in UNTERMINATED.into_iter().chain([&b"'\\"[..], b"0x"]) {
             assert!(lex(junk).is_err(), "{junk:?}");
         }
     }

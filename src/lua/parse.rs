@@ -282,26 +282,7 @@ impl Parser {
     fn statement(&mut self) -> R<Stat> {
         self.node()?;
         if self.accept_kw("if") {
-            let mut arms = Vec::new();
-            let cond = self.expr()?;
-            self.expect_kw("then")?;
-            arms.push((cond, self.block()?));
-            let mut otherwise = None;
-            loop {
-                if self.accept_kw("elseif") {
-                    let cond = self.expr()?;
-                    self.expect_kw("then")?;
-                    arms.push((cond, self.block()?));
-                } else if self.accept_kw("else") {
-                    otherwise = Some(self.block()?);
-                    self.expect_kw("end")?;
-                    break;
-                } else {
-                    self.expect_kw("end")?;
-                    break;
-                }
-            }
-            return Ok(Stat::If(arms, otherwise));
+            return self.if_stat();
         }
         if self.accept_kw("while") {
             let cond = self.expr()?;
@@ -316,88 +297,16 @@ impl Parser {
             return Ok(Stat::Do(body));
         }
         if self.accept_kw("repeat") {
-            // The condition sees the body's locals.
-            self.enter()?;
-            let r = self.scoped(|p| {
-                let mut body = Vec::new();
-                while !is_block_end(p.peek()) {
-                    if !p.accept_sym(";") {
-                        body.push(p.statement()?);
-                    }
-                }
-                p.expect_kw("until")?;
-                Ok(Stat::Repeat(body, p.expr()?))
-            });
-            self.leave();
-            return r;
+            return self.repeat_stat();
         }
         if self.accept_kw("for") {
-            let first = self.name()?;
-            if self.accept_sym("=") {
-                let start = self.expr()?;
-                self.expect_sym(",")?;
-                let stop = self.expr()?;
-                let step = if self.accept_sym(",") {
-                    Some(self.expr()?)
-                } else {
-                    None
-                };
-                self.expect_kw("do")?;
-                return self.scoped(|p| {
-                    let var = p.declare(first);
-                    let body = p.block()?;
-                    p.expect_kw("end")?;
-                    Ok(Stat::NumFor(var, start, stop, step, body))
-                });
-            }
-            let mut names = vec![first];
-            while self.accept_sym(",") {
-                names.push(self.name()?);
-            }
-            self.expect_kw("in")?;
-            let exprs = self.exprlist()?;
-            self.expect_kw("do")?;
-            return self.scoped(|p| {
-                let vars = names.into_iter().map(|n| p.declare(n)).collect();
-                let body = p.block()?;
-                p.expect_kw("end")?;
-                Ok(Stat::GenFor(vars, exprs, body))
-            });
+            return self.for_stat();
         }
         if self.accept_kw("function") {
-            let mut target = self.var_name()?;
-            let mut method = false;
-            while self.is_sym(".") || self.is_sym(":") {
-                method = self.is_sym(":");
-                self.pos += 1;
-                let field = self.name()?;
-                target = Expr::Index(Box::new(target), Box::new(Expr::Str(field.into_bytes())));
-                if method {
-                    break;
-                }
-            }
-            let f = self.funcbody(method)?;
-            return Ok(Stat::Function(target, Box::new(f)));
+            return self.function_stat();
         }
         if self.accept_kw("local") {
-            if self.accept_kw("function") {
-                let name = self.name()?;
-                let id = self.declare(name);
-                let f = self.funcbody(false)?;
-                return Ok(Stat::Function(Expr::Local(id), Box::new(f)));
-            }
-            let mut names = vec![self.name()?];
-            while self.accept_sym(",") {
-                names.push(self.name()?);
-            }
-            let exprs = if self.accept_sym("=") {
-                self.exprlist()?
-            } else {
-                Vec::new()
-            };
-            // The values are evaluated before the new names are in scope.
-            let ids = names.into_iter().map(|n| self.declare(n)).collect();
-            return Ok(Stat::Local(ids, exprs));
+            return self.local_stat();
         }
         if self.accept_kw("return") {
             let exprs = if is_block_end(self.peek()) || self.is_sym(";") {
@@ -431,6 +340,121 @@ impl Parser {
         } else {
             Err(format!("syntax error near token {}", self.pos))
         }
+    }
+
+    /// `if ... then ... elseif ... else ... end`, after its `if`.
+    fn if_stat(&mut self) -> R<Stat> {
+        let mut arms = Vec::new();
+        let cond = self.expr()?;
+        self.expect_kw("then")?;
+        arms.push((cond, self.block()?));
+        let mut otherwise = None;
+        loop {
+            if self.accept_kw("elseif") {
+                let cond = self.expr()?;
+                self.expect_kw("then")?;
+                arms.push((cond, self.block()?));
+            } else if self.accept_kw("else") {
+                otherwise = Some(self.block()?);
+                self.expect_kw("end")?;
+                break;
+            } else {
+                self.expect_kw("end")?;
+                break;
+            }
+        }
+        Ok(Stat::If(arms, otherwise))
+    }
+
+    /// `repeat ... until cond`, after its `repeat`: the condition sees the body's locals.
+    fn repeat_stat(&mut self) -> R<Stat> {
+        self.enter()?;
+        let r = self.scoped(|p| {
+            let mut body = Vec::new();
+            while !is_block_end(p.peek()) {
+                if !p.accept_sym(";") {
+                    body.push(p.statement()?);
+                }
+            }
+            p.expect_kw("until")?;
+            Ok(Stat::Repeat(body, p.expr()?))
+        });
+        self.leave();
+        r
+    }
+
+    /// A numeric or generic `for`, after its `for`.
+    fn for_stat(&mut self) -> R<Stat> {
+        let first = self.name()?;
+        if self.accept_sym("=") {
+            let start = self.expr()?;
+            self.expect_sym(",")?;
+            let stop = self.expr()?;
+            let step = if self.accept_sym(",") {
+                Some(self.expr()?)
+            } else {
+                None
+            };
+            self.expect_kw("do")?;
+            return self.scoped(|p| {
+                let var = p.declare(first);
+                let body = p.block()?;
+                p.expect_kw("end")?;
+                Ok(Stat::NumFor(var, start, stop, step, body))
+            });
+        }
+        let mut names = vec![first];
+        while self.accept_sym(",") {
+            names.push(self.name()?);
+        }
+        self.expect_kw("in")?;
+        let exprs = self.exprlist()?;
+        self.expect_kw("do")?;
+        self.scoped(|p| {
+            let vars = names.into_iter().map(|n| p.declare(n)).collect();
+            let body = p.block()?;
+            p.expect_kw("end")?;
+            Ok(Stat::GenFor(vars, exprs, body))
+        })
+    }
+
+    /// `function a.b:c() ... end`, after its `function`.
+    fn function_stat(&mut self) -> R<Stat> {
+        let mut target = self.var_name()?;
+        let mut method = false;
+        while self.is_sym(".") || self.is_sym(":") {
+            method = self.is_sym(":");
+            self.pos += 1;
+            let field = self.name()?;
+            target = Expr::Index(Box::new(target), Box::new(Expr::Str(field.into_bytes())));
+            if method {
+                break;
+            }
+        }
+        let f = self.funcbody(method)?;
+        Ok(Stat::Function(target, Box::new(f)))
+    }
+
+    /// `local function f`, or `local a, b = ...`, after its `local`.
+    fn local_stat(&mut self) -> R<Stat> {
+        if self.accept_kw("function") {
+            let name = self.name()?;
+            let id = self.declare(name);
+            let f = self.funcbody(false)?;
+            return Ok(Stat::Function(Expr::Local(id), Box::new(f)));
+        }
+        let mut names = vec![self.name()?];
+        while self.accept_sym(",") {
+            names.push(self.name()?);
+        }
+        let exprs = if self.accept_sym("=") {
+            self.exprlist()?
+        } else {
+            Vec::new()
+        };
+        // The values are evaluated before the new names are in scope.
+        let ids = names.into_iter().map(|n| self.declare(n)).collect();
+        Ok(Stat::Local(ids, exprs))
     }
 
     fn var_name(&mut self) -> R<Expr> {

@@ -400,225 +400,290 @@ fn is_str(s: &Shape, lit: &[u8]) -> bool {
 pub fn recognise(block: &Block) -> Option<RedissonScript> {
     let mut u = KeyUse::default();
     key_use_block(block, &mut u);
-    let s = Summary::of(block);
-    let k = |i| Shape::Key(i);
-    let mode_read = s.has(b"hget", |a| {
+    let r = Reader {
+        s: Summary::of(block),
+        n: u.max_literal,
+        needs: u.max_literal.max(2),
+    };
+    if u.dynamic {
+        return r.rw_renew();
+    }
+    let mode_read = r.s.has(b"hget", |a| {
         a.len() == 2 && a[0] == k(1) && is_str(&a[1], b"mode")
     });
-    let needs = u.max_literal.max(2);
-    let script = |op, field_arg, ttl_arg, publish_arg| RedissonScript {
-        op,
-        field_arg,
-        ttl_arg,
-        publish_arg,
-        keys: if matches!(op, RedissonOp::WriteAcquire | RedissonOp::RwIsLocked) {
-            1
-        } else {
-            needs
-        },
-    };
-    // The caller's field: `ARGV[f]` counted by HINCRBY on KEYS[1] by `by`.
-    let counted = |by: i64| {
-        s.calls_of(b"hincrby").find_map(|a| match a {
+    match r.n {
+        1 if mode_read && r.s.writes_only(&[], None) => {
+            r.s.returns_only(|r| matches!(r, Ret::Num(0 | 1)))
+                .then_some(r.script(RedissonOp::RwIsLocked, 0, 0, 0))
+        }
+        1 if mode_read && r.set_mode(b"write") => r.write_acquire(),
+        2 if mode_read && r.set_mode(b"read") => r.read_acquire(),
+        2 if mode_read => r.rw_force_unlock(),
+        3 | 5 if mode_read => r.rw_unlock(),
+        2 if r.s.has(b"hkeys", |a| a == [k(1)]) => r.rw_renew_one(),
+        2 if r.s.has(b"lrange", |a| a.first() == Some(&k(1))) => r.fair_dequeue(),
+        3 => r.fair_acquire(),
+        4 | 5 if r.s.has(b"lindex", |a| a.first() == Some(&k(2))) => r.fair_unlock(),
+        _ => None,
+    }
+}
+
+/// `KEYS[i]`.
+fn k(i: usize) -> Shape {
+    Shape::Key(i)
+}
+
+/// What an acquisition answers: nil (taken) or the time the lock has left.
+fn acquire_returns(r: &Ret) -> bool {
+    matches!(r, Ret::Nil | Ret::Pttl)
+}
+
+/// A script's effects, read for one Redisson operation each.
+struct Reader {
+    s: Summary,
+    /// The highest literal `KEYS[i]` the script names.
+    n: usize,
+    /// The keys a call must give (at least two).
+    needs: usize,
+}
+
+impl Reader {
+    /// The operation found, with where its arguments sit.
+    fn script(
+        &self,
+        op: RedissonOp,
+        field_arg: usize,
+        ttl_arg: usize,
+        publish_arg: usize,
+    ) -> RedissonScript {
+        RedissonScript {
+            op,
+            field_arg,
+            ttl_arg,
+            publish_arg,
+            keys: if matches!(op, RedissonOp::WriteAcquire | RedissonOp::RwIsLocked) {
+                1
+            } else {
+                self.needs
+            },
+        }
+    }
+
+    /// The caller's field: `ARGV[f]` counted by HINCRBY on `KEYS[1]` by `by`.
+    fn counted(&self, by: i64) -> Option<usize> {
+        self.s.calls_of(b"hincrby").find_map(|a| match a {
             [Shape::Key(1), Shape::Arg(f), Shape::Num(n)] if *n == by => Some(*f),
             _ => None,
         })
-    };
-    // The TTL: `ARGV[t]` given to PEXPIRE of KEYS[1] (or of any key, with `any`).
-    let ttl = |any: bool| {
-        s.calls_of(b"pexpire").find_map(|a| match a {
+    }
+
+    /// The TTL: `ARGV[t]` given to PEXPIRE of `KEYS[1]` (or of any key, with `any`).
+    fn ttl(&self, any: bool) -> Option<usize> {
+        self.s.calls_of(b"pexpire").find_map(|a| match a {
             [key, Shape::Arg(t)] if any || *key == k(1) => Some(*t),
             _ => None,
         })
-    };
-    if u.dynamic {
-        // The read-lock watchdog: HGET of each lock's fields and PEXPIREs, nothing else.
+    }
+
+    /// Whether the script sets the lock's mode to `m`.
+    fn set_mode(&self, m: &[u8]) -> bool {
+        self.s.has(b"hset", |a| {
+            a.len() == 3 && a[0] == k(1) && is_str(&a[1], b"mode") && is_str(&a[2], m)
+        })
+    }
+
+    /// The read-lock watchdog (keys from a loop): HGET of each lock's fields and PEXPIREs,
+    /// nothing else.
+    fn rw_renew(&self) -> Option<RedissonScript> {
+        let s = &self.s;
         let renews = s.has(b"pexpire", |a| a.first() == Some(&Shape::AnyKey))
             && s.has(b"pexpire", |a| matches!(a.first(), Some(Shape::Other)))
             && s.has(b"hget", |a| a.first() == Some(&Shape::AnyKey));
-        let t = ttl(true)?;
-        return (u.max_literal == 0
+        let t = self.ttl(true)?;
+        (self.n == 0
             && renews
             && s.writes_only(&[b"pexpire"], None)
             && s.returns_only(|r| *r == Ret::Other))
-        .then_some(script(RedissonOp::RwRenew, 0, t, 0));
+        .then_some(self.script(RedissonOp::RwRenew, 0, t, 0))
     }
-    let n = u.max_literal;
-    let set_mode = |m: &[u8]| {
-        s.has(b"hset", |a| {
-            a.len() == 3 && a[0] == k(1) && is_str(&a[1], b"mode") && is_str(&a[2], m)
-        })
-    };
-    let acquire_returns = |r: &Ret| matches!(r, Ret::Nil | Ret::Pttl);
-    match n {
-        1 if mode_read && s.writes_only(&[], None) => s
-            .returns_only(|r| matches!(r, Ret::Num(0 | 1)))
-            .then_some(script(RedissonOp::RwIsLocked, 0, 0, 0)),
-        1 if mode_read && set_mode(b"write") => {
-            // Write acquisition: creates {mode: write, field: 1}, or counts a re-entry.
-            let f = counted(1)?;
-            let t = ttl(false)?;
-            let creates = s.has(b"hset", |a| a == [k(1), Shape::Arg(f), Shape::Num(1)]);
-            (creates
-                && f != t
-                && s.writes_only(&[b"hset", b"hincrby", b"pexpire"], None)
-                && s.returns_only(acquire_returns)
-                && s.rets.contains(&Ret::Pttl))
-            .then_some(script(RedissonOp::WriteAcquire, f, t, 0))
+
+    /// Write acquisition: creates {mode: write, field: 1}, or counts a re-entry.
+    fn write_acquire(&self) -> Option<RedissonScript> {
+        let s = &self.s;
+        let f = self.counted(1)?;
+        let t = self.ttl(false)?;
+        let creates = s.has(b"hset", |a| a == [k(1), Shape::Arg(f), Shape::Num(1)]);
+        (creates
+            && f != t
+            && s.writes_only(&[b"hset", b"hincrby", b"pexpire"], None)
+            && s.returns_only(acquire_returns)
+            && s.rets.contains(&Ret::Pttl))
+        .then_some(self.script(RedissonOp::WriteAcquire, f, t, 0))
+    }
+
+    /// Read acquisition: one hold more, and a timeout key per hold built from `KEYS[2]`.
+    fn read_acquire(&self) -> Option<RedissonScript> {
+        let s = &self.s;
+        let f = self.counted(1)?;
+        let t = self.ttl(false)?;
+        let creates = s.has(b"hset", |a| a == [k(1), Shape::Arg(f), Shape::Num(1)]);
+        let timeouts = s.has(b"set", |a| a.first() == Some(&Shape::Built(2)))
+            && s.has(b"pexpire", |a| a == [Shape::Built(2), Shape::Arg(t)]);
+        (creates
+            && timeouts
+            && f != t
+            && s.writes_only(&[b"hset", b"hincrby", b"pexpire", b"set"], None)
+            && s.returns_only(acquire_returns)
+            && s.rets.contains(&Ret::Pttl))
+        .then_some(self.script(RedissonOp::ReadAcquire, f, t, 0))
+    }
+
+    /// Forced unlock by mode: deletes the lock and publishes, nothing else.
+    fn rw_force_unlock(&self) -> Option<RedissonScript> {
+        let s = &self.s;
+        let p = s.publish_arg();
+        (s.has(b"del", |a| a == [k(1)])
+            && s.publishes_to(&k(2))
+            && s.writes_only(&[b"del", b"publish", b"spublish"], p)
+            && s.returns_only(|r| matches!(r, Ret::Num(0 | 1))))
+        .then_some(self.script(RedissonOp::RwForceUnlock, 0, 0, p.unwrap_or(0)))
+    }
+
+    /// Unlock with its latch (`KEYS[n]`): one hold less, the lock deleted and published
+    /// when none is left.
+    fn rw_unlock(&self) -> Option<RedissonScript> {
+        let s = &self.s;
+        let f = self.counted(-1)?;
+        let p = s.publish_arg();
+        let latch = s.has(b"get", |a| a == [k(self.n)])
+            && s.has(b"set", |a| {
+                a.len() == 4 && a[0] == k(self.n) && is_str(&a[2], b"px")
+            });
+        let timeouts = self.n == 3 || s.has(b"del", |a| a.first() == Some(&Shape::Built(3)));
+        (latch
+            && timeouts
+            && s.has(b"del", |a| a == [k(1)])
+            && s.publishes_to(&k(2))
+            && s.writes_only(
+                &[
+                    b"set",
+                    b"del",
+                    b"hdel",
+                    b"hincrby",
+                    b"pexpire",
+                    b"hset",
+                    b"publish",
+                    b"spublish",
+                ],
+                p,
+            )
+            && s.returns_only(|r| matches!(r, Ret::Nil | Ret::Num(0 | 1) | Ret::Other)))
+        .then_some(self.script(RedissonOp::RwUnlock, f, 0, p.unwrap_or(0)))
+    }
+
+    /// The single-lock read renewal: the caller's field read, then only PEXPIREs (of the lock
+    /// and of each hold's timeout key built from `KEYS[2]`).
+    fn rw_renew_one(&self) -> Option<RedissonScript> {
+        let s = &self.s;
+        let f = s.calls_of(b"hget").find_map(|a| match a {
+            [Shape::Key(1), Shape::Arg(f)] => Some(*f),
+            _ => None,
+        })?;
+        let t = self.ttl(false)?;
+        (f != t
+            && s.has(b"pexpire", |a| a == [Shape::Built(2), Shape::Arg(t)])
+            && s.writes_only(&[b"pexpire"], None)
+            && s.rets.contains(&Ret::Num(1))
+            && s.returns_only(|r| matches!(r, Ret::Num(0 | 1))))
+        .then_some(self.script(RedissonOp::RwRenewOne, f, t, 0))
+    }
+
+    /// `acquireFailed`: leaves the queue (`KEYS[1]`) and the timeout set (`KEYS[2]`).
+    fn fair_dequeue(&self) -> Option<RedissonScript> {
+        let s = &self.s;
+        let f = s.calls_of(b"zrem").find_map(|a| match a {
+            [Shape::Key(2), Shape::Arg(f)] => Some(*f),
+            _ => None,
+        })?;
+        (s.has(b"lrem", |a| {
+            a.len() == 3 && a[0] == k(1) && a[2] == Shape::Arg(f)
+        }) && s.writes_only(&[b"zrem", b"lrem", b"zincrby"], None)
+            && s.rets.is_empty())
+        .then_some(self.script(RedissonOp::FairDequeue, f, 0, 0))
+    }
+
+    /// Fair acquisition: first in the queue (`KEYS[2]`) and free, or a re-entry.
+    fn fair_acquire(&self) -> Option<RedissonScript> {
+        let s = &self.s;
+        let f = self.counted(1)?;
+        let t = self.ttl(false)?;
+        let creates = s.has(b"hset", |a| a == [k(1), Shape::Arg(f), Shape::Num(1)]);
+        let queue = s.has(b"lindex", |a| a.first() == Some(&k(2)))
+            && s.has(b"zscore", |a| a.first() == Some(&k(3)))
+            && s.has(b"exists", |a| a == [k(1)]);
+        if !(creates && queue && f != t) {
+            return None;
         }
-        2 if mode_read && set_mode(b"read") => {
-            // Read acquisition: one hold more, and a timeout key per hold built from KEYS[2].
-            let f = counted(1)?;
-            let t = ttl(false)?;
-            let creates = s.has(b"hset", |a| a == [k(1), Shape::Arg(f), Shape::Num(1)]);
-            let timeouts = s.has(b"set", |a| a.first() == Some(&Shape::Built(2)))
-                && s.has(b"pexpire", |a| a == [Shape::Built(2), Shape::Arg(t)]);
-            (creates
-                && timeouts
-                && f != t
-                && s.writes_only(&[b"hset", b"hincrby", b"pexpire", b"set"], None)
-                && s.returns_only(acquire_returns)
-                && s.rets.contains(&Ret::Pttl))
-            .then_some(script(RedissonOp::ReadAcquire, f, t, 0))
+        let enqueues = s.has(b"rpush", |a| a == [k(2), Shape::Arg(f)])
+            && s.has(b"zadd", |a| {
+                a.len() == 3 && a[0] == k(3) && a[2] == Shape::Arg(f)
+            });
+        let base: &[&[u8]] = &[
+            b"hset", b"hincrby", b"pexpire", b"lpop", b"zrem", b"zincrby",
+        ];
+        if enqueues {
+            let mut w = base.to_vec();
+            w.extend([&b"rpush"[..], b"zadd"]);
+            (s.writes_only(&w, None)
+                && s.rets.contains(&Ret::Nil)
+                && s.returns_only(|r| matches!(r, Ret::Nil | Ret::Other)))
+            .then_some(self.script(RedissonOp::FairAcquire, f, t, 0))
+        } else {
+            (s.writes_only(base, None) && s.returns_only(|r| matches!(r, Ret::Nil | Ret::Num(1))))
+                .then_some(self.script(RedissonOp::FairTryAcquire, f, t, 0))
         }
-        2 if mode_read => {
-            // Forced unlock by mode: deletes the lock and publishes, nothing else.
-            let p = s.publish_arg();
-            (s.has(b"del", |a| a == [k(1)])
-                && s.publishes_to(&k(2))
-                && s.writes_only(&[b"del", b"publish", b"spublish"], p)
+    }
+
+    /// Fair unlock (with its latch in `KEYS[5]`) or forced unlock: the next waiter in the queue
+    /// is told on its own channel, `KEYS[4] .. ':' .. its id`.
+    fn fair_unlock(&self) -> Option<RedissonScript> {
+        let s = &self.s;
+        let p = s.publish_arg();
+        let base = s.has(b"del", |a| a == [k(1)])
+            && s.publishes_to(&Shape::Built(4))
+            && s.has(b"zscore", |a| a.first() == Some(&k(3)));
+        if !base {
+            return None;
+        }
+        match self.counted(-1) {
+            Some(f) if self.n == 5 => {
+                let latch = s.has(b"get", |a| a == [k(5)])
+                    && s.has(b"set", |a| {
+                        a.len() == 4 && a[0] == k(5) && is_str(&a[2], b"px")
+                    });
+                (latch
+                    && s.writes_only(
+                        &[
+                            b"set",
+                            b"del",
+                            b"hincrby",
+                            b"pexpire",
+                            b"lpop",
+                            b"zrem",
+                            b"publish",
+                            b"spublish",
+                        ],
+                        p,
+                    )
+                    && s.returns_only(|r| matches!(r, Ret::Nil | Ret::Num(0 | 1) | Ret::Other)))
+                .then_some(self.script(RedissonOp::FairUnlock, f, 0, p.unwrap_or(0)))
+            }
+            None if self.n == 4 => (s
+                .writes_only(&[b"del", b"lpop", b"zrem", b"publish", b"spublish"], p)
                 && s.returns_only(|r| matches!(r, Ret::Num(0 | 1))))
-            .then_some(script(RedissonOp::RwForceUnlock, 0, 0, p.unwrap_or(0)))
+            .then_some(self.script(RedissonOp::FairForceUnlock, 0, 0, p.unwrap_or(0))),
+            _ => None,
         }
-        3 | 5 if mode_read => {
-            // Unlock with its latch (KEYS[n]): one hold less, the lock deleted and published
-            // when none is left.
-            let f = counted(-1)?;
-            let p = s.publish_arg();
-            let latch = s.has(b"get", |a| a == [k(n)])
-                && s.has(b"set", |a| {
-                    a.len() == 4 && a[0] == k(n) && is_str(&a[2], b"px")
-                });
-            let timeouts = n == 3 || s.has(b"del", |a| a.first() == Some(&Shape::Built(3)));
-            (latch
-                && timeouts
-                && s.has(b"del", |a| a == [k(1)])
-                && s.publishes_to(&k(2))
-                && s.writes_only(
-                    &[
-                        b"set",
-                        b"del",
-                        b"hdel",
-                        b"hincrby",
-                        b"pexpire",
-                        b"hset",
-                        b"publish",
-                        b"spublish",
-                    ],
-                    p,
-                )
-                && s.returns_only(|r| matches!(r, Ret::Nil | Ret::Num(0 | 1) | Ret::Other)))
-            .then_some(script(RedissonOp::RwUnlock, f, 0, p.unwrap_or(0)))
-        }
-        2 if s.has(b"hkeys", |a| a == [k(1)]) => {
-            // The single-lock read renewal: the caller's field read, then only PEXPIREs (of the
-            // lock and of each hold's timeout key built from KEYS[2]).
-            let f = s.calls_of(b"hget").find_map(|a| match a {
-                [Shape::Key(1), Shape::Arg(f)] => Some(*f),
-                _ => None,
-            })?;
-            let t = ttl(false)?;
-            (f != t
-                && s.has(b"pexpire", |a| a == [Shape::Built(2), Shape::Arg(t)])
-                && s.writes_only(&[b"pexpire"], None)
-                && s.rets.contains(&Ret::Num(1))
-                && s.returns_only(|r| matches!(r, Ret::Num(0 | 1))))
-            .then_some(script(RedissonOp::RwRenewOne, f, t, 0))
-        }
-        2 if s.has(b"lrange", |a| a.first() == Some(&k(1))) => {
-            // acquireFailed: leaves the queue (KEYS[1]) and the timeout set (KEYS[2]).
-            let f = s.calls_of(b"zrem").find_map(|a| match a {
-                [Shape::Key(2), Shape::Arg(f)] => Some(*f),
-                _ => None,
-            })?;
-            (s.has(b"lrem", |a| {
-                a.len() == 3 && a[0] == k(1) && a[2] == Shape::Arg(f)
-            }) && s.writes_only(&[b"zrem", b"lrem", b"zincrby"], None)
-                && s.rets.is_empty())
-            .then_some(script(RedissonOp::FairDequeue, f, 0, 0))
-        }
-        3 => {
-            // Fair acquisition: first in the queue (KEYS[2]) and free, or a re-entry.
-            let f = counted(1)?;
-            let t = ttl(false)?;
-            let creates = s.has(b"hset", |a| a == [k(1), Shape::Arg(f), Shape::Num(1)]);
-            let queue = s.has(b"lindex", |a| a.first() == Some(&k(2)))
-                && s.has(b"zscore", |a| a.first() == Some(&k(3)))
-                && s.has(b"exists", |a| a == [k(1)]);
-            if !(creates && queue && f != t) {
-                return None;
-            }
-            let enqueues = s.has(b"rpush", |a| a == [k(2), Shape::Arg(f)])
-                && s.has(b"zadd", |a| {
-                    a.len() == 3 && a[0] == k(3) && a[2] == Shape::Arg(f)
-                });
-            let base: &[&[u8]] = &[
-                b"hset", b"hincrby", b"pexpire", b"lpop", b"zrem", b"zincrby",
-            ];
-            if enqueues {
-                let mut w = base.to_vec();
-                w.extend([&b"rpush"[..], b"zadd"]);
-                (s.writes_only(&w, None)
-                    && s.rets.contains(&Ret::Nil)
-                    && s.returns_only(|r| matches!(r, Ret::Nil | Ret::Other)))
-                .then_some(script(RedissonOp::FairAcquire, f, t, 0))
-            } else {
-                (s.writes_only(base, None)
-                    && s.returns_only(|r| matches!(r, Ret::Nil | Ret::Num(1))))
-                .then_some(script(RedissonOp::FairTryAcquire, f, t, 0))
-            }
-        }
-        4 | 5 if s.has(b"lindex", |a| a.first() == Some(&k(2))) => {
-            // Fair unlock (with its latch in KEYS[5]) or forced unlock: the next waiter in the
-            // queue is told on its own channel, KEYS[4] .. ':' .. its id.
-            let p = s.publish_arg();
-            let base = s.has(b"del", |a| a == [k(1)])
-                && s.publishes_to(&Shape::Built(4))
-                && s.has(b"zscore", |a| a.first() == Some(&k(3)));
-            if !base {
-                return None;
-            }
-            match counted(-1) {
-                Some(f) if n == 5 => {
-                    let latch = s.has(b"get", |a| a == [k(5)])
-                        && s.has(b"set", |a| {
-                            a.len() == 4 && a[0] == k(5) && is_str(&a[2], b"px")
-                        });
-                    (latch
-                        && s.writes_only(
-                            &[
-                                b"set",
-                                b"del",
-                                b"hincrby",
-                                b"pexpire",
-                                b"lpop",
-                                b"zrem",
-                                b"publish",
-                                b"spublish",
-                            ],
-                            p,
-                        )
-                        && s.returns_only(|r| matches!(r, Ret::Nil | Ret::Num(0 | 1) | Ret::Other)))
-                    .then_some(script(RedissonOp::FairUnlock, f, 0, p.unwrap_or(0)))
-                }
-                None if n == 4 => (s
-                    .writes_only(&[b"del", b"lpop", b"zrem", b"publish", b"spublish"], p)
-                    && s.returns_only(|r| matches!(r, Ret::Num(0 | 1))))
-                .then_some(script(RedissonOp::FairForceUnlock, 0, 0, p.unwrap_or(0))),
-                _ => None,
-            }
-        }
-        _ => None,
     }
 }
 
