@@ -35,11 +35,12 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{Notify, watch};
 use tracing::{Instrument, debug, info_span, warn};
 
+use super::dial::dial;
 use super::health::MasterInfo;
 use super::inbox::{ReplyTx, inbox};
+use super::kind::standalone;
 use super::router::{Router, ShardView};
-use super::target::Link;
-use super::{Backend, Settings, dial};
+use super::{Backend, Settings};
 use crate::error::BackendError;
 use crate::wire::master::{ReplyDecoder, ask_once, command, encode_command};
 use crate::wire::reply::Reply;
@@ -125,15 +126,15 @@ pub struct Cluster {
 }
 
 /// Starts watching the Redis Cluster named by `seeds` (`host:port` each) and returns the
-/// member's handle; `name` is how logs and `INFO` call the member, and `settings` are every
-/// shard primary's (the member's credentials and TLS).
+/// member's handle; `info` is the member's as a whole (its name in logs and `INFO`), and
+/// `settings` are every shard primary's (the member's credentials and TLS).
 pub fn member(
-    name: String,
+    info: MasterInfo,
     seeds: Vec<String>,
     settings: Settings,
     scripts: Arc<dyn Scripts>,
 ) -> Backend {
-    let info = Arc::new(MasterInfo::of_kind(name, "cluster", String::new()));
+    let info = Arc::new(info);
     let clock = settings.clock.is_some();
     // Every shard's connection tells its server for the member as a whole: a cluster member
     // that shares a node with another member votes through one of them only.
@@ -151,10 +152,6 @@ struct Member(Arc<Cluster>);
 impl Router for Member {
     fn route(&self, bytes: Bytes, replies: usize, time: bool, reply_to: Option<(ReplyTx, usize)>) {
         self.0.route(bytes, replies, time, reply_to);
-    }
-
-    fn kind(&self) -> &'static str {
-        "cluster"
     }
 
     fn shards(&self) -> Vec<ShardView> {
@@ -453,7 +450,7 @@ impl Cluster {
         let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
         nodes
             .entry(addr.to_string())
-            .or_insert_with(|| Backend::spawn(addr.to_string(), self.settings.clone()))
+            .or_insert_with(|| standalone::member(addr.to_string(), self.settings.clone()))
             .clone()
     }
 
@@ -493,13 +490,11 @@ impl Cluster {
     }
 
     async fn read_slots(&self, addr: &str) -> Result<Vec<Range>, String> {
-        let link = Link {
-            addr: addr.to_string(),
-            auth: self.settings.auth.clone(),
-            tls: self.settings.tls.clone(),
-            seeds: Vec::new(),
-            sentinel: None,
-        };
+        let link = standalone::link(
+            addr.to_string(),
+            self.settings.auth.clone(),
+            self.settings.tls.clone(),
+        );
         let within = self.settings.connect_timeout;
         let ask = async {
             let mut wire = dial(&link, within).await?;

@@ -1,0 +1,71 @@
+//! A Sentinel member: `redis-sentinel://[password@]host:port,...#name` (`rediss-sentinel://`
+//! for TLS), a primary its Sentinels name, followed when they fail it over. The Sentinels
+//! themselves (who is asked, the majority rule, the watcher) are `crate::backend::sentinel`;
+//! this module makes a member of them.
+//!
+//! The member is one master's pipelined connection whose settings carry the Sentinels: the
+//! greeting asks them for the primary before every connect and judges a new one a failover.
+//! The member's follower, started with the connection's driver, drops the connection whenever
+//! they name another node. Under the majority rule the member is down until a majority of its
+//! Sentinels confirms a primary.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use super::{Context, Kind, Link};
+use crate::backend::health::MasterInfo;
+use crate::backend::sentinel::{self, Sentinels};
+use crate::backend::{Backend, Follow, Settings};
+
+/// The kind's name in `INFO` and `/metrics`.
+pub const NAME: &str = "sentinel";
+
+/// The Sentinel kind: the member's Sentinels.
+#[derive(Debug)]
+pub struct Sentinel(pub Arc<Sentinels>);
+
+impl Kind for Sentinel {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn spawn(&self, link: &Link, settings: Settings, _cx: &Context) -> Backend {
+        let settings = Settings {
+            sentinel: Some(self.0.clone()),
+            ..settings
+        };
+        member(link.addr.clone(), settings)
+    }
+
+    fn follows(&self) -> Option<&Arc<Sentinels>> {
+        Some(&self.0)
+    }
+}
+
+/// Starts a Sentinel member named `addr` whose Sentinels are `settings.sentinel` (without
+/// them, a standalone master at `addr`).
+pub fn member(addr: String, settings: Settings) -> Backend {
+    let Some(s) = settings.sentinel.clone() else {
+        return super::standalone::member(addr, settings);
+    };
+    let info = Arc::new(MasterInfo::of_kind(addr, NAME, String::new()));
+    if s.majority().is_some() {
+        // Down until a majority of its Sentinels confirms a primary.
+        info.expect_confirmations(s.count());
+    }
+    let every = settings.probe_every.max(std::time::Duration::from_secs(1));
+    let within = settings.connect_timeout;
+    let watched = info.clone();
+    // Started in the driver's span: the watcher bumps the generation the driver watches when
+    // the Sentinels name another primary.
+    let follow: Follow = Box::new(move || {
+        let (tx, rx) = watch::channel(0u64);
+        tokio::spawn(
+            sentinel::watch(s, watched, tx, every, within).instrument(tracing::Span::current()),
+        );
+        rx
+    });
+    Backend::start(info, settings, Some(follow))
+}

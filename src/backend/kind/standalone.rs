@@ -1,0 +1,43 @@
+//! A standalone master: `host:port`, `redis://…` or `rediss://…`. The member is one master's
+//! pipelined connection (see `super::super`), with nothing to follow and nothing to route.
+
+use std::sync::Arc;
+
+use super::{Context, Kind, Link};
+use crate::backend::health::MasterInfo;
+use crate::backend::target::Credentials;
+use crate::backend::{Backend, Settings};
+use crate::tls::TlsTarget;
+
+/// The kind's name in `INFO` and `/metrics`.
+pub const NAME: &str = "standalone";
+
+/// The standalone kind.
+#[derive(Debug)]
+pub struct Standalone;
+
+impl Kind for Standalone {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn spawn(&self, link: &Link, settings: Settings, _cx: &Context) -> Backend {
+        member(link.addr.clone(), settings)
+    }
+}
+
+/// A link to one master at `addr` (a standalone member, or a node of another kind's member).
+pub fn link(addr: String, auth: Option<Credentials>, tls: Option<TlsTarget>) -> Link {
+    Link {
+        addr,
+        auth,
+        tls,
+        kind: Arc::new(Standalone),
+    }
+}
+
+/// Starts the connection to the master at `addr` and returns its handle.
+pub fn member(addr: String, settings: Settings) -> Backend {
+    let info = MasterInfo::of_kind(addr.clone(), NAME, addr);
+    Backend::start(Arc::new(info), settings, None)
+}
