@@ -21,6 +21,10 @@
 //! request that timed out for its caller may still run on the master; the lock logic cleans
 //! up after that case.
 //!
+//! Which kind a member is (a standalone master, a Sentinel member, a Redis Cluster) is decided
+//! once, when it starts ([`kind`]): its handle either has a connection of its own, driven here,
+//! or routes each request to its shards ([`router`], [`cluster`]).
+//!
 //! A Sentinel member ([`sentinel`]) asks its Sentinels for the primary before every connect
 //! (under `sentinel_majority`, all of them, and its votes count only while a majority of them
 //! has confirmed the primary lately), and drops the connection when they name another one (or when the node answers `READONLY` or
@@ -342,7 +346,10 @@ mod tests {
     /// A member: a Sentinel member when `settings` name Sentinels, a standalone master
     /// otherwise.
     fn spawn(addr: String, settings: Settings) -> Backend {
-        kind::sentinel::member(addr, settings)
+        match settings.sentinel.clone() {
+            Some(s) => kind::sentinel::member(addr, s, settings),
+            None => kind::standalone::member(addr, settings),
+        }
     }
 
     fn settings() -> Settings {

@@ -32,11 +32,7 @@ impl Kind for Sentinel {
     }
 
     fn spawn(&self, link: &Link, settings: Settings, _cx: &Context) -> Backend {
-        let settings = Settings {
-            sentinel: Some(self.0.clone()),
-            ..settings
-        };
-        member(link.addr.clone(), settings)
+        member(link.addr.clone(), self.0.clone(), settings)
     }
 
     fn follows(&self) -> Option<&Arc<Sentinels>> {
@@ -44,11 +40,11 @@ impl Kind for Sentinel {
     }
 }
 
-/// Starts a Sentinel member named `addr` whose Sentinels are `settings.sentinel` (without
-/// them, a standalone master at `addr`).
-pub fn member(addr: String, settings: Settings) -> Backend {
-    let Some(s) = settings.sentinel.clone() else {
-        return super::standalone::member(addr, settings);
+/// Starts a Sentinel member named `addr` whose primary the Sentinels `s` name.
+pub fn member(addr: String, s: Arc<Sentinels>, settings: Settings) -> Backend {
+    let settings = Settings {
+        sentinel: Some(s.clone()),
+        ..settings
     };
     let info = Arc::new(MasterInfo::of_kind(addr, NAME, String::new()));
     if s.majority().is_some() {

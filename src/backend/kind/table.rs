@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
+use super::Link;
 use super::cluster::Cluster;
 use super::sentinel::Sentinel;
 use super::standalone::Standalone;
-use super::{Kind, Link};
 use crate::backend::sentinel::{Majority, Sentinels};
 use crate::backend::target::Reach;
 use crate::config::{Config, ConfigError};
@@ -35,22 +35,15 @@ fn link(member: Member, text: &str, reach: &mut Reach) -> Result<Link, ConfigErr
     }
 }
 
-/// A link whose connections reach `e` (its credentials and TLS), named `addr`.
-fn made(
-    e: &Endpoint,
-    addr: String,
-    reach: &mut Reach,
-    kind: impl FnOnce(&Link) -> Arc<dyn Kind>,
-) -> Result<Link, ConfigError> {
-    let (auth, tls) = reach.reach(e)?;
-    let mut link = super::standalone::link(addr, auth, tls);
-    link.kind = kind(&link);
-    Ok(link)
-}
-
 /// One master.
 fn standalone(e: Endpoint, reach: &mut Reach) -> Result<Link, ConfigError> {
-    made(&e, e.addr(), reach, |_| Arc::new(Standalone))
+    let (auth, tls) = reach.reach(&e)?;
+    Ok(Link {
+        addr: e.addr(),
+        auth,
+        tls,
+        kind: Arc::new(Standalone),
+    })
 }
 
 /// A primary the Sentinels name: its data nodes take the URL's credentials and TLS as a
@@ -65,28 +58,32 @@ fn sentinel(s: SentinelUrl, text: &str, reach: &mut Reach) -> Result<Link, Confi
         password: s.password.clone(),
         ..first
     };
+    let (auth, tls) = reach.reach(&e)?;
     let config = reach.config;
-    made(&e, s.name(), reach, |link| {
-        let to_sentinels = match &link.tls {
-            Some(t) if s.tls => Some(t.connector.clone()),
-            _ => None,
-        };
-        let sentinels = Sentinels::new(
-            s.sentinels.clone(),
-            s.master.clone(),
-            config.backend_sentinel_password.clone(),
-            to_sentinels,
-            config.backend_tls_server_name.is_none(),
-        );
-        let sentinels = if config.sentinel_majority {
-            sentinels.with_majority(Majority {
-                max_ttl: std::time::Duration::from_millis(config.max_ttl_ms),
-                drift_factor: config.drift_factor,
-            })
-        } else {
-            sentinels
-        };
-        Arc::new(Sentinel(Arc::new(sentinels)))
+    let to_sentinels = match &tls {
+        Some(t) if s.tls => Some(t.connector.clone()),
+        _ => None,
+    };
+    let sentinels = Sentinels::new(
+        s.sentinels.clone(),
+        s.master.clone(),
+        config.backend_sentinel_password.clone(),
+        to_sentinels,
+        config.backend_tls_server_name.is_none(),
+    );
+    let sentinels = if config.sentinel_majority {
+        sentinels.with_majority(Majority {
+            max_ttl: std::time::Duration::from_millis(config.max_ttl_ms),
+            drift_factor: config.drift_factor,
+        })
+    } else {
+        sentinels
+    };
+    Ok(Link {
+        addr: s.name(),
+        auth,
+        tls,
+        kind: Arc::new(Sentinel(Arc::new(sentinels))),
     })
 }
 
@@ -97,5 +94,11 @@ fn cluster(seeds: Vec<Endpoint>, reach: &mut Reach) -> Result<Link, ConfigError>
     let Some(first) = seeds.into_iter().next() else {
         return Err(ConfigError::Invalid("a cluster member needs a seed".into()));
     };
-    made(&first, first.addr(), reach, |_| Arc::new(Cluster(addrs)))
+    let (auth, tls) = reach.reach(&first)?;
+    Ok(Link {
+        addr: first.addr(),
+        auth,
+        tls,
+        kind: Arc::new(Cluster(addrs)),
+    })
 }
