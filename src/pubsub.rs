@@ -773,7 +773,8 @@ async fn run_link(
     }
     // On a primary only (ROLE, as a data connection checks it): a link on a replica would
     // not hear what is published on the primary.
-    let (mut stream, node) = crate::backend::dial::dial_primary(addr, Duration::from_secs(2))
+    let (mut stream, node) = addr
+        .dial_primary(Duration::from_secs(2))
         .await
         .map_err(std::io::Error::other)?;
     // Connected: a later failure starts its retries from the shortest pause again.

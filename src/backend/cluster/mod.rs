@@ -35,10 +35,9 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{Notify, watch};
 use tracing::{Instrument, debug, info_span, warn};
 
-use super::dial::dial;
+use super::dial;
 use super::health::MasterInfo;
 use super::inbox::{ReplyTx, inbox};
-use super::kind::standalone;
 use super::router::{Router, ShardView};
 use super::{Backend, Settings};
 use crate::error::BackendError;
@@ -114,6 +113,8 @@ pub struct Cluster {
     /// The member as a whole: connected while some shard is.
     info: Arc<MasterInfo>,
     scripts: Arc<dyn Scripts>,
+    /// Starts the connection to one node.
+    node: Node,
     map: RwLock<Arc<Map>>,
     /// Every node ever a primary, by address, so a shard keeps its connection across maps.
     nodes: Mutex<HashMap<String, Backend>>,
@@ -125,14 +126,20 @@ pub struct Cluster {
     wake: Notify,
 }
 
+/// How a cluster starts the connection to one of its nodes (`host:port`), with the member's
+/// settings: a standalone master's.
+pub type Node = fn(String, Settings) -> Backend;
+
 /// Starts watching the Redis Cluster named by `seeds` (`host:port` each) and returns the
-/// member's handle; `info` is the member's as a whole (its name in logs and `INFO`), and
-/// `settings` are every shard primary's (the member's credentials and TLS).
+/// member's handle; `info` is the member's as a whole (its name in logs and `INFO`),
+/// `settings` are every shard primary's (the member's credentials and TLS), and `node` starts
+/// each node's connection.
 pub fn member(
     info: MasterInfo,
     seeds: Vec<String>,
     settings: Settings,
     scripts: Arc<dyn Scripts>,
+    node: Node,
 ) -> Backend {
     let info = Arc::new(info);
     let clock = settings.clock.is_some();
@@ -142,7 +149,7 @@ pub fn member(
         identity: settings.identity.map(|c| c.for_member(info.clone())),
         ..settings
     };
-    let c = Cluster::start(seeds, settings, info.clone(), scripts);
+    let c = Cluster::start(seeds, settings, info.clone(), scripts, node);
     Backend::routed(info, clock, Arc::new(Member(c)))
 }
 
@@ -165,6 +172,7 @@ impl Cluster {
         settings: Settings,
         info: Arc<MasterInfo>,
         scripts: Arc<dyn Scripts>,
+        node: Node,
     ) -> Arc<Cluster> {
         let (generation, _) = watch::channel(0);
         let c = Arc::new(Cluster {
@@ -172,6 +180,7 @@ impl Cluster {
             settings,
             info,
             scripts,
+            node,
             map: RwLock::default(),
             nodes: Mutex::default(),
             reasons: Mutex::default(),
@@ -450,7 +459,7 @@ impl Cluster {
         let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
         nodes
             .entry(addr.to_string())
-            .or_insert_with(|| standalone::member(addr.to_string(), self.settings.clone()))
+            .or_insert_with(|| (self.node)(addr.to_string(), self.settings.clone()))
             .clone()
     }
 
@@ -490,14 +499,10 @@ impl Cluster {
     }
 
     async fn read_slots(&self, addr: &str) -> Result<Vec<Range>, String> {
-        let link = standalone::link(
-            addr.to_string(),
-            self.settings.auth.clone(),
-            self.settings.tls.clone(),
-        );
         let within = self.settings.connect_timeout;
         let ask = async {
-            let mut wire = dial(&link, within).await?;
+            let (auth, tls) = (self.settings.auth.as_ref(), self.settings.tls.as_ref());
+            let mut wire = dial::open(addr, auth, tls, within).await?;
             let (mut buf, mut decoder) = (BytesMut::new(), ReplyDecoder::default());
             let args: [&[u8]; 2] = [b"CLUSTER", b"SLOTS"];
             // About 100 bytes per shard and replica; a thousand shards stay well inside.

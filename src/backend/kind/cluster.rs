@@ -31,7 +31,13 @@ impl Kind for Cluster {
 
     fn spawn(&self, link: &Link, settings: Settings, cx: &Context) -> Backend {
         let info = MasterInfo::of_kind(link.name(), NAME, String::new());
-        cluster::member(info, self.0.clone(), settings, cx.scripts.clone())
+        cluster::member(
+            info,
+            self.0.clone(),
+            settings,
+            cx.scripts.clone(),
+            super::standalone::member,
+        )
     }
 
     /// A cluster sends every `PUBLISH` to every node: the link goes to a seed, the next one

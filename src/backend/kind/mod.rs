@@ -26,8 +26,11 @@ pub mod table;
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::cluster::route::Scripts;
+use super::dial;
+use super::handshake::Wire;
 use super::sentinel::Sentinels;
 use super::target::Credentials;
 use super::{Backend, Settings};
@@ -100,6 +103,41 @@ impl Link {
             && self.name() == other.name()
             && self.auth == other.auth
             && self.tls.is_some() == other.tls.is_some()
+    }
+
+    /// A side connection to the member (the pub/sub links), and the address connected to: for
+    /// a member that follows its primary, the node its Sentinels name now.
+    pub async fn dial(&self, within: Duration) -> Result<(Wire, String), String> {
+        let addr = match self.kind.follows() {
+            None => self.addr.clone(),
+            Some(s) => s.resolve(within).await?,
+        };
+        let wire = dial::open(&addr, self.auth.as_ref(), self.tls.as_ref(), within).await?;
+        Ok((wire, addr))
+    }
+
+    /// [`Link::dial`] for a subscriber link, which must be on a primary: a replica hears what
+    /// is published on its primary only through replication, late, and not at all while its
+    /// link to the primary is down (a demoted primary not yet attached to the new one hears
+    /// nothing). So the node is asked `ROLE`, as a data connection's greeting asks it, and one
+    /// that is not a primary is refused (for a Sentinel member, the next attempt asks another
+    /// Sentinel first). A kind whose nodes all hear every `PUBLISH` (cluster) is exempt.
+    pub async fn dial_primary(&self, within: Duration) -> Result<(Wire, String), String> {
+        let (mut wire, addr) = self.dial(within).await?;
+        if !self.kind.link_needs_primary() {
+            return Ok((wire, addr));
+        }
+        let role = dial::role(&mut wire, within).await?;
+        if role == "master" {
+            return Ok((wire, addr));
+        }
+        if let Some(s) = self.kind.follows() {
+            s.rotate();
+        }
+        Err(format!(
+            "{addr} reports role '{role}', not master: a subscriber there would not hear what is \
+             published on the primary"
+        ))
     }
 
     /// Starts the member (see [`Kind::spawn`]): `settings` with the link's credentials and TLS.

@@ -5,9 +5,7 @@ use std::sync::Arc;
 
 use super::{Context, Kind, Link};
 use crate::backend::health::MasterInfo;
-use crate::backend::target::Credentials;
 use crate::backend::{Backend, Settings};
-use crate::tls::TlsTarget;
 
 /// The kind's name in `INFO` and `/metrics`.
 pub const NAME: &str = "standalone";
@@ -26,8 +24,13 @@ impl Kind for Standalone {
     }
 }
 
-/// A link to one master at `addr` (a standalone member, or a node of another kind's member).
-pub fn link(addr: String, auth: Option<Credentials>, tls: Option<TlsTarget>) -> Link {
+/// A link to one master at `addr`, for unit tests.
+#[cfg(test)]
+pub(crate) fn link(
+    addr: String,
+    auth: Option<crate::backend::target::Credentials>,
+    tls: Option<crate::tls::TlsTarget>,
+) -> Link {
     Link {
         addr,
         auth,
