@@ -4,8 +4,13 @@
 //! member of it.
 
 use super::{Context, Kind, Link};
+use std::sync::Arc;
+
 use crate::backend::health::MasterInfo;
+use crate::backend::target::Reach;
 use crate::backend::{Backend, Settings, cluster};
+use crate::config::ConfigError;
+use crate::endpoint::Endpoint;
 
 /// The kind's name in `INFO` and `/metrics`.
 pub const NAME: &str = "cluster";
@@ -53,4 +58,20 @@ impl Kind for Cluster {
     fn link_needs_primary(&self) -> bool {
         false
     }
+}
+
+/// A Redis Cluster: its seeds carry the URL's credentials and TLS; the first stands for them
+/// all.
+pub(super) fn resolve(seeds: Vec<Endpoint>, reach: &mut Reach) -> Result<Link, ConfigError> {
+    let addrs: Vec<String> = seeds.iter().map(Endpoint::addr).collect();
+    let Some(first) = seeds.into_iter().next() else {
+        return Err(ConfigError::Invalid("a cluster member needs a seed".into()));
+    };
+    let (auth, tls) = reach.reach(&first)?;
+    Ok(Link {
+        addr: first.addr(),
+        auth,
+        tls,
+        kind: Arc::new(Cluster(addrs)),
+    })
 }

@@ -16,8 +16,11 @@ use tracing::Instrument;
 
 use super::{Context, Kind, Link};
 use crate::backend::health::MasterInfo;
-use crate::backend::sentinel::{self, Sentinels};
+use crate::backend::sentinel::{self, Majority, Sentinels};
+use crate::backend::target::Reach;
 use crate::backend::{Backend, Follow, Settings};
+use crate::config::ConfigError;
+use crate::endpoint::{Endpoint, SentinelUrl, redact};
 
 /// The kind's name in `INFO` and `/metrics`.
 pub const NAME: &str = "sentinel";
@@ -64,4 +67,45 @@ pub fn member(addr: String, s: Arc<Sentinels>, settings: Settings) -> Backend {
         rx
     });
     Backend::start(info, settings, Some(follow))
+}
+
+/// A primary the Sentinels name: its data nodes take the URL's credentials and TLS as a
+/// standalone master's would; their address comes from the Sentinels on each connect.
+pub(super) fn resolve(s: SentinelUrl, text: &str, reach: &mut Reach) -> Result<Link, ConfigError> {
+    let first = s.sentinels.first().cloned().ok_or_else(|| {
+        ConfigError::Invalid(format!("backend '{}' names no Sentinel", redact(text)))
+    })?;
+    let e = Endpoint {
+        tls: s.tls,
+        user: s.user.clone(),
+        password: s.password.clone(),
+        ..first
+    };
+    let (auth, tls) = reach.reach(&e)?;
+    let config = reach.config;
+    let to_sentinels = match &tls {
+        Some(t) if s.tls => Some(t.connector.clone()),
+        _ => None,
+    };
+    let sentinels = Sentinels::new(
+        s.sentinels.clone(),
+        s.master.clone(),
+        config.backend_sentinel_password.clone(),
+        to_sentinels,
+        config.backend_tls_server_name.is_none(),
+    );
+    let sentinels = if config.sentinel_majority {
+        sentinels.with_majority(Majority {
+            max_ttl: std::time::Duration::from_millis(config.max_ttl_ms),
+            drift_factor: config.drift_factor,
+        })
+    } else {
+        sentinels
+    };
+    Ok(Link {
+        addr: s.name(),
+        auth,
+        tls,
+        kind: Arc::new(Sentinel(Arc::new(sentinels))),
+    })
 }

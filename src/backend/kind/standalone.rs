@@ -5,7 +5,10 @@ use std::sync::Arc;
 
 use super::{Context, Kind, Link};
 use crate::backend::health::MasterInfo;
+use crate::backend::target::Reach;
 use crate::backend::{Backend, Settings};
+use crate::config::ConfigError;
+use crate::endpoint::Endpoint;
 
 /// The kind's name in `INFO` and `/metrics`.
 pub const NAME: &str = "standalone";
@@ -43,4 +46,15 @@ pub(crate) fn link(
 pub fn member(addr: String, settings: Settings) -> Backend {
     let info = MasterInfo::of_kind(addr.clone(), NAME, addr);
     Backend::start(Arc::new(info), settings, None)
+}
+
+/// One master.
+pub(super) fn resolve(e: Endpoint, reach: &mut Reach) -> Result<Link, ConfigError> {
+    let (auth, tls) = reach.reach(&e)?;
+    Ok(Link {
+        addr: e.addr(),
+        auth,
+        tls,
+        kind: Arc::new(Standalone),
+    })
 }
