@@ -7,7 +7,7 @@
 use tokio_rustls::TlsAcceptor;
 
 use crate::acl::Accounts;
-use crate::backend::target::{self, Link};
+use crate::backend::kind::{Link, table};
 use crate::config::{Config, ConfigError};
 
 /// What a validated configuration builds.
@@ -32,7 +32,7 @@ pub fn build(config: &Config) -> Result<Parts, ConfigError> {
         None => None,
     };
     let accounts = Accounts::from_config(config)?;
-    let links = target::links(config)?;
+    let links = table::links(config)?;
     Ok(Parts {
         links,
         accounts,

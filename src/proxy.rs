@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::acl::{Accounts, Patterns};
 use crate::backend::clock::Rules as ClockRules;
-use crate::backend::target::Link;
+use crate::backend::kind::{Context, Link};
 use crate::backend::{Backend, Settings};
 use crate::config::Config;
 use crate::counters::Counters;
@@ -260,23 +260,11 @@ fn settings(config: &Config) -> Settings {
     }
 }
 
-/// Starts one member's connection (in the background): `settings` with its link's credentials
-/// and TLS.
+/// Starts one member (in the background), of its link's kind: `settings` with the link's
+/// credentials and TLS.
 fn spawn_member(link: &Link, settings: &Settings) -> Backend {
-    let settings = Settings {
-        auth: link.auth.clone(),
-        tls: link.tls.clone(),
-        sentinel: link.sentinel.clone(),
-        ..settings.clone()
+    let cx = Context {
+        scripts: Arc::new(crate::scripts::ClusterScripts),
     };
-    if link.seeds.is_empty() {
-        Backend::spawn(link.addr.clone(), settings)
-    } else {
-        crate::backend::cluster::member(
-            link.name(),
-            link.seeds.clone(),
-            settings,
-            Arc::new(crate::scripts::ClusterScripts),
-        )
-    }
+    link.spawn(settings, &cx)
 }

@@ -37,8 +37,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span};
 
 use crate::acl::Patterns;
-use crate::backend::target::Link;
-use crate::quorum::members::same;
+use crate::backend::kind::Link;
 use crate::wire::master::{ReplyDecoder, command};
 use crate::wire::reply::Reply;
 
@@ -312,7 +311,7 @@ impl Hub {
         let mut kept = vec![false; links.live.len()];
         let mut added = Vec::new();
         for m in members {
-            match (0..links.live.len()).find(|&j| !kept[j] && same(&links.live[j].link, m)) {
+            match (0..links.live.len()).find(|&j| !kept[j] && links.live[j].link.same(m)) {
                 Some(j) => kept[j] = true,
                 None => added.push(m.clone()),
             }
@@ -717,16 +716,14 @@ fn parse_push(reply: Reply) -> Option<Message> {
 async fn link(hub: std::sync::Weak<Hub>, index: u64, addr: Link, changed: Arc<Notify>) {
     const FIRST: Duration = Duration::from_millis(50);
     let mut backoff = FIRST;
-    let mut named = addr.sentinel.as_ref().map(|s| s.named());
+    let mut named = addr.kind.follows().map(|s| s.named());
     let mut target = addr.clone();
     let mut seed = 0;
     loop {
         if hub.strong_count() == 0 {
             return;
         }
-        if !addr.seeds.is_empty() {
-            target.addr.clone_from(&addr.seeds[seed % addr.seeds.len()]);
-        }
+        target.addr = addr.kind.link_node(&addr, seed);
         match run_link(&hub, index, &target, &changed, named.as_mut(), &mut backoff).await {
             Ok(End::HubGone) => return,
             Ok(End::Switched) => {
@@ -776,7 +773,8 @@ async fn run_link(
     }
     // On a primary only (ROLE, as a data connection checks it): a link on a replica would
     // not hear what is published on the primary.
-    let (mut stream, node) = crate::backend::dial_primary(addr, Duration::from_secs(2))
+    let (mut stream, node) = addr
+        .dial_primary(Duration::from_secs(2))
         .await
         .map_err(std::io::Error::other)?;
     // Connected: a later failure starts its retries from the shortest pause again.
@@ -864,13 +862,7 @@ mod tests {
     use super::*;
 
     fn at(port: usize) -> Link {
-        Link {
-            sentinel: None,
-            addr: format!("127.0.0.1:{port}"),
-            auth: None,
-            tls: None,
-            seeds: Vec::new(),
-        }
+        crate::backend::kind::standalone::link(format!("127.0.0.1:{port}"), None, None)
     }
 
     /// A hub of `n` masters, their links numbered 1 to `n`.

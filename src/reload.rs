@@ -11,7 +11,7 @@ use std::path::Path;
 
 use tracing::{error, info, warn};
 
-use crate::backend::target;
+use crate::backend::kind::table;
 use crate::config::Config;
 use crate::proxy::Proxy;
 
@@ -41,7 +41,7 @@ pub fn members(proxy: &Proxy, path: &Path) {
             return;
         }
     };
-    let links = match target::links(&config) {
+    let links = match table::links(&config) {
         Ok(links) => links,
         Err(e) => {
             error!(error = %e, "SIGHUP: masters not reloaded; the member list stays as it was");

@@ -65,7 +65,7 @@ pub struct MasterInfo {
     /// The member's name: `host:port` for a standalone master, the URL (without password) for
     /// a Sentinel member.
     pub addr: String,
-    /// `standalone` or `sentinel`, as `INFO` and `/metrics` name the member's kind.
+    /// The member's kind, as `INFO` and `/metrics` name it (see `super::kind`).
     kind: &'static str,
     /// The data node the member is served by (or about to be): a standalone master's `addr`,
     /// the primary the Sentinels named last ("" before they named one).
@@ -119,8 +119,9 @@ pub struct MasterInfo {
 
 impl MasterInfo {
     /// A standalone master not connected yet.
-    pub fn new(addr: String) -> MasterInfo {
-        MasterInfo::of_kind(addr.clone(), "standalone", addr)
+    #[cfg(test)]
+    pub(crate) fn new(addr: String) -> MasterInfo {
+        MasterInfo::of_kind(addr.clone(), super::kind::standalone::NAME, addr)
     }
 
     /// A member of `kind` named `addr`, served by `primary` ("" while unknown).
@@ -372,7 +373,7 @@ impl MasterInfo {
         }
     }
 
-    /// `standalone` or `sentinel`.
+    /// The member's kind (see `super::kind`).
     pub fn kind(&self) -> &'static str {
         self.kind
     }

@@ -21,6 +21,10 @@
 //! request that timed out for its caller may still run on the master; the lock logic cleans
 //! up after that case.
 //!
+//! Which kind a member is (a standalone master, a Sentinel member, a Redis Cluster) is decided
+//! once, when it starts ([`kind`]): its handle either has a connection of its own, driven here,
+//! or routes each request to its shards ([`router`], [`cluster`]).
+//!
 //! A Sentinel member ([`sentinel`]) asks its Sentinels for the primary before every connect
 //! (under `sentinel_majority`, all of them, and its votes count only while a majority of them
 //! has confirmed the primary lately), and drops the connection when they name another one (or when the node answers `READONLY` or
@@ -39,11 +43,13 @@
 
 pub mod clock;
 pub mod cluster;
+pub mod dial;
 mod handshake;
 pub mod health;
 pub mod identity;
 pub mod inbox;
 mod io;
+pub mod kind;
 mod pending;
 mod queue;
 pub mod router;
@@ -61,7 +67,6 @@ use clock::ClockWatch;
 #[cfg(test)]
 use handshake::info_field;
 use handshake::{Refused, admit, connect};
-pub use handshake::{dial, dial_primary};
 pub use health::{MasterInfo, Status};
 use io::{Ended, serve};
 
@@ -71,44 +76,50 @@ use pending::Pending;
 pub use pending::QUEUE_LIMIT;
 pub use settings::Settings;
 
-/// Handle to one master's shared connection.
+/// Handle to one member: one master's shared connection, or a member routed over several.
 #[derive(Clone)]
 pub struct Backend {
-    tx: queue::Sender<Pending>,
     info: Arc<MasterInfo>,
     clock: bool,
-    /// The connection's writing side, which a handle uses to write early (see [`io::Outlet`]).
-    outlet: Arc<io::Outlet>,
-    /// Set for a Redis Cluster member: requests are routed to its shards (see [`cluster`]).
-    router: Option<Arc<dyn router::Router>>,
+    path: Path,
 }
 
+/// Where a member's requests go.
+#[derive(Clone)]
+enum Path {
+    /// The member's own pipelined connection (a standalone or Sentinel member).
+    Queue {
+        tx: queue::Sender<Pending>,
+        /// The connection's writing side, which a handle uses to write early (see
+        /// [`io::Outlet`]).
+        outlet: Arc<io::Outlet>,
+    },
+    /// A member made of several masters (a Redis Cluster): its router sends each request on.
+    Routed(Arc<dyn router::Router>),
+}
+
+/// A member's follower (see [`Backend::start`]).
+pub type Follow = Box<dyn FnOnce() -> tokio::sync::watch::Receiver<u64> + Send>;
+
 impl Backend {
-    /// Starts the driver task for `addr` and returns the handle.
-    pub fn spawn(addr: String, settings: Settings) -> Backend {
+    /// Starts the driver task for the master `info` names and returns the handle. A member
+    /// that follows its primary (Sentinel) gives `follow`: called as the driver starts, in its
+    /// span, it returns a generation the follower bumps whenever the primary moves, which drops
+    /// the connection (and the one about to be made).
+    pub(crate) fn start(
+        info: Arc<MasterInfo>,
+        settings: Settings,
+        follow: Option<Follow>,
+    ) -> Backend {
         let (tx, rx) = queue::channel(QUEUE_LIMIT);
-        let info = Arc::new(match settings.sentinel {
-            None => MasterInfo::new(addr.clone()),
-            Some(_) => MasterInfo::of_kind(addr.clone(), "sentinel", String::new()),
-        });
-        if let Some(s) = settings
-            .sentinel
-            .as_ref()
-            .filter(|s| s.majority().is_some())
-        {
-            // Down until a majority of its Sentinels confirms a primary.
-            info.expect_confirmations(s.count());
-        }
         let clock = settings.clock.is_some();
-        let span = info_span!("backend", backend.addr = %addr);
+        let span = info_span!("backend", backend.addr = %info.addr);
         let outlet = Arc::new(io::Outlet::default());
-        tokio::spawn(drive(info.clone(), rx, outlet.clone(), settings).instrument(span));
+        tokio::spawn(drive(info.clone(), rx, outlet.clone(), settings, follow).instrument(span));
         Backend {
-            tx,
             info,
             clock,
-            outlet,
-            router: None,
+            path: Path::Queue { tx, outlet },
         }
     }
 
@@ -119,25 +130,24 @@ impl Backend {
         clock: bool,
         router: Arc<dyn router::Router>,
     ) -> Backend {
-        // The member has no connection of its own: its queue is closed from the start.
-        let (tx, _) = queue::channel(1);
         Backend {
-            tx,
             info,
             clock,
-            outlet: Arc::new(io::Outlet::default()),
-            router: Some(router),
+            path: Path::Routed(router),
         }
     }
 
-    /// What kind of member this is, as `INFO` and `/metrics` name it: `standalone`, `cluster`.
+    /// What kind of member this is, as `INFO` and `/metrics` name it (see [`kind`]).
     pub fn kind(&self) -> &'static str {
-        self.router.as_ref().map_or(self.info.kind(), |r| r.kind())
+        self.info.kind()
     }
 
     /// A routed member's shards (empty for one master).
     pub fn shards(&self) -> Vec<router::ShardView> {
-        self.router.as_ref().map(|r| r.shards()).unwrap_or_default()
+        match &self.path {
+            Path::Routed(r) => r.shards(),
+            Path::Queue { .. } => Vec::new(),
+        }
     }
 
     /// What the proxy knows about this master.
@@ -172,17 +182,20 @@ impl Backend {
     }
 
     fn queue(&self, bytes: Bytes, replies: usize, time: bool, reply_to: Option<(ReplyTx, usize)>) {
-        if let Some(r) = &self.router {
-            if self.info.is_duplicate() {
-                // Another member holds this member's server (see `identity`).
-                if let Some((tx, slot)) = reply_to {
-                    tx.send(slot, Err(BackendError::Down));
+        let (tx, outlet) = match &self.path {
+            Path::Queue { tx, outlet } => (tx, outlet),
+            Path::Routed(r) => {
+                if self.info.is_duplicate() {
+                    // Another member holds this member's server (see `identity`).
+                    if let Some((tx, slot)) = reply_to {
+                        tx.send(slot, Err(BackendError::Down));
+                    }
+                    return;
                 }
+                r.route(bytes, replies, time, reply_to);
                 return;
             }
-            r.route(bytes, replies, time, reply_to);
-            return;
-        }
+        };
         let mut pending = Pending {
             bytes,
             replies,
@@ -195,10 +208,10 @@ impl Backend {
             pending.deliver(Err(BackendError::Down));
             return;
         }
-        match self.tx.try_send(pending) {
+        match tx.try_send(pending) {
             // Enough waiting to be worth a write of its own: written now, not at the driver's
             // turn.
-            Ok(waiting) if waiting >= io::EARLY_FLUSH => self.outlet.flush_early(&self.tx),
+            Ok(waiting) if waiting >= io::EARLY_FLUSH => outlet.flush_early(tx),
             Ok(_) => {}
             // The queue is bounded: a master that cannot keep up gets no more than
             // QUEUE_LIMIT waiting requests, and the rest fail at once, unsent (no vote, nothing
@@ -215,6 +228,7 @@ async fn drive(
     mut rx: queue::Receiver<Pending>,
     outlet: Arc<io::Outlet>,
     settings: Settings,
+    follow: Option<Follow>,
 ) {
     let mut delay = settings.reconnect_min;
     let mut clock = settings.clock.map(ClockWatch::new);
@@ -222,16 +236,8 @@ async fn drive(
     // every retry; it is repeated at debug, and a new reason is a new WARN.
     let mut warned = String::new();
     let mut connected_before = false;
-    // A Sentinel member: the watcher bumps this when the Sentinels name another primary.
-    let mut switched = settings.sentinel.clone().map(|s| {
-        let (tx, rx) = tokio::sync::watch::channel(0u64);
-        let every = settings.probe_every.max(std::time::Duration::from_secs(1));
-        tokio::spawn(
-            sentinel::watch(s, info.clone(), tx, every, settings.connect_timeout)
-                .instrument(tracing::Span::current()),
-        );
-        rx
-    });
+    // A member that follows its primary: its follower bumps this when the primary moves.
+    let mut switched = follow.map(|f| f());
     loop {
         // A switch heard from here on drops the connection about to be made.
         if let Some(rx) = switched.as_mut() {
@@ -337,6 +343,15 @@ mod tests {
         assert_eq!(info_field(text, "nope"), None);
     }
 
+    /// A member: a Sentinel member when `settings` name Sentinels, a standalone master
+    /// otherwise.
+    fn spawn(addr: String, settings: Settings) -> Backend {
+        match settings.sentinel.clone() {
+            Some(s) => kind::sentinel::member(addr, s, settings),
+            None => kind::standalone::member(addr, settings),
+        }
+    }
+
     fn settings() -> Settings {
         Settings {
             probe_every: Duration::from_millis(50),
@@ -354,7 +369,7 @@ mod tests {
     #[tokio::test]
     async fn down_master_answers_at_once() {
         // Port 1 on loopback refuses connections.
-        let b = Backend::spawn("127.0.0.1:1".into(), settings());
+        let b = spawn("127.0.0.1:1".into(), settings());
         let (tx, mut rx) = crate::backend::inbox::inbox(1);
         b.send(command(&[b"PING"]), 1, Some((tx, 3)));
         assert_eq!(rx.recv().await, (3, Err(BackendError::Down)));
@@ -480,7 +495,7 @@ mod tests {
     #[tokio::test]
     async fn an_old_master_is_trusted_at_once() {
         let (addr, _, _) = fake_master(persona("a", 3600)).await;
-        let b = Backend::spawn(addr, settings());
+        let b = spawn(addr, settings());
         wait_for(&b, Status::Up).await;
         assert!(b.is_trusted());
         assert_eq!(ask_timed(&b).await, Ok(Reply::ok()), "TIME is stripped");
@@ -489,7 +504,7 @@ mod tests {
     #[tokio::test]
     async fn a_young_master_sits_out_the_rest_of_the_window() {
         let (addr, _, _) = fake_master(persona("a", 1)).await;
-        let b = Backend::spawn(addr, settings());
+        let b = spawn(addr, settings());
         wait_for(&b, Status::Quarantined).await;
         let left = b.info().quarantine_left();
         assert!(
@@ -502,7 +517,7 @@ mod tests {
     #[tokio::test]
     async fn a_restart_is_quarantined_for_the_whole_window() {
         let (addr, p, cut) = fake_master(persona("a", 3600)).await;
-        let b = Backend::spawn(addr, settings());
+        let b = spawn(addr, settings());
         wait_for(&b, Status::Up).await;
         // The same process again (a dropped connection) is not a restart.
         cut.notify_waiters();
@@ -523,7 +538,7 @@ mod tests {
     #[tokio::test]
     async fn without_quarantine_a_restart_counts_at_once() {
         let (addr, p, cut) = fake_master(persona("a", 0)).await;
-        let b = Backend::spawn(
+        let b = spawn(
             addr,
             Settings {
                 quarantine: None,
@@ -545,7 +560,7 @@ mod tests {
             ..persona("a", 3600)
         })
         .await;
-        let b = Backend::spawn(addr, settings());
+        let b = spawn(addr, settings());
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(b.info().status(), Status::Down);
     }
@@ -553,7 +568,7 @@ mod tests {
     #[tokio::test]
     async fn a_clock_jump_voids_the_vote_cast_in_the_same_round_trip() {
         let (addr, p, _) = fake_master(persona("a", 3600)).await;
-        let b = Backend::spawn(
+        let b = spawn(
             addr,
             Settings {
                 // No probe gets there first.
@@ -576,7 +591,7 @@ mod tests {
     #[tokio::test]
     async fn the_probe_catches_a_jump_without_traffic() {
         let (addr, p, _) = fake_master(persona("a", 3600)).await;
-        let b = Backend::spawn(addr, settings());
+        let b = spawn(addr, settings());
         wait_for(&b, Status::Up).await;
         tokio::time::sleep(Duration::from_millis(120)).await;
         p.lock().unwrap().offset_ms = -2_000;
@@ -586,7 +601,7 @@ mod tests {
     #[tokio::test]
     async fn a_clock_jump_while_disconnected_is_caught_on_reconnect() {
         let (addr, p, cut) = fake_master(persona("a", 3600)).await;
-        let b = Backend::spawn(
+        let b = spawn(
             addr,
             Settings {
                 probe_every: Duration::from_secs(60),
@@ -726,7 +741,7 @@ mod tests {
         let (b, _, _) = fake_master(persona("b", 3600)).await;
         let named = Arc::new(Mutex::new(a.clone()));
         let (s, push) = fake_sentinel(named.clone()).await;
-        let m = Backend::spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, true));
+        let m = spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, true));
         wait_for(&m, Status::Up).await;
         let line = m.info().describe();
         assert_eq!(field(&line, "kind"), "sentinel", "{line}");
@@ -756,7 +771,7 @@ mod tests {
         // failover this proxy did not see.
         let (a, _, _) = fake_master(persona("a", 3600)).await;
         let (s, _push) = fake_sentinel_aged(Arc::new(Mutex::new(a.clone())), 500).await;
-        let m = Backend::spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, true));
+        let m = spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, true));
         wait_for(&m, Status::Quarantined).await;
         let left = m.info().quarantine_left();
         assert!(
@@ -766,7 +781,7 @@ mod tests {
         assert_eq!(m.info().quarantine_reason(), "failover");
         // Known for longer than the window: trusted at once.
         let (s, _push) = fake_sentinel_aged(Arc::new(Mutex::new(a)), 3000).await;
-        let m = Backend::spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, true));
+        let m = spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, true));
         wait_for(&m, Status::Up).await;
     }
 
@@ -785,7 +800,7 @@ mod tests {
             .iter()
             .map(|a| crate::endpoint::Endpoint::parse(a).unwrap())
             .collect();
-        let m = Backend::spawn(
+        let m = spawn(
             "redis-sentinel://x#m".into(),
             Settings {
                 sentinel: Some(Arc::new(sentinel::Sentinels::new(
@@ -815,7 +830,7 @@ mod tests {
                 drift_factor: 0.01,
             },
         );
-        Backend::spawn(
+        spawn(
             "redis-sentinel://x#m".into(),
             Settings {
                 sentinel: Some(Arc::new(s)),
@@ -902,7 +917,7 @@ mod tests {
             "no majority of sentinels (1 of 3) confirmed the primary"
         );
         // The negative control: the first answer wins, and that is a.
-        let first = Backend::spawn(
+        let first = spawn(
             "redis-sentinel://x#m".into(),
             Settings {
                 sentinel: Some(Arc::new(sentinel::Sentinels::new(
@@ -934,7 +949,7 @@ mod tests {
         let (b, _, _) = fake_master(persona("b", 3600)).await;
         let named = Arc::new(Mutex::new(a.clone()));
         let (s, _push) = fake_sentinel(named.clone()).await;
-        let m = Backend::spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, false));
+        let m = spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, false));
         wait_for(&m, Status::Up).await;
         // No message this time: the watcher's own question (on subscribing, then every
         // second) finds the new primary.
@@ -954,7 +969,7 @@ mod tests {
     #[tokio::test]
     async fn a_primary_turned_replica_is_left_at_its_first_readonly() {
         let (a, p, _) = fake_master(persona("a", 3600)).await;
-        let b = Backend::spawn(a, settings());
+        let b = spawn(a, settings());
         wait_for(&b, Status::Up).await;
         // The node becomes a replica: writes answer READONLY, and ROLE says so.
         p.lock().unwrap().role = "slave";

@@ -1,5 +1,6 @@
 //! The seam between a member's handle and a member made of several masters (a Redis Cluster,
-//! see [`super::cluster`]): the handle hands each request to its router instead of a queue.
+//! see `super::cluster`): the handle hands each request to its router instead of a connection
+//! of its own.
 
 use std::sync::Arc;
 
@@ -13,9 +14,6 @@ pub trait Router: Send + Sync {
     /// Sends `bytes` (`replies` commands; `time`: read the clock in the same round trip) and
     /// delivers the reply to `reply_to`, as a master's own queue does.
     fn route(&self, bytes: Bytes, replies: usize, time: bool, reply_to: Option<(ReplyTx, usize)>);
-
-    /// What kind of member this is, as `INFO` and `/metrics` name it (`cluster`).
-    fn kind(&self) -> &'static str;
 
     /// The member's shards, for `INFO` and `/metrics`.
     fn shards(&self) -> Vec<ShardView>;

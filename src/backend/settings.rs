@@ -33,7 +33,8 @@ pub struct Settings {
     pub auth: Option<target::Credentials>,
     /// TLS towards this master.
     pub tls: Option<TlsTarget>,
-    /// For a Sentinel member: its Sentinels, asked for the primary before every connect.
+    /// For a Sentinel member: its Sentinels, asked for the primary before every connect (set
+    /// by `kind::sentinel`).
     pub sentinel: Option<std::sync::Arc<super::sentinel::Sentinels>>,
     /// Where each connection tells which server (`run_id`) it reached, so that one server
     /// reached by two members votes once (see [`super::identity`]); `None` switches the check

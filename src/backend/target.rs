@@ -1,5 +1,5 @@
-//! How a master is reached: its address, whether over TLS, and the credentials the proxy
-//! authenticates with on every connect.
+//! How a master is reached: whether over TLS, and the credentials the proxy authenticates with
+//! on every connect (each member kind's link is made in `kind::table` with these).
 //!
 //! A master is written `host:port`, or as a URL the way redis-py, redis-rs and go-redis accept
 //! it: `redis://[user:password@]host:port` or `rediss://...` for TLS. A URL's own user and
@@ -12,11 +12,8 @@
 
 use std::fmt;
 
-use std::sync::Arc;
-
-use super::sentinel::{Majority, Sentinels};
 use crate::config::{Config, ConfigError};
-use crate::endpoint::{Endpoint, Member, redact};
+use crate::endpoint::Endpoint;
 use crate::tls::TlsTarget;
 
 /// What the proxy sends as `AUTH [user] password` before anything else.
@@ -37,87 +34,52 @@ impl fmt::Debug for Credentials {
     }
 }
 
-/// One master, resolved from the configuration: where, how, and as whom.
-#[derive(Debug, Clone)]
-pub struct Link {
-    /// `host:port`, the master's name in logs and `INFO` (a Sentinel member's URL without its
-    /// password).
-    pub addr: String,
-    /// For a Sentinel member: its Sentinels, who name the primary to connect to.
-    pub sentinel: Option<Arc<Sentinels>>,
-    /// Sent as `AUTH` before anything else on every connect.
-    pub auth: Option<Credentials>,
-    /// Set when the connection is TLS.
-    pub tls: Option<TlsTarget>,
-    /// A Redis Cluster member's seed nodes (`host:port`), asked for its slot map; empty for
-    /// one master. `addr` is then the first seed.
-    pub seeds: Vec<String>,
-}
-
-impl Link {
-    /// The member's name in logs and `INFO`: its address, or its cluster URL (no password).
-    pub fn name(&self) -> String {
-        if self.seeds.is_empty() {
-            self.addr.clone()
-        } else {
-            let scheme = if self.tls.is_some() {
-                "rediss-cluster://"
-            } else {
-                "redis-cluster://"
-            };
-            format!("{scheme}{}", self.seeds.join(";"))
-        }
-    }
-}
-
 /// The environment variable read for the masters' password when no setting gives one.
 pub const PASSWORD_ENV: &str = "REDLOCK_BACKEND_PASSWORD";
 
-/// Resolves every backend: credentials (URL, then `backend_password`, `backend_password_file`,
-/// `REDLOCK_BACKEND_PASSWORD`) and TLS (files read now, so a bad one stops the start).
-pub fn links(config: &Config) -> Result<Vec<Link>, ConfigError> {
-    let invalid = ConfigError::Invalid;
-    let shared_password = match (&config.backend_password, &config.backend_password_file) {
-        (Some(p), _) => Some(p.clone()),
-        (None, Some(file)) => {
-            let text = std::fs::read_to_string(file)
-                .map_err(|e| invalid(format!("backend_password_file {file}: {e}")))?;
-            Some(text.trim_end_matches(['\r', '\n']).to_string())
-        }
-        (None, None) => std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty()),
-    };
-    let mut connector = None;
-    let mut out = Vec::with_capacity(config.backends.len());
-    for text in &config.backends {
-        let member = Member::parse(text)
-            .map_err(|m| invalid(format!("bad backend address '{}': {m}", redact(text))))?;
-        // A Sentinel member's data nodes take the URL's credentials and TLS as a standalone
-        // master's would; their address comes from the Sentinels on each connect. A cluster
-        // member's seeds carry the URL's credentials and TLS; the first stands for them all.
-        let (e, sentinel_url, seeds) = match member {
-            Member::Standalone(e) => (e, None, Vec::new()),
-            Member::Sentinel(s) => {
-                let first = s.sentinels.first().cloned().ok_or_else(|| {
-                    invalid(format!("backend '{}' names no Sentinel", redact(text)))
+/// How members are reached, from the configuration: each member's credentials (URL, then
+/// `backend_password`, `backend_password_file`, `REDLOCK_BACKEND_PASSWORD`) and TLS (files read
+/// once, so a bad one stops the start).
+pub struct Reach<'a> {
+    /// The configuration the members are read from.
+    pub config: &'a Config,
+    shared_password: Option<String>,
+    connector: Option<tokio_rustls::TlsConnector>,
+}
+
+impl<'a> Reach<'a> {
+    /// Reads the shared password (from its file or the environment) once.
+    pub fn new(config: &'a Config) -> Result<Reach<'a>, ConfigError> {
+        let shared_password = match (&config.backend_password, &config.backend_password_file) {
+            (Some(p), _) => Some(p.clone()),
+            (None, Some(file)) => {
+                let text = std::fs::read_to_string(file).map_err(|e| {
+                    ConfigError::Invalid(format!("backend_password_file {file}: {e}"))
                 })?;
-                let e = Endpoint {
-                    tls: s.tls,
-                    user: s.user.clone(),
-                    password: s.password.clone(),
-                    ..first
-                };
-                (e, Some(s), Vec::new())
+                Some(text.trim_end_matches(['\r', '\n']).to_string())
             }
-            Member::Cluster(seeds) => {
-                let addrs = seeds.iter().map(Endpoint::addr).collect();
-                let Some(first) = seeds.into_iter().next() else {
-                    return Err(invalid("a cluster member needs a seed".into()));
-                };
-                (first, None, addrs)
-            }
+            (None, None) => std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty()),
         };
+        Ok(Reach {
+            config,
+            shared_password,
+            connector: None,
+        })
+    }
+
+    /// The credentials and TLS a connection to `e` uses: the URL's own user and password
+    /// first, then the shared ones; TLS when the URL or `backend_tls` asks for it.
+    pub fn reach(
+        &mut self,
+        e: &Endpoint,
+    ) -> Result<(Option<Credentials>, Option<TlsTarget>), ConfigError> {
+        let invalid = ConfigError::Invalid;
+        let config = self.config;
         let user = e.user.clone().or_else(|| config.backend_user.clone());
-        let auth = match (e.password.clone().or_else(|| shared_password.clone()), user) {
+        let auth = match (
+            e.password.clone().or_else(|| self.shared_password.clone()),
+            user,
+        ) {
             (Some(password), user) => Some(Credentials { user, password }),
             (None, Some(u)) => {
                 return Err(invalid(format!(
@@ -128,8 +90,8 @@ pub fn links(config: &Config) -> Result<Vec<Link>, ConfigError> {
             (None, None) => None,
         };
         let tls = if e.tls || config.backend_tls {
-            if connector.is_none() {
-                connector = Some(
+            if self.connector.is_none() {
+                self.connector = Some(
                     crate::tls::connector(crate::tls::ClientFiles {
                         ca_cert: config.backend_tls_ca_cert_file.as_deref(),
                         cert: config.backend_tls_cert_file.as_deref(),
@@ -140,7 +102,8 @@ pub fn links(config: &Config) -> Result<Vec<Link>, ConfigError> {
             }
             let name = config.backend_tls_server_name.as_deref().unwrap_or(&e.host);
             Some(TlsTarget {
-                connector: connector
+                connector: self
+                    .connector
                     .clone()
                     .ok_or_else(|| invalid("backend TLS".into()))?,
                 name: crate::tls::server_name(name).map_err(invalid)?,
@@ -148,54 +111,14 @@ pub fn links(config: &Config) -> Result<Vec<Link>, ConfigError> {
         } else {
             None
         };
-        let sentinel = match sentinel_url {
-            None => None,
-            Some(s) => {
-                let to_sentinels = match &tls {
-                    Some(t) if s.tls => Some(t.connector.clone()),
-                    _ => None,
-                };
-                let sentinels = Sentinels::new(
-                    s.sentinels.clone(),
-                    s.master.clone(),
-                    config.backend_sentinel_password.clone(),
-                    to_sentinels,
-                    config.backend_tls_server_name.is_none(),
-                );
-                Some(Arc::new(if config.sentinel_majority {
-                    sentinels.with_majority(Majority {
-                        max_ttl: std::time::Duration::from_millis(config.max_ttl_ms),
-                        drift_factor: config.drift_factor,
-                    })
-                } else {
-                    sentinels
-                }))
-            }
-        };
-        let addr = match &sentinel {
-            Some(_) => Member::parse(text)
-                .ok()
-                .and_then(|m| match m {
-                    Member::Sentinel(s) => Some(s.name()),
-                    Member::Standalone(_) | Member::Cluster(_) => None,
-                })
-                .unwrap_or_else(|| redact(text)),
-            None => e.addr(),
-        };
-        out.push(Link {
-            addr,
-            sentinel,
-            auth,
-            tls,
-            seeds,
-        });
+        Ok((auth, tls))
     }
-    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::endpoint::redact;
 
     #[test]
     fn urls_and_plain_addresses() {

@@ -25,7 +25,7 @@ use tracing::info;
 use super::Masters;
 use super::rule::{MAX_JOINT, Quorum};
 use crate::backend::Backend;
-use crate::backend::target::Link;
+use crate::backend::kind::Link;
 
 /// The member set in force, and the transition to it while one runs.
 pub struct Membership {
@@ -84,11 +84,6 @@ impl Changed {
     pub fn is_none(&self) -> bool {
         self.added.is_empty() && self.removed.is_empty()
     }
-}
-
-/// Two links reach the same member: the same address, credentials and TLS use.
-pub(crate) fn same(a: &Link, b: &Link) -> bool {
-    a.addr == b.addr && a.seeds == b.seeds && a.auth == b.auth && a.tls.is_some() == b.tls.is_some()
 }
 
 impl Membership {
@@ -158,7 +153,7 @@ impl Membership {
             .iter()
             .map(|l| {
                 let j = (0..state.members.len())
-                    .find(|&j| !taken[j] && same(&state.members[j].link, l))?;
+                    .find(|&j| !taken[j] && state.members[j].link.same(l))?;
                 taken[j] = true;
                 Some(j)
             })
@@ -269,15 +264,10 @@ impl Membership {
 mod tests {
     use super::*;
     use crate::backend::Settings;
+    use crate::backend::kind::standalone;
 
     fn link(addr: &str) -> Link {
-        Link {
-            addr: addr.into(),
-            auth: None,
-            tls: None,
-            seeds: Vec::new(),
-            sentinel: None,
-        }
+        crate::backend::kind::standalone::link(addr.into(), None, None)
     }
 
     /// Addresses nobody listens on: the handles only need to exist.
@@ -288,7 +278,7 @@ mod tests {
                 .map(|a| {
                     (
                         link(a),
-                        Backend::spawn(a.to_string(), Settings::for_tests()),
+                        standalone::member(a.to_string(), Settings::for_tests()),
                     )
                 })
                 .collect(),
@@ -296,7 +286,7 @@ mod tests {
     }
 
     fn spawn(l: &Link) -> Backend {
-        Backend::spawn(l.addr.clone(), Settings::for_tests())
+        standalone::member(l.addr.clone(), Settings::for_tests())
     }
 
     const RULES: Rules = Rules {

@@ -986,9 +986,12 @@ mod waiting {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_ask_to_a_mute_master_ends_at_the_deadline_on_worker_threads() {
-        let masters: Masters = [Backend::spawn(mute_master().await, Settings::for_tests())]
-            .into_iter()
-            .collect();
+        let masters: Masters = [crate::backend::kind::standalone::member(
+            mute_master().await,
+            Settings::for_tests(),
+        )]
+        .into_iter()
+        .collect();
         for _ in 0..200 {
             if masters[0].is_trusted() {
                 break;

@@ -35,11 +35,11 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{Notify, watch};
 use tracing::{Instrument, debug, info_span, warn};
 
+use super::dial;
 use super::health::MasterInfo;
 use super::inbox::{ReplyTx, inbox};
 use super::router::{Router, ShardView};
-use super::target::Link;
-use super::{Backend, Settings, dial};
+use super::{Backend, Settings};
 use crate::error::BackendError;
 use crate::wire::master::{ReplyDecoder, ask_once, command, encode_command};
 use crate::wire::reply::Reply;
@@ -113,6 +113,8 @@ pub struct Cluster {
     /// The member as a whole: connected while some shard is.
     info: Arc<MasterInfo>,
     scripts: Arc<dyn Scripts>,
+    /// Starts the connection to one node.
+    node: Node,
     map: RwLock<Arc<Map>>,
     /// Every node ever a primary, by address, so a shard keeps its connection across maps.
     nodes: Mutex<HashMap<String, Backend>>,
@@ -124,16 +126,22 @@ pub struct Cluster {
     wake: Notify,
 }
 
+/// How a cluster starts the connection to one of its nodes (`host:port`), with the member's
+/// settings: a standalone master's.
+pub type Node = fn(String, Settings) -> Backend;
+
 /// Starts watching the Redis Cluster named by `seeds` (`host:port` each) and returns the
-/// member's handle; `name` is how logs and `INFO` call the member, and `settings` are every
-/// shard primary's (the member's credentials and TLS).
+/// member's handle; `info` is the member's as a whole (its name in logs and `INFO`),
+/// `settings` are every shard primary's (the member's credentials and TLS), and `node` starts
+/// each node's connection.
 pub fn member(
-    name: String,
+    info: MasterInfo,
     seeds: Vec<String>,
     settings: Settings,
     scripts: Arc<dyn Scripts>,
+    node: Node,
 ) -> Backend {
-    let info = Arc::new(MasterInfo::of_kind(name, "cluster", String::new()));
+    let info = Arc::new(info);
     let clock = settings.clock.is_some();
     // Every shard's connection tells its server for the member as a whole: a cluster member
     // that shares a node with another member votes through one of them only.
@@ -141,7 +149,7 @@ pub fn member(
         identity: settings.identity.map(|c| c.for_member(info.clone())),
         ..settings
     };
-    let c = Cluster::start(seeds, settings, info.clone(), scripts);
+    let c = Cluster::start(seeds, settings, info.clone(), scripts, node);
     Backend::routed(info, clock, Arc::new(Member(c)))
 }
 
@@ -151,10 +159,6 @@ struct Member(Arc<Cluster>);
 impl Router for Member {
     fn route(&self, bytes: Bytes, replies: usize, time: bool, reply_to: Option<(ReplyTx, usize)>) {
         self.0.route(bytes, replies, time, reply_to);
-    }
-
-    fn kind(&self) -> &'static str {
-        "cluster"
     }
 
     fn shards(&self) -> Vec<ShardView> {
@@ -168,6 +172,7 @@ impl Cluster {
         settings: Settings,
         info: Arc<MasterInfo>,
         scripts: Arc<dyn Scripts>,
+        node: Node,
     ) -> Arc<Cluster> {
         let (generation, _) = watch::channel(0);
         let c = Arc::new(Cluster {
@@ -175,6 +180,7 @@ impl Cluster {
             settings,
             info,
             scripts,
+            node,
             map: RwLock::default(),
             nodes: Mutex::default(),
             reasons: Mutex::default(),
@@ -453,7 +459,7 @@ impl Cluster {
         let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
         nodes
             .entry(addr.to_string())
-            .or_insert_with(|| Backend::spawn(addr.to_string(), self.settings.clone()))
+            .or_insert_with(|| (self.node)(addr.to_string(), self.settings.clone()))
             .clone()
     }
 
@@ -493,16 +499,10 @@ impl Cluster {
     }
 
     async fn read_slots(&self, addr: &str) -> Result<Vec<Range>, String> {
-        let link = Link {
-            addr: addr.to_string(),
-            auth: self.settings.auth.clone(),
-            tls: self.settings.tls.clone(),
-            seeds: Vec::new(),
-            sentinel: None,
-        };
         let within = self.settings.connect_timeout;
         let ask = async {
-            let mut wire = dial(&link, within).await?;
+            let (auth, tls) = (self.settings.auth.as_ref(), self.settings.tls.as_ref());
+            let mut wire = dial::open(addr, auth, tls, within).await?;
             let (mut buf, mut decoder) = (BytesMut::new(), ReplyDecoder::default());
             let args: [&[u8]; 2] = [b"CLUSTER", b"SLOTS"];
             // About 100 bytes per shard and replica; a thousand shards stay well inside.
