@@ -277,10 +277,10 @@ pub struct Config {
     /// that acquired it closes; otherwise it stops being renewed and expires by its TTL.
     pub lease_release_on_disconnect: bool,
     /// Quorum repair. After an extension or a lease renewal that a quorum granted, the lock is
-    /// written back (`SET key token NX PX <validity left>`) on every trusted member that
-    /// answered the extension with "key missing" (one that was down or cut off when the lock was
-    /// granted, and is back), so the lock rests on every trusted member again and survives the
-    /// next single loss. `false` leaves a lock on the bare majority it was granted on: a
+    /// written back (`SET key token NX PX <validity left>`, or its hash-lock equivalent) on
+    /// every trusted member that answered the extension with "key missing" (one that was down
+    /// or cut off when the lock was granted, and is back), so the lock rests on every trusted
+    /// member again and survives the next single loss. `false` leaves a lock on the bare majority it was granted on: a
     /// negative control for tests (the next single loss then frees a held lock).
     pub quorum_repair: bool,
 }

@@ -1081,6 +1081,16 @@ async fn grows(count: &AtomicUsize, more: usize) {
     }
 }
 
+/// Waits (at most 2 s) until `direct` answers `args` with `want`: a write the proxy answered
+/// once a quorum agreed has reached this master too.
+async fn on_all(direct: &mut Client, args: &[&str], want: Reply) {
+    let until = Instant::now() + Duration::from_secs(2);
+    while direct.cmd(args).await != want {
+        assert!(Instant::now() < until, "{args:?} never answered {want:?}");
+        sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Quorum repair (issue 30), the extension's side. A lock is granted while master C is cut off,
 /// so it rests on A and B; its holder keeps extending it. C comes back: reachable again after
 /// the cut (trusted at once), or, with `restart`, restarted empty and quarantined first (never
@@ -1198,11 +1208,14 @@ async fn a_repair_writes_only_where_the_key_is_missing_and_never_over_another_to
     let off = proxy_with(&ms, |c| c.quorum_repair = false).await;
     let mut c = Client::connect(&p).await;
     let mut direct = ms[2].client().await;
+    // Locked on all three, then lost on C (once C has it: the grant is answered as soon as a
+    // quorum agree, and C's `SET` may still be on its way).
     let lacks_c = async |c: &mut Client, direct: &mut Client, key: &str| {
         assert_eq!(
             c.cmd(&["SET", key, "tok", "NX", "PX", "5000"]).await,
             Reply::ok()
         );
+        on_all(direct, &["GET", key], Reply::bulk("tok")).await;
         assert_eq!(direct.cmd(&["DEL", key]).await, Reply::Integer(1));
     };
     let on_c = async |key: &str| values_on(&ms[2..], key).await.remove(0);
@@ -1285,5 +1298,102 @@ async fn a_repair_writes_only_where_the_key_is_missing_and_never_over_another_to
     );
     sleep(Duration::from_millis(200)).await;
     assert_eq!((on_c("k4").await, on_c("k5").await), (None, None));
+    assert_eq!(field(&redlock_info(&off).await, "locks_repaired"), "0");
+}
+
+/// Quorum repair of a Redisson hash lock renewed by its own watchdog script: a member that
+/// lacks the hash gets it back with the holder's field, its hold count as a quorum have it, and
+/// a TTL no longer than theirs; a member whose hash holds another field is left alone; with
+/// `quorum_repair = false` nothing is written (the negative control).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hash_lock_renewal_writes_the_hash_back_with_its_hold_count_and_never_over_another_field()
+{
+    init_logs();
+    let ms = masters(3);
+    let p = proxy_with(&ms, |_| {}).await;
+    let off = proxy_with(&ms, |c| c.quorum_repair = false).await;
+    let (lock, renew) = (lua("redisson_lock"), lua("redisson_renew"));
+    let mut direct = ms[2].client().await;
+    let hget = async |m: &Master, key: &str, field: &str| match m
+        .client()
+        .await
+        .cmd(&["HGET", key, field])
+        .await
+    {
+        Reply::Bulk(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+        _ => None,
+    };
+    let pttl = async |m: &Master, key: &str| match m.client().await.cmd(&["PTTL", key]).await {
+        Reply::Integer(t) => t,
+        r => panic!("PTTL {r:?}"),
+    };
+    // Taken twice by one holder (a hold count of 2), then lost on C.
+    let mut c = Client::connect(&p).await;
+    for _ in 0..2 {
+        assert_eq!(
+            c.cmd(&["EVAL", &lock, "1", "h1", "5000", "f:1"]).await,
+            Reply::Nil
+        );
+    }
+    on_all(&mut direct, &["HGET", "h1", "f:1"], Reply::bulk("2")).await;
+    assert_eq!(direct.cmd(&["DEL", "h1"]).await, Reply::Integer(1));
+    assert_eq!(
+        c.cmd(&["EVAL", &renew, "1", "h1", "5000", "f:1"]).await,
+        Reply::Integer(1)
+    );
+    let until = Instant::now() + Duration::from_secs(2);
+    while hget(&ms[2], "h1", "f:1").await.is_none() {
+        assert!(Instant::now() < until, "h1 not written back on C");
+        sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(hget(&ms[2], "h1", "f:1").await.as_deref(), Some("2"));
+    let (on_a, on_c) = (pttl(&ms[0], "h1").await, pttl(&ms[2], "h1").await);
+    assert!(
+        on_c > 0 && on_c < on_a,
+        "C's copy ({on_c} ms) outlives A's ({on_a} ms)"
+    );
+
+    // Another holder's field on C: left as it was.
+    assert_eq!(
+        direct.cmd(&["HSET", "h2", "g:1", "1"]).await,
+        Reply::Integer(1)
+    );
+    assert_eq!(
+        direct.cmd(&["PEXPIRE", "h2", "5000"]).await,
+        Reply::Integer(1)
+    );
+    assert_eq!(
+        c.cmd(&["EVAL", &lock, "1", "h2", "5000", "f:1"]).await,
+        Reply::Nil,
+        "granted on A and B"
+    );
+    let before = pttl(&ms[2], "h2").await;
+    assert_eq!(
+        c.cmd(&["EVAL", &renew, "1", "h2", "5000", "f:1"]).await,
+        Reply::Integer(1)
+    );
+    sleep(Duration::from_millis(200)).await;
+    assert_eq!(hget(&ms[2], "h2", "f:1").await, None);
+    assert_eq!(hget(&ms[2], "h2", "g:1").await.as_deref(), Some("1"));
+    assert!(
+        pttl(&ms[2], "h2").await <= before,
+        "C's other hash was extended"
+    );
+    assert_eq!(field(&redlock_info(&p).await, "locks_repaired"), "1");
+
+    // The negative control.
+    let mut c = Client::connect(&off).await;
+    assert_eq!(
+        c.cmd(&["EVAL", &lock, "1", "h3", "5000", "f:1"]).await,
+        Reply::Nil
+    );
+    on_all(&mut direct, &["HGET", "h3", "f:1"], Reply::bulk("1")).await;
+    assert_eq!(direct.cmd(&["DEL", "h3"]).await, Reply::Integer(1));
+    assert_eq!(
+        c.cmd(&["EVAL", &renew, "1", "h3", "5000", "f:1"]).await,
+        Reply::Integer(1)
+    );
+    sleep(Duration::from_millis(200)).await;
+    assert_eq!(hget(&ms[2], "h3", "f:1").await, None);
     assert_eq!(field(&redlock_info(&off).await, "locks_repaired"), "0");
 }

@@ -1423,9 +1423,31 @@ async fn a_redisson_rlock_without_its_watchdog_is_held_past_its_lease_time_with_
 /// on a quorum (B, C): the lease holds and another client is refused for three TTLs. The
 /// negative control (`quorum_repair = false`) leaves C empty, so A's loss loses the lease and
 /// the other client takes the lock while its holder's connection is still open; asserted.
-async fn lease_granted_on_a_bare_majority(repair: bool) {
+/// `hash`: the lock is a Redisson hash lock (its lock script), renewed as its watchdog would.
+async fn lease_granted_on_a_bare_majority(repair: bool, hash: bool) {
     const TTL: u64 = 900;
     const KEY: &str = "lease:bare-majority";
+    let ttl = TTL.to_string();
+    let lock_script = lua("redisson_lock");
+    // Takes the lock for `who`: whether it was granted.
+    let take = async |c: &mut Client, who: &str| {
+        if hash {
+            c.cmd(&["EVAL", &lock_script, "1", KEY, &ttl, &format!("{who}:1")])
+                .await
+                == Reply::Nil
+        } else {
+            c.cmd(&["SET", KEY, who, "NX", "PX", &ttl]).await.is_ok()
+        }
+    };
+    // What master `m` holds for the holder: its token, or its field's hold count.
+    let held_on = async |m: &Master| match m.client().await.cmd(&["TYPE", KEY]).await {
+        Reply::Simple(t) if t == "none" => None,
+        _ if hash => match m.client().await.cmd(&["HGET", KEY, "tok:1"]).await {
+            Reply::Bulk(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+            _ => None,
+        },
+        _ => values_on(std::slice::from_ref(m), KEY).await.remove(0),
+    };
     let ms = masters(3);
     let a = FaultProxy::start(ms[0].addr()).await;
     let c = FaultProxy::start(ms[2].addr()).await;
@@ -1435,43 +1457,35 @@ async fn lease_granted_on_a_bare_majority(repair: bool) {
     c.set(Fault::Reset);
     wait_status(&p.addr, 2, "down", Duration::from_secs(3)).await;
     let mut holder = Client::connect(&p.addr).await;
-    let ttl = TTL.to_string();
-    assert_eq!(
-        holder.cmd(&["SET", KEY, "tok", "NX", "PX", &ttl]).await,
-        Reply::ok()
-    );
-    assert_eq!(holders(&ms, KEY).await, 2, "granted on A and B only");
+    assert!(take(&mut holder, "tok").await, "granted on A and B");
+    assert_eq!(held_on(&ms[2]).await, None);
     c.heal();
     wait_status(&p.addr, 2, "up", Duration::from_secs(3)).await;
     // Two renewals once C is back: the first finds the key missing there.
     let renewed = p.count("leases_renewed").await;
     p.wait_at_least("leases_renewed", renewed + 2, Duration::from_secs(3))
         .await;
-    let on_c = values_on(&ms[2..], KEY).await.remove(0);
+    let on_c = held_on(&ms[2]).await;
     a.set(Fault::Reset);
     let began = Instant::now();
     let mut other = Client::connect(&p.addr).await;
     let mut taken = None;
     while began.elapsed() < Duration::from_millis(3 * TTL) {
-        let r = other.cmd(&["SET", KEY, "other", "NX", "PX", &ttl]).await;
-        if r.is_ok() {
+        if take(&mut other, "other").await {
             taken = Some(began.elapsed());
             break;
         }
         sleep(Duration::from_millis(50)).await;
     }
+    let want = if hash { "1" } else { "tok" };
     if repair {
-        assert_eq!(on_c.as_deref(), Some("tok"), "written back on C");
+        assert_eq!(on_c.as_deref(), Some(want), "written back on C");
         assert_eq!(taken, None, "another client got the lock after one loss");
-        assert_eq!(holder.cmd(&["GET", KEY]).await, Reply::bulk("tok"));
+        assert_eq!(held_on(&ms[1]).await.as_deref(), Some(want));
+        assert_eq!(held_on(&ms[2]).await.as_deref(), Some(want));
         assert_eq!(p.count("leases_lost").await, 0);
         assert!(p.count("locks_repaired").await >= 1);
         assert!(p.metric("redlock_locks_repaired_total").await >= 1.0);
-        assert_eq!(
-            holder.cmd(&["EVAL", UNLOCK, "1", KEY, "tok"]).await,
-            Reply::Integer(1),
-            "still the holder's, released by a quorum (B, C)"
-        );
     } else {
         assert_eq!(on_c, None, "without repair C never gets the lock");
         assert!(
@@ -1485,10 +1499,21 @@ async fn lease_granted_on_a_bare_majority(repair: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_granted_on_a_bare_majority_is_written_back_and_survives_the_next_loss() {
-    lease_granted_on_a_bare_majority(true).await;
+    lease_granted_on_a_bare_majority(true, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_quorum_repair_a_lease_granted_on_a_bare_majority_is_lost_to_the_next_loss() {
-    lease_granted_on_a_bare_majority(false).await;
+    lease_granted_on_a_bare_majority(false, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_hash_lock_granted_on_a_bare_majority_is_written_back_and_survives_the_next_loss()
+{
+    lease_granted_on_a_bare_majority(true, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_quorum_repair_a_leased_hash_lock_on_a_bare_majority_is_lost_to_the_next_loss() {
+    lease_granted_on_a_bare_majority(false, true).await;
 }

@@ -298,7 +298,8 @@ async fn run_set(proxy: &Arc<Proxy>, w: &Write, held: Held) -> Reply {
             // members that lack it (see `repair`).
             let e = super::repair::Extended {
                 key: w.key.clone(),
-                token: w.value.clone(),
+                copy: super::repair::LockCopy::Token(w.value.clone()),
+                ttl_ms: w.ttl_ms.unwrap_or(0),
                 vote,
                 start,
                 reading,
@@ -327,7 +328,7 @@ fn repairs(w: &Write) -> Option<super::repair::Reading> {
         && w.ttl_ms.is_some_and(|t| t > 0)
         && !w.keep_ttl;
     extension.then_some(super::repair::Reading {
-        holds: |r| new_ttl_of(r).filter(|t| *t != i64::MAX && wrote(r)),
+        holds: |r, _| new_ttl_of(r).filter(|t| *t != i64::MAX && wrote(r)),
         missing: |r| {
             matches!(r, Reply::Array(a)
                 if a.first() == Some(&Reply::Integer(0)) && a.get(1) == Some(&Reply::Nil))
@@ -585,6 +586,44 @@ mod tests {
         ] {
             assert_eq!(digest_arg(bad), None, "{}", bad.escape_ascii());
         }
+    }
+
+    #[test]
+    fn only_an_ifeq_extension_with_a_ttl_is_repaired_and_only_where_the_key_was_missing() {
+        use crate::command::repair::{EXTEND_READING, plan};
+        let ext = |cond: Cond, ttl_ms: Option<i64>, keep_ttl: bool| Write {
+            cond,
+            ttl_ms,
+            keep_ttl,
+            ..write(Cond::Eq(Bytes::from_static(b"new")), false)
+        };
+        let new = || Bytes::from_static(b"new");
+        assert!(repairs(&ext(Cond::Eq(new()), Some(1000), false)).is_some());
+        // A takeover, the other conditions, no TTL or `KEEPTTL`: not extensions.
+        for w in [
+            ext(Cond::Eq(Bytes::from_static(b"old")), Some(1000), false),
+            ext(Cond::Ne(new()), Some(1000), false),
+            ext(Cond::DigestEq(digest_of(b"new")), Some(1000), false),
+            ext(Cond::Eq(new()), None, false),
+            ext(Cond::Eq(new()), Some(1000), true),
+            ext(Cond::Eq(new()), Some(-1), false),
+        ] {
+            assert!(repairs(&w).is_none());
+        }
+        let reading = repairs(&ext(Cond::Eq(new()), Some(1000), false)).expect("an extension");
+        // Five members: wrote on three (new PTTL 1000); the key was missing on the fourth; the
+        // fifth held another value.
+        let wrote = Some(Reply::Array(vec![I(1), bulk("new"), I(400), I(1000)]));
+        let missing = Some(Reply::Array(vec![I(0), Reply::Nil, I(-2)]));
+        let other = Some(Reply::Array(vec![I(0), bulk("other"), I(700)]));
+        let b = ballots(vec![wrote.clone(), wrote.clone(), wrote, missing, other]);
+        let p = plan(&b, reading, 1000, |_| true, Duration::ZERO, 0.01).expect("a repair");
+        assert_eq!((p.members, p.px_ms), (vec![3], 1000 - 12));
+        // The script's reading never takes a conditional `SET`'s answers for a grant.
+        assert_eq!(
+            plan(&b, EXTEND_READING, 1000, |_| true, Duration::ZERO, 0.01),
+            None
+        );
     }
 
     fn write(cond: Cond, get: bool) -> Write {

@@ -21,7 +21,8 @@
 //!   each master also keeps its answer under the latch key, and a retried unlock answers what a
 //!   quorum kept.
 //! - **Renew** (the watchdog) succeeds when a quorum still held the lock and set its TTL, within
-//!   the validity of that TTL.
+//!   the validity of that TTL; the lock is then written back where it is missing, with the hold
+//!   count a quorum agree on (quorum repair, see [`super::repair`]).
 //! - **RenewAll** (the watchdog of Redisson 3.44 and later, many locks in one script) renews
 //!   each key as `Renew` does, and answers one 1 or 0 per key.
 //! - **ForceUnlock** deletes the lock everywhere, publishing where it existed: 1 when a quorum
@@ -99,14 +100,70 @@ const UNLOCK: &str = "if #KEYS > 2 then \
     return {2}";
 
 /// Renew on one master: `KEYS` the locks; `ARGV[1]` TTL ms, `ARGV[i + 1]` the field of
-/// `KEYS[i]`. Answers one code per key: 1 renewed, 0 not held.
+/// `KEYS[i]`. Answers one code per key: the field's hold count (at least 1) where it was held
+/// and renewed, 0 where the hash holds other fields only, -3 where the key is missing (a quorum
+/// repair writes the lock back there, see [`super::repair`]).
 const RENEW: &str = "local out = {} \
     for i, key in ipairs(KEYS) do \
-      if redis.call('hexists', key, ARGV[i + 1]) == 1 then \
-        redis.call('pexpire', key, ARGV[1]) out[i] = 1 \
+      local n = redis.call('hget', key, ARGV[i + 1]) \
+      if n then \
+        redis.call('pexpire', key, ARGV[1]) \
+        local c = tonumber(n) \
+        if c == nil or c < 1 then c = 1 end \
+        out[i] = c \
+      elseif redis.call('exists', key) == 0 then out[i] = -3 \
       else out[i] = 0 end \
     end \
     return out";
+
+/// Whether a master's code for one lock in [`RENEW`]'s answer says it renewed it (a hold
+/// count, at least 1).
+fn renewed_code(c: &Reply) -> bool {
+    matches!(c, Reply::Integer(n) if *n >= 1)
+}
+
+/// How a one-lock [`RENEW`] answer reads for a quorum repair: `{n}` renewed to the TTL asked
+/// for, `{-3}` missing.
+const RENEW_READING: super::repair::Reading = super::repair::Reading {
+    holds: |r, ttl| match r {
+        Reply::Array(c) if c.len() == 1 && renewed_code(&c[0]) => Some(ttl),
+        _ => None,
+    },
+    missing: |r| matches!(r, Reply::Array(c) if c.as_slice() == [Reply::Integer(-3)]),
+};
+
+/// After a granted renewal of the one hash lock `key` held by `field` to `ttl_ms` (sent at
+/// `start`): the lock written back to the trusted members that lack it, with the hold count a
+/// quorum agree on (none agreed: nothing is written), in the key's turn (`held`).
+fn repair_after(
+    proxy: &Arc<Proxy>,
+    key: &Bytes,
+    field: &Bytes,
+    ttl_ms: i64,
+    vote: crate::quorum::Vote,
+    start: Instant,
+    held: crate::keylock::Held,
+) {
+    let count = |r: &Reply| match r {
+        Reply::Array(c) if c.len() == 1 && renewed_code(&c[0]) => Some(c[0].clone()),
+        _ => None,
+    };
+    let Some((Some(Reply::Integer(holds)), _)) = vote.ballots().tally_by(count) else {
+        return;
+    };
+    let e = super::repair::Extended {
+        key: key.clone(),
+        copy: super::repair::LockCopy::Hash {
+            field: field.clone(),
+            holds,
+        },
+        ttl_ms,
+        vote,
+        start,
+        reading: RENEW_READING,
+    };
+    super::repair::after(proxy, e, held);
+}
 
 /// A lease's release on one master: deletes the lock where the hash holds the holder's field
 /// `ARGV[1]`, however many holds it counts. Answers 1 deleted, 0 not held.
@@ -211,11 +268,7 @@ pub fn run(proxy: &Arc<Proxy>, op: HashLockOp) -> Action {
                 drop(held);
                 reply
             }
-            HashOp::Renew | HashOp::RenewAll => {
-                let reply = renew(&proxy, &op).await;
-                drop(held);
-                reply
-            }
+            HashOp::Renew | HashOp::RenewAll => renew(&proxy, &op, held).await,
             HashOp::ForceUnlock => {
                 let reply = force(&proxy, &op).await;
                 drop(held);
@@ -477,7 +530,9 @@ fn unlocked(ballots: &Ballots) -> Reply {
     }
 }
 
-async fn renew(proxy: &Proxy, op: &HashLockOp) -> Reply {
+/// Renews the locks of `op` in their turn (`held`: passed on to a quorum repair after a granted
+/// renewal of one lock, else freed with the answer).
+async fn renew(proxy: &Arc<Proxy>, op: &HashLockOp, held: crate::keylock::Held) -> Reply {
     let locks: Vec<(&Bytes, &Bytes)> = std::iter::once((&op.key, &op.field))
         .chain(op.also.iter().map(|(k, f)| (k, f)))
         .collect();
@@ -489,7 +544,13 @@ async fn renew(proxy: &Proxy, op: &HashLockOp) -> Reply {
     let start = Instant::now();
     let deadline = start + proxy.config().node_timeout();
     let mut vote = ask(&proxy.masters(), Request::Same(req), 1, deadline);
-    let ballots = vote.decide_by(|r| r.clone()).await;
+    // Alike when they renewed the same locks, whatever hold counts they name.
+    let ballots = vote
+        .decide_by(|r| match r {
+            Reply::Array(codes) => Ok(codes.iter().map(renewed_code).collect::<Vec<bool>>()),
+            other => Err(other.clone()),
+        })
+        .await;
     if let Some(e) = agreed_error(ballots) {
         return e;
     }
@@ -503,7 +564,7 @@ async fn renew(proxy: &Proxy, op: &HashLockOp) -> Reply {
     let renewed: Vec<Reply> = (0..locks.len())
         .map(|i| {
             let renewed = |r: &Reply| match r {
-                Reply::Array(codes) if codes.len() == locks.len() => codes[i] == Reply::Integer(1),
+                Reply::Array(codes) if codes.len() == locks.len() => renewed_code(&codes[i]),
                 _ => false,
             };
             let yes = ballots.count(renewed);
@@ -514,6 +575,9 @@ async fn renew(proxy: &Proxy, op: &HashLockOp) -> Reply {
             Reply::Integer(i64::from(ok))
         })
         .collect();
+    if op.op == HashOp::Renew && op.also.is_empty() && renewed.first() == Some(&Reply::Integer(1)) {
+        repair_after(proxy, &op.key, &op.field, op.ttl_ms, vote, start, held);
+    }
     match op.op {
         HashOp::RenewAll => Reply::Array(renewed),
         _ => renewed.into_iter().next().unwrap_or(Reply::Integer(0)),
@@ -548,9 +612,10 @@ pub async fn renew_lease(proxy: &Arc<Proxy>, key: &Bytes, field: &Bytes, ttl_ms:
     let req = eval(RENEW, &[key], &[&ttl, field]);
     let start = Instant::now();
     let deadline = start + proxy.config().node_timeout();
-    let one = |code: i64| move |r: &Reply| *r == Reply::Array(vec![Reply::Integer(code)]);
+    let renewed = |r: &Reply| matches!(r, Reply::Array(c) if c.len() == 1 && renewed_code(&c[0]));
+    let gone = |r: &Reply| matches!(r, Reply::Array(c) if matches!(c.as_slice(), [Reply::Integer(0 | -3)]));
     let mut vote = ask(&proxy.masters(), Request::Same(req), 1, deadline);
-    let ballots = vote.decide_by(one(1)).await;
+    let ballots = vote.decide_by(renewed).await;
     let min = Duration::from_millis(proxy.config().min_validity_ms);
     let valid = validity(
         Duration::from_millis(ttl_ms as u64),
@@ -558,18 +623,17 @@ pub async fn renew_lease(proxy: &Arc<Proxy>, key: &Bytes, field: &Bytes, ttl_ms:
         proxy.config().drift_factor,
     )
     .is_some_and(|v| v > min);
-    let renewal = if valid && ballots.agree(one(1)) {
+    if valid && ballots.agree(renewed) {
+        repair_after(proxy, key, field, ttl_ms, vote, start, held);
         Renewal::Renewed
-    } else if ballots.agree(one(0)) {
+    } else if ballots.agree(gone) {
         Renewal::Gone
     } else {
         Renewal::Failed(
             "fewer than a quorum of masters renewed the hash lock in time",
             super::lock::Answered::of(&vote),
         )
-    };
-    drop(held);
-    renewal
+    }
 }
 
 /// Releases the hash lock `key` where it holds `field` (a lease's release when its holder's
@@ -593,6 +657,34 @@ mod tests {
     use crate::quorum::scripted::ballots;
 
     use crate::quorum::scripted::codes;
+
+    #[test]
+    fn a_renewal_is_repaired_only_where_the_hash_is_missing() {
+        use crate::command::repair::plan;
+        // Five members: three renewed (hold counts 2), the fourth has no key, the fifth's hash
+        // holds other fields only.
+        let b = ballots(vec![
+            codes(&[2]),
+            codes(&[2]),
+            codes(&[2]),
+            codes(&[-3]),
+            codes(&[0]),
+        ]);
+        let p = plan(&b, RENEW_READING, 1000, |_| true, Duration::ZERO, 0.01).expect("repair");
+        assert_eq!((p.members, p.px_ms), (vec![3], 1000 - 12));
+        // One renewal alone is no quorum.
+        let b = ballots(vec![codes(&[1]), codes(&[-3]), codes(&[-3])]);
+        assert_eq!(
+            plan(&b, RENEW_READING, 1000, |_| true, Duration::ZERO, 0.01),
+            None
+        );
+        // Many locks in one answer are not read as one.
+        let b = ballots(vec![codes(&[1, 1]), codes(&[1, 1]), codes(&[-3, -3])]);
+        assert_eq!(
+            plan(&b, RENEW_READING, 1000, |_| true, Duration::ZERO, 0.01),
+            None
+        );
+    }
 
     #[test]
     fn what_a_master_did_with_an_acquisition() {

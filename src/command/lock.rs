@@ -19,7 +19,9 @@
 //!   what the validity rule judges (see `grant_kept`).
 //! - **Extend** succeeds only when a quorum extended and the new TTL they agree on, minus the
 //!   elapsed time and drift, is still valid. Nothing is undone on failure: a longer TTL on a
-//!   minority delays other clients but never lets two hold the lock.
+//!   minority delays other clients but never lets two hold the lock. A granted extension of one
+//!   key (a lease's renewal too) writes the lock back on the trusted masters that lack it
+//!   ([`super::repair`]).
 //! - **Release** runs compare-and-delete on all N masters; a key counts as released when a
 //!   quorum deleted it, and as already gone (expired) when a quorum no longer had it.
 //!
@@ -272,7 +274,8 @@ fn repair_after(proxy: &Arc<Proxy>, op: &LockOp, vote: Vote, start: Instant, hel
     if let [key] = op.keys.as_slice() {
         let e = super::repair::Extended {
             key: key.clone(),
-            token: op.token.clone(),
+            copy: super::repair::LockCopy::Token(op.token.clone()),
+            ttl_ms: op.ttl_ms,
             vote,
             start,
             reading: super::repair::EXTEND_READING,

@@ -5,14 +5,16 @@
 //! member comes back, it is empty, and an extension (`PEXPIRE` where the key holds the token)
 //! cannot create the key there: without repair the lock stays on the bare majority for as long
 //! as it is held, and the next single loss frees it. So once an extension is granted (the
-//! caller is the holder by quorum), each trusted member whose answer was "key missing" gets
-//! `SET key token NX PX <validity left>`: the validity the proxy grants the lock after the
-//! extension (the TTL a quorum now hold, less the time since the extension was sent and the
-//! drift), and never longer. `NX` means a member that holds anything under the key by then
-//! (another holder's grant) keeps it; members that answered with another token are not even
-//! asked. Quarantined, clock-suspect and duplicate members are not trusted: their answers are
-//! not counted, and they are never written. Why this never makes a second holder nor outlives
-//! the quorum's grant: docs/design.md, "Quorum repair".
+//! caller is the holder by quorum), each trusted member whose answer was "key missing" gets the
+//! lock written back where the key still does not exist: `SET key token NX PX <validity left>`
+//! for a plain lock, [`HASH_REPAIR`] (the holder's field with the hold count a quorum agree on,
+//! only while the key does not exist, then `PEXPIRE`) for a hash lock. The validity left is the
+//! one the proxy grants the lock after the extension (the TTL a quorum now hold, less the time
+//! since the extension was sent and the drift), and never longer. A member that holds anything
+//! under the key by then (another holder's grant) keeps it; members that answered with another
+//! token are not even asked. Quarantined, clock-suspect and duplicate members are not trusted:
+//! their answers are not counted, and they are never written. Why this never makes a second
+//! holder nor outlives the quorum's grant: docs/design.md, "Quorum repair".
 //!
 //! The decision ([`plan`]) is pure. The write goes out in the key's turn, so no later
 //! operation on the key (a release) can overtake it on a member's connection; when a member
@@ -30,8 +32,17 @@ use crate::counters::Counters;
 use crate::keylock::Held;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, Vote, ask, validity};
-use crate::wire::master::set_nx;
+use crate::wire::master::{eval, set_nx};
 use crate::wire::reply::Reply;
+
+/// A hash lock's repair on one member: `KEYS[1]` the lock; `ARGV` = the holder's field, its hold
+/// count, the TTL in ms. Only where the key does not exist, as `SET NX` does for a plain lock:
+/// the hash gets the one field, and the TTL. Answers 1 written, 0 not (the key exists).
+pub const HASH_REPAIR: &str = "if redis.call('exists', KEYS[1]) == 0 then \
+      redis.call('hset', KEYS[1], ARGV[1], ARGV[2]) redis.call('pexpire', KEYS[1], ARGV[3]) \
+      return 1 \
+    end \
+    return 0";
 
 /// Which members get the lock written back, and for how long.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,26 +56,29 @@ pub struct Plan {
 /// How an extension's answers read, for [`plan`].
 #[derive(Clone, Copy)]
 pub struct Reading {
-    /// The TTL (ms) the member now holds the lock for, where it extended it.
-    pub holds: fn(&Reply) -> Option<i64>,
+    /// The TTL (ms) the member now holds the lock for, where it extended it, given the TTL the
+    /// extension set (for answers that do not name it).
+    pub holds: fn(&Reply, i64) -> Option<i64>,
     /// The member had no key at all (not another holder's key: that is never a candidate).
     pub missing: fn(&Reply) -> bool,
 }
 
-/// The decision: after an extension whose answers are `ballots`, sent `elapsed` ago, the
-/// members to write the lock back on, and its `PX`. `None` unless a quorum hold the lock (the
-/// quorum-th largest of their new TTLs) with validity left after `elapsed` and the drift
-/// allowance, and some member that answered "missing" is `trusted` now. A member that did not
-/// answer, answered with another token, or whose answer was not counted (untrusted) is never
-/// among them.
+/// The decision: after an extension to `ttl_ms` whose answers are `ballots`, sent `elapsed`
+/// ago, the members to write the lock back on, and its `PX`. `None` unless a quorum hold the
+/// lock (the quorum-th largest of their new TTLs) with validity left after `elapsed` and the
+/// drift allowance, and some member that answered "missing" is `trusted` now. A member that did
+/// not answer, answered with another token, or whose answer was not counted (untrusted) is
+/// never among them.
 pub fn plan(
     ballots: &Ballots,
     reading: Reading,
+    ttl_ms: i64,
     trusted: impl Fn(usize) -> bool,
     elapsed: Duration,
     drift_factor: f64,
 ) -> Option<Plan> {
-    let ttl = ballots.quorum_th(|_, r| (reading.holds)(r).filter(|t| *t > 0), |t| *t)?;
+    let held = |_: usize, r: &Reply| (reading.holds)(r, ttl_ms).filter(|t| *t > 0);
+    let ttl = ballots.quorum_th(held, |t| *t)?;
     let left = validity(Duration::from_millis(ttl as u64), elapsed, drift_factor)?;
     let px_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
     let members: Vec<usize> = (0..ballots.replies.len())
@@ -76,19 +90,59 @@ pub fn plan(
 /// The proxy's extension script answers ([`crate::scripts::EXTEND`]): the new TTL where it
 /// extended, -3 where the one key is missing (0 is another token, or a key of many missing).
 pub const EXTEND_READING: Reading = Reading {
-    holds: |r| match r {
+    holds: |r, _| match r {
         Reply::Integer(t) if *t > 0 => Some(*t),
         _ => None,
     },
     missing: |r| *r == Reply::Integer(-3),
 };
 
+/// What a member that lacks the lock is given back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockCopy {
+    /// A plain lock: the key holds the holder's token.
+    Token(Bytes),
+    /// A hash lock: the hash holds the holder's field, counting `holds`.
+    Hash {
+        /// The holder's field.
+        field: Bytes,
+        /// Its hold count, as a quorum of members agree on it.
+        holds: i64,
+    },
+}
+
+impl LockCopy {
+    /// The write for one member: `key` gets the copy for `px_ms`, only where it does not exist.
+    fn write(&self, key: &Bytes, px_ms: u64) -> Bytes {
+        let px = i64::try_from(px_ms).unwrap_or(i64::MAX);
+        match self {
+            LockCopy::Token(token) => set_nx(key, token, px, false),
+            LockCopy::Hash { field, holds } => {
+                let (mut n, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
+                eval(
+                    HASH_REPAIR,
+                    std::slice::from_ref(key),
+                    &[field, n.format(*holds).as_bytes(), t.format(px).as_bytes()],
+                )
+            }
+        }
+    }
+}
+
+/// Whether a member's answer to a repair write says it wrote: `OK` to `SET NX`, 1 to
+/// [`HASH_REPAIR`].
+fn written(r: &Reply) -> bool {
+    r.is_ok() || *r == Reply::Integer(1)
+}
+
 /// A granted extension of one key, whose answers may still be coming in.
 pub struct Extended {
     /// The lock's key.
     pub key: Bytes,
-    /// The holder's token (the value written back).
-    pub token: Bytes,
+    /// What the lock is on a member.
+    pub copy: LockCopy,
+    /// The TTL the extension set, in ms.
+    pub ttl_ms: i64,
     /// The extension's vote.
     pub vote: Vote,
     /// When the extension was sent: the validity clock's start.
@@ -119,17 +173,18 @@ pub fn after(proxy: &Arc<Proxy>, mut e: Extended, held: Held) {
         let Some(p) = plan(
             &ballots,
             e.reading,
+            e.ttl_ms,
             |i| masters[i].is_trusted(),
             e.start.elapsed(),
             cfg.drift_factor,
         ) else {
             return;
         };
-        let set = set_nx(&e.key, &e.token, p.px_ms as i64, false);
+        let write = e.copy.write(&e.key, p.px_ms);
         let asks: Vec<Option<Bytes>> = (0..masters.len())
-            .map(|i| p.members.contains(&i).then(|| set.clone()))
+            .map(|i| p.members.contains(&i).then(|| write.clone()))
             .collect();
-        let written = ask(
+        let sent = ask(
             &masters,
             Request::Some(asks),
             1,
@@ -137,7 +192,7 @@ pub fn after(proxy: &Arc<Proxy>, mut e: Extended, held: Held) {
         );
         // Queued on every member's connection: a later operation on the key comes after it.
         drop(held);
-        let done = written.finish().await.count(Reply::is_ok);
+        let done = sent.finish().await.count(written);
         debug!(
             key = %e.key.escape_ascii(),
             asked = p.members.len(),
@@ -168,7 +223,7 @@ mod tests {
     fn members_that_answered_missing_get_the_validity_left() {
         // A and B extended to 1000 ms, C had no key: C gets 1000 − 10 − (10 + 2) ms.
         let b = ballots(vec![Some(I(1000)), Some(I(1000)), Some(I(-3))]);
-        let p = plan(&b, EXTEND_READING, all, FAST, DRIFT);
+        let p = plan(&b, EXTEND_READING, 0, all, FAST, DRIFT);
         assert_eq!(
             p,
             Some(Plan {
@@ -185,12 +240,19 @@ mod tests {
             Some(I(3000)),
             Some(I(-3)),
         ]);
-        let p = plan(&b, EXTEND_READING, all, Duration::ZERO, DRIFT).expect("a repair");
+        let p = plan(&b, EXTEND_READING, 0, all, Duration::ZERO, DRIFT).expect("a repair");
         assert_eq!(p.members, vec![2, 4]);
         assert_eq!(p.px_ms, 800 - 10);
         // Never longer than what is left: time spent since the extension was sent counts.
         let b = ballots(vec![Some(I(1000)), Some(I(1000)), Some(I(-3))]);
-        let later = plan(&b, EXTEND_READING, all, Duration::from_millis(500), DRIFT);
+        let later = plan(
+            &b,
+            EXTEND_READING,
+            0,
+            all,
+            Duration::from_millis(500),
+            DRIFT,
+        );
         assert_eq!(later.map(|p| p.px_ms), Some(1000 - 500 - 12));
     }
 
@@ -198,20 +260,20 @@ mod tests {
     fn another_token_a_silent_member_and_an_untrusted_one_are_never_written() {
         // 0: another token, or many keys not all held: never touched.
         let b = ballots(vec![Some(I(1000)), Some(I(1000)), Some(I(0))]);
-        assert_eq!(plan(&b, EXTEND_READING, all, FAST, DRIFT), None);
+        assert_eq!(plan(&b, EXTEND_READING, 0, all, FAST, DRIFT), None);
         // No answer (down, slow, excluded as quarantined): not a candidate.
         let b = ballots(vec![Some(I(1000)), Some(I(1000)), None]);
-        assert_eq!(plan(&b, EXTEND_READING, all, FAST, DRIFT), None);
+        assert_eq!(plan(&b, EXTEND_READING, 0, all, FAST, DRIFT), None);
         // An error (a key of another type): not a candidate.
         let b = ballots(vec![
             Some(I(1000)),
             Some(I(1000)),
             Some(Reply::static_error("WRONGTYPE x")),
         ]);
-        assert_eq!(plan(&b, EXTEND_READING, all, FAST, DRIFT), None);
+        assert_eq!(plan(&b, EXTEND_READING, 0, all, FAST, DRIFT), None);
         // Missing, but not trusted now (quarantined since, or a duplicate): not written.
         let b = ballots(vec![Some(I(1000)), Some(I(1000)), Some(I(-3))]);
-        assert_eq!(plan(&b, EXTEND_READING, |i| i != 2, FAST, DRIFT), None);
+        assert_eq!(plan(&b, EXTEND_READING, 0, |i| i != 2, FAST, DRIFT), None);
         // With five: one missing trusted, one missing untrusted, one another token.
         let b = ballots(vec![
             Some(I(1000)),
@@ -220,7 +282,7 @@ mod tests {
             Some(I(-3)),
             Some(I(-3)),
         ]);
-        let p = plan(&b, EXTEND_READING, |i| i != 4, FAST, DRIFT);
+        let p = plan(&b, EXTEND_READING, 0, |i| i != 4, FAST, DRIFT);
         assert_eq!(p.map(|p| p.members), Some(vec![3]));
     }
 
@@ -228,16 +290,16 @@ mod tests {
     fn without_a_quorum_holding_the_lock_with_validity_left_nothing_is_written() {
         // One member extended: the caller is not the holder by quorum.
         let b = ballots(vec![Some(I(1000)), Some(I(-3)), Some(I(-3))]);
-        assert_eq!(plan(&b, EXTEND_READING, all, FAST, DRIFT), None);
+        assert_eq!(plan(&b, EXTEND_READING, 0, all, FAST, DRIFT), None);
         // A quorum extended, but the validity is used up.
         let b = ballots(vec![Some(I(100)), Some(I(100)), Some(I(-3))]);
         assert_eq!(
-            plan(&b, EXTEND_READING, all, Duration::from_millis(99), DRIFT),
+            plan(&b, EXTEND_READING, 0, all, Duration::from_millis(99), DRIFT),
             None
         );
         // Nothing missing: nothing to do.
         let b = ballots(vec![Some(I(1000)), Some(I(1000)), Some(I(1000))]);
-        assert_eq!(plan(&b, EXTEND_READING, all, FAST, DRIFT), None);
+        assert_eq!(plan(&b, EXTEND_READING, 0, all, FAST, DRIFT), None);
     }
 
     #[test]
@@ -248,14 +310,14 @@ mod tests {
             &[0, 1, 2],
             &[0, 1, 3],
         );
-        assert_eq!(plan(&b, EXTEND_READING, all, FAST, DRIFT), None);
+        assert_eq!(plan(&b, EXTEND_READING, 0, all, FAST, DRIFT), None);
         // A and B extended (both sides): C and D, missing, get it back.
         let b = joint(
             vec![Some(I(1000)), Some(I(1000)), Some(I(-3)), Some(I(-3))],
             &[0, 1, 2],
             &[0, 1, 3],
         );
-        let p = plan(&b, EXTEND_READING, all, FAST, DRIFT);
+        let p = plan(&b, EXTEND_READING, 0, all, FAST, DRIFT);
         assert_eq!(p.map(|p| p.members), Some(vec![2, 3]));
     }
 }
