@@ -17,6 +17,14 @@
 //! the fault suite's restart scenario; locks granted meanwhile live on members 0 and 1, and member
 //! 0's promoted replica lacks them.
 //!
+//! The majority rule (`sentinel_majority`) is tested on a [`Split`]: one Sentinel names the old
+//! primary, two others the promoted one, under one master name, which is what a partition
+//! leaves; proxies whose configuration lists dead ports for what lies across the partition. A
+//! proxy follows the majority; one cut off with the old primary and one Sentinel grants
+//! nothing there (the negative control, `sentinel_majority = false`, shows two holders of one
+//! lock); a member whose Sentinels stop answering goes down within the confirmation bound and
+//! comes back.
+//!
 //! Run it with `cargo test --test sentinel` (after `scripts/deps.sh test`, which installs
 //! `redis-sentinel`); `-- --nocapture` prints the `FAULTS` figures.
 
