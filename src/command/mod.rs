@@ -22,6 +22,7 @@
 //! - this file: dispatch.
 
 pub mod action;
+pub mod args;
 pub mod blocking;
 pub mod conditional;
 pub mod connection;
