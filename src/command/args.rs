@@ -21,19 +21,15 @@ pub struct Cursor<'c> {
     args: &'c Args<'c>,
     /// The index of the next argument.
     at: usize,
-    /// The command's name in its arity error.
-    name: &'static str,
+    /// The command (its name is the arity error's, looked up only for an error).
+    cmd: Cmd,
 }
 
 impl<'c> Cursor<'c> {
     /// A cursor at the first argument of `cmd`'s request `args` (after its name).
     #[inline]
     pub fn new(args: &'c Args<'c>, cmd: Cmd) -> Cursor<'c> {
-        Cursor {
-            args,
-            at: 1,
-            name: cmd.spec().name,
-        }
+        Cursor { args, at: 1, cmd }
     }
 
     /// The command's name as the client spelt it.
@@ -72,28 +68,42 @@ impl<'c> Cursor<'c> {
         Some(arg)
     }
 
+    /// The next `N` arguments, when exactly `N` are left (read at once, for a command's usual
+    /// shape).
+    #[inline]
+    pub fn exactly<const N: usize>(&mut self) -> Option<[&'c [u8]; N]> {
+        if self.remaining() != N {
+            return None;
+        }
+        let (args, at) = (self.args, self.at);
+        self.at += N;
+        Some(std::array::from_fn(|i| &args[at + i]))
+    }
+
     /// The next argument kept, if there is one.
     #[inline]
     pub fn try_next_bytes(&mut self) -> Option<Bytes> {
-        self.peek()?;
+        let arg = self.args.bytes_at(self.at)?;
         self.at += 1;
-        Some(self.args.bytes(self.at - 1))
+        Some(arg)
     }
 
     /// The next argument; the command's wrong-arity error when there is none.
     #[inline]
     pub fn next_arg(&mut self) -> Result<&'c [u8], Error> {
-        self.try_next().ok_or(Error::WrongArity(self.name))
+        self.try_next().ok_or_else(|| self.arity())
     }
 
     /// The next argument, kept (a slice of the request, not a copy).
     #[inline]
     pub fn next_bytes(&mut self) -> Result<Bytes, Error> {
-        if self.at >= self.args.len() {
-            return Err(Error::WrongArity(self.name));
-        }
-        self.at += 1;
-        Ok(self.args.bytes(self.at - 1))
+        self.try_next_bytes().ok_or_else(|| self.arity())
+    }
+
+    /// The command's wrong-arity error.
+    #[cold]
+    fn arity(&self) -> Error {
+        Error::WrongArity(self.cmd.spec().name)
     }
 
     /// The next argument as an integer (Redis's rules, see [`resp::parse_int`]); `value is
@@ -192,6 +202,10 @@ mod tests {
         assert_eq!(c.next_bytes(), Err(Error::WrongArity("wait")));
         assert_eq!(c.try_next(), None);
         assert_eq!(c.rest().count(), 0);
+        let mut c = Cursor::new(&a, Cmd::Wait);
+        assert_eq!(c.clone().exactly::<2>(), None);
+        assert_eq!(c.exactly::<3>(), Some([&b"1"[..], b"x", b"k"]));
+        assert!(c.at_end());
     }
 
     #[test]

@@ -111,66 +111,91 @@ fn dispatch_args(proxy: &Arc<Proxy>, conn: &mut Conn, args: Args<'_>) -> Action 
     if conn.in_multi() && !cmd.runs_at_once() {
         return transaction::queue(proxy, conn, args.into_vec());
     }
-    match run(proxy, conn, cmd, &mut Cursor::new(&args, cmd)) {
-        Ok(action) => action,
-        Err(refused) => refused.into(),
+    run(proxy, conn, cmd, &mut Cursor::new(&args, cmd))
+}
+
+/// Runs `handler` on what a parser read, or answers the parser's error.
+#[inline(always)]
+fn then<T, E: Into<Reply>>(parsed: Result<T, E>, handler: impl FnOnce(T) -> Action) -> Action {
+    match parsed {
+        Ok(command) => handler(command),
+        Err(refused) => refused.into().into(),
     }
 }
 
 /// Parses a checked command into its handler's type (each family's parsers sit beside their
-/// handlers), then runs the handler; an argument the parser refuses is the reply.
+/// handlers), then runs the handler; an argument the parser refuses is the reply. This is the
+/// one place a command's arguments are read.
 #[inline]
-fn run(proxy: &Arc<Proxy>, conn: &mut Conn, cmd: Cmd, c: &mut Cursor<'_>) -> Result<Action, Reply> {
+fn run(proxy: &Arc<Proxy>, conn: &mut Conn, cmd: Cmd, c: &mut Cursor<'_>) -> Action {
     use connection::{Auth, Client, Echo, Hello, Ping, Select, Wait};
     use keys::{Expire, GetSet, SetNx, Verbatim};
-    Ok(match cmd {
-        Cmd::Set => set::set(proxy, conn, Set::parse(c, proxy.config().default_ttl_ms)?),
+    match cmd {
+        Cmd::Set => then(Set::parse(c, proxy.config().default_ttl_ms), |x| {
+            set::set(proxy, conn, x)
+        }),
         Cmd::Ping => connection::ping(proxy, conn, Ping::parse(c)),
-        Cmd::Echo => connection::echo(proxy, conn, Echo::parse(c)?),
-        Cmd::Wait => connection::wait(proxy, conn, Wait::parse(c)?),
-        Cmd::Hello => connection::hello(proxy, conn, Hello::parse(c)?),
-        Cmd::Auth => connection::auth(proxy, conn, Auth::parse(c)?),
-        Cmd::Select => connection::select(proxy, conn, Select::parse(c)?),
-        Cmd::Client => connection::client(proxy, conn, Client::parse(c)?),
+        Cmd::Echo => then(Echo::parse(c), |x| connection::echo(proxy, conn, x)),
+        Cmd::Wait => then(Wait::parse(c), |x| connection::wait(proxy, conn, x)),
+        Cmd::Hello => then(Hello::parse(c), |x| connection::hello(proxy, conn, x)),
+        Cmd::Auth => then(Auth::parse(c), |x| connection::auth(proxy, conn, x)),
+        Cmd::Select => then(Select::parse(c), |x| connection::select(proxy, conn, x)),
+        Cmd::Client => then(Client::parse(c), |x| connection::client(proxy, conn, x)),
         Cmd::Quit => connection::quit(proxy, conn),
         Cmd::Reset => connection::reset(proxy, conn),
-        Cmd::Command => introspect::command(proxy, conn, introspect::CommandQuery::parse(c)?),
+        Cmd::Command => then(introspect::CommandQuery::parse(c), |x| {
+            introspect::command(proxy, conn, x)
+        }),
         Cmd::Info => introspect::info(proxy, conn, introspect::Info::parse(c)),
-        Cmd::Config => introspect::config(proxy, conn, introspect::ConfigGet::parse(c)?),
-        Cmd::Get => keys::get(proxy, conn, Verbatim::one_key(c)?),
+        Cmd::Config => then(introspect::ConfigGet::parse(c), |x| {
+            introspect::config(proxy, conn, x)
+        }),
+        Cmd::Get => then(Verbatim::one_key(c), |x| keys::get(proxy, conn, x)),
         Cmd::Exists => keys::exists(proxy, conn, Verbatim::all_keys(c)),
-        Cmd::Setnx => keys::setnx(proxy, conn, SetNx::parse(c)?),
-        Cmd::Getset => keys::getset(proxy, conn, GetSet::parse(c)?),
+        Cmd::Setnx => then(SetNx::parse(c), |x| keys::setnx(proxy, conn, x)),
+        Cmd::Getset => then(GetSet::parse(c), |x| keys::getset(proxy, conn, x)),
         Cmd::Del | Cmd::Unlink => keys::del(proxy, conn, Verbatim::all_keys(c)),
-        Cmd::Setex | Cmd::Psetex => set::set(proxy, conn, Set::parse_setex(c, cmd)?),
+        Cmd::Setex | Cmd::Psetex => then(Set::parse_setex(c, cmd), |x| set::set(proxy, conn, x)),
         Cmd::Expire | Cmd::Pexpire | Cmd::Pexpireat | Cmd::Expireat => {
-            keys::expire(proxy, conn, Expire::parse(c, cmd)?)
+            then(Expire::parse(c, cmd), |x| keys::expire(proxy, conn, x))
         }
-        Cmd::Ttl | Cmd::Pttl => keys::ttl(proxy, conn, Verbatim::one_key(c)?),
-        Cmd::Hget => keys::hget(proxy, conn, Verbatim::one_key(c)?),
-        Cmd::Hexists | Cmd::Llen => keys::count(proxy, conn, Verbatim::one_key(c)?),
-        Cmd::Hgetall => keys::hgetall(proxy, conn, Verbatim::one_key(c)?),
-        Cmd::Blpop => blocking::blpop(proxy, conn, blocking::Blpop::parse(c)?),
+        Cmd::Ttl | Cmd::Pttl => then(Verbatim::one_key(c), |x| keys::ttl(proxy, conn, x)),
+        Cmd::Hget => then(Verbatim::one_key(c), |x| keys::hget(proxy, conn, x)),
+        Cmd::Hexists | Cmd::Llen => then(Verbatim::one_key(c), |x| keys::count(proxy, conn, x)),
+        Cmd::Hgetall => then(Verbatim::one_key(c), |x| keys::hgetall(proxy, conn, x)),
+        Cmd::Blpop => then(blocking::Blpop::parse(c), |x| {
+            blocking::blpop(proxy, conn, x)
+        }),
         Cmd::Watch => transaction::watch(proxy, conn, transaction::Watch::parse(c)),
         Cmd::Unwatch => transaction::unwatch(proxy, conn),
         Cmd::Multi => transaction::multi(proxy, conn),
         Cmd::Exec => transaction::exec(proxy, conn, dispatch_owned),
         Cmd::Discard => transaction::discard(proxy, conn),
-        Cmd::Eval => script::eval(proxy, conn, script::Eval::parse(c)?),
-        Cmd::Evalsha => script::evalsha(proxy, conn, script::EvalSha::parse(c)?),
-        Cmd::Script => script::script(proxy, conn, script::ScriptCommand::parse(c)?),
-        Cmd::RedlockFence => fence::fence(proxy, conn, fence::Fence::parse(c)?),
+        Cmd::Eval => then(script::Eval::parse(c), |x| script::eval(proxy, conn, x)),
+        Cmd::Evalsha => then(script::EvalSha::parse(c), |x| {
+            script::evalsha(proxy, conn, x)
+        }),
+        Cmd::Script => then(script::ScriptCommand::parse(c), |x| {
+            script::script(proxy, conn, x)
+        }),
+        Cmd::RedlockFence => then(fence::Fence::parse(c), |x| fence::fence(proxy, conn, x)),
         Cmd::Subscribe => pubsub::sub(proxy, conn, Channels::parse(c)),
         Cmd::Psubscribe => pubsub::psub(proxy, conn, Channels::parse(c)),
         Cmd::Ssubscribe => pubsub::ssub(proxy, conn, Channels::parse(c)),
         Cmd::Unsubscribe => pubsub::unsub(proxy, conn, Channels::parse(c)),
         Cmd::Punsubscribe => pubsub::punsub(proxy, conn, Channels::parse(c)),
         Cmd::Sunsubscribe => pubsub::sunsub(proxy, conn, Channels::parse(c)),
-        Cmd::Publish | Cmd::Spublish => {
-            pubsub::publish(proxy, conn, pubsub::Publish::parse(c, cmd)?)
-        }
-        Cmd::Delex => conditional::delex(proxy, conn, conditional::Delex::parse(c)?),
-        Cmd::Delifeq => conditional::delifeq(proxy, conn, conditional::DelIfEq::parse(c)?),
-        Cmd::Digest => conditional::digest(proxy, conn, conditional::Digest::parse(c)?),
-    })
+        Cmd::Publish | Cmd::Spublish => then(pubsub::Publish::parse(c, cmd), |x| {
+            pubsub::publish(proxy, conn, x)
+        }),
+        Cmd::Delex => then(conditional::Delex::parse(c), |x| {
+            conditional::delex(proxy, conn, x)
+        }),
+        Cmd::Delifeq => then(conditional::DelIfEq::parse(c), |x| {
+            conditional::delifeq(proxy, conn, x)
+        }),
+        Cmd::Digest => then(conditional::Digest::parse(c), |x| {
+            conditional::digest(proxy, conn, x)
+        }),
+    }
 }

@@ -173,9 +173,10 @@ pub enum Set {
     },
     /// `SET key value IFEQ|IFNE|IFDEQ|IFDNE ...`: a conditional write, a quorum operation of
     /// its own (see [`super::conditional`]); its options hold the condition.
-    Conditional(SetWrite),
+    /// (Boxed, as is [`Set::Write`]: a lock request's `Set` stays small on its way.)
+    Conditional(Box<SetWrite>),
     /// Any `SET` without `NX` (and `SETEX`, `PSETEX`): a write under the majority rule.
-    Write(SetWrite),
+    Write(Box<SetWrite>),
 }
 
 impl Set {
@@ -192,17 +193,13 @@ impl Set {
 
     /// The shape nearly every lock request has, `SET key token NX PX ms` or `... NX EX s` (in
     /// any case), read in one pass; `None` for anything else, including every error, which
-    /// [`Set::parse_general`] then words (from the cursor where it was: this one reads a copy).
+    /// [`Set::parse_general`] then words (the cursor is moved only for an answer).
     /// Where it answers, it answers as the general parser would (a test compares the two).
     #[inline]
     fn parse_lock(c: &mut Cursor<'_>) -> Option<Set> {
-        if c.remaining() != 5 {
-            return None;
-        }
-        let mut lock = c.clone();
-        let (key, token) = (lock.try_next_bytes()?, lock.try_next_bytes()?);
-        let ttl_ms = Set::lock_ttl(lock.try_next()?, lock.try_next()?, lock.try_next()?)?;
-        *c = lock;
+        let [_, _, nx, unit, n] = c.clone().exactly::<5>()?;
+        let ttl_ms = Set::lock_ttl(nx, unit, n)?;
+        let (key, token) = (c.try_next_bytes()?, c.try_next_bytes()?);
         Some(Set::Acquire { key, token, ttl_ms })
     }
 
@@ -236,13 +233,13 @@ impl Set {
         let mut options = c.clone();
         let opts = parse_set(c)?;
         if opts.cond.is_some() || !opts.nx {
-            let write = SetWrite {
+            let write = Box::new(SetWrite {
                 name,
                 key,
                 value,
                 options: options.rest_bytes(),
                 opts,
-            };
+            });
             return Ok(if write.opts.cond.is_some() {
                 Set::Conditional(write)
             } else {
@@ -284,7 +281,7 @@ impl Set {
             return Err(invalid());
         }
         let ms = expiry_ms(word, n, super::spec::unix_ms()).ok_or_else(invalid)?;
-        Ok(Set::Write(SetWrite {
+        Ok(Set::Write(Box::new(SetWrite {
             name: Bytes::from_static(b"SET"),
             key,
             value,
@@ -293,7 +290,7 @@ impl Set {
                 ttl_ms: Some(ms),
                 ..SetOptions::default()
             },
-        }))
+        })))
     }
 }
 
@@ -345,8 +342,8 @@ pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, set: Set) -> Action {
                 }
             }
         }
-        Set::Write(write) => super::keys::write(proxy, write),
-        Set::Conditional(write) => super::conditional::set(proxy, conn, write),
+        Set::Write(write) => super::keys::write(proxy, *write),
+        Set::Conditional(write) => super::conditional::set(proxy, conn, *write),
     }
 }
 
@@ -696,10 +693,7 @@ mod tests {
         ));
         assert!(matches!(
             parse(&args("SET k t XX PX 100"), 0),
-            Ok(Set::Write(SetWrite {
-                opts: SetOptions { xx: true, .. },
-                ..
-            }))
+            Ok(Set::Write(w)) if w.opts.xx
         ));
     }
 

@@ -354,12 +354,11 @@ pub struct Refused {
 impl<'a> Command<'a> {
     /// Looks the command up by name (any case) and checks its arity.
     pub fn parse(args: Args<'a>) -> Result<Command<'a>, Refused> {
-        let Some(spec) = args.get(0).and_then(lookup) else {
-            let mut words = args.iter();
-            let name = words.next().unwrap_or_default();
+        let name = args.get(0).unwrap_or_default();
+        let Some(spec) = lookup(name) else {
             return Err(Refused {
                 spec: None,
-                error: Error::unknown_command(name, words),
+                error: Error::unknown_command(name, args.iter().skip(1)),
             });
         };
         if !arity_ok(spec.arity, args.len()) {
