@@ -174,16 +174,20 @@ pub fn word<K: Copy>(arg: &[u8], words: &[(&[u8], K)]) -> Option<K> {
         .map(|&(_, k)| k)
 }
 
+/// A request of the words of `text` (split at each space), for tests.
+#[cfg(test)]
+pub(crate) fn words(text: &str) -> Args<'static> {
+    text.split(' ')
+        .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+        .collect::<Vec<_>>()
+        .into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn args(text: &str) -> Args<'static> {
-        text.split(' ')
-            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
-            .collect::<Vec<_>>()
-            .into()
-    }
+    use super::words as args;
 
     #[test]
     fn reads_in_order_with_redis_errors() {

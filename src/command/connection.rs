@@ -457,15 +457,8 @@ fn lease_patterns_of(proxy: &Proxy, conn: &mut Conn, user: Option<&[u8]>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::command::args::words as args;
     use crate::command::spec::Cmd;
-    use crate::wire::request::Args;
-
-    fn args(text: &str) -> Args<'static> {
-        text.split(' ')
-            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
-            .collect::<Vec<_>>()
-            .into()
-    }
 
     fn client(text: &str) -> Result<Client, String> {
         Client::parse(&mut Cursor::new(&args(text), Cmd::Client)).map_err(|e| e.text().into())

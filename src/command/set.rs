@@ -386,12 +386,7 @@ mod tests {
         Set::parse(&mut Cursor::new(a, Cmd::Set), default_ttl_ms)
     }
 
-    fn args(s: &str) -> Args<'static> {
-        s.split(' ')
-            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
-            .collect::<Vec<_>>()
-            .into()
-    }
+    use crate::command::args::words as args;
 
     #[test]
     fn set_options_in_any_order_and_case() {
