@@ -68,6 +68,12 @@ impl<'c> Cursor<'c> {
         Some(arg)
     }
 
+    /// Passes over the next `n` arguments (at most those left).
+    #[inline]
+    pub fn skip(&mut self, n: usize) {
+        self.at = (self.at + n).min(self.args.len().max(self.at));
+    }
+
     /// The next `N` arguments, when exactly `N` are left (read at once, for a command's usual
     /// shape).
     #[inline]
@@ -208,6 +214,11 @@ mod tests {
         assert_eq!(c.rest().count(), 0);
         let mut c = Cursor::new(&a, Cmd::Wait);
         assert_eq!(c.clone().exactly::<2>(), None);
+        let mut skipped = c.clone();
+        skipped.skip(2);
+        assert_eq!(skipped.exactly::<1>(), Some([&b"k"[..]]));
+        skipped.skip(5);
+        assert!(skipped.at_end());
         assert_eq!(c.exactly::<3>(), Some([&b"1"[..], b"x", b"k"]));
         assert!(c.at_end());
     }

@@ -197,7 +197,13 @@ impl Set {
     /// Where it answers, it answers as the general parser would (a test compares the two).
     #[inline]
     fn parse_lock(c: &mut Cursor<'_>) -> Option<Set> {
-        let [_, _, nx, unit, n] = c.clone().exactly::<5>()?;
+        if c.remaining() != 5 {
+            return None;
+        }
+        // The words after the key and the token first: the two are kept only for an answer.
+        let mut words = c.clone();
+        words.skip(2);
+        let [nx, unit, n] = words.exactly::<3>()?;
         let ttl_ms = Set::lock_ttl(nx, unit, n)?;
         let (key, token) = (c.try_next_bytes()?, c.try_next_bytes()?);
         Some(Set::Acquire { key, token, ttl_ms })
