@@ -20,6 +20,7 @@ use bytes::Bytes;
 use tokio::time::{Instant, sleep};
 
 use super::action::Action;
+use super::args::Cursor;
 use super::keys::{Gather, vote};
 use super::session::Conn;
 use crate::error::Error;
@@ -107,13 +108,25 @@ fn hex_float(text: &str) -> Option<f64> {
     Some(value)
 }
 
+/// `BLPOP key [key ...] timeout`, read.
+pub struct Blpop {
+    keys: Vec<Bytes>,
+    /// How long to wait, at most [`MAX_BLOCK`].
+    timeout: Duration,
+}
+
+impl Blpop {
+    /// Reads `BLPOP key [key ...] timeout`.
+    pub fn parse(c: &mut Cursor<'_>) -> Result<Blpop, Reply> {
+        let mut keys = c.rest_bytes();
+        let timeout = keys.pop().ok_or(Error::WrongArity("blpop"))?;
+        let timeout = parse_timeout(&timeout)?.unwrap_or(MAX_BLOCK).min(MAX_BLOCK);
+        Ok(Blpop { keys, timeout })
+    }
+}
+
 /// `BLPOP key [key ...] timeout`
-pub fn blpop(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
-    let timeout = match parse_timeout(&args[args.len() - 1]) {
-        Ok(t) => t.unwrap_or(MAX_BLOCK).min(MAX_BLOCK),
-        Err(e) => return e.into(),
-    };
-    let keys: Vec<Bytes> = args[1..args.len() - 1].to_vec();
+pub fn blpop(proxy: &Arc<Proxy>, conn: &mut Conn, Blpop { keys, timeout }: Blpop) -> Action {
     let proxy = proxy.clone();
     let gone = conn.gone_signal();
     Action::Later(Box::pin(async move {

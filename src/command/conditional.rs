@@ -27,7 +27,8 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::action::Action;
-use super::keys::{Cond, SetOptions, digest_arg, guard_px, no_quorum};
+use super::args::Cursor;
+use super::keys::{Cond, SetWrite, digest_arg, guard_px, no_quorum};
 use super::lease::Leased;
 use super::lock::agreed_error;
 use super::session::Conn;
@@ -116,7 +117,10 @@ struct Write {
 }
 
 /// `SET key value IFEQ|IFNE|IFDEQ|IFDNE arg [GET] [expiry]` (see the module docs).
-pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, opts: SetOptions) -> Action {
+pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, write: SetWrite) -> Action {
+    let SetWrite {
+        key, value, opts, ..
+    } = write;
     let Some(cond) = opts.cond else {
         return Reply::from(Error::Syntax).into();
     };
@@ -125,8 +129,8 @@ pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, opts: SetOptio
         return Reply::from(Error::TtlTooLong { ttl, max }).into();
     }
     let w = Write {
-        key: args[1].clone(),
-        value: args[2].clone(),
+        key,
+        value,
         cond,
         ttl_ms: opts.ttl_ms,
         keep_ttl: opts.keep_ttl,
@@ -454,22 +458,51 @@ fn delex_cond(word: &[u8], arg: &Bytes) -> Result<Cond, Error> {
     })
 }
 
-/// `DELEX key [IFEQ v | IFNE v | IFDEQ d | IFDNE d]` (see the module docs).
-pub fn delex(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
-    match args.len() {
-        2 => {
-            // `DEL` on the masters: they need not know `DELEX`.
-            let del = vec![Bytes::from_static(b"DEL"), args[1].clone()];
-            return super::keys::del(proxy, conn, del);
+/// `DELEX key [IFEQ v | IFNE v | IFDEQ d | IFDNE d]`, read.
+pub enum Delex {
+    /// `DELEX key`: a `DEL`.
+    Del(Bytes),
+    /// `DELEX key <condition>`
+    If {
+        /// The key.
+        key: Bytes,
+        /// The condition, with its argument.
+        cond: Cond,
+    },
+}
+
+impl Delex {
+    /// Reads `DELEX key [<word> <arg>]`: a syntax error for any other number of arguments or
+    /// another word, the digest error for a digest that is not 16 hexadecimal digits.
+    pub fn parse(c: &mut Cursor<'_>) -> Result<Delex, Error> {
+        let key = c.next_bytes()?;
+        if c.at_end() {
+            return Ok(Delex::Del(key));
         }
-        4 => {}
-        _ => return Reply::from(Error::Syntax).into(),
+        if c.remaining() != 2 {
+            return Err(Error::Syntax);
+        }
+        let word = c.next_arg()?;
+        let cond = delex_cond(word, &c.next_bytes()?)?;
+        Ok(Delex::If { key, cond })
     }
-    let key = args[1].clone();
-    match delex_cond(&args[2], &args[3]) {
-        Err(e) => Reply::from(e).into(),
-        Ok(Cond::Eq(token)) => super::lock::release(proxy, key, token),
-        Ok(cond) => {
+}
+
+/// `DELEX key [IFEQ v | IFNE v | IFDEQ d | IFDNE d]` (see the module docs).
+pub fn delex(proxy: &Arc<Proxy>, _: &mut Conn, delex: Delex) -> Action {
+    match delex {
+        // `DEL` on the masters: they need not know `DELEX`.
+        Delex::Del(key) => super::keys::forward(
+            proxy,
+            command(&[b"DEL", &key]),
+            &[key],
+            Box::new(|_, b| super::keys::quorum_floor(b)),
+        ),
+        Delex::If {
+            key,
+            cond: Cond::Eq(token),
+        } => super::lock::release(proxy, key, token),
+        Delex::If { key, cond } => {
             let keys = [key.clone()];
             super::action::in_turn(proxy, &keys, move |proxy| async move {
                 run_delex(&proxy, &key, &cond).await
@@ -478,9 +511,25 @@ pub fn delex(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
     }
 }
 
+/// `DELIFEQ key value` (Valkey 9.0), read.
+pub struct DelIfEq {
+    key: Bytes,
+    value: Bytes,
+}
+
+impl DelIfEq {
+    /// Reads `DELIFEQ key value`.
+    pub fn parse(c: &mut Cursor<'_>) -> Result<DelIfEq, Error> {
+        Ok(DelIfEq {
+            key: c.next_bytes()?,
+            value: c.next_bytes()?,
+        })
+    }
+}
+
 /// `DELIFEQ key value` (Valkey 9.0): the Redlock release, as `DELEX key IFEQ value`.
-pub fn delifeq(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
-    super::lock::release(proxy, args[1].clone(), args[2].clone())
+pub fn delifeq(proxy: &Arc<Proxy>, _: &mut Conn, d: DelIfEq) -> Action {
+    super::lock::release(proxy, d.key, d.value)
 }
 
 async fn run_delex(proxy: &Proxy, key: &Bytes, cond: &Cond) -> Reply {
@@ -543,14 +592,24 @@ fn deleted(ballots: &Ballots) -> Reply {
     Reply::from(Error::NoQuorumRelease)
 }
 
+/// `DIGEST key`: the key.
+pub struct Digest(Bytes);
+
+impl Digest {
+    /// Reads `DIGEST key`.
+    pub fn parse(c: &mut Cursor<'_>) -> Result<Digest, Error> {
+        c.next_bytes().map(Digest)
+    }
+}
+
 /// `DIGEST key`: the digest of the value a quorum of masters agree on; nil when none has a
 /// quorum (or the key is missing there); a quorum's error (`WRONGTYPE`) is passed on.
-pub fn digest(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
-    let get = command(&[b"GET", &args[1]]);
+pub fn digest(proxy: &Arc<Proxy>, _: &mut Conn, Digest(key): Digest) -> Action {
+    let get = command(&[b"GET", &key]);
     super::keys::forward(
         proxy,
         get,
-        &args[1..2],
+        &[key],
         Box::new(|_, b| match b.majority() {
             Some(Reply::Bulk(v)) => Reply::Bulk(digest_hex(digest_of(v))),
             Some(e) if e.is_error() => e.clone(),

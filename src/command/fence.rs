@@ -39,6 +39,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::action::Action;
+use super::args::Cursor;
 use super::session::Conn;
 use crate::error::Error;
 use crate::proxy::Proxy;
@@ -171,9 +172,24 @@ fn promise(r: &Option<Reply>) -> Promise {
     }
 }
 
+/// `REDLOCK.FENCE key token`, read.
+pub struct Fence {
+    key: Bytes,
+    token: Bytes,
+}
+
+impl Fence {
+    /// Reads `REDLOCK.FENCE key token`.
+    pub fn parse(c: &mut Cursor<'_>) -> Result<Fence, Error> {
+        Ok(Fence {
+            key: c.next_bytes()?,
+            token: c.next_bytes()?,
+        })
+    }
+}
+
 /// `REDLOCK.FENCE key token`
-pub fn fence(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
-    let (key, token) = (args[1].clone(), args[2].clone());
+pub fn fence(proxy: &Arc<Proxy>, _: &mut Conn, Fence { key, token }: Fence) -> Action {
     let turn = vec![key.clone()];
     super::action::in_turn(proxy, &turn, move |proxy| async move {
         if proxy.config().fence_single_master {

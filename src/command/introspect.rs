@@ -6,6 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::action::Action;
+use super::args::{Cursor, word};
 use super::session::Conn;
 use super::spec::{Spec, TABLE, lookup};
 use crate::counters::Counters;
@@ -53,27 +54,78 @@ fn docs(spec: &Spec) -> Reply {
     ])
 }
 
+/// `COMMAND [COUNT | LIST | INFO name... | DOCS [name...]]`, read.
+pub enum CommandQuery {
+    /// `COMMAND`, `COMMAND INFO`: the named rows (`None` for an unknown name), or all.
+    Info(Vec<Option<&'static Spec>>),
+    /// `COMMAND COUNT`
+    Count,
+    /// `COMMAND LIST [filter]`: the filter's words.
+    List(Vec<Bytes>),
+    /// `COMMAND DOCS [name...]`: the known rows among those named, or all.
+    Docs(Vec<&'static Spec>),
+    /// `COMMAND HELP`
+    Help,
+}
+
+impl CommandQuery {
+    /// Reads `COMMAND [subcommand ...]`, with Redis's errors for an unknown subcommand or one
+    /// given arguments it takes none of.
+    pub fn parse(c: &mut Cursor<'_>) -> Result<CommandQuery, Error> {
+        #[derive(Clone, Copy)]
+        enum Sub {
+            Count,
+            List,
+            Info,
+            Docs,
+            Help,
+        }
+        const SUBS: &[(&[u8], Sub)] = &[
+            (b"COUNT", Sub::Count),
+            (b"LIST", Sub::List),
+            (b"INFO", Sub::Info),
+            (b"DOCS", Sub::Docs),
+            (b"HELP", Sub::Help),
+        ];
+        let Some(sub) = c.try_next() else {
+            return Ok(CommandQuery::Info(TABLE.iter().map(Some).collect()));
+        };
+        let Some(which) = word(sub, SUBS) else {
+            return Err(Error::unknown_subcommand("command", sub));
+        };
+        let named = !c.at_end();
+        Ok(match which {
+            Sub::Count => {
+                c.finish_arity("command|count")?;
+                CommandQuery::Count
+            }
+            Sub::List => CommandQuery::List(c.rest_bytes()),
+            Sub::Info if named => CommandQuery::Info(c.rest().map(lookup).collect()),
+            Sub::Info => CommandQuery::Info(TABLE.iter().map(Some).collect()),
+            Sub::Docs if named => CommandQuery::Docs(c.rest().filter_map(lookup).collect()),
+            Sub::Docs => CommandQuery::Docs(TABLE.iter().collect()),
+            Sub::Help => {
+                c.finish_arity("command|help")?;
+                CommandQuery::Help
+            }
+        })
+    }
+}
+
 /// `COMMAND [COUNT | LIST | INFO name... | DOCS [name...]]`
-pub fn command(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
-    let Some(sub) = args.get(1) else {
-        return Reply::Array(TABLE.iter().map(describe).collect()).into();
-    };
-    let named = || args[2..].iter().map(|n| lookup(n));
-    match sub.to_ascii_uppercase().as_slice() {
-        b"COUNT" if args.len() == 2 => Reply::Integer(TABLE.len() as i64),
-        b"COUNT" => Reply::from(Error::WrongArity("command|count")),
-        b"LIST" => list(&args[2..]),
-        b"INFO" if args.len() == 2 => Reply::Array(TABLE.iter().map(describe).collect()),
-        b"INFO" => Reply::Array(
-            named()
+pub fn command(_: &Arc<Proxy>, _: &mut Conn, query: CommandQuery) -> Action {
+    match query {
+        CommandQuery::Count => Reply::Integer(TABLE.len() as i64),
+        CommandQuery::List(filter) => list(&filter),
+        CommandQuery::Info(rows) => Reply::Array(
+            rows.into_iter()
                 .map(|s| s.map(describe).unwrap_or(Reply::Nil))
                 .collect(),
         ),
-        b"DOCS" if args.len() == 2 => {
-            Reply::Map(TABLE.iter().map(|s| (bulk(s.name), docs(s))).collect())
+        CommandQuery::Docs(rows) => {
+            Reply::Map(rows.into_iter().map(|s| (bulk(s.name), docs(s))).collect())
         }
-        b"DOCS" => Reply::Map(named().flatten().map(|s| (bulk(s.name), docs(s))).collect()),
-        b"HELP" if args.len() == 2 => super::connection::help(&[
+        CommandQuery::Help => super::connection::help(&[
             "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
             "(no subcommand)",
             "    Return details about all commands.",
@@ -92,8 +144,6 @@ pub fn command(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
             "HELP",
             "    Print this help.",
         ]),
-        b"HELP" => Reply::from(Error::WrongArity("command|help")),
-        _ => Reply::from(Error::unknown_subcommand("command", sub)),
     }
     .into()
 }
@@ -157,12 +207,22 @@ fn bounded_pattern(pattern: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// `INFO [section ...]`, read: the sections asked for, in lower case.
+pub struct Info(Vec<String>);
+
+impl Info {
+    /// Reads `INFO [section ...]`.
+    pub fn parse(c: &mut Cursor<'_>) -> Info {
+        Info(
+            c.rest()
+                .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
+                .collect(),
+        )
+    }
+}
+
 /// `INFO [section ...]`: Redis's server and clients sections, plus `redlock`, the proxy's own.
-pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
-    let wanted: Vec<String> = args[1..]
-        .iter()
-        .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
-        .collect();
+pub fn info(proxy: &Arc<Proxy>, _: &mut Conn, Info(wanted): Info) -> Action {
     let all = wanted.is_empty()
         || wanted
             .iter()
@@ -287,19 +347,38 @@ fn quorum_available_in_ms(masters: &Masters) -> i64 {
     }
 }
 
-/// `CONFIG GET pattern...` answers an empty map: the proxy has no Redis parameters to show, and
-/// tools such as redis-benchmark only read them for display. Other subcommands are refused.
-pub fn config(_: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
-    match args[1].to_ascii_uppercase().as_slice() {
-        b"GET" if args.len() >= 3 => Reply::Map(Vec::new()),
-        b"GET" => Reply::from(Error::WrongArity("config|get")),
-        // Redis's own subcommands are refused by name; anything else is Redis's error.
-        sub @ (b"SET" | b"RESETSTAT" | b"REWRITE" | b"HELP") => Reply::from(
-            Error::ConfigUnsupported(String::from_utf8_lossy(sub).into_owned()),
-        ),
-        _ => Reply::from(Error::unknown_subcommand("config", &args[1])),
+/// `CONFIG GET pattern...`, the one subcommand served (others are refused as they are read).
+pub struct ConfigGet;
+
+impl ConfigGet {
+    /// Reads `CONFIG subcommand ...`: Redis's own subcommands other than `GET` are refused by
+    /// name; anything else is Redis's error.
+    pub fn parse(c: &mut Cursor<'_>) -> Result<ConfigGet, Error> {
+        const REFUSED: &[(&[u8], &str)] = &[
+            (b"SET", "SET"),
+            (b"RESETSTAT", "RESETSTAT"),
+            (b"REWRITE", "REWRITE"),
+            (b"HELP", "HELP"),
+        ];
+        let sub = c.next_arg()?;
+        if sub.eq_ignore_ascii_case(b"GET") {
+            return if c.at_end() {
+                Err(Error::WrongArity("config|get"))
+            } else {
+                Ok(ConfigGet)
+            };
+        }
+        match word(sub, REFUSED) {
+            Some(name) => Err(Error::ConfigUnsupported(name.to_owned())),
+            None => Err(Error::unknown_subcommand("config", sub)),
+        }
     }
-    .into()
+}
+
+/// `CONFIG GET pattern...` answers an empty map: the proxy has no Redis parameters to show, and
+/// tools such as redis-benchmark only read them for display.
+pub fn config(_: &Arc<Proxy>, _: &mut Conn, _: ConfigGet) -> Action {
+    Reply::Map(Vec::new()).into()
 }
 
 #[cfg(test)]

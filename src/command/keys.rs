@@ -31,15 +31,17 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::action::Action;
+use super::args::Cursor;
 use super::lock::take_back;
 use super::session::Conn;
-use super::spec::{Cmd, parse_int, unix_ms};
+use super::spec::{Cmd, unix_ms};
 use crate::config::LegacyDecision;
 use crate::error::Error;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask};
 use crate::wire::master::{command, eval};
 use crate::wire::reply::Reply;
+use crate::wire::resp;
 
 /// A rule that turns the masters' replies into one answer. It runs while the command's keys
 /// are still held, so clean-ups it queues reach each master before any later command on them.
@@ -101,9 +103,38 @@ pub fn decide(proxy: &Proxy, mut ballots: Ballots, rule: Rule) -> Reply {
 }
 
 /// The client's command, as it came.
-fn verbatim(args: &[Bytes]) -> Bytes {
-    let parts: Vec<&[u8]> = args.iter().map(|a| a.as_ref()).collect();
+fn verbatim(c: &Cursor<'_>) -> Bytes {
+    let parts: Vec<&[u8]> = c.whole().collect();
     command(&parts)
+}
+
+/// A key command sent on to every master as the client wrote it: `GET`, `EXISTS`, `DEL`,
+/// `UNLINK`, `TTL`, `PTTL`, `HGET`, `HEXISTS`, `HGETALL`, `LLEN`.
+pub struct Verbatim {
+    /// The command, encoded for the masters.
+    request: Bytes,
+    /// The keys it names (whose turn it takes).
+    keys: Vec<Bytes>,
+}
+
+impl Verbatim {
+    /// Reads `command key [argument ...]`: one key, then what the command takes after it.
+    pub fn one_key(c: &mut Cursor<'_>) -> Result<Verbatim, Error> {
+        let request = verbatim(c);
+        let key = c.next_bytes()?;
+        Ok(Verbatim {
+            request,
+            keys: vec![key],
+        })
+    }
+
+    /// Reads `command key [key ...]`: every argument a key.
+    pub fn all_keys(c: &mut Cursor<'_>) -> Verbatim {
+        Verbatim {
+            request: verbatim(c),
+            keys: c.rest_bytes(),
+        }
+    }
 }
 
 /// The largest integer that at least a quorum of masters reported (each master's reply counts
@@ -138,33 +169,23 @@ pub fn no_quorum() -> Reply {
 }
 
 /// `GET key`
-pub fn get(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+pub fn get(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
     forward(
         proxy,
-        verbatim(&args),
-        &args[1..2],
+        v.request,
+        &v.keys,
         Box::new(|_, b| b.majority().cloned().unwrap_or(Reply::Nil)),
     )
 }
 
 /// `EXISTS key [key ...]`
-pub fn exists(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
-    forward(
-        proxy,
-        verbatim(&args),
-        &args[1..],
-        Box::new(|_, b| quorum_floor(b)),
-    )
+pub fn exists(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
+    forward(proxy, v.request, &v.keys, Box::new(|_, b| quorum_floor(b)))
 }
 
 /// `DEL key [key ...]`: deleted on every master; answers how many keys a quorum deleted.
-pub fn del(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
-    forward(
-        proxy,
-        verbatim(&args),
-        &args[1..],
-        Box::new(|_, b| quorum_floor(b)),
-    )
+pub fn del(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
+    forward(proxy, v.request, &v.keys, Box::new(|_, b| quorum_floor(b)))
 }
 
 /// `PX <ms>` of the deadlock guard as text, or `None` when the guard is off.
@@ -173,17 +194,33 @@ pub(super) fn guard_px(proxy: &Proxy) -> Option<String> {
     (guard > 0).then(|| itoa::Buffer::new().format(guard).to_owned())
 }
 
+/// `SETNX key value`, read.
+pub struct SetNx {
+    key: Bytes,
+    value: Bytes,
+}
+
+impl SetNx {
+    /// Reads `SETNX key value`.
+    pub fn parse(c: &mut Cursor<'_>) -> Result<SetNx, Error> {
+        Ok(SetNx {
+            key: c.next_bytes()?,
+            value: c.next_bytes()?,
+        })
+    }
+}
+
 /// `SETNX key value`: 1 when a quorum of masters created the key; otherwise 0, and the value is
 /// deleted again wherever this `SETNX` may have written it (and only while it holds that value).
 /// It waits for every master's answer first: legacy values are timestamps, and two clients
 /// often write the same one, so a master that has not answered may hold the same value for the
 /// lock's real holder.
-pub fn setnx(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
-    let (key, value) = (args[1].clone(), args[2].clone());
+pub fn setnx(proxy: &Arc<Proxy>, _: &mut Conn, SetNx { key, value }: SetNx) -> Action {
     let request = match guard_px(proxy) {
         Some(ttl) => command(&[b"SET", &key, &value, b"NX", b"PX", ttl.as_bytes()]),
         None => command(&[b"SETNX", &key, &value]),
     };
+    let rule_key = key.clone();
     let rule = move |_: &Proxy, b: &Ballots| {
         let created = |r: &Reply| r.is_ok() || *r == Reply::Integer(1);
         if b.agree(created) {
@@ -192,7 +229,8 @@ pub fn setnx(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
         undo_write(b, &key, &value, created);
         b.majority_error().cloned().unwrap_or(Reply::Integer(0))
     };
-    forward_with(proxy, request, &args[1..2], Gather::All, Box::new(rule))
+    let keys = [rule_key];
+    forward_with(proxy, request, &keys, Gather::All, Box::new(rule))
 }
 
 /// Deletes `value` from `key` (only while the key still holds it) on every master that
@@ -224,18 +262,38 @@ pub(super) fn old_value(b: &Ballots, key: &Bytes, written: Bytes) -> Reply {
     Reply::Bulk(written)
 }
 
+/// `GETSET key value`, read.
+pub struct GetSet {
+    key: Bytes,
+    value: Bytes,
+    /// The command as the client wrote it.
+    verbatim: Bytes,
+}
+
+impl GetSet {
+    /// Reads `GETSET key value`.
+    pub fn parse(c: &mut Cursor<'_>) -> Result<GetSet, Error> {
+        Ok(GetSet {
+            verbatim: verbatim(c),
+            key: c.next_bytes()?,
+            value: c.next_bytes()?,
+        })
+    }
+}
+
 /// `GETSET key value`: written on every master (with the deadlock guard); answers the old
 /// value a quorum agree on, else the value just written (see `old_value`).
-pub fn getset(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+pub fn getset(proxy: &Arc<Proxy>, _: &mut Conn, g: GetSet) -> Action {
     let request = match guard_px(proxy) {
-        Some(ttl) => command(&[b"SET", &args[1], &args[2], b"PX", ttl.as_bytes(), b"GET"]),
-        None => verbatim(&args),
+        Some(ttl) => command(&[b"SET", &g.key, &g.value, b"PX", ttl.as_bytes(), b"GET"]),
+        None => g.verbatim,
     };
-    let (key, written) = (args[1].clone(), args[2].clone());
+    let (key, written) = (g.key, g.value);
+    let keys = [key.clone()];
     forward_with(
         proxy,
         request,
-        &args[1..2],
+        &keys,
         Gather::All,
         Box::new(move |_, b| old_value(b, &key, written)),
     )
@@ -247,10 +305,58 @@ pub(super) fn too_long(proxy: &Proxy, ms: i64) -> Option<Reply> {
     (ms > max as i64).then(|| Reply::from(Error::ExpiryTooLong { ms, max }))
 }
 
+/// `EXPIRE key seconds`, `PEXPIRE key ms`, `EXPIREAT key unix-s`, `PEXPIREAT key unix-ms`
+/// (with Redis 7's `NX|XX|GT|LT`), read.
+pub struct Expire {
+    /// The command's name as the client wrote it.
+    name: Bytes,
+    key: Bytes,
+    /// The time as written, and the options after it, sent on as they are.
+    time: Vec<Bytes>,
+    /// The expiry in ms from now.
+    ms: i64,
+}
+
+impl Expire {
+    /// Reads `cmd key time [NX|XX|GT|LT]`, with Redis's errors: a time that is no integer, or
+    /// seconds beyond milliseconds, or a relative expiry that is no time once added to the
+    /// clock.
+    pub fn parse(c: &mut Cursor<'_>, cmd: Cmd) -> Result<Expire, Error> {
+        let name = c.name_bytes();
+        let key = c.next_bytes()?;
+        let n = c.peek().and_then(resp::parse_int);
+        let time = c.rest_bytes();
+        let Some(n) = n else {
+            return Err(Error::NotAnInteger);
+        };
+        let now = unix_ms();
+        let ms = match cmd {
+            Cmd::Expire => n
+                .checked_mul(1000)
+                .filter(|ms| ms.checked_add(now).is_some()),
+            Cmd::Pexpire => n.checked_add(now).map(|_| n),
+            Cmd::Expireat => n.checked_mul(1000).map(|at| at.saturating_sub(now)),
+            _ => Some(n.saturating_sub(now)),
+        };
+        let ms = ms.ok_or(Error::InvalidExpire(cmd.spec().name))?;
+        Ok(Expire {
+            name,
+            key,
+            time,
+            ms,
+        })
+    }
+
+    /// The key it sets the expiry of.
+    pub fn key(&self) -> &Bytes {
+        &self.key
+    }
+}
+
 /// `EXPIRE key seconds`, `PEXPIRE key ms`, `EXPIREAT key unix-s`, `PEXPIREAT key unix-ms` (with
 /// Redis 7's `NX|XX|GT|LT`): on every master; answers 1 when a quorum set the expiry.
-pub fn expire(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>, cmd: Cmd) -> Action {
-    expire_where(proxy, args, cmd, None)
+pub fn expire(proxy: &Arc<Proxy>, _: &mut Conn, e: Expire) -> Action {
+    expire_where(proxy, e, None)
 }
 
 /// Runs the client's expiry command (`ARGV[2]`, its arguments from `ARGV[3]`) on `KEYS[1]` only
@@ -261,88 +367,59 @@ const EXPIRE_IF: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
 /// [`expire`], and with `holds` (`EXEC`'s watched value of the key) set on each master only
 /// while the key still holds that value, so a queued extension never reaches another holder's
 /// lock, even one written by another proxy after `EXEC`'s check.
-pub(super) fn expire_where(
-    proxy: &Arc<Proxy>,
-    args: Vec<Bytes>,
-    cmd: Cmd,
-    holds: Option<Bytes>,
-) -> Action {
-    let Some(n) = parse_int(&args[2]) else {
-        return Reply::from(Error::NotAnInteger).into();
-    };
-    // As Redis: seconds must fit in milliseconds, and a relative expiry must still be a time
-    // once added to the clock; beyond, an invalid expire time.
-    let now = unix_ms();
-    let ms = match cmd {
-        Cmd::Expire => n
-            .checked_mul(1000)
-            .filter(|ms| ms.checked_add(now).is_some()),
-        Cmd::Pexpire => n.checked_add(now).map(|_| n),
-        Cmd::Expireat => n.checked_mul(1000).map(|at| at.saturating_sub(now)),
-        _ => Some(n.saturating_sub(now)),
-    };
-    let Some(ms) = ms else {
-        return Reply::from(Error::InvalidExpire(cmd.spec().name)).into();
-    };
-    if let Some(e) = too_long(proxy, ms) {
+pub(super) fn expire_where(proxy: &Arc<Proxy>, e: Expire, holds: Option<Bytes>) -> Action {
+    if let Some(e) = too_long(proxy, e.ms) {
         return e.into();
     }
+    let time = e.time.iter().map(|a| a.as_ref());
     let request = match &holds {
-        None => verbatim(&args),
+        None => {
+            let parts: Vec<&[u8]> = [&e.name[..], &e.key].into_iter().chain(time).collect();
+            command(&parts)
+        }
         Some(value) => {
-            let mut argv: Vec<&[u8]> = vec![value, &args[0]];
-            argv.extend(args[2..].iter().map(|a| a.as_ref()));
-            eval(EXPIRE_IF, &args[1..2], &argv)
+            let argv: Vec<&[u8]> = [&value[..], &e.name].into_iter().chain(time).collect();
+            eval(EXPIRE_IF, std::slice::from_ref(&e.key), &argv)
         }
     };
     forward(
         proxy,
         request,
-        &args[1..2],
+        std::slice::from_ref(&e.key),
         Box::new(|_, b| quorum_floor(b)),
     )
 }
 
 /// `TTL key`, `PTTL key`: see [`ttl_floor`].
-pub fn ttl(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
-    forward(
-        proxy,
-        verbatim(&args),
-        &args[1..2],
-        Box::new(|_, b| ttl_floor(b)),
-    )
+pub fn ttl(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
+    forward(proxy, v.request, &v.keys, Box::new(|_, b| ttl_floor(b)))
 }
 
 /// `HGET key field`: the value a quorum agree on, else nil (as [`get`]). Lock libraries read
 /// a hash lock's holder this way (Redisson's `getHoldCount`).
-pub fn hget(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+pub fn hget(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
     forward(
         proxy,
-        verbatim(&args),
-        &args[1..2],
+        v.request,
+        &v.keys,
         Box::new(|_, b| b.majority().cloned().unwrap_or(Reply::Nil)),
     )
 }
 
 /// `HEXISTS key field`, `LLEN key`: the largest count a quorum of masters reach (see
 /// [`quorum_floor`]): a field "exists" only where a majority have it.
-pub fn count(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
-    forward(
-        proxy,
-        verbatim(&args),
-        &args[1..2],
-        Box::new(|_, b| quorum_floor(b)),
-    )
+pub fn count(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
+    forward(proxy, v.request, &v.keys, Box::new(|_, b| quorum_floor(b)))
 }
 
 /// `HGETALL key`: the hash a quorum of masters hold alike (a map in RESP3, a flat array in
 /// RESP2, as Redis answers); an empty one when no two agree, so nobody reads a lock as held
 /// that a majority does not hold.
-pub fn hgetall(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
+pub fn hgetall(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
     forward(
         proxy,
-        verbatim(&args),
-        &args[1..2],
+        v.request,
+        &v.keys,
         Box::new(|_, b| match b.majority() {
             Some(Reply::Array(flat)) => Reply::Map(
                 flat.chunks_exact(2)
@@ -402,20 +479,49 @@ pub enum Cond {
     DigestNe(u64),
 }
 
+/// A `SET` that writes without `NX` (or a conditional one): its parts, sent on as they are, and
+/// what its options mean.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SetWrite {
+    /// The command's name as sent (`SET`, in the client's case).
+    pub name: Bytes,
+    /// The key.
+    pub key: Bytes,
+    /// The value.
+    pub value: Bytes,
+    /// The options as written, sent on as they are.
+    pub options: Vec<Bytes>,
+    /// What they mean.
+    pub opts: SetOptions,
+}
+
 /// `SET key value [XX] [GET] [EX|PX|EXAT|PXAT|KEEPTTL]` (any `SET` without `NX`).
-pub fn write(proxy: &Arc<Proxy>, args: Vec<Bytes>, opts: SetOptions) -> Action {
+pub fn write(proxy: &Arc<Proxy>, w: SetWrite) -> Action {
+    let SetWrite {
+        name,
+        key,
+        value,
+        options,
+        opts,
+    } = w;
     if let Some(e) = opts.ttl_ms.and_then(|ms| too_long(proxy, ms)) {
         return e.into();
     }
-    let mut parts: Vec<&[u8]> = args.iter().map(|a| a.as_ref()).collect();
+    let options = options.iter().map(|a| a.as_ref());
+    let mut parts: Vec<&[u8]> = [&name[..], &key, &value]
+        .into_iter()
+        .chain(options.clone())
+        .collect();
     let guard = guard_px(proxy).filter(|_| opts.ttl_ms.is_none());
     let request = match &guard {
         // `KEEPTTL` keeps the key's TTL, and a new key has none: it gets the guard's, on each
         // master in the same step (a script), so no key is ever left without one.
         Some(ttl) if opts.keep_ttl => {
-            let mut argv: Vec<&[u8]> = vec![&args[2], ttl.as_bytes()];
-            argv.extend(args[3..].iter().map(|a| a.as_ref()));
-            eval(SET_KEEPTTL, &args[1..2], &argv)
+            let argv: Vec<&[u8]> = [&value[..], ttl.as_bytes()]
+                .into_iter()
+                .chain(options)
+                .collect();
+            eval(SET_KEEPTTL, std::slice::from_ref(&key), &argv)
         }
         Some(ttl) => {
             parts.extend([b"PX".as_slice(), ttl.as_bytes()]);
@@ -423,7 +529,8 @@ pub fn write(proxy: &Arc<Proxy>, args: Vec<Bytes>, opts: SetOptions) -> Action {
         }
         None => command(&parts),
     };
-    let (key, written) = (args[1].clone(), args[2].clone());
+    let keys = [key.clone()];
+    let written = value.clone();
     let rule = move |_: &Proxy, b: &Ballots| match b.majority() {
         Some(r) => r.clone(),
         None if opts.get => old_value(b, &key, written),
@@ -435,7 +542,7 @@ pub fn write(proxy: &Arc<Proxy>, args: Vec<Bytes>, opts: SetOptions) -> Action {
     } else {
         Gather::Outcome
     };
-    forward_with(proxy, request, &args[1..2], gather, Box::new(rule))
+    forward_with(proxy, request, &keys, gather, Box::new(rule))
 }
 
 #[cfg(test)]

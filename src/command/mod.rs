@@ -1,16 +1,19 @@
 //! Commands: from a request to an answer.
 //!
-//! A request is parsed once into a [`Command`] ([`spec`]: the table, the parser and each
+//! A request is looked up once into a [`Command`] ([`spec`]: the table, its arity and each
 //! command's keys); [`dispatch`] checks what applies to every command (login, the user's keys,
-//! subscriptions, transactions) from the command's type, then runs its handler. A handler
-//! returns an [`Action`]: an immediate reply for connection bookkeeping, or a future for
-//! anything that talks to the masters. Futures are created synchronously during dispatch, and
-//! they queue their requests to the masters in dispatch order, so pipelined commands reach
-//! every master in the client's order.
+//! subscriptions, transactions) from the command's type. Then `run` parses the arguments, once,
+//! through one [`args::Cursor`], into the command's own type (each family's types and parsers
+//! sit beside their handlers: `set::Set`, `keys::Expire`, `connection::Client`, ...), and hands
+//! that to the handler; no handler reads an argument by position. A handler returns an
+//! [`Action`]: an immediate reply for connection bookkeeping, or a future for anything that
+//! talks to the masters. Futures are created synchronously during dispatch, and they queue
+//! their requests to the masters in dispatch order, so pipelined commands reach every master in
+//! the client's order.
 //!
 //! The files, from the bottom up (each uses only those above it in this list):
-//! - [`spec`]: [`Cmd`], the table, [`Command`]. [`session`]: a client's state ([`Conn`]).
-//!   [`action`]: [`Action`] and the per-key turn.
+//! - [`spec`]: [`Cmd`], the table, [`Command`]. [`args`]: the argument cursor.
+//!   [`session`]: a client's state ([`Conn`]). [`action`]: [`Action`] and the per-key turn.
 //! - [`repair`]: quorum repair, a lock written back after a granted extension to the
 //!   trusted members that lacked it.
 //! - [`lock`]: the Redlock engine (acquire, extend, release, roll back).
@@ -19,9 +22,10 @@
 //!   [`hashlock`] (re-entrant hash locks); [`rwlock`] (read-write and fair locks); [`fence`]
 //!   (fencing tokens); [`script`] (`EVAL`, `EVALSHA`, `SCRIPT`); [`blocking`], [`pubsub`],
 //!   [`connection`], [`introspect`], [`transaction`].
-//! - this file: dispatch.
+//! - this file: dispatch, and the one place where a command is parsed.
 
 pub mod action;
+pub mod args;
 pub mod blocking;
 pub mod conditional;
 pub mod connection;
@@ -45,7 +49,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub use action::{Action, Later};
+use args::Cursor;
+use pubsub::Channels;
 use session::Conn;
+use set::Set;
 pub use spec::{Cmd, Command, Spec, TABLE, lookup};
 
 use crate::counters::Counters;
@@ -90,9 +97,11 @@ fn dispatch_args(proxy: &Arc<Proxy>, conn: &mut Conn, args: Args<'_>) -> Action 
     if !conn.resp3() && conn.subscribed() && !cmd.allowed_while_subscribed() {
         return Reply::from(Error::OnlySubscribe(command.spec().name)).into();
     }
+    let client_reply = cmd == Cmd::Client
+        && Cursor::new(command.args(), cmd)
+            .peek()
+            .is_some_and(|sub| sub.eq_ignore_ascii_case(b"reply"));
     let args = command.into_args();
-    let client_reply =
-        cmd == Cmd::Client && args.len() > 1 && args[1].eq_ignore_ascii_case(b"reply");
     if conn.in_multi() && (cmd.subscribes() || client_reply) {
         // Several replies to one command cannot sit inside EXEC's array (Redis 7.2 refuses
         // these in a transaction too), nor can a reply switched off halfway through it.
@@ -102,63 +111,91 @@ fn dispatch_args(proxy: &Arc<Proxy>, conn: &mut Conn, args: Args<'_>) -> Action 
     if conn.in_multi() && !cmd.runs_at_once() {
         return transaction::queue(proxy, conn, args.into_vec());
     }
-    run(proxy, conn, cmd, args)
+    run(proxy, conn, cmd, &mut Cursor::new(&args, cmd))
 }
 
-/// Runs a checked command's handler.
-fn run(proxy: &Arc<Proxy>, conn: &mut Conn, cmd: Cmd, args: Args<'_>) -> Action {
+/// Runs `handler` on what a parser read, or answers the parser's error.
+#[inline(always)]
+fn then<T, E: Into<Reply>>(parsed: Result<T, E>, handler: impl FnOnce(T) -> Action) -> Action {
+    match parsed {
+        Ok(command) => handler(command),
+        Err(refused) => refused.into().into(),
+    }
+}
+
+/// Parses a checked command into its handler's type (each family's parsers sit beside their
+/// handlers), then runs the handler; an argument the parser refuses is the reply. This is the
+/// one place a command's arguments are read.
+#[inline]
+fn run(proxy: &Arc<Proxy>, conn: &mut Conn, cmd: Cmd, c: &mut Cursor<'_>) -> Action {
+    use connection::{Auth, Client, Echo, Hello, Ping, Select, Wait};
+    use keys::{Expire, GetSet, SetNx, Verbatim};
     match cmd {
-        Cmd::Ping => connection::ping(proxy, conn, args.into_vec()),
-        Cmd::Echo => connection::echo(proxy, conn, args.into_vec()),
-        Cmd::Wait => connection::wait(proxy, conn, args.into_vec()),
-        Cmd::Hello => connection::hello(proxy, conn, args.into_vec()),
-        Cmd::Auth => connection::auth(proxy, conn, args.into_vec()),
-        Cmd::Select => connection::select(proxy, conn, args.into_vec()),
-        Cmd::Client => connection::client(proxy, conn, args.into_vec()),
-        Cmd::Quit => connection::quit(proxy, conn, args.into_vec()),
-        Cmd::Reset => connection::reset(proxy, conn, args.into_vec()),
-        Cmd::Command => introspect::command(proxy, conn, args.into_vec()),
-        Cmd::Info => introspect::info(proxy, conn, args.into_vec()),
-        Cmd::Config => introspect::config(proxy, conn, args.into_vec()),
-        Cmd::Set => set::set(proxy, conn, args),
-        Cmd::Get => keys::get(proxy, conn, args.into_vec()),
-        Cmd::Exists => keys::exists(proxy, conn, args.into_vec()),
-        Cmd::Setnx => keys::setnx(proxy, conn, args.into_vec()),
-        Cmd::Getset => keys::getset(proxy, conn, args.into_vec()),
-        Cmd::Del => keys::del(proxy, conn, args.into_vec()),
-        Cmd::Unlink => keys::del(proxy, conn, args.into_vec()),
-        Cmd::Setex => set::setex(proxy, conn, args.into_vec(), cmd),
-        Cmd::Psetex => set::setex(proxy, conn, args.into_vec(), cmd),
-        Cmd::Expire => keys::expire(proxy, conn, args.into_vec(), cmd),
-        Cmd::Pexpire => keys::expire(proxy, conn, args.into_vec(), cmd),
-        Cmd::Pexpireat => keys::expire(proxy, conn, args.into_vec(), cmd),
-        Cmd::Expireat => keys::expire(proxy, conn, args.into_vec(), cmd),
-        Cmd::Ttl => keys::ttl(proxy, conn, args.into_vec()),
-        Cmd::Hget => keys::hget(proxy, conn, args.into_vec()),
-        Cmd::Hexists => keys::count(proxy, conn, args.into_vec()),
-        Cmd::Hgetall => keys::hgetall(proxy, conn, args.into_vec()),
-        Cmd::Llen => keys::count(proxy, conn, args.into_vec()),
-        Cmd::Blpop => blocking::blpop(proxy, conn, args.into_vec()),
-        Cmd::Pttl => keys::ttl(proxy, conn, args.into_vec()),
-        Cmd::Watch => transaction::watch(proxy, conn, args.into_vec()),
-        Cmd::Unwatch => transaction::unwatch(proxy, conn, args.into_vec()),
-        Cmd::Multi => transaction::multi(proxy, conn, args.into_vec()),
-        Cmd::Exec => transaction::exec(proxy, conn, args.into_vec(), dispatch_owned),
-        Cmd::Discard => transaction::discard(proxy, conn, args.into_vec()),
-        Cmd::Eval => script::eval(proxy, conn, args.into_vec()),
-        Cmd::Evalsha => script::evalsha(proxy, conn, args.into_vec()),
-        Cmd::Script => script::script(proxy, conn, args.into_vec()),
-        Cmd::RedlockFence => fence::fence(proxy, conn, args.into_vec()),
-        Cmd::Subscribe => pubsub::sub(proxy, conn, args.into_vec()),
-        Cmd::Psubscribe => pubsub::psub(proxy, conn, args.into_vec()),
-        Cmd::Ssubscribe => pubsub::ssub(proxy, conn, args.into_vec()),
-        Cmd::Unsubscribe => pubsub::unsub(proxy, conn, args.into_vec()),
-        Cmd::Punsubscribe => pubsub::punsub(proxy, conn, args.into_vec()),
-        Cmd::Sunsubscribe => pubsub::sunsub(proxy, conn, args.into_vec()),
-        Cmd::Publish => pubsub::publish(proxy, conn, args.into_vec(), cmd),
-        Cmd::Spublish => pubsub::publish(proxy, conn, args.into_vec(), cmd),
-        Cmd::Delex => conditional::delex(proxy, conn, args.into_vec()),
-        Cmd::Delifeq => conditional::delifeq(proxy, conn, args.into_vec()),
-        Cmd::Digest => conditional::digest(proxy, conn, args.into_vec()),
+        Cmd::Set => then(Set::parse(c, proxy.config().default_ttl_ms), |x| {
+            set::set(proxy, conn, x)
+        }),
+        Cmd::Ping => connection::ping(proxy, conn, Ping::parse(c)),
+        Cmd::Echo => then(Echo::parse(c), |x| connection::echo(proxy, conn, x)),
+        Cmd::Wait => then(Wait::parse(c), |x| connection::wait(proxy, conn, x)),
+        Cmd::Hello => then(Hello::parse(c), |x| connection::hello(proxy, conn, x)),
+        Cmd::Auth => then(Auth::parse(c), |x| connection::auth(proxy, conn, x)),
+        Cmd::Select => then(Select::parse(c), |x| connection::select(proxy, conn, x)),
+        Cmd::Client => then(Client::parse(c), |x| connection::client(proxy, conn, x)),
+        Cmd::Quit => connection::quit(proxy, conn),
+        Cmd::Reset => connection::reset(proxy, conn),
+        Cmd::Command => then(introspect::CommandQuery::parse(c), |x| {
+            introspect::command(proxy, conn, x)
+        }),
+        Cmd::Info => introspect::info(proxy, conn, introspect::Info::parse(c)),
+        Cmd::Config => then(introspect::ConfigGet::parse(c), |x| {
+            introspect::config(proxy, conn, x)
+        }),
+        Cmd::Get => then(Verbatim::one_key(c), |x| keys::get(proxy, conn, x)),
+        Cmd::Exists => keys::exists(proxy, conn, Verbatim::all_keys(c)),
+        Cmd::Setnx => then(SetNx::parse(c), |x| keys::setnx(proxy, conn, x)),
+        Cmd::Getset => then(GetSet::parse(c), |x| keys::getset(proxy, conn, x)),
+        Cmd::Del | Cmd::Unlink => keys::del(proxy, conn, Verbatim::all_keys(c)),
+        Cmd::Setex | Cmd::Psetex => then(Set::parse_setex(c, cmd), |x| set::set(proxy, conn, x)),
+        Cmd::Expire | Cmd::Pexpire | Cmd::Pexpireat | Cmd::Expireat => {
+            then(Expire::parse(c, cmd), |x| keys::expire(proxy, conn, x))
+        }
+        Cmd::Ttl | Cmd::Pttl => then(Verbatim::one_key(c), |x| keys::ttl(proxy, conn, x)),
+        Cmd::Hget => then(Verbatim::one_key(c), |x| keys::hget(proxy, conn, x)),
+        Cmd::Hexists | Cmd::Llen => then(Verbatim::one_key(c), |x| keys::count(proxy, conn, x)),
+        Cmd::Hgetall => then(Verbatim::one_key(c), |x| keys::hgetall(proxy, conn, x)),
+        Cmd::Blpop => then(blocking::Blpop::parse(c), |x| {
+            blocking::blpop(proxy, conn, x)
+        }),
+        Cmd::Watch => transaction::watch(proxy, conn, transaction::Watch::parse(c)),
+        Cmd::Unwatch => transaction::unwatch(proxy, conn),
+        Cmd::Multi => transaction::multi(proxy, conn),
+        Cmd::Exec => transaction::exec(proxy, conn, dispatch_owned),
+        Cmd::Discard => transaction::discard(proxy, conn),
+        Cmd::Eval => then(script::Eval::parse(c), |x| script::eval(proxy, conn, x)),
+        Cmd::Evalsha => then(script::EvalSha::parse(c), |x| {
+            script::evalsha(proxy, conn, x)
+        }),
+        Cmd::Script => then(script::ScriptCommand::parse(c), |x| {
+            script::script(proxy, conn, x)
+        }),
+        Cmd::RedlockFence => then(fence::Fence::parse(c), |x| fence::fence(proxy, conn, x)),
+        Cmd::Subscribe => pubsub::sub(proxy, conn, Channels::parse(c)),
+        Cmd::Psubscribe => pubsub::psub(proxy, conn, Channels::parse(c)),
+        Cmd::Ssubscribe => pubsub::ssub(proxy, conn, Channels::parse(c)),
+        Cmd::Unsubscribe => pubsub::unsub(proxy, conn, Channels::parse(c)),
+        Cmd::Punsubscribe => pubsub::punsub(proxy, conn, Channels::parse(c)),
+        Cmd::Sunsubscribe => pubsub::sunsub(proxy, conn, Channels::parse(c)),
+        Cmd::Publish | Cmd::Spublish => then(pubsub::Publish::parse(c, cmd), |x| {
+            pubsub::publish(proxy, conn, x)
+        }),
+        Cmd::Delex => then(conditional::Delex::parse(c), |x| {
+            conditional::delex(proxy, conn, x)
+        }),
+        Cmd::Delifeq => then(conditional::DelIfEq::parse(c), |x| {
+            conditional::delifeq(proxy, conn, x)
+        }),
+        Cmd::Digest => then(conditional::Digest::parse(c), |x| {
+            conditional::digest(proxy, conn, x)
+        }),
     }
 }

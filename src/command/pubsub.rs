@@ -17,6 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::action::Action;
+use super::args::Cursor;
 use super::keys::{Gather, vote};
 use super::session::Conn;
 use super::spec::Cmd;
@@ -56,12 +57,21 @@ fn may_subscribe(conn: &Conn, kind: Kind, names: &[Bytes]) -> bool {
     })
 }
 
-fn subscribe(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, kind: Kind) -> Action {
-    if !may_subscribe(conn, kind, &args[1..]) {
+/// The channels (or patterns) a subscribe or unsubscribe command names, read.
+pub struct Channels(Vec<Bytes>);
+
+impl Channels {
+    /// Reads `command [name ...]`.
+    pub fn parse(c: &mut Cursor<'_>) -> Channels {
+        Channels(c.rest_bytes())
+    }
+}
+
+fn subscribe(proxy: &Arc<Proxy>, conn: &mut Conn, Channels(names): Channels, kind: Kind) -> Action {
+    if !may_subscribe(conn, kind, &names) {
         return Reply::from(Error::NoPermChannels).into();
     }
     let subs = conn.subscribe_with(proxy.hub());
-    let names: Vec<Bytes> = args[1..].to_vec();
     let replies: Vec<Reply> = names
         .iter()
         .map(|n| confirmation(kind, true, Some(n.clone()), subs.add(kind, n)))
@@ -74,14 +84,14 @@ fn subscribe(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, kind: Kind) 
     }))
 }
 
-fn unsubscribe(conn: &mut Conn, args: Vec<Bytes>, kind: Kind) -> Action {
+fn unsubscribe(conn: &mut Conn, Channels(names): Channels, kind: Kind) -> Action {
     let Some(subs) = conn.subs().cloned() else {
         return confirmation(kind, false, None, 0).into();
     };
-    let names = if args.len() > 1 {
-        args[1..].to_vec()
-    } else {
+    let names = if names.is_empty() {
         subs.list(kind)
+    } else {
+        names
     };
     if names.is_empty() {
         return confirmation(kind, false, None, subs.count(kind)).into();
@@ -111,46 +121,61 @@ pub fn may_publish(conn: &Conn, channel: &[u8]) -> Result<(), Error> {
 }
 
 /// `SUBSCRIBE channel [channel ...]`
-pub fn sub(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
-    subscribe(proxy, conn, args, Kind::Channel)
+pub fn sub(proxy: &Arc<Proxy>, conn: &mut Conn, names: Channels) -> Action {
+    subscribe(proxy, conn, names, Kind::Channel)
 }
 
 /// `PSUBSCRIBE pattern [pattern ...]`
-pub fn psub(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
-    subscribe(proxy, conn, args, Kind::Pattern)
+pub fn psub(proxy: &Arc<Proxy>, conn: &mut Conn, names: Channels) -> Action {
+    subscribe(proxy, conn, names, Kind::Pattern)
 }
 
 /// `SSUBSCRIBE shardchannel [shardchannel ...]`
-pub fn ssub(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
-    subscribe(proxy, conn, args, Kind::Shard)
+pub fn ssub(proxy: &Arc<Proxy>, conn: &mut Conn, names: Channels) -> Action {
+    subscribe(proxy, conn, names, Kind::Shard)
 }
 
 /// `UNSUBSCRIBE [channel ...]`
-pub fn unsub(_: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
-    unsubscribe(conn, args, Kind::Channel)
+pub fn unsub(_: &Arc<Proxy>, conn: &mut Conn, names: Channels) -> Action {
+    unsubscribe(conn, names, Kind::Channel)
 }
 
 /// `PUNSUBSCRIBE [pattern ...]`
-pub fn punsub(_: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
-    unsubscribe(conn, args, Kind::Pattern)
+pub fn punsub(_: &Arc<Proxy>, conn: &mut Conn, names: Channels) -> Action {
+    unsubscribe(conn, names, Kind::Pattern)
 }
 
 /// `SUNSUBSCRIBE [shardchannel ...]`
-pub fn sunsub(_: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
-    unsubscribe(conn, args, Kind::Shard)
+pub fn sunsub(_: &Arc<Proxy>, conn: &mut Conn, names: Channels) -> Action {
+    unsubscribe(conn, names, Kind::Shard)
+}
+
+/// `PUBLISH channel message`, `SPUBLISH shardchannel message`, read.
+pub struct Publish {
+    /// `SPUBLISH`
+    shard: bool,
+    channel: Bytes,
+    message: Bytes,
+}
+
+impl Publish {
+    /// Reads `PUBLISH channel message` or `SPUBLISH shardchannel message` (`cmd`).
+    pub fn parse(c: &mut Cursor<'_>, cmd: Cmd) -> Result<Publish, Error> {
+        Ok(Publish {
+            shard: cmd == Cmd::Spublish,
+            channel: c.next_bytes()?,
+            message: c.next_bytes()?,
+        })
+    }
 }
 
 /// `PUBLISH channel message`, `SPUBLISH shardchannel message`
-pub fn publish(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, cmd: Cmd) -> Action {
-    if let Err(e) = may_publish(conn, &args[1]) {
+pub fn publish(proxy: &Arc<Proxy>, conn: &mut Conn, p: Publish) -> Action {
+    if let Err(e) = may_publish(conn, &p.channel) {
         return Reply::from(e).into();
     }
-    let name: &[u8] = if cmd == Cmd::Spublish {
-        b"SPUBLISH"
-    } else {
-        b"PUBLISH"
-    };
-    let request = command(&[name, &args[1], &args[2]]);
+    let name: &[u8] = if p.shard { b"SPUBLISH" } else { b"PUBLISH" };
+    let request = command(&[name, &p.channel, &p.message]);
     let proxy = proxy.clone();
     Action::Later(Box::pin(async move {
         let ballots = vote(&proxy, request, Gather::Outcome).await;

@@ -43,7 +43,6 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use super::action::Action;
-use super::spec::parse_int;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::keylock::Held;
@@ -52,6 +51,7 @@ use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Masters, Request, ask, ask_timed, validity};
 use crate::wire::master::{command, eval};
 use crate::wire::reply::Reply;
+use crate::wire::resp::parse_int;
 
 /// Undoes one hold of the caller's field `ARGV[1]` in the lock `KEYS[1]` (a refused
 /// acquisition's partial grant): one count less; at zero the field goes, with the read hold's

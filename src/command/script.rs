@@ -18,12 +18,12 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::action::Action;
+use super::args::{Cursor, word};
 use super::hashlock::{HashLockOp, Publication};
-use super::keys::{Cond, SetOptions};
+use super::keys::{Cond, SetOptions, SetWrite};
 use super::lease::Leased;
 use super::lock::{LockOp, Publish, Wake};
 use super::session::Conn;
-use super::spec::parse_int;
 use crate::config::UnknownScripts;
 use crate::error::Error;
 use crate::lockop::{
@@ -35,52 +35,100 @@ use crate::quorum::{Request, ask};
 use crate::scripts::{Meaning, Script};
 use crate::wire::master::command;
 use crate::wire::reply::Reply;
+use crate::wire::resp::parse_int;
+
+/// A script's call: `numkeys key... arg...`, read.
+pub struct Call {
+    /// `numkeys` as written.
+    numkeys: Bytes,
+    keys: Vec<Bytes>,
+    argv: Vec<Bytes>,
+}
+
+impl Call {
+    /// Reads `numkeys key... arg...`, with Redis's errors for a `numkeys` that is no integer,
+    /// is negative, or names more keys than there are arguments.
+    fn parse(c: &mut Cursor<'_>) -> Result<Call, Reply> {
+        let numkeys = c.next_bytes()?;
+        let n = parse_int(&numkeys).ok_or(Error::NotAnInteger)?;
+        if n < 0 {
+            return Err(Reply::from(Error::NegativeKeyCount));
+        }
+        if n as usize > c.remaining() {
+            return Err(Reply::from(Error::KeyCountBeyondArgs));
+        }
+        let mut keys = c.rest_bytes();
+        let argv = keys.split_off(n as usize);
+        Ok(Call {
+            numkeys,
+            keys,
+            argv,
+        })
+    }
+}
+
+/// `EVAL script numkeys [key ...] [arg ...]`, read: the script, and its call (or what is
+/// wrong with it, answered once the script is cached, as it always has been).
+pub struct Eval {
+    body: Bytes,
+    call: Result<Call, Reply>,
+}
+
+impl Eval {
+    /// Reads `EVAL script numkeys [key ...] [arg ...]`.
+    pub fn parse(c: &mut Cursor<'_>) -> Result<Eval, Error> {
+        let body = c.next_bytes()?;
+        Ok(Eval {
+            body,
+            call: Call::parse(c),
+        })
+    }
+}
 
 /// `EVAL script numkeys [key ...] [arg ...]`
-pub fn eval(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
+pub fn eval(proxy: &Arc<Proxy>, conn: &mut Conn, Eval { body, call }: Eval) -> Action {
     let script = proxy
         .scripts()
-        .insert(args[1].clone())
-        .unwrap_or_else(|| Arc::new(proxy.scripts().script(args[1].clone())));
-    run(proxy, conn, &script, args)
+        .insert(body.clone())
+        .unwrap_or_else(|| Arc::new(proxy.scripts().script(body)));
+    match call {
+        Ok(call) => run(proxy, conn, &script, call),
+        Err(e) => e.into(),
+    }
 }
 
-/// `EVALSHA sha1 numkeys [key ...] [arg ...]`
-pub fn evalsha(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
-    let noscript = || Reply::from(Error::NoScript).into();
-    // In Redis's order: a SHA1 of the wrong length cannot match, then `numkeys` is checked,
-    // then the script is looked up.
-    if args[1].len() != 40 {
-        return noscript();
+/// `EVALSHA sha1 numkeys [key ...] [arg ...]`, read.
+pub struct EvalSha {
+    sha: String,
+    call: Call,
+}
+
+impl EvalSha {
+    /// Reads `EVALSHA sha1 numkeys [key ...] [arg ...]` in Redis's order: a SHA1 of the wrong
+    /// length cannot match (`NOSCRIPT`), then `numkeys` is checked.
+    pub fn parse(c: &mut Cursor<'_>) -> Result<EvalSha, Reply> {
+        let sha = c.next_arg()?;
+        if sha.len() != 40 {
+            return Err(Reply::from(Error::NoScript));
+        }
+        let sha = String::from_utf8_lossy(sha).into_owned();
+        Ok(EvalSha {
+            sha,
+            call: Call::parse(c)?,
+        })
     }
-    if let Err(e) = split_keys(&args) {
-        return e.into();
-    }
-    let sha = String::from_utf8_lossy(&args[1]);
+}
+
+/// `EVALSHA sha1 numkeys [key ...] [arg ...]`: the script is looked up last.
+pub fn evalsha(proxy: &Arc<Proxy>, conn: &mut Conn, EvalSha { sha, call }: EvalSha) -> Action {
     match proxy.scripts().get(&sha) {
-        Some(script) => run(proxy, conn, &script, args),
-        None => noscript(),
+        Some(script) => run(proxy, conn, &script, call),
+        None => Reply::from(Error::NoScript).into(),
     }
 }
 
-/// Splits `numkeys key... arg...` (from `args[2]` on) into keys and arguments.
-fn split_keys(args: &[Bytes]) -> Result<(&[Bytes], &[Bytes]), Reply> {
-    let n = parse_int(&args[2]).ok_or_else(|| Reply::from(Error::NotAnInteger))?;
-    if n < 0 {
-        return Err(Reply::from(Error::NegativeKeyCount));
-    }
-    let rest = &args[3..];
-    if n as usize > rest.len() {
-        return Err(Reply::from(Error::KeyCountBeyondArgs));
-    }
-    Ok(rest.split_at(n as usize))
-}
-
-fn run(proxy: &Arc<Proxy>, conn: &mut Conn, script: &Script, args: Vec<Bytes>) -> Action {
-    let (keys, argv) = match split_keys(&args) {
-        Ok(split) => split,
-        Err(e) => return e.into(),
-    };
+fn run(proxy: &Arc<Proxy>, conn: &mut Conn, script: &Script, call: Call) -> Action {
+    let (keys, argv) = (&call.keys[..], &call.argv[..]);
     match &script.meaning {
         Meaning::Lock(lock) => match bind(lock, keys, argv) {
             Some(Ok(op)) => {
@@ -133,7 +181,7 @@ fn run(proxy: &Arc<Proxy>, conn: &mut Conn, script: &Script, args: Vec<Bytes>) -
         }
         Meaning::Unknown => {}
     }
-    unknown(proxy, script, keys, &args)
+    unknown(proxy, script, &call)
 }
 
 /// Whether a recognised script may publish on `channel` for the connection's user: never on
@@ -174,11 +222,16 @@ fn run_unless(
     let Some(ms) = ms.filter(|ms| *ms > 0) else {
         return Some(Reply::from(Error::InvalidExpire("set")).into());
     };
-    let args = vec![Bytes::from_static(b"SET"), key, w.value.clone()];
-    let opts = SetOptions {
-        ttl_ms: Some(ms),
-        cond: Some(Cond::Ne(w.value.clone())),
-        ..SetOptions::default()
+    let write = SetWrite {
+        name: Bytes::from_static(b"SET"),
+        key,
+        value: w.value.clone(),
+        options: Vec::new(),
+        opts: SetOptions {
+            ttl_ms: Some(ms),
+            cond: Some(Cond::Ne(w.value.clone())),
+            ..SetOptions::default()
+        },
     };
     let (ok, no) = (w.ok, w.no);
     let answer = move |r: Reply| {
@@ -190,7 +243,7 @@ fn run_unless(
             r
         }
     };
-    Some(match super::conditional::set(proxy, conn, args, opts) {
+    Some(match super::conditional::set(proxy, conn, write) {
         Action::Reply(r) => Action::Reply(answer(r)),
         Action::Later(later) => Action::Later(Box::pin(later.map(answer))),
         close @ Action::Close(_) => close,
@@ -219,18 +272,19 @@ fn run_plain(
     let Some(ms) = ms.filter(|ms| *ms > 0) else {
         return Some(Reply::from(Error::InvalidExpire("set")).into());
     };
-    let args = vec![
-        Bytes::from_static(b"SET"),
-        key,
-        value,
-        Bytes::from_static(word),
-        ttl,
-    ];
-    let opts = SetOptions {
-        ttl_ms: Some(ms),
-        ..SetOptions::default()
-    };
-    Some(super::keys::write(proxy, args, opts))
+    Some(super::keys::write(
+        proxy,
+        SetWrite {
+            name: Bytes::from_static(b"SET"),
+            key,
+            value,
+            options: vec![Bytes::from_static(word), ttl],
+            opts: SetOptions {
+                ttl_ms: Some(ms),
+                ..SetOptions::default()
+            },
+        },
+    ))
 }
 
 /// Runs a lock script's operation, with a lease when it acquires keys the connection leases.
@@ -519,18 +573,17 @@ fn bind_hash(
 }
 
 /// Runs a script the proxy does not understand on every master, by the configured policy.
-fn unknown(proxy: &Arc<Proxy>, script: &Script, keys: &[Bytes], args: &[Bytes]) -> Action {
+fn unknown(proxy: &Arc<Proxy>, script: &Script, call: &Call) -> Action {
     if proxy.config().unknown_scripts == UnknownScripts::Reject {
         let sha = script.sha.clone();
         let why = script.refused.clone();
         return Reply::from(Error::UnknownScript { sha, why }).into();
     }
-    let mut parts: Vec<&[u8]> = Vec::with_capacity(args.len());
-    parts.push(b"EVAL");
-    parts.push(&script.body);
-    parts.extend(args[2..].iter().map(|a| a.as_ref()));
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(3 + call.keys.len() + call.argv.len());
+    parts.extend([&b"EVAL"[..], &script.body, &call.numkeys]);
+    parts.extend(call.keys.iter().chain(&call.argv).map(|a| a.as_ref()));
     let req = command(&parts);
-    super::action::in_turn(proxy, keys, move |proxy| async move {
+    super::action::in_turn(proxy, &call.keys, move |proxy| async move {
         let ballots = ask(
             &proxy.masters(),
             Request::Same(req),
@@ -546,47 +599,96 @@ fn unknown(proxy: &Arc<Proxy>, script: &Script, keys: &[Bytes], args: &[Bytes]) 
     })
 }
 
-/// `SCRIPT LOAD | EXISTS | FLUSH | KILL | HELP` on the proxy's cache.
-pub fn script(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
-    let sub = args[1].to_ascii_uppercase();
-    match sub.as_slice() {
-        b"LOAD" if args.len() == 3 => match proxy.scripts().insert(args[2].clone()) {
-            Some(s) => Reply::Bulk(Bytes::from(s.sha.clone())),
-            None => Reply::from(Error::ScriptTooLarge {
-                len: args[2].len(),
-                max: proxy.config().script_cache_bytes,
-            }),
-        },
-        b"LOAD" => Reply::from(Error::WrongArity("script|load")),
-        b"EXISTS" if args.len() >= 3 => Reply::Array(
-            args[2..]
-                .iter()
-                .map(|sha| {
-                    Reply::Integer(i64::from(
-                        proxy.scripts().get(&String::from_utf8_lossy(sha)).is_some(),
-                    ))
-                })
-                .collect(),
-        ),
-        b"EXISTS" => Reply::from(Error::WrongArity("script|exists")),
-        b"FLUSH" => {
+/// `SCRIPT LOAD | EXISTS | FLUSH | KILL | HELP`, read.
+pub enum ScriptCommand {
+    /// `SCRIPT LOAD script`
+    Load(Bytes),
+    /// `SCRIPT EXISTS sha1 [sha1 ...]`
+    Exists(Vec<String>),
+    /// `SCRIPT FLUSH [ASYNC|SYNC]`
+    Flush,
+    /// `SCRIPT KILL`
+    Kill,
+    /// `SCRIPT HELP`
+    Help,
+}
+
+impl ScriptCommand {
+    /// Reads `SCRIPT subcommand ...`, with Redis's errors for an unknown subcommand, the
+    /// wrong number of arguments, or a flush mode that is none.
+    pub fn parse(c: &mut Cursor<'_>) -> Result<ScriptCommand, Error> {
+        #[derive(Clone, Copy)]
+        enum Sub {
+            Load,
+            Exists,
+            Flush,
+            Kill,
+            Help,
+        }
+        const SUBS: &[(&[u8], Sub)] = &[
+            (b"LOAD", Sub::Load),
+            (b"EXISTS", Sub::Exists),
+            (b"FLUSH", Sub::Flush),
+            (b"KILL", Sub::Kill),
+            (b"HELP", Sub::Help),
+        ];
+        const MODES: &[(&[u8], ())] = &[(b"SYNC", ()), (b"ASYNC", ())];
+        let sub = c.next_arg()?;
+        let Some(which) = word(sub, SUBS) else {
+            return Err(Error::unknown_subcommand("script", sub));
+        };
+        Ok(match which {
+            Sub::Load if c.remaining() == 1 => ScriptCommand::Load(c.next_bytes()?),
+            Sub::Load => return Err(Error::WrongArity("script|load")),
+            Sub::Exists if !c.at_end() => ScriptCommand::Exists(
+                c.rest()
+                    .map(|sha| String::from_utf8_lossy(sha).into_owned())
+                    .collect(),
+            ),
+            Sub::Exists => return Err(Error::WrongArity("script|exists")),
             // As Redis: no mode, or one of the two; anything else (more words too) is refused.
-            let mode_ok = match &args[2..] {
-                [] => true,
-                [m] => m.eq_ignore_ascii_case(b"SYNC") || m.eq_ignore_ascii_case(b"ASYNC"),
-                _ => false,
-            };
-            if mode_ok {
-                proxy.scripts().flush();
-                Reply::ok()
-            } else {
-                Reply::from(Error::ScriptFlushMode)
+            Sub::Flush => match (c.try_next(), c.remaining()) {
+                (None, _) => ScriptCommand::Flush,
+                (Some(mode), 0) if word(mode, MODES).is_some() => ScriptCommand::Flush,
+                _ => return Err(Error::ScriptFlushMode),
+            },
+            Sub::Kill => {
+                c.finish_arity("script|kill")?;
+                ScriptCommand::Kill
+            }
+            Sub::Help => {
+                c.finish_arity("script|help")?;
+                ScriptCommand::Help
+            }
+        })
+    }
+}
+
+/// `SCRIPT LOAD | EXISTS | FLUSH | KILL | HELP` on the proxy's cache.
+pub fn script(proxy: &Arc<Proxy>, _: &mut Conn, sub: ScriptCommand) -> Action {
+    match sub {
+        ScriptCommand::Load(body) => {
+            let len = body.len();
+            match proxy.scripts().insert(body) {
+                Some(s) => Reply::Bulk(Bytes::from(s.sha.clone())),
+                None => Reply::from(Error::ScriptTooLarge {
+                    len,
+                    max: proxy.config().script_cache_bytes,
+                }),
             }
         }
+        ScriptCommand::Exists(shas) => Reply::Array(
+            shas.iter()
+                .map(|sha| Reply::Integer(i64::from(proxy.scripts().get(sha).is_some())))
+                .collect(),
+        ),
+        ScriptCommand::Flush => {
+            proxy.scripts().flush();
+            Reply::ok()
+        }
         // The proxy never leaves a script running on a master that a client could kill.
-        b"KILL" if args.len() == 2 => Reply::from(Error::NotBusy),
-        b"KILL" => Reply::from(Error::WrongArity("script|kill")),
-        b"HELP" if args.len() == 2 => super::connection::help(&[
+        ScriptCommand::Kill => Reply::from(Error::NotBusy),
+        ScriptCommand::Help => super::connection::help(&[
             "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
             "EXISTS <sha1> [<sha1> ...]",
             "    Return information about the existence of the scripts in the script cache.",
@@ -599,8 +701,6 @@ pub fn script(proxy: &Arc<Proxy>, _: &mut Conn, args: Vec<Bytes>) -> Action {
             "HELP",
             "    Print this help.",
         ]),
-        b"HELP" => Reply::from(Error::WrongArity("script|help")),
-        _ => Reply::from(Error::unknown_subcommand("script", &args[1])),
     }
     .into()
 }

@@ -9,14 +9,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::action::Action;
-use super::keys::{Cond, SetOptions, digest_arg};
+use super::args::Cursor;
+use super::keys::{Cond, SetOptions, SetWrite, digest_arg};
 use super::lease::Leased;
 use super::session::Conn;
 use super::spec::Cmd;
 use crate::error::Error;
 use crate::proxy::Proxy;
 use crate::wire::reply::Reply;
-use crate::wire::request::Args;
 use crate::wire::resp::parse_int;
 
 /// A `SET` option word.
@@ -80,44 +80,40 @@ impl Word {
 /// read as a number, after every option has been checked. The conditions of Redis 8.4 and
 /// Valkey 8.1 exclude each other and `NX`/`XX`, a second one included (Valkey answers
 /// `SET k v IFEQ a IFEQ b` with a syntax error); a digest must be 16 hexadecimal digits.
-pub fn parse_set(args: &Args<'_>) -> Result<SetOptions, Reply> {
+pub fn parse_set(c: &mut Cursor<'_>) -> Result<SetOptions, Reply> {
     let mut o = SetOptions::default();
-    // The expiry that counts: its word, and where its number is (KEEPTTL has none).
-    let mut expiry: Option<(Word, usize)> = None;
-    // The condition: its word, and where its argument is.
-    let mut cond: Option<(Word, usize)> = None;
-    let mut i = 3;
-    while i < args.len() {
-        let word = Word::of(&args[i]);
+    // The expiry that counts: its word, and its number (KEEPTTL has none).
+    let mut expiry: Option<(Word, &[u8])> = None;
+    // The condition: its word, and its argument.
+    let mut cond: Option<(Word, Bytes)> = None;
+    while let Some(arg) = c.try_next() {
+        let word = Word::of(arg);
         let other_expiry = |w: Word| expiry.is_some_and(|(seen, _)| seen != w);
         match word {
             Some(Word::Nx) if !o.xx && cond.is_none() => o.nx = true,
             Some(Word::Xx) if !o.nx && cond.is_none() => o.xx = true,
             Some(w @ (Word::IfEq | Word::IfNe | Word::IfDeq | Word::IfDne))
-                if !o.nx && !o.xx && cond.is_none() && i + 1 < args.len() =>
+                if !o.nx && !o.xx && cond.is_none() && !c.at_end() =>
             {
-                cond = Some((w, i + 1));
-                i += 1;
+                cond = Some((w, c.next_bytes()?));
             }
             Some(Word::Get) => o.get = true,
             Some(Word::KeepTtl) if !other_expiry(Word::KeepTtl) => {
-                expiry = Some((Word::KeepTtl, i));
+                expiry = Some((Word::KeepTtl, &[]));
             }
             Some(unit @ (Word::Ex | Word::Px | Word::ExAt | Word::PxAt))
-                if !other_expiry(unit) && i + 1 < args.len() =>
+                if !other_expiry(unit) && !c.at_end() =>
             {
-                expiry = Some((unit, i + 1));
-                i += 1;
+                expiry = Some((unit, c.next_arg()?));
             }
             _ => return Err(Reply::from(Error::Syntax)),
         }
-        i += 1;
     }
-    if let Some((word, at)) = cond {
-        let digest = || digest_arg(&args[at]).ok_or_else(|| Reply::from(Error::BadDigest));
+    if let Some((word, arg)) = cond {
+        let digest = || digest_arg(&arg).ok_or_else(|| Reply::from(Error::BadDigest));
         o.cond = Some(match word {
-            Word::IfEq => Cond::Eq(args.bytes(at)),
-            Word::IfNe => Cond::Ne(args.bytes(at)),
+            Word::IfEq => Cond::Eq(arg),
+            Word::IfNe => Cond::Ne(arg),
             Word::IfDeq => Cond::DigestEq(digest()?),
             _ => Cond::DigestNe(digest()?),
         });
@@ -125,9 +121,9 @@ pub fn parse_set(args: &Args<'_>) -> Result<SetOptions, Reply> {
     match expiry {
         None => {}
         Some((Word::KeepTtl, _)) => o.keep_ttl = true,
-        Some((unit, at)) => {
+        Some((unit, arg)) => {
             let invalid = || Reply::from(Error::InvalidExpire("set"));
-            let n = parse_int(&args[at]).ok_or_else(|| Reply::from(Error::NotAnInteger))?;
+            let n = parse_int(arg).ok_or_else(|| Reply::from(Error::NotAnInteger))?;
             if n <= 0 {
                 return Err(invalid());
             }
@@ -176,55 +172,52 @@ pub enum Set {
         ttl_ms: i64,
     },
     /// `SET key value IFEQ|IFNE|IFDEQ|IFDNE ...`: a conditional write, a quorum operation of
-    /// its own (see [`super::conditional`]).
-    Conditional {
-        /// The command as the client sent it (its key and value are `args[1]`, `args[2]`).
-        args: Vec<Bytes>,
-        /// Its parsed options, the condition among them.
-        opts: SetOptions,
-    },
-    /// Any `SET` without `NX`: a write under the majority rule.
-    Write {
-        /// The command as the client sent it.
-        args: Vec<Bytes>,
-        /// Its parsed options.
-        opts: SetOptions,
-    },
+    /// its own (see [`super::conditional`]); its options hold the condition.
+    /// (Boxed, as is [`Set::Write`]: a lock request's `Set` stays small on its way.)
+    Conditional(Box<SetWrite>),
+    /// Any `SET` without `NX` (and `SETEX`, `PSETEX`): a write under the majority rule.
+    Write(Box<SetWrite>),
 }
 
 impl Set {
     /// Parses a `SET` command; `default_ttl_ms` (0 = none) stands in for a missing expiry of the
     /// lock form. The error is the reply: Redis's wording for syntax, the proxy's for `NX`
     /// forms it does not serve as locks.
-    pub fn parse(args: Args<'_>, default_ttl_ms: u64) -> Result<Set, Reply> {
-        if let Some(lock) = Set::parse_lock(&args) {
+    #[inline]
+    pub fn parse(c: &mut Cursor<'_>, default_ttl_ms: u64) -> Result<Set, Reply> {
+        if let Some(lock) = Set::parse_lock(c) {
             return Ok(lock);
         }
-        Set::parse_general(args, default_ttl_ms)
+        Set::parse_general(c, default_ttl_ms)
     }
 
     /// The shape nearly every lock request has, `SET key token NX PX ms` or `... NX EX s` (in
-    /// any case), read in one pass over fixed positions; `None` for anything else, including
-    /// every error, which [`Set::parse_general`] then words. Where it answers, it answers as
-    /// the general parser would (a test compares the two).
-    fn parse_lock(args: &Args<'_>) -> Option<Set> {
-        let ttl_ms = Set::lock_ttl(args)?;
-        Some(Set::Acquire {
-            key: args.bytes(1),
-            token: args.bytes(2),
-            ttl_ms,
-        })
-    }
-
-    /// The TTL of a request of [`Set::parse_lock`]'s shape (its key and token are `args[1]`
-    /// and `args[2]`); `None` where that answers `None`.
+    /// any case), read in one pass; `None` for anything else, including every error, which
+    /// [`Set::parse_general`] then words (the cursor is moved only for an answer).
+    /// Where it answers, it answers as the general parser would (a test compares the two).
     #[inline]
-    fn lock_ttl(args: &Args<'_>) -> Option<i64> {
-        if args.len() != 6 || Word::of(&args[3]) != Some(Word::Nx) {
+    fn parse_lock(c: &mut Cursor<'_>) -> Option<Set> {
+        if c.remaining() != 5 {
             return None;
         }
-        let n = positive(&args[5])?;
-        let ttl_ms = match Word::of(&args[4])? {
+        // The words after the key and the token first: the two are kept only for an answer.
+        let mut words = c.clone();
+        words.skip(2);
+        let [nx, unit, n] = words.exactly::<3>()?;
+        let ttl_ms = Set::lock_ttl(nx, unit, n)?;
+        let (key, token) = (c.try_next_bytes()?, c.try_next_bytes()?);
+        Some(Set::Acquire { key, token, ttl_ms })
+    }
+
+    /// The TTL of a request of [`Set::parse_lock`]'s shape, from its last three arguments;
+    /// `None` where that answers `None`.
+    #[inline]
+    fn lock_ttl(nx: &[u8], unit: &[u8], n: &[u8]) -> Option<i64> {
+        if Word::of(nx) != Some(Word::Nx) {
+            return None;
+        }
+        let n = short_positive(n)?;
+        let ttl_ms = match Word::of(unit)? {
             Word::Px => n,
             Word::Ex => n.checked_mul(1000)?,
             _ => return None,
@@ -239,15 +232,25 @@ impl Set {
     }
 
     /// [`Set::parse`] for any shape: the options in any order, and Redis's errors.
-    fn parse_general(args: Args<'_>, default_ttl_ms: u64) -> Result<Set, Reply> {
-        let opts = parse_set(&args)?;
-        if opts.cond.is_some() {
-            let args = args.into_vec();
-            return Ok(Set::Conditional { args, opts });
-        }
-        if !opts.nx {
-            let args = args.into_vec();
-            return Ok(Set::Write { args, opts });
+    fn parse_general(c: &mut Cursor<'_>, default_ttl_ms: u64) -> Result<Set, Reply> {
+        let name = c.name_bytes();
+        let key = c.next_bytes()?;
+        let value = c.next_bytes()?;
+        let mut options = c.clone();
+        let opts = parse_set(c)?;
+        if opts.cond.is_some() || !opts.nx {
+            let write = Box::new(SetWrite {
+                name,
+                key,
+                value,
+                options: options.rest_bytes(),
+                opts,
+            });
+            return Ok(if write.opts.cond.is_some() {
+                Set::Conditional(write)
+            } else {
+                Set::Write(write)
+            });
         }
         if opts.get || opts.keep_ttl {
             return Err(Reply::from(Error::NxOnlyAsLock));
@@ -259,21 +262,41 @@ impl Set {
                 return Err(Reply::from(Error::NxWithoutExpiry));
             }
         };
-        if args.len() < 3 {
-            return Err(Reply::from(Error::WrongArity("set")));
-        }
+        let token = value;
         if ttl_ms <= 0 {
-            return Ok(Set::BornExpired {
-                key: args.bytes(1),
-                token: args.bytes(2),
-                ttl_ms,
-            });
+            return Ok(Set::BornExpired { key, token, ttl_ms });
         }
-        Ok(Set::Acquire {
-            key: args.bytes(1),
-            token: args.bytes(2),
-            ttl_ms,
-        })
+        Ok(Set::Acquire { key, token, ttl_ms })
+    }
+
+    /// Parses `SETEX key seconds value` or `PSETEX key milliseconds value` (`cmd`) into the
+    /// `SET key value EX|PX ttl` it is (Redis's own definition), with Redis's errors, which
+    /// name the command itself.
+    pub fn parse_setex(c: &mut Cursor<'_>, cmd: Cmd) -> Result<Set, Reply> {
+        let key = c.next_bytes()?;
+        let ttl = c.next_bytes()?;
+        let value = c.next_bytes()?;
+        let n = parse_int(&ttl).ok_or(Error::NotAnInteger)?;
+        let (word, unit): (Word, &'static [u8]) = if cmd == Cmd::Psetex {
+            (Word::Px, b"PX")
+        } else {
+            (Word::Ex, b"EX")
+        };
+        let invalid = || Reply::from(Error::InvalidExpire(cmd.spec().name));
+        if n <= 0 {
+            return Err(invalid());
+        }
+        let ms = expiry_ms(word, n, super::spec::unix_ms()).ok_or_else(invalid)?;
+        Ok(Set::Write(Box::new(SetWrite {
+            name: Bytes::from_static(b"SET"),
+            key,
+            value,
+            options: vec![Bytes::from_static(unit), ttl],
+            opts: SetOptions {
+                ttl_ms: Some(ms),
+                ..SetOptions::default()
+            },
+        })))
     }
 }
 
@@ -282,10 +305,10 @@ impl Set {
 const FAST_TTL_MAX: i64 = 1 << 60;
 
 /// The usual TTL argument, read without overflow checks: 1 to 18 digits without a leading
-/// zero (so below 10^18, within `i64`), which [`parse_int`] reads as the same positive number.
-/// `None` for anything else (a sign, a zero, a longer number, junk), which
-/// [`Set::parse_general`] then reads or refuses.
-fn positive(arg: &[u8]) -> Option<i64> {
+/// zero (so below 10^18, within `i64`), which [`parse_int`] reads as the same positive number
+/// (a test compares the two). `None` for anything else (a sign, a zero, a longer number,
+/// junk), which [`Set::parse_general`] then reads or refuses with [`parse_int`].
+fn short_positive(arg: &[u8]) -> Option<i64> {
     if arg.is_empty() || arg.len() > 18 || arg[0] == b'0' {
         return None;
     }
@@ -300,10 +323,10 @@ fn positive(arg: &[u8]) -> Option<i64> {
 }
 
 /// `SET`: a lock acquisition or a write.
-pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, args: Args<'_>) -> Action {
-    match Set::parse(args, proxy.config().default_ttl_ms) {
-        Err(e) => e.into(),
-        Ok(Set::BornExpired { key, token, ttl_ms }) => {
+#[inline]
+pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, set: Set) -> Action {
+    match set {
+        Set::BornExpired { key, token, ttl_ms } => {
             if proxy.config().set_nx_reentrant {
                 // The unsafe opt-in answers as its acquisitions do: nil, never granted.
                 super::lock::acquire(proxy, key, token, ttl_ms)
@@ -311,7 +334,7 @@ pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, args: Args<'_>) -> Action {
                 born_expired(proxy, key)
             }
         }
-        Ok(Set::Acquire { key, token, ttl_ms }) => {
+        Set::Acquire { key, token, ttl_ms } => {
             match conn.leases_for(std::iter::once(key.as_ref())) {
                 None => super::lock::acquire(proxy, key, token, ttl_ms),
                 Some(leases) => {
@@ -325,8 +348,8 @@ pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, args: Args<'_>) -> Action {
                 }
             }
         }
-        Ok(Set::Write { args, opts }) => super::keys::write(proxy, args, opts),
-        Ok(Set::Conditional { args, opts }) => super::conditional::set(proxy, conn, args, opts),
+        Set::Write(write) => super::keys::write(proxy, *write),
+        Set::Conditional(write) => super::conditional::set(proxy, conn, *write),
     }
 }
 
@@ -351,49 +374,32 @@ fn born_expired(proxy: &Arc<Proxy>, key: Bytes) -> Action {
     super::keys::forward(proxy, request, &[key], Box::new(rule))
 }
 
-/// `SETEX key seconds value`, `PSETEX key milliseconds value`: a plain write with an expiry,
-/// run as `SET key value EX|PX ttl` (Redis's own definition), with Redis's errors.
-pub fn setex(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>, cmd: Cmd) -> Action {
-    let name = cmd.spec().name;
-    let Some(n) = parse_int(&args[2]) else {
-        return Reply::from(Error::NotAnInteger).into();
-    };
-    let (word, unit): (Word, &'static [u8]) = if cmd == Cmd::Psetex {
-        (Word::Px, b"PX")
-    } else {
-        (Word::Ex, b"EX")
-    };
-    // Checked here, not by `SET`, whose error would name `set`.
-    if n <= 0 || expiry_ms(word, n, super::spec::unix_ms()).is_none() {
-        return Reply::from(Error::InvalidExpire(name)).into();
-    }
-    let set = vec![
-        Bytes::from_static(b"SET"),
-        args[1].clone(),
-        args[3].clone(),
-        Bytes::from_static(unit),
-        args[2].clone(),
-    ];
-    self::set(proxy, conn, set.into())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn args(s: &str) -> Args<'static> {
-        s.split(' ')
-            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
-            .collect::<Vec<_>>()
-            .into()
+    use crate::wire::request::Args;
+
+    /// The options of `SET` request `a`, read after its key and value.
+    fn options(a: &Args<'_>) -> Result<SetOptions, Reply> {
+        let mut c = Cursor::new(a, Cmd::Set);
+        c.next_arg().unwrap();
+        c.next_arg().unwrap();
+        parse_set(&mut c)
     }
+
+    fn parse(a: &Args<'_>, default_ttl_ms: u64) -> Result<Set, Reply> {
+        Set::parse(&mut Cursor::new(a, Cmd::Set), default_ttl_ms)
+    }
+
+    use crate::command::args::words as args;
 
     #[test]
     fn set_options_in_any_order_and_case() {
-        let o = parse_set(&args("SET k v px 100 nx")).unwrap();
+        let o = options(&args("SET k v px 100 nx")).unwrap();
         assert!(o.nx);
         assert_eq!(o.ttl_ms, Some(100));
-        let o = parse_set(&args("set k v Nx eX 8")).unwrap();
+        let o = options(&args("set k v Nx eX 8")).unwrap();
         assert_eq!(o.ttl_ms, Some(8000));
     }
 
@@ -437,41 +443,37 @@ mod tests {
     #[test]
     fn set_option_errors_match_redis() {
         assert_eq!(
-            parse_set(&args("SET k v NX XX")),
+            options(&args("SET k v NX XX")),
             Err(Reply::from(Error::Syntax))
         );
         assert_eq!(
-            parse_set(&args("SET k v PX 1 EX 1")),
+            options(&args("SET k v PX 1 EX 1")),
             Err(Reply::from(Error::Syntax))
         );
         assert_eq!(
-            parse_set(&args("SET k v PX")),
+            options(&args("SET k v PX")),
             Err(Reply::from(Error::Syntax))
         );
         assert_eq!(
-            parse_set(&args("SET k v PX abc")),
+            options(&args("SET k v PX abc")),
             Err(Reply::from(Error::NotAnInteger))
         );
         // Options are all checked before the expiry's number is read.
         assert_eq!(
-            parse_set(&args("SET k v PX abc EX 1")),
+            options(&args("SET k v PX abc EX 1")),
             Err(Reply::from(Error::Syntax))
         );
         assert_eq!(
-            parse_set(&args("SET k v KEEPTTL PX 1")),
+            options(&args("SET k v KEEPTTL PX 1")),
             Err(Reply::from(Error::Syntax))
         );
         // A repeated option is no error: the last expiry counts, and only its number is read.
-        let o = parse_set(&args("SET k v NX NX PX abc PX 7000")).unwrap();
+        let o = options(&args("SET k v NX NX PX abc PX 7000")).unwrap();
         assert!(o.nx);
         assert_eq!(o.ttl_ms, Some(7000));
-        assert!(
-            parse_set(&args("SET k v KEEPTTL KEEPTTL"))
-                .unwrap()
-                .keep_ttl
-        );
+        assert!(options(&args("SET k v KEEPTTL KEEPTTL")).unwrap().keep_ttl);
         assert_eq!(
-            parse_set(&args("SET k v PX 0")),
+            options(&args("SET k v PX 0")),
             Err(Reply::static_error(
                 "ERR invalid expire time in 'set' command"
             ))
@@ -491,23 +493,23 @@ mod tests {
             "SET k v EXAT 9223372036854776",
         ] {
             assert_eq!(
-                Set::parse(args(text), 0).err(),
+                parse(&args(text), 0).err(),
                 Some(Reply::from(Error::InvalidExpire("set"))),
                 "{text}"
             );
         }
         assert_eq!(
-            parse_set(&args("SET k v PX -9223372036854775809")),
+            options(&args("SET k v PX -9223372036854775809")),
             Err(Reply::from(Error::NotAnInteger))
         );
         // An absolute expiry far ahead is a time (the proxy's max_ttl_ms then refuses it).
-        assert!(parse_set(&args("SET k v PXAT 9223372036854775807")).is_ok());
-        assert!(parse_set(&args("SET k v EXAT 9223372036854775")).is_ok());
+        assert!(options(&args("SET k v PXAT 9223372036854775807")).is_ok());
+        assert!(options(&args("SET k v EXAT 9223372036854775")).is_ok());
     }
 
     #[test]
     fn conditions_parse_as_valkey_and_redis_8_4_do() {
-        let cond = |t: &str| parse_set(&args(t)).map(|o| o.cond);
+        let cond = |t: &str| options(&args(t)).map(|o| o.cond);
         let b = |s: &'static str| Bytes::from_static(s.as_bytes());
         assert_eq!(cond("SET k v ifeq a"), Ok(Some(Cond::Eq(b("a")))));
         assert_eq!(cond("SET k v IfNe a GET"), Ok(Some(Cond::Ne(b("a")))));
@@ -537,8 +539,8 @@ mod tests {
             assert_eq!(cond(text), Err(Reply::from(Error::BadDigest)), "{text}");
         }
         assert!(matches!(
-            Set::parse(args("SET k v IFEQ a PX 100"), 0),
-            Ok(Set::Conditional { .. })
+            parse(&args("SET k v IFEQ a PX 100"), 0),
+            Ok(Set::Conditional(_))
         ));
     }
 
@@ -548,7 +550,7 @@ mod tests {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_millis() as i64;
-        let o = parse_set(&args(&format!("SET k v NX PXAT {}", now + 5000))).unwrap();
+        let o = options(&args(&format!("SET k v NX PXAT {}", now + 5000))).unwrap();
         let ttl = o.ttl_ms.unwrap();
         assert!((4000..=5000).contains(&ttl), "{ttl}");
     }
@@ -572,9 +574,9 @@ mod tests {
                 }),
                 Some(ttl_ms),
             ),
-            Ok(Set::Write { args, mut opts }) => {
-                let ttl = opts.ttl_ms.take();
-                (Ok(Set::Write { args, opts }), ttl)
+            Ok(Set::Write(mut w)) => {
+                let ttl = w.opts.ttl_ms.take();
+                (Ok(Set::Write(w)), ttl)
             }
             other => (other, None),
         }
@@ -618,16 +620,18 @@ mod tests {
                             .collect::<Vec<_>>()
                             .into()
                     };
-                    let fast = Set::parse_lock(&shaped());
+                    let fast = Set::parse_lock(&mut Cursor::new(&shaped(), Cmd::Set));
                     for default_ttl in [0, 5000] {
-                        let general = Set::parse_general(shaped(), default_ttl);
+                        let general =
+                            Set::parse_general(&mut Cursor::new(&shaped(), Cmd::Set), default_ttl);
                         if let Some(fast) = &fast {
                             assert_eq!(Ok(fast), general.as_ref(), "{nx} {unit} {n:?}");
                             compared += 1;
                         }
                         let before = super::super::spec::unix_ms();
-                        let parsed = Set::parse(shaped(), default_ttl);
-                        let general = Set::parse_general(shaped(), default_ttl);
+                        let parsed = parse(&shaped(), default_ttl);
+                        let general =
+                            Set::parse_general(&mut Cursor::new(&shaped(), Cmd::Set), default_ttl);
                         let moved = super::super::spec::unix_ms() - before;
                         // EXAT/PXAT are read against the clock, for a lock and for a plain
                         // write alike: the two parses may see it a millisecond or so apart,
@@ -658,14 +662,18 @@ mod tests {
             "SET k t PX 100 NX",
             "SET k t",
         ] {
-            assert_eq!(Set::parse_lock(&args(text)), None, "{text}");
+            assert_eq!(
+                Set::parse_lock(&mut Cursor::new(&args(text), Cmd::Set)),
+                None,
+                "{text}"
+            );
         }
     }
 
     #[test]
     fn the_lock_form_and_a_write_are_told_apart_once() {
         assert_eq!(
-            Set::parse(args("set k t nx px 100"), 0),
+            parse(&args("set k t nx px 100"), 0),
             Ok(Set::Acquire {
                 key: Bytes::from_static(b"k"),
                 token: Bytes::from_static(b"t"),
@@ -673,23 +681,79 @@ mod tests {
             })
         );
         assert!(matches!(
-            Set::parse(args("SET k t NX"), 0),
+            parse(&args("SET k t NX"), 0),
             Err(Reply::Error(_))
         ));
         assert!(matches!(
-            Set::parse(args("SET k t NX"), 5000),
+            parse(&args("SET k t NX"), 5000),
             Ok(Set::Acquire { ttl_ms: 5000, .. })
         ));
         assert!(matches!(
-            Set::parse(args("SET k t NX PX 100 GET"), 0),
+            parse(&args("SET k t NX PX 100 GET"), 0),
             Err(Reply::Error(_))
         ));
         assert!(matches!(
-            Set::parse(args("SET k t XX PX 100"), 0),
-            Ok(Set::Write {
-                opts: SetOptions { xx: true, .. },
-                ..
-            })
+            parse(&args("SET k t XX PX 100"), 0),
+            Ok(Set::Write(w)) if w.opts.xx
         ));
+    }
+
+    #[test]
+    fn the_short_reading_agrees_with_the_one_integer_parser() {
+        for text in [
+            "1",
+            "9",
+            "10",
+            "30000",
+            "999999999999999999",
+            "1000000000000000000",
+            "0",
+            "00",
+            "01",
+            "-1",
+            "+1",
+            "",
+            " 1",
+            "1 ",
+            "1a",
+            "\u{661}",
+        ] {
+            if let Some(n) = short_positive(text.as_bytes()) {
+                assert_eq!(parse_int(text.as_bytes()), Some(n), "{text:?}");
+                assert!(n > 0);
+            } else {
+                assert!(
+                    text.len() > 18 || parse_int(text.as_bytes()).is_none_or(|n| n <= 0),
+                    "{text:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn setex_is_the_set_it_stands_for_with_its_own_errors() {
+        let setex = |text: &str, cmd| Set::parse_setex(&mut Cursor::new(&args(text), cmd), cmd);
+        let Ok(Set::Write(w)) = setex("PSETEX k 1500 v", Cmd::Psetex) else {
+            panic!("no write");
+        };
+        assert_eq!((&w.key[..], &w.value[..]), (&b"k"[..], &b"v"[..]));
+        assert_eq!(
+            w.options,
+            [Bytes::from_static(b"PX"), Bytes::from_static(b"1500")]
+        );
+        assert_eq!(w.opts.ttl_ms, Some(1500));
+        assert_eq!(&w.name[..], b"SET");
+        assert_eq!(
+            setex("SETEX k 0 v", Cmd::Setex).err(),
+            Some(Reply::from(Error::InvalidExpire("setex")))
+        );
+        assert_eq!(
+            setex("PSETEX k x v", Cmd::Psetex).err(),
+            Some(Reply::from(Error::NotAnInteger))
+        );
+        assert_eq!(
+            setex("SETEX k 9223372036854776 v", Cmd::Setex).err(),
+            Some(Reply::from(Error::InvalidExpire("setex")))
+        );
     }
 }

@@ -354,10 +354,11 @@ pub struct Refused {
 impl<'a> Command<'a> {
     /// Looks the command up by name (any case) and checks its arity.
     pub fn parse(args: Args<'a>) -> Result<Command<'a>, Refused> {
-        let Some(spec) = lookup(&args[0]) else {
+        let name = args.get(0).unwrap_or_default();
+        let Some(spec) = lookup(name) else {
             return Err(Refused {
                 spec: None,
-                error: Error::unknown_command(&args[0], args.iter().skip(1)),
+                error: Error::unknown_command(name, args.iter().skip(1)),
             });
         };
         if !arity_ok(spec.arity, args.len()) {
@@ -451,7 +452,8 @@ pub fn keys_of<'a>(spec: &Spec, args: &'a Args<'_>) -> impl Iterator<Item = &'a 
     let argc = args.len() as i64;
     let (first, last, step) = match spec.cmd {
         Cmd::Eval | Cmd::Evalsha => {
-            let n = args.get(2).and_then(parse_int).unwrap_or(0);
+            // `numkeys`, after the script (the table's key positions are positions).
+            let n = args.iter().nth(2).and_then(resp::parse_int).unwrap_or(0);
             if n > 0 { (3, 2 + n, 1) } else { (0, -1, 1) }
         }
         _ if spec.cmd.is_pubsub() || spec.keys.0 == 0 => (0, -1, 1),
@@ -471,7 +473,7 @@ pub fn keys_of<'a>(spec: &Spec, args: &'a Args<'_>) -> impl Iterator<Item = &'a 
     } else {
         (first as usize).min(end)
     };
-    (start..end).step_by(step as usize).map(|i| &args[i])
+    args.iter().take(end).skip(start).step_by(step as usize)
 }
 
 fn arity_ok(arity: i32, argc: usize) -> bool {
@@ -480,23 +482,6 @@ fn arity_ok(arity: i32, argc: usize) -> bool {
     } else {
         argc >= arity.unsigned_abs() as usize
     }
-}
-
-/// Upper-cases a short keyword into `buf` without allocating; anything longer than `buf` (so no
-/// keyword) comes back empty.
-pub fn upper<'a>(arg: &[u8], buf: &'a mut [u8; 8]) -> &'a [u8] {
-    let Some(dst) = buf.get_mut(..arg.len()) else {
-        return &[];
-    };
-    for (d, c) in dst.iter_mut().zip(arg) {
-        *d = c.to_ascii_uppercase();
-    }
-    dst
-}
-
-/// Parses a base-10 integer argument the way Redis does (see [`resp::parse_int`]).
-pub fn parse_int(arg: &[u8]) -> Option<i64> {
-    resp::parse_int(arg)
 }
 
 /// Wall-clock time in ms since the Unix epoch, for absolute expiries (`EXAT`, `PEXPIREAT`).
@@ -637,7 +622,7 @@ mod tests {
     fn keys_come_from_the_table_and_from_numkeys() {
         let keys = |v: &[&str]| -> Vec<String> {
             let args = b(v);
-            let spec = lookup(&args[0]).unwrap();
+            let spec = lookup(args.get(0).unwrap()).unwrap();
             keys_of(spec, &args)
                 .map(|k| String::from_utf8_lossy(k).into_owned())
                 .collect()
@@ -661,15 +646,6 @@ mod tests {
         assert!(!arity_ok(2, 3));
         assert!(arity_ok(-3, 5));
         assert!(!arity_ok(-3, 2));
-    }
-
-    #[test]
-    fn integers_parse_like_redis() {
-        assert_eq!(parse_int(b"10"), Some(10));
-        assert_eq!(parse_int(b"-1"), Some(-1));
-        assert_eq!(parse_int(b"010"), None);
-        assert_eq!(parse_int(b"1.5"), None);
-        assert_eq!(parse_int(b""), None);
     }
 
     #[test]

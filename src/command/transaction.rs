@@ -26,15 +26,17 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 
 use super::action::{Action, in_turn};
+use super::args::Cursor;
 use super::keys;
 use super::session::{Conn, Transaction, Watched};
-use super::spec::{Cmd, lookup};
+use super::spec::{Cmd, keys_of, lookup};
 use crate::error::Error;
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Request, ask};
 use crate::wire::master::command;
 use crate::wire::master::eval;
 use crate::wire::reply::Reply;
+use crate::wire::request::Args;
 use tokio::time::Instant;
 
 /// Deletes `KEYS[i]` unconditionally when `ARGV[2i-1]` is `0`, or only while it holds
@@ -120,17 +122,27 @@ async fn read(proxy: &Proxy, keys: &[Bytes]) -> Vec<Option<Reply>> {
         .collect()
 }
 
+/// `WATCH key [key ...]`: the keys.
+pub struct Watch(Vec<Bytes>);
+
+impl Watch {
+    /// Reads `WATCH key [key ...]`.
+    pub fn parse(c: &mut Cursor<'_>) -> Watch {
+        Watch(c.rest_bytes())
+    }
+}
+
 /// `WATCH key [key ...]`
-pub fn watch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
+pub fn watch(proxy: &Arc<Proxy>, conn: &mut Conn, Watch(keys): Watch) -> Action {
     if conn.in_multi() {
         return Reply::from(Error::WatchInMulti).into();
     }
-    let (watched, held) = match conn.watch(&args[1..], proxy.config().max_watch_keys) {
+    let (watched, held) = match conn.watch(&keys, proxy.config().max_watch_keys) {
         Ok(watching) => watching,
         Err(refused) => return Reply::from(refused).into(),
     };
     let limit = proxy.config().client_query_buffer_limit;
-    in_turn(proxy, &args[1..], move |proxy| async move {
+    in_turn(proxy, &keys, move |proxy| async move {
         let keys: Vec<Bytes> = watched.iter().map(|w| w.key.clone()).collect();
         let seen = read(&proxy, &keys).await;
         // The values are kept (to guard `EXEC`'s deletes), so they count against the same
@@ -159,13 +171,13 @@ pub fn watch(proxy: &Arc<Proxy>, conn: &mut Conn, args: Vec<Bytes>) -> Action {
 }
 
 /// `UNWATCH`
-pub fn unwatch(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
+pub fn unwatch(_: &Arc<Proxy>, conn: &mut Conn) -> Action {
     conn.take_watched();
     Reply::ok().into()
 }
 
 /// `MULTI`
-pub fn multi(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
+pub fn multi(_: &Arc<Proxy>, conn: &mut Conn) -> Action {
     if conn.in_multi() {
         return Reply::from(Error::NestedMulti).into();
     }
@@ -174,7 +186,7 @@ pub fn multi(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
 }
 
 /// `DISCARD`
-pub fn discard(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
+pub fn discard(_: &Arc<Proxy>, conn: &mut Conn) -> Action {
     if conn.take_multi().is_none() {
         return Reply::from(Error::DiscardWithoutMulti).into();
     }
@@ -184,7 +196,7 @@ pub fn discard(_: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>) -> Action {
 
 /// `EXEC`
 /// `run` dispatches each queued command, as it would have run outside `MULTI`.
-pub fn exec(proxy: &Arc<Proxy>, conn: &mut Conn, _: Vec<Bytes>, run: Run) -> Action {
+pub fn exec(proxy: &Arc<Proxy>, conn: &mut Conn, run: Run) -> Action {
     let Some(transaction) = conn.take_multi() else {
         return Reply::from(Error::ExecWithoutMulti).into();
     };
@@ -234,28 +246,34 @@ fn queued_action(
     watched: &[Watched],
     run: Run,
 ) -> Action {
-    let cmd = lookup(&args[0]).map(|s| s.cmd);
+    let request = Args::from(args);
+    let cmd = request.get(0).and_then(lookup).map(|s| s.cmd);
     if let Some(cmd @ (Cmd::Expire | Cmd::Pexpire | Cmd::Expireat | Cmd::Pexpireat)) = cmd {
+        let key = keys_of(cmd.spec(), &request).next();
         let holds = watched
             .iter()
-            .find(|w| w.key == args[1])
+            .find(|w| Some(&w.key[..]) == key)
             .and_then(Watched::value);
         if holds.is_some() {
-            return keys::expire_where(proxy, args, cmd, holds);
+            return match keys::Expire::parse(&mut Cursor::new(&request, cmd), cmd) {
+                Ok(expire) => keys::expire_where(proxy, expire, holds),
+                Err(e) => Reply::from(e).into(),
+            };
         }
     }
     if cmd == Some(Cmd::Del) {
+        let keys = Cursor::new(&request, Cmd::Del).rest_bytes();
         let by_key: std::collections::HashMap<&Bytes, &Watched> =
             watched.iter().map(|w| (&w.key, w)).collect();
-        let expected: Vec<Option<Watched>> = args[1..]
+        let expected: Vec<Option<Watched>> = keys
             .iter()
             .map(|k| by_key.get(k).map(|w| (*w).clone()))
             .collect();
         if expected.iter().any(Option::is_some) {
-            return del_watched(proxy, args[1..].to_vec(), expected);
+            return del_watched(proxy, keys, expected);
         }
     }
-    run(proxy, conn, args)
+    run(proxy, conn, request.into_vec())
 }
 
 /// `DEL keys` where a watched key (`expected[i]`) is deleted on each master only while it still

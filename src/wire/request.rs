@@ -88,6 +88,15 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// Argument `i` as a `Bytes` to keep (see [`Args::bytes`]), if there is one.
+    #[inline]
+    pub fn bytes_at(&self, i: usize) -> Option<Bytes> {
+        match &self.0 {
+            Form::Frame { frame, spans } => spans.get(i).map(|&(a, b)| frame.slice(a..b)),
+            Form::Parts(parts) => parts.get(i).cloned(),
+        }
+    }
+
     /// Every argument as a `Bytes`, for commands that keep their arguments.
     pub fn into_vec(self) -> Vec<Bytes> {
         match self.0 {
