@@ -58,6 +58,7 @@ use crate::backend::{MasterInfo, Status};
 use crate::command::TABLE;
 use crate::counters::{Counters, Latency};
 use crate::proxy::Proxy;
+use crate::quorum::Masters;
 
 impl EncodeMetric for Latency {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), fmt::Error> {
@@ -110,391 +111,423 @@ fn per_master<M: EncodeMetric>(
 impl Collector for ProxyCollector {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), fmt::Error> {
         let p = &self.0;
-        let s = p.counters();
-        {
-            let mut locks = e.encode_descriptor(
-                "redlock_locks",
-                "Lock operations by outcome: granted, denied, rolled_back (a refusal undone on \
-                 the masters), released.",
-                None,
-                MetricType::Counter,
-            )?;
-            for (outcome, c) in [
-                ("granted", &s.grants),
-                ("denied", &s.denials),
-                ("rolled_back", &s.rollbacks),
-                ("released", &s.releases),
-            ] {
-                let labels = [("outcome", outcome)];
-                ConstCounter::new(Counters::get(c)).encode(locks.encode_family(&labels)?)?;
-            }
-        }
-        counter(
-            &mut e,
-            "redlock_locks_repaired",
-            "Locks written back (SET NX with the validity left) to trusted members that lacked \
-             them, after an extension or lease renewal a quorum granted.",
-            Counters::get(&s.locks_repaired),
-        )?;
-        counter(
-            &mut e,
-            "redlock_commands",
-            "Client commands processed.",
-            Counters::get(&s.commands),
-        )?;
-        {
-            let mut family = e.encode_descriptor(
-                "redlock_commands_by_name",
-                "Client commands processed, by command (unknown commands not counted).",
-                None,
-                MetricType::Counter,
-            )?;
-            for (spec, n) in TABLE.iter().zip(s.by_command()) {
-                let labels = [("command", spec.name)];
-                ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        {
-            let mut family = e.encode_descriptor(
-                "redlock_errors",
-                "Error replies sent to clients, by kind (the error's first word).",
-                None,
-                MetricType::Counter,
-            )?;
-            for (kind, n) in s.errors() {
-                let labels = [("kind", kind)];
-                ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        s.acquire().encode(e.encode_descriptor(
-            "redlock_acquire",
-            "Time from reading a SET ... NX request to its answer.",
-            Some(&Unit::Seconds),
-            MetricType::Histogram,
-        )?)?;
-        ConstGauge::new(Counters::get(&s.leases_active) as i64).encode(e.encode_descriptor(
-            "redlock_leases",
-            "Leases running: locks the proxy renews while their holder's connection stays open.",
-            None,
-            MetricType::Gauge,
-        )?)?;
-        counter(
-            &mut e,
-            "redlock_lease_renewals",
-            "Lease renewals a quorum of masters granted.",
-            Counters::get(&s.lease_renewals),
-        )?;
-        counter(
-            &mut e,
-            "redlock_lease_renewal_failures",
-            "Runs of failed lease renewals, told while the lock was still valid.",
-            Counters::get(&s.lease_renewal_failures),
-        )?;
-        counter(
-            &mut e,
-            "redlock_leases_lost",
-            "Leases lost: no renewal reached a quorum within validity.",
-            Counters::get(&s.leases_lost),
-        )?;
-        {
-            let mut ended = e.encode_descriptor(
-                "redlock_leases_ended",
-                "Leases ended other than by a loss, by reason: released, disconnected, max.",
-                None,
-                MetricType::Counter,
-            )?;
-            for (reason, c) in [
-                ("released", &s.leases_released),
-                ("disconnected", &s.leases_disconnected),
-                ("max", &s.leases_max),
-            ] {
-                let labels = [("reason", reason)];
-                ConstCounter::new(Counters::get(c)).encode(ended.encode_family(&labels)?)?;
-            }
-        }
-        ConstGauge::new(p.clients() as i64).encode(e.encode_descriptor(
-            "redlock_client_connections",
-            "Client connections open.",
-            None,
-            MetricType::Gauge,
-        )?)?;
-        counter(
-            &mut e,
-            "redlock_client_connections_accepted",
-            "Client connections accepted.",
-            p.clients_total(),
-        )?;
+        proxy_families(&mut e, p)?;
         let snapshot = p.masters();
         let masters: Vec<&MasterInfo> = snapshot.iter().map(|b| b.info()).collect();
-        let gauge = MetricType::Gauge;
-        let flag = |b: bool| ConstGauge::new(i64::from(b));
-        per_master(
-            &mut e,
-            "redlock_master_up",
-            "1 when the master is connected (and, for a Sentinel member under the majority rule, \
-             its primary confirmed by a majority of its Sentinels).",
+        master_families(&mut e, &snapshot, &masters)?;
+        sentinel_and_history_families(&mut e, &masters)
+    }
+}
+
+/// The proxy's own families: lock outcomes, repairs, leases, commands, errors, clients.
+fn proxy_families(e: &mut DescriptorEncoder, p: &Proxy) -> Result<(), fmt::Error> {
+    let s = p.counters();
+    {
+        let mut locks = e.encode_descriptor(
+            "redlock_locks",
+            "Lock operations by outcome: granted, denied, rolled_back (a refusal undone on \
+             the masters), released.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (outcome, c) in [
+            ("granted", &s.grants),
+            ("denied", &s.denials),
+            ("rolled_back", &s.rollbacks),
+            ("released", &s.releases),
+        ] {
+            let labels = [("outcome", outcome)];
+            ConstCounter::new(Counters::get(c)).encode(locks.encode_family(&labels)?)?;
+        }
+    }
+    counter(
+        e,
+        "redlock_locks_repaired",
+        "Locks written back (SET NX with the validity left) to trusted members that lacked \
+         them, after an extension or lease renewal a quorum granted.",
+        Counters::get(&s.locks_repaired),
+    )?;
+    counter(
+        e,
+        "redlock_commands",
+        "Client commands processed.",
+        Counters::get(&s.commands),
+    )?;
+    {
+        let mut family = e.encode_descriptor(
+            "redlock_commands_by_name",
+            "Client commands processed, by command (unknown commands not counted).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (spec, n) in TABLE.iter().zip(s.by_command()) {
+            let labels = [("command", spec.name)];
+            ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    {
+        let mut family = e.encode_descriptor(
+            "redlock_errors",
+            "Error replies sent to clients, by kind (the error's first word).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (kind, n) in s.errors() {
+            let labels = [("kind", kind)];
+            ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    s.acquire().encode(e.encode_descriptor(
+        "redlock_acquire",
+        "Time from reading a SET ... NX request to its answer.",
+        Some(&Unit::Seconds),
+        MetricType::Histogram,
+    )?)?;
+    ConstGauge::new(Counters::get(&s.leases_active) as i64).encode(e.encode_descriptor(
+        "redlock_leases",
+        "Leases running: locks the proxy renews while their holder's connection stays open.",
+        None,
+        MetricType::Gauge,
+    )?)?;
+    counter(
+        e,
+        "redlock_lease_renewals",
+        "Lease renewals a quorum of masters granted.",
+        Counters::get(&s.lease_renewals),
+    )?;
+    counter(
+        e,
+        "redlock_lease_renewal_failures",
+        "Runs of failed lease renewals, told while the lock was still valid.",
+        Counters::get(&s.lease_renewal_failures),
+    )?;
+    counter(
+        e,
+        "redlock_leases_lost",
+        "Leases lost: no renewal reached a quorum within validity.",
+        Counters::get(&s.leases_lost),
+    )?;
+    {
+        let mut ended = e.encode_descriptor(
+            "redlock_leases_ended",
+            "Leases ended other than by a loss, by reason: released, disconnected, max.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (reason, c) in [
+            ("released", &s.leases_released),
+            ("disconnected", &s.leases_disconnected),
+            ("max", &s.leases_max),
+        ] {
+            let labels = [("reason", reason)];
+            ConstCounter::new(Counters::get(c)).encode(ended.encode_family(&labels)?)?;
+        }
+    }
+    ConstGauge::new(p.clients() as i64).encode(e.encode_descriptor(
+        "redlock_client_connections",
+        "Client connections open.",
+        None,
+        MetricType::Gauge,
+    )?)?;
+    counter(
+        e,
+        "redlock_client_connections_accepted",
+        "Client connections accepted.",
+        p.clients_total(),
+    )?;
+    Ok(())
+}
+
+/// Each master's state now: up, trusted, quarantined and why, its info, a cluster member's shards.
+fn master_families(
+    e: &mut DescriptorEncoder,
+    snapshot: &Masters,
+    masters: &[&MasterInfo],
+) -> Result<(), fmt::Error> {
+    let gauge = MetricType::Gauge;
+    let flag = |b: bool| ConstGauge::new(i64::from(b));
+    per_master(
+        e,
+        "redlock_master_up",
+        "1 when the master is connected (and, for a Sentinel member under the majority rule, \
+         its primary confirmed by a majority of its Sentinels).",
+        None,
+        gauge,
+        masters,
+        |m| flag(m.is_connected() && m.is_confirmed()),
+    )?;
+    per_master(
+        e,
+        "redlock_master_trusted",
+        "1 when the master's replies count as votes.",
+        None,
+        gauge,
+        masters,
+        |m| flag(m.is_trusted()),
+    )?;
+    per_master(
+        e,
+        "redlock_master_quarantined",
+        "1 while the master sits out a quarantine (restart, young, failover or new-member; \
+         see redlock_master_info's quarantine_reason).",
+        None,
+        gauge,
+        masters,
+        |m| flag(m.status() == Status::Quarantined),
+    )?;
+    {
+        let mut family = e.encode_descriptor(
+            "redlock_master_quarantine_reason",
+            "1 for each quarantined master, labelled with why: restart (it restarted), \
+             young (it started recently and may have lost locks), failover (a new primary) or \
+             new-member (just added to the set).",
             None,
             gauge,
-            &masters,
-            |m| flag(m.is_connected() && m.is_confirmed()),
         )?;
-        per_master(
-            &mut e,
-            "redlock_master_trusted",
-            "1 when the master's replies count as votes.",
-            None,
-            gauge,
-            &masters,
-            |m| flag(m.is_trusted()),
-        )?;
-        per_master(
-            &mut e,
-            "redlock_master_quarantined",
-            "1 while the master sits out a quarantine (restart, young, failover or new-member; \
-             see redlock_master_info's quarantine_reason).",
-            None,
-            gauge,
-            &masters,
-            |m| flag(m.status() == Status::Quarantined),
-        )?;
+        for m in masters
+            .iter()
+            .filter(|m| !m.quarantine_left().is_zero() && !m.is_duplicate())
         {
-            let mut family = e.encode_descriptor(
-                "redlock_master_quarantine_reason",
-                "1 for each quarantined master, labelled with why: restart (it restarted), \
-                 young (it started recently and may have lost locks), failover (a new primary) or \
-                 new-member (just added to the set).",
-                None,
-                gauge,
-            )?;
-            for m in masters
-                .iter()
-                .filter(|m| !m.quarantine_left().is_zero() && !m.is_duplicate())
             {
-                {
-                    let reason = m.quarantine_reason();
-                    let labels = [("master", m.addr.as_str()), ("reason", reason.as_str())];
-                    flag(true).encode(family.encode_family(&labels)?)?;
-                }
-            }
-        }
-        {
-            let mut family = e.encode_descriptor(
-                "redlock_master_duplicate",
-                "1 for each member that reaches the same Redis server (run_id) as another member, \
-                 labelled with that member (of): the server votes through that one only, and \
-                 this one is sent nothing.",
-                None,
-                gauge,
-            )?;
-            for m in masters.iter().filter(|m| m.is_duplicate()) {
-                let of = m.duplicate_of();
-                let labels = [("master", m.addr.as_str()), ("of", of.as_str())];
+                let reason = m.quarantine_reason();
+                let labels = [("master", m.addr.as_str()), ("reason", reason.as_str())];
                 flag(true).encode(family.encode_family(&labels)?)?;
             }
         }
-        {
-            let mut family = e.encode_descriptor(
-                "redlock_master_member",
-                "1 for each master, labelled with the set it belongs to: current, or during a \
-                 change of members old, new or both.",
-                None,
-                gauge,
-            )?;
-            for (i, m) in masters.iter().enumerate() {
-                let side = snapshot.rule().side(i).unwrap_or("current");
-                let labels = [("master", m.addr.as_str()), ("member", side)];
-                flag(true).encode(family.encode_family(&labels)?)?;
-            }
+    }
+    {
+        let mut family = e.encode_descriptor(
+            "redlock_master_duplicate",
+            "1 for each member that reaches the same Redis server (run_id) as another member, \
+             labelled with that member (of): the server votes through that one only, and \
+             this one is sent nothing.",
+            None,
+            gauge,
+        )?;
+        for m in masters.iter().filter(|m| m.is_duplicate()) {
+            let of = m.duplicate_of();
+            let labels = [("master", m.addr.as_str()), ("of", of.as_str())];
+            flag(true).encode(family.encode_family(&labels)?)?;
         }
-        ConstGauge::new(i64::from(snapshot.rule().is_joint())).encode(e.encode_descriptor(
-            "redlock_membership_transition",
-            "1 while a change of members is in its transition (a grant needs a quorum of the \
-             old members and one of the new).",
+    }
+    {
+        let mut family = e.encode_descriptor(
+            "redlock_master_member",
+            "1 for each master, labelled with the set it belongs to: current, or during a \
+             change of members old, new or both.",
+            None,
+            gauge,
+        )?;
+        for (i, m) in masters.iter().enumerate() {
+            let side = snapshot.rule().side(i).unwrap_or("current");
+            let labels = [("master", m.addr.as_str()), ("member", side)];
+            flag(true).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    ConstGauge::new(i64::from(snapshot.rule().is_joint())).encode(e.encode_descriptor(
+        "redlock_membership_transition",
+        "1 while a change of members is in its transition (a grant needs a quorum of the \
+         old members and one of the new).",
+        None,
+        MetricType::Gauge,
+    )?)?;
+    per_master(
+        e,
+        "redlock_master_clock_suspect",
+        "1 while the master's clock is not trusted.",
+        None,
+        gauge,
+        masters,
+        |m| flag(m.status() == Status::ClockSuspect),
+    )?;
+    member_kind_families(e, snapshot)
+}
+
+/// Each member's kind, and a Cluster member's shards: their primaries, health and quarantines.
+fn member_kind_families(e: &mut DescriptorEncoder, snapshot: &Masters) -> Result<(), fmt::Error> {
+    let gauge = MetricType::Gauge;
+    let flag = |b: bool| ConstGauge::new(i64::from(b));
+    {
+        let mut kinds = e.encode_descriptor(
+            "redlock_master_kind",
+            "1 for each member, labelled with its kind: standalone, sentinel, or cluster (a Redis \
+             Cluster whose shards have their own series below).",
             None,
             MetricType::Gauge,
-        )?)?;
-        per_master(
-            &mut e,
-            "redlock_master_clock_suspect",
-            "1 while the master's clock is not trusted.",
+        )?;
+        for b in snapshot.iter() {
+            let labels = [("master", b.info().addr.as_str()), ("kind", b.kind())];
+            ConstGauge::new(1).encode(kinds.encode_family(&labels)?)?;
+        }
+    }
+    let shards: Vec<(String, crate::backend::router::ShardView)> = snapshot
+        .iter()
+        .flat_map(|b| {
+            let member = b.info().addr.clone();
+            b.shards().into_iter().map(move |s| (member.clone(), s))
+        })
+        .collect();
+    for (name, help, value) in [
+        (
+            "redlock_shard_up",
+            "1 when a cluster member's shard primary is connected (labels: member, primary, \
+             slots).",
+            (|s| s.info.is_connected()) as fn(&crate::backend::router::ShardView) -> bool,
+        ),
+        (
+            "redlock_shard_trusted",
+            "1 when a cluster member's shard primary's replies count as votes.",
+            |s| s.info.is_trusted(),
+        ),
+    ] {
+        let mut family = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for (member, s) in &shards {
+            let labels = [
+                ("master", member.as_str()),
+                ("primary", s.primary.as_str()),
+                ("slots", s.slots.as_str()),
+            ];
+            flag(value(s)).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    {
+        let mut family = e.encode_descriptor(
+            "redlock_shard_quarantined",
+            "1 while a cluster member's shard primary sits out a quarantine, labelled with \
+             why (a promoted replica, a restart, a recent start).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (member, s) in &shards {
+            let reason = s.quarantine_reason.as_deref().unwrap_or("");
+            let labels = [
+                ("master", member.as_str()),
+                ("primary", s.primary.as_str()),
+                ("reason", reason),
+            ];
+            flag(s.quarantine_reason.is_some()).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    {
+        let mut family = e.encode_descriptor(
+            "redlock_master_info",
+            "Always 1: the member's kind (standalone, sentinel, cluster), the data node serving it \
+             (primary) and why its votes do not count now (quarantine_reason: restart, young, \
+             failover, new-member, clock, or duplicate of member <name>; empty when they count).",
             None,
             gauge,
-            &masters,
-            |m| flag(m.status() == Status::ClockSuspect),
         )?;
-        {
-            let mut kinds = e.encode_descriptor(
-                "redlock_master_kind",
-                "1 for each member, labelled with its kind: standalone, sentinel, or cluster (a Redis \
-                 Cluster whose shards have their own series below).",
-                None,
-                MetricType::Gauge,
-            )?;
-            for b in p.masters().iter() {
-                let labels = [("master", b.info().addr.as_str()), ("kind", b.kind())];
-                ConstGauge::new(1).encode(kinds.encode_family(&labels)?)?;
-            }
+        for b in snapshot.iter() {
+            let m = b.info();
+            let primary = m.primary();
+            let reason = m.quarantine_reason();
+            let labels = [
+                ("master", m.addr.as_str()),
+                ("kind", b.kind()),
+                ("primary", primary.as_str()),
+                ("quarantine_reason", reason.as_str()),
+            ];
+            ConstGauge::new(1i64).encode(family.encode_family(&labels)?)?;
         }
-        let shards: Vec<(String, crate::backend::router::ShardView)> = p
-            .masters()
-            .iter()
-            .flat_map(|b| {
-                let member = b.info().addr.clone();
-                b.shards().into_iter().map(move |s| (member.clone(), s))
-            })
-            .collect();
-        for (name, help, value) in [
-            (
-                "redlock_shard_up",
-                "1 when a cluster member's shard primary is connected (labels: member, primary, \
-                 slots).",
-                (|s| s.info.is_connected()) as fn(&crate::backend::router::ShardView) -> bool,
-            ),
-            (
-                "redlock_shard_trusted",
-                "1 when a cluster member's shard primary's replies count as votes.",
-                |s| s.info.is_trusted(),
-            ),
-        ] {
-            let mut family = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            for (member, s) in &shards {
-                let labels = [
-                    ("master", member.as_str()),
-                    ("primary", s.primary.as_str()),
-                    ("slots", s.slots.as_str()),
-                ];
-                flag(value(s)).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        {
-            let mut family = e.encode_descriptor(
-                "redlock_shard_quarantined",
-                "1 while a cluster member's shard primary sits out a quarantine, labelled with \
-                 why (a promoted replica, a restart, a recent start).",
-                None,
-                MetricType::Gauge,
-            )?;
-            for (member, s) in &shards {
-                let reason = s.quarantine_reason.as_deref().unwrap_or("");
-                let labels = [
-                    ("master", member.as_str()),
-                    ("primary", s.primary.as_str()),
-                    ("reason", reason),
-                ];
-                flag(s.quarantine_reason.is_some()).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        {
-            let mut family = e.encode_descriptor(
-                "redlock_master_info",
-                "Always 1: the member's kind (standalone, sentinel, cluster), the data node serving it \
-                 (primary) and why its votes do not count now (quarantine_reason: restart, young, \
-                 failover, new-member, clock, or duplicate of member <name>; empty when they count).",
-                None,
-                gauge,
-            )?;
-            for b in snapshot.iter() {
-                let m = b.info();
-                let primary = m.primary();
-                let reason = m.quarantine_reason();
-                let labels = [
-                    ("master", m.addr.as_str()),
-                    ("kind", b.kind()),
-                    ("primary", primary.as_str()),
-                    ("quarantine_reason", reason.as_str()),
-                ];
-                ConstGauge::new(1i64).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        // Sentinel members under the majority rule (`sentinel_majority`).
-        let majority: Vec<(&MasterInfo, (usize, usize))> = masters
-            .iter()
-            .filter_map(|m| m.confirmations().map(|c| (*m, c)))
-            .collect();
-        for (name, help, value) in [
-            (
-                "redlock_sentinel_confirmations",
-                "Sentinel members: how many of the configured Sentinels named the primary at the \
-                 newest config epoch in the last round of questions (a majority, floor(S/2)+1, \
-                 confirms it).",
-                (|_, (votes, _)| votes as i64) as fn(&MasterInfo, (usize, usize)) -> i64,
-            ),
-            (
-                "redlock_sentinels",
-                "Sentinel members: how many Sentinels are configured (S).",
-                |_, (_, of)| of as i64,
-            ),
-            (
-                "redlock_sentinel_confirmed",
-                "Sentinel members: 1 while a majority of the configured Sentinels has confirmed \
-                 the primary within the confirmation bound; 0 makes the member down.",
-                |m, _| i64::from(m.is_confirmed()),
-            ),
-        ] {
-            let mut family = e.encode_descriptor(name, help, None, gauge)?;
-            for (m, c) in &majority {
-                let labels = [("master", m.addr.as_str())];
-                ConstGauge::new(value(m, *c)).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        let count = MetricType::Counter;
-        per_master(
-            &mut e,
-            "redlock_master_failovers",
-            "Primaries replaced (Sentinel members: another address or run_id).",
-            None,
-            count,
-            &masters,
-            |m| ConstCounter::new(m.failovers()),
-        )?;
-        per_master(
-            &mut e,
-            "redlock_master_restarts",
-            "Restarts seen (run_id changed).",
-            None,
-            count,
-            &masters,
-            |m| ConstCounter::new(m.restarts()),
-        )?;
-        per_master(
-            &mut e,
-            "redlock_master_clock_jumps",
-            "Clock jumps seen.",
-            None,
-            count,
-            &masters,
-            |m| ConstCounter::new(m.clock_jumps()),
-        )?;
-        per_master(
-            &mut e,
-            "redlock_master_reconnects",
-            "Connections opened after the first.",
-            None,
-            count,
-            &masters,
-            |m| ConstCounter::new(m.reconnects()),
-        )?;
-        per_master(
-            &mut e,
-            "redlock_master_request_timeouts",
-            "Connections dropped because a request went unanswered for stall_timeout_ms.",
-            None,
-            count,
-            &masters,
-            |m| ConstCounter::new(m.timeouts()),
-        )?;
-        let mut family = e.encode_descriptor(
-            "redlock_master_reply",
-            "Time from writing a request to a master to its reply.",
-            Some(&Unit::Seconds),
-            MetricType::Histogram,
-        )?;
-        for m in &masters {
-            let labels = [("master", m.addr.as_str())];
-            m.latency().encode(family.encode_family(&labels)?)?;
-        }
-        Ok(())
     }
+    Ok(())
+}
+
+/// Sentinel members' confirmations, and each master's history: failovers, restarts, clock jumps,
+/// reconnects, timeouts, reply latency.
+fn sentinel_and_history_families(
+    e: &mut DescriptorEncoder,
+    masters: &[&MasterInfo],
+) -> Result<(), fmt::Error> {
+    let gauge = MetricType::Gauge;
+    // Sentinel members under the majority rule (`sentinel_majority`).
+    let majority: Vec<(&MasterInfo, (usize, usize))> = masters
+        .iter()
+        .filter_map(|m| m.confirmations().map(|c| (*m, c)))
+        .collect();
+    for (name, help, value) in [
+        (
+            "redlock_sentinel_confirmations",
+            "Sentinel members: how many of the configured Sentinels named the primary at the \
+             newest config epoch in the last round of questions (a majority, floor(S/2)+1, \
+             confirms it).",
+            (|_, (votes, _)| votes as i64) as fn(&MasterInfo, (usize, usize)) -> i64,
+        ),
+        (
+            "redlock_sentinels",
+            "Sentinel members: how many Sentinels are configured (S).",
+            |_, (_, of)| of as i64,
+        ),
+        (
+            "redlock_sentinel_confirmed",
+            "Sentinel members: 1 while a majority of the configured Sentinels has confirmed \
+             the primary within the confirmation bound; 0 makes the member down.",
+            |m, _| i64::from(m.is_confirmed()),
+        ),
+    ] {
+        let mut family = e.encode_descriptor(name, help, None, gauge)?;
+        for (m, c) in &majority {
+            let labels = [("master", m.addr.as_str())];
+            ConstGauge::new(value(m, *c)).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    let count = MetricType::Counter;
+    per_master(
+        e,
+        "redlock_master_failovers",
+        "Primaries replaced (Sentinel members: another address or run_id).",
+        None,
+        count,
+        masters,
+        |m| ConstCounter::new(m.failovers()),
+    )?;
+    per_master(
+        e,
+        "redlock_master_restarts",
+        "Restarts seen (run_id changed).",
+        None,
+        count,
+        masters,
+        |m| ConstCounter::new(m.restarts()),
+    )?;
+    per_master(
+        e,
+        "redlock_master_clock_jumps",
+        "Clock jumps seen.",
+        None,
+        count,
+        masters,
+        |m| ConstCounter::new(m.clock_jumps()),
+    )?;
+    per_master(
+        e,
+        "redlock_master_reconnects",
+        "Connections opened after the first.",
+        None,
+        count,
+        masters,
+        |m| ConstCounter::new(m.reconnects()),
+    )?;
+    per_master(
+        e,
+        "redlock_master_request_timeouts",
+        "Connections dropped because a request went unanswered for stall_timeout_ms.",
+        None,
+        count,
+        masters,
+        |m| ConstCounter::new(m.timeouts()),
+    )?;
+    let mut family = e.encode_descriptor(
+        "redlock_master_reply",
+        "Time from writing a request to a master to its reply.",
+        Some(&Unit::Seconds),
+        MetricType::Histogram,
+    )?;
+    for m in masters {
+        let labels = [("master", m.addr.as_str())];
+        m.latency().encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
 }
 
 /// The registry of every family, for one proxy.
