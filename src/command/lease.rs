@@ -323,10 +323,8 @@ fn publish(proxy: &Proxy, channel: &Bytes, message: &Bytes, answered: &super::lo
 /// The message of a failed renewal: `<T> <key>`, T the Unix time in ms, on this proxy's clock,
 /// `left` from now (the message is built once, so every copy of it is the same).
 fn renewal_failed_message(key: &Bytes, left: Duration) -> Bytes {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let until = (now + left).as_millis();
+    let left_ms = i64::try_from(left.as_millis()).unwrap_or(i64::MAX);
+    let until = super::spec::unix_ms().saturating_add(left_ms);
     let mut m = Vec::with_capacity(key.len() + 16);
     m.extend_from_slice(until.to_string().as_bytes());
     m.push(b' ');
