@@ -645,6 +645,95 @@ pub struct HashScript {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The lock model.
+
+/// What a lock is, whatever command or script names it: its keys, who holds it, whether
+/// holders share it, how holds are counted, how many holders it admits, and its TTL. Every
+/// operation the runner runs ([`crate::command::runner::Operation::lock`]) describes its lock
+/// in these words, and acts on it with one [`Verb`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lock<'a> {
+    /// The keys, all or nothing (the lock's own first; a queue, counter or signal list after).
+    pub keys: &'a [Bytes],
+    /// Who holds it.
+    pub holder: Holder<'a>,
+    /// Exclusive or shared.
+    pub mode: Mode,
+    /// How a holder's holds are counted.
+    pub holds: Holds,
+    /// How many holders it admits at once (1 for a mutex).
+    pub admits: u32,
+    /// The TTL a grant or extension asks for, in ms (0 where the operation sets none).
+    pub ttl_ms: i64,
+}
+
+/// Who holds a lock: the identity an operation compares before it touches the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder<'a> {
+    /// The key's value is the holder's token (`SET key token NX PX ttl`).
+    Token(&'a [u8]),
+    /// A field of the hash under the key (Redisson's `<uuid>:<threadId>`).
+    Field(&'a [u8]),
+    /// A member of the set or sorted set under the key (a semaphore's permit).
+    Member(&'a [u8]),
+    /// Nobody in particular: the operation acts whoever holds the lock (a forced delete, a
+    /// read of whoever holds it, a write conditioned on the value alone).
+    Anyone,
+}
+
+/// Whether holders share a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// One holder at a time.
+    Exclusive,
+    /// Many holders at once (read locks, semaphore permits).
+    Shared,
+}
+
+/// How a holder's holds on a lock are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holds {
+    /// Held or not: taking it again is refused, or refreshes it.
+    Once,
+    /// Re-entrant: each take adds a hold, each unlock gives one up.
+    Counted,
+}
+
+/// What an operation does to its lock: the one vocabulary every lock-bearing command and
+/// recognised script is read into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    /// Take it (or take it again, where the lock allows).
+    Acquire,
+    /// Give it up where the caller holds it.
+    Release,
+    /// Keep it longer where the caller holds it.
+    Extend,
+    /// Read it: who holds it, for how long.
+    Query,
+    /// Delete it whoever holds it.
+    Delete,
+    /// Write a value on a condition of the value held (`SET IFEQ`, `SETNX`, `GETSET`).
+    Write,
+    /// Leave a lock's queue of waiters.
+    Leave,
+}
+
+impl<'a> Lock<'a> {
+    /// A mutex held by a token over `keys`.
+    pub fn mutex(keys: &'a [Bytes], token: &'a [u8], ttl_ms: i64) -> Lock<'a> {
+        Lock {
+            keys,
+            holder: Holder::Token(token),
+            mode: Mode::Exclusive,
+            holds: Holds::Once,
+            admits: 1,
+            ttl_ms,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Redlock arithmetic.
 
 /// `⌊n/2⌋ + 1`.

@@ -32,7 +32,8 @@ use tokio::time::Instant;
 
 use super::action::Action;
 use super::args::Cursor;
-use super::lock::take_back;
+use super::lock::compare_and_delete;
+use super::runner::send_each;
 use super::session::Conn;
 use super::spec::{Cmd, unix_ms};
 use crate::config::LegacyDecision;
@@ -245,7 +246,7 @@ fn undo_write(b: &Ballots, key: &Bytes, value: &Bytes, wrote: impl Fn(&Reply) ->
         .collect();
     // The masters the write went to (the plan's positions are theirs).
     if let Some(masters) = &b.masters {
-        take_back(masters, &plan, value);
+        send_each(masters, compare_and_delete(&plan, value));
     }
 }
 

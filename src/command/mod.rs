@@ -37,6 +37,7 @@ pub mod lease;
 pub mod lock;
 pub mod pubsub;
 pub mod repair;
+pub mod runner;
 pub mod rwlock;
 pub mod script;
 pub mod session;

@@ -151,18 +151,23 @@ pub struct Extended {
     pub reading: Reading,
 }
 
+/// Whether a granted extension's `vote` may leave a repair to do (unless `quorum_repair` is
+/// off): answers that came in since the decision count; with every member answered and none
+/// missing the key, there is nothing to wait for and nothing to write (the usual case).
+pub fn pending(proxy: &Proxy, vote: &mut Vote, reading: Reading) -> bool {
+    if !proxy.config().quorum_repair {
+        return false;
+    }
+    vote.absorb();
+    let b = vote.ballots();
+    let settled = (0..b.replies.len()).all(|i| b.replies[i].is_some() || b.failed[i].is_some());
+    !settled || b.replies.iter().flatten().any(reading.missing)
+}
+
 /// After a granted extension: writes the lock back where [`plan`] says (unless `quorum_repair`
 /// is off), in the key's turn (`held`, released once the writes are queued).
 pub fn after(proxy: &Arc<Proxy>, mut e: Extended, held: Held) {
-    if !proxy.config().quorum_repair {
-        return;
-    }
-    // Answers that came in since the decision count; with every member answered and none
-    // missing the key, there is nothing to wait for and nothing to write (the usual case).
-    e.vote.absorb();
-    let b = e.vote.ballots();
-    let settled = (0..b.replies.len()).all(|i| b.replies[i].is_some() || b.failed[i].is_some());
-    if settled && !b.replies.iter().flatten().any(e.reading.missing) {
+    if !pending(proxy, &mut e.vote, e.reading) {
         return;
     }
     let proxy = proxy.clone();

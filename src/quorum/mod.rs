@@ -417,6 +417,12 @@ pub fn ask_timed_on(masters: Masters, request: Request, replies: usize, deadline
     fan_out(masters, request, replies, deadline, true)
 }
 
+/// [`ask`] or (`timed`) [`ask_timed`] on a snapshot the vote keeps, for one reply per member:
+/// the runner's ([`crate::command::runner`]) one way to ask.
+pub fn ask_on(masters: Masters, request: Request, deadline: Instant, timed: bool) -> Vote {
+    fan_out(masters, request, 1, deadline, timed)
+}
+
 fn fan_out(
     masters: Masters,
     mut request: Request,
@@ -483,6 +489,12 @@ impl Vote {
         key: impl Fn(&Reply) -> K,
     ) -> Poll<()> {
         self.poll_gather(cx, |b, pending| b.decided_by(pending, &key))
+    }
+
+    /// [`Vote::outcome`] as a poll, for a hand-written future: until some reply has a quorum or
+    /// none can get one any more.
+    pub fn poll_outcome(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.poll_gather(cx, |b, pending| b.decided(pending))
     }
 
     /// Counts the replies that have already arrived, without waiting for more.
