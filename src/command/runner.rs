@@ -49,16 +49,37 @@ pub struct Clock {
     pub start: Instant,
     /// The vote was decided.
     pub now: Instant,
+    /// `now − start`, worked out once.
+    elapsed: Duration,
 }
 
 impl Clock {
+    /// The clock of a vote decided now (one clock read serves the validity and the histogram).
+    #[inline]
+    pub fn read(since: Instant, start: Instant) -> Clock {
+        Clock::at(since, start, Instant::now())
+    }
+
+    /// The clock of a vote decided at `now`.
+    #[inline]
+    pub fn at(since: Instant, start: Instant, now: Instant) -> Clock {
+        Clock {
+            since,
+            start,
+            now,
+            elapsed: now.saturating_duration_since(start),
+        }
+    }
+
     /// The time since the request left.
+    #[inline]
     pub fn elapsed(&self) -> Duration {
-        self.now.saturating_duration_since(self.start)
+        self.elapsed
     }
 
     /// The time since dispatch (the acquisition histogram's measure): one subtraction serves
     /// both when the turn was ours at once.
+    #[inline]
     pub fn since_dispatch(&self) -> Duration {
         if self.start == self.since {
             self.elapsed()
@@ -148,6 +169,7 @@ pub trait Operation: Send + Unpin + Sized + 'static {
 }
 
 /// Runs `op` through its phases once it has its turn (taken now, at dispatch).
+#[inline]
 pub fn run<O: Operation>(proxy: &Arc<Proxy>, op: O) -> Action {
     Action::Later(Box::pin(Run::new(proxy, op)))
 }
@@ -166,11 +188,7 @@ pub async fn decide<O: Operation>(proxy: &Proxy, op: &O) -> (O::Decision, Vote, 
         op.timed(),
     );
     std::future::poll_fn(|cx| op.poll_vote(&mut vote, cx)).await;
-    let clock = Clock {
-        since: start,
-        start,
-        now: Instant::now(),
-    };
+    let clock = Clock::read(start, start);
     let decision = op.decide(vote.ballots(), clock.elapsed(), proxy.config());
     (decision, vote, clock)
 }
@@ -275,11 +293,7 @@ impl<O: Operation> Future for Run<O> {
                     if op.poll_vote(vote, cx).is_pending() {
                         return Poll::Pending;
                     }
-                    let clock = Clock {
-                        since: this.since,
-                        start: *start,
-                        now: Instant::now(),
-                    };
+                    let clock = Clock::read(this.since, *start);
                     let cfg = proxy.config();
                     let decision = op.decide(vote.ballots(), clock.elapsed(), cfg);
                     let decision = match op.answer(proxy, decision, vote, &clock) {

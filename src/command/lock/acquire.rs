@@ -3,22 +3,101 @@
 //! phases).
 
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
 use tracing::{debug, trace};
 
-use super::op::{LockOp, agreed_error, answer, constant_for};
+use super::op::{LockOp, agreed_error, answer, constant_for, turn};
+use crate::command::action::Later;
 use crate::command::runner::{Clock, Operation, Voted, take_back};
 use crate::config::Config;
 use crate::counters::Counters;
-use crate::lockop::{Answer, Op};
+use crate::keylock::{KeyLocks, Ticket};
+use crate::lockop::{Answer, Lock, Op, Verb};
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Masters, Request, Vote, ask, ask_timed, validity};
 use crate::scripts::{ACQUIRE, RELEASE, REMAINING};
 use crate::wire::master::{command, eval};
 use crate::wire::reply::Reply;
+
+/// An acquisition (every [`Op`] that takes the keys), as the runner's operation: the hot path
+/// of `SET key token NX PX ttl`.
+#[derive(Debug)]
+pub struct Acquisition(pub LockOp);
+
+impl Operation for Acquisition {
+    /// Granted: a quorum created the keys in time.
+    type Decision = bool;
+
+    fn lock(&self) -> Lock<'_> {
+        self.0.model()
+    }
+
+    fn verb(&self) -> Verb {
+        Verb::Acquire
+    }
+
+    #[inline]
+    fn turn(&self, keylocks: &Arc<KeyLocks>) -> Ticket {
+        turn(&self.0, keylocks)
+    }
+
+    /// An absolute expiry in the past: the lock would be born expired.
+    #[inline]
+    fn settled(&self, proxy: &Proxy) -> Option<Reply> {
+        let op = &self.0;
+        (op.ttl_ms <= 0).then(|| {
+            Counters::bump(&proxy.counters().denials);
+            answer(op.answer, false, op.keys.len(), &op.token)
+        })
+    }
+
+    #[inline]
+    fn request(&self, masters: &Masters, _: &Config) -> Request {
+        request(masters, &self.0)
+    }
+
+    fn timed(&self) -> bool {
+        true
+    }
+
+    #[inline]
+    fn poll_vote(&self, vote: &mut Vote, cx: &mut Context<'_>) -> Poll<()> {
+        vote.poll_decide_yes(cx, created_by(&self.0))
+    }
+
+    #[inline]
+    fn decide(&self, ballots: &Ballots, elapsed: Duration, cfg: &Config) -> bool {
+        let ttl = Duration::from_millis(self.0.ttl_ms as u64);
+        granted(ballots, created_by(&self.0), ttl, elapsed, cfg).is_some()
+    }
+
+    fn undo(&self, ballots: &Ballots, named: Option<&Ballots>) -> Vec<Option<Bytes>> {
+        compare_and_delete(&roll_back_plan(ballots, named, &self.0), &self.0.token)
+    }
+
+    #[inline]
+    fn answer(
+        &self,
+        proxy: &Proxy,
+        granted: bool,
+        vote: &mut Vote,
+        clock: &Clock,
+    ) -> Result<Reply, bool> {
+        if granted {
+            Ok(grant(proxy, &self.0, vote.ballots(), clock))
+        } else {
+            Err(false)
+        }
+    }
+
+    fn rest(self, proxy: Arc<Proxy>, _: bool, voted: Voted) -> Later {
+        Box::pin(not_granted_at_once(proxy, self, voted))
+    }
+}
 
 /// Whether an acquisition asks each master plain `SET key token NX PX ttl`: one key, and not
 /// reentrant (a key already holding the token is as taken as any other, so the holder's value
@@ -191,6 +270,7 @@ fn acquire_flag(op: Op) -> &'static [u8] {
 }
 
 /// A granted acquisition, counted and answered (`clock.now`: when it was decided).
+#[inline]
 pub(super) fn grant(proxy: &Proxy, op: &LockOp, ballots: &Ballots, clock: &Clock) -> Reply {
     trace!(keys = op.keys.len(), "lock granted");
     Counters::bump(&proxy.counters().grants);
@@ -201,22 +281,23 @@ pub(super) fn grant(proxy: &Proxy, op: &LockOp, ballots: &Ballots, clock: &Clock
 /// An acquisition that the first round did not grant: a reentrant one whose keys some masters
 /// already hold for it gets a second round ([`again`]) and is decided again; otherwise it is
 /// refused and rolled back ([`refuse`]).
-pub(super) async fn not_granted_at_once(proxy: Arc<Proxy>, op: LockOp, voted: Voted) -> Reply {
+async fn not_granted_at_once(proxy: Arc<Proxy>, acq: Acquisition, voted: Voted) -> Reply {
     let Voted { vote, held, clock } = voted;
+    let op = &acq.0;
     // The snapshot the first round went to: every later step addresses the same masters.
     let masters = vote.masters().clone();
     // Every acquisition but plain `Acquire` accepts keys that already hold its token.
     let reentrant = op.op != Op::Acquire;
-    let mine = |r: &Reply| already_mine(&op, r);
+    let mine = |r: &Reply| already_mine(op, r);
     if reentrant && vote.ballots().count(mine) > 0 {
         let ballots = vote.finish().await;
-        match again(&proxy, &op, &masters, ballots, &clock).await {
+        match again(&proxy, op, &masters, ballots, &clock).await {
             Ok(granted) => granted,
-            Err(ballots) => refuse(proxy, op, masters, ballots, None, held, clock.since),
+            Err(ballots) => refuse(proxy, acq, masters, ballots, None, held, clock.since),
         }
     } else {
         let ballots = vote.ballots().clone();
-        refuse(proxy, op, masters, ballots, Some(vote), held, clock.since)
+        refuse(proxy, acq, masters, ballots, Some(vote), held, clock.since)
     }
 }
 
@@ -275,7 +356,12 @@ async fn again(
     let ttl = Duration::from_millis(op.ttl_ms as u64);
     let elapsed = now.saturating_duration_since(clock.start);
     match granted(&ballots, created_by(op), ttl, elapsed, cfg) {
-        Some(_) => Ok(grant(proxy, op, &ballots, &Clock { now, ..*clock })),
+        Some(_) => Ok(grant(
+            proxy,
+            op,
+            &ballots,
+            &Clock::at(clock.since, clock.start, now),
+        )),
         None => Err(ballots),
     }
 }
@@ -285,16 +371,17 @@ async fn again(
 /// `unfinished`: the first round's vote when it was decided with masters yet to answer.
 fn refuse(
     proxy: Arc<Proxy>,
-    op: LockOp,
+    acq: Acquisition,
     masters: Masters,
     ballots: Ballots,
     unfinished: Option<Vote>,
     held: crate::keylock::Held,
     since: Instant,
 ) -> Reply {
+    let op = &acq.0;
     let reentrant = op.op != Op::Acquire;
     debug!(
-        yes = ballots.count(created_by(&op)),
+        yes = ballots.count(created_by(op)),
         quorum = ?ballots.quorum,
         keys = op.keys.len(),
         "lock refused"
@@ -311,7 +398,7 @@ fn refuse(
     };
     if let Some(vote) = unfinished.filter(|_| {
         ballots.replies.iter().any(Option::is_none)
-            && (reentrant || earlier_grant_possible(&ballots, None, &op))
+            && (reentrant || earlier_grant_possible(&ballots, None, op))
     }) {
         // Decided early, with masters yet to answer, and the key may already hold this very
         // value there: the attempt is reentrant, or some master reported the key holding it, or
@@ -322,6 +409,7 @@ fn refuse(
         // unless the holders, once named, rule such a grant out. The client has its answer
         // now; the keys stay held until the clean-up is queued.
         tokio::spawn(async move {
+            let op = &acq.0;
             let mut vote = vote;
             // Answers that came in since the decision (a master a little behind the others, as
             // usual) count first: with every answer in, nothing needs naming or waiting for.
@@ -329,14 +417,14 @@ fn refuse(
             // Who holds the key where a plain "taken" did not say (those masters have answered,
             // so this is quick). The late answers are waited for only while they can still
             // change the plan, so a slow master does not hold the key's turn.
-            let holders = name_holders(&proxy, &masters, vote.ballots(), &op).await;
+            let holders = name_holders(&proxy, &masters, vote.ballots(), op).await;
             let ballots =
-                if reentrant || earlier_grant_possible(vote.ballots(), holders.as_ref(), &op) {
+                if reentrant || earlier_grant_possible(vote.ballots(), holders.as_ref(), op) {
                     vote.finish().await
                 } else {
                     vote.ballots().clone()
                 };
-            take_back(&proxy, &masters, op.undo(&ballots, holders.as_ref()));
+            take_back(&proxy, &masters, acq.undo(&ballots, holders.as_ref()));
             drop(held);
         });
         return refused;
@@ -345,7 +433,7 @@ fn refuse(
     // gets its clean-up queued behind the attempt on the same connection, so nothing waits for
     // a slow master. (A plain "taken" with masters unanswered was sent down the spawned path
     // above, so nothing here needs the holders named.)
-    take_back(&proxy, &masters, op.undo(&ballots, None));
+    take_back(&proxy, &masters, acq.undo(&ballots, None));
     drop(held);
     refused
 }

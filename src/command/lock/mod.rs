@@ -39,29 +39,23 @@ mod op;
 mod settle;
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::action::{Action, Later};
-use super::runner::{Clock, Operation, Voted};
+use super::action::Action;
+use super::runner::Operation;
 use crate::backend::Backend;
-use crate::config::Config;
-use crate::counters::Counters;
 use crate::error::Error;
-use crate::keylock::{KeyLocks, Ticket};
-use crate::lockop::{Answer, Holder, Lock, Op, Verb};
+use crate::lockop::{Answer, Op, Verb};
 use crate::proxy::Proxy;
-use crate::quorum::{Ballots, Masters, Request, Vote};
+use crate::quorum::Vote;
 use crate::wire::reply::Reply;
 
+pub use acquire::Acquisition;
 pub(crate) use acquire::compare_and_delete;
-use acquire::created_by;
-use op::answer;
 pub use op::{LockOp, Publish, Wake, acquires, is_granted_reply};
 pub(crate) use op::{agreed_error, constant};
-use settle::{Extension, extended};
+pub use settle::{Extended, Extension, Read, Release};
 
 /// Runs a Redlock acquisition of `key` for `token` with `ttl_ms`; answers `OK` or nil, exactly
 /// as `SET key token NX PX ttl` on one Redis: nil whenever the key exists on a quorum, whatever
@@ -83,7 +77,7 @@ pub fn acquire(proxy: &Arc<Proxy>, key: Bytes, token: Bytes, ttl_ms: i64) -> Act
         publish: None,
     };
     match check(proxy, &op) {
-        Ok(()) => super::runner::run(proxy, op),
+        Ok(()) => super::runner::run(proxy, Acquisition(op)),
         Err(refused) => refused.into(),
     }
 }
@@ -187,11 +181,12 @@ pub async fn renew(proxy: &Arc<Proxy>, keys: &[Bytes], token: &Bytes, ttl_ms: i6
         wake: None,
         publish: None,
     };
+    let op = Extension(op);
     let held = op.turn(proxy.keylocks()).ready().await;
     let (decided, vote, clock) = super::runner::decide(proxy, &op).await;
     match decided {
-        Decision::Extended(Extension::Granted) => {
-            repair_after(proxy, &op, vote, clock, held);
+        Extended::Granted => {
+            settle::repair_after(proxy, &op.0, vote, clock, held);
             Renewal::Renewed
         }
         _ if vote
@@ -204,28 +199,6 @@ pub async fn renew(proxy: &Arc<Proxy>, keys: &[Bytes], token: &Bytes, ttl_ms: i6
             "fewer than a quorum of masters extended the lock in time",
             Answered::of(&vote),
         ),
-    }
-}
-
-/// After a granted extension of `op` (sent at `clock.start`): the lock written back to the trusted
-/// members that lacked it (one key; see [`super::repair`]), in the key's turn (`held`).
-fn repair_after(
-    proxy: &Arc<Proxy>,
-    op: &LockOp,
-    vote: Vote,
-    clock: Clock,
-    held: crate::keylock::Held,
-) {
-    if let [key] = op.keys.as_slice() {
-        let e = super::repair::Extended {
-            key: key.clone(),
-            copy: super::repair::LockCopy::Token(op.token.clone()),
-            ttl_ms: op.ttl_ms,
-            vote,
-            start: clock.start,
-            reading: super::repair::EXTEND_READING,
-        };
-        super::repair::after(proxy, e, held);
     }
 }
 
@@ -271,184 +244,23 @@ pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
     if op.op == Op::AcquireOrKeep && op.keys.len() != 1 {
         return Reply::from(Error::NoLockKeys).into();
     }
-    super::runner::run(proxy, op)
-}
-
-/// What the masters' replies decided for a [`LockOp`].
-#[derive(Debug, PartialEq, Eq)]
-pub enum Decision {
-    /// An acquisition: granted (a quorum created the keys in time) or not.
-    Acquired(bool),
-    /// An extension's outcome.
-    Extended(Extension),
-    /// A release or delete: the answer, and whether every key was released.
-    Released(Reply, bool),
-    /// A read's answer.
-    Read(Reply),
-}
-
-impl Operation for LockOp {
-    type Decision = Decision;
-
-    fn lock(&self) -> Lock<'_> {
-        let holder = match self.op {
-            Op::Delete | Op::Inspect => Holder::Anyone,
-            _ => Holder::Token(&self.token),
-        };
-        Lock {
-            holder,
-            ..Lock::mutex(&self.keys, &self.token, self.ttl_ms)
-        }
-    }
-
-    fn verb(&self) -> Verb {
-        match self.op {
-            Op::Acquire
-            | Op::AcquireOrRefresh
-            | Op::AcquireOrRefreshAll
-            | Op::AcquireOrKeep
-            | Op::AcquireOrRefreshSeconds => Verb::Acquire,
-            Op::Extend | Op::ExtendAdd => Verb::Extend,
-            Op::Release | Op::ReleaseAll => Verb::Release,
-            Op::Delete => Verb::Delete,
-            Op::Inspect | Op::Remaining | Op::Held => Verb::Query,
-        }
-    }
-
-    /// The keys, and the signal list too, so a waiter's pop never overtakes the release.
-    fn turn(&self, keylocks: &Arc<KeyLocks>) -> Ticket {
-        match &self.wake {
-            Some(w) => {
-                keylocks.enqueue(&[self.keys.as_slice(), std::slice::from_ref(&w.list)].concat())
-            }
-            None => keylocks.enqueue(&self.keys),
-        }
-    }
-
-    fn settled(&self, proxy: &Proxy) -> Option<Reply> {
-        match self.verb() {
-            // An absolute expiry in the past: the lock would be born expired.
-            Verb::Acquire if self.ttl_ms <= 0 => {
-                Counters::bump(&proxy.counters().denials);
-                Some(answer(self.answer, false, self.keys.len(), &self.token))
-            }
-            Verb::Extend if self.ttl_ms < 0 || (self.ttl_ms == 0 && self.op == Op::Extend) => {
-                Some(Reply::from(Error::InvalidExtension))
-            }
-            _ => None,
-        }
-    }
-
-    fn request(&self, masters: &Masters, cfg: &Config) -> Request {
-        match self.verb() {
-            Verb::Acquire => acquire::request(masters, self),
-            Verb::Extend => settle::extend_request(self, cfg.max_ttl_ms),
-            Verb::Release | Verb::Delete => settle::release_request(self),
-            _ => settle::read_request(self),
-        }
-    }
-
-    fn timed(&self) -> bool {
-        self.verb() == Verb::Acquire
-    }
-
-    fn patience(&self, cfg: &Config) -> Duration {
-        match self.verb() {
-            // A release has no validity clock running: rather than answer "not released"
-            // because a busy master was slower than `node_timeout_ms`, it waits for each master
-            // until it answers or is marked down (`stall_timeout_ms` without an answer). A
-            // quorum that agree still decide at once.
-            Verb::Release | Verb::Delete => cfg
-                .node_timeout()
-                .max(Duration::from_millis(cfg.stall_timeout_ms)),
-            _ => cfg.node_timeout(),
-        }
-    }
-
-    fn poll_vote(&self, vote: &mut Vote, cx: &mut Context<'_>) -> Poll<()> {
-        match self.op {
-            Op::Acquire
-            | Op::AcquireOrRefresh
-            | Op::AcquireOrRefreshAll
-            | Op::AcquireOrKeep
-            | Op::AcquireOrRefreshSeconds => vote.poll_decide_yes(cx, created_by(self)),
-            Op::Extend | Op::ExtendAdd => vote.poll_decide_yes(cx, extended),
-            Op::Inspect => vote.poll_decide_by(cx, settle::read_value),
-            _ => vote.poll_outcome(cx),
-        }
-    }
-
-    fn decide(&self, ballots: &Ballots, elapsed: Duration, cfg: &Config) -> Decision {
-        let k = self.keys.len();
-        match self.op {
-            Op::Extend | Op::ExtendAdd => {
-                Decision::Extended(settle::extension(ballots, elapsed, cfg))
-            }
-            Op::Release | Op::ReleaseAll | Op::Delete => {
-                let (reply, all) = settle::released(ballots, k, self.answer, &self.token);
-                Decision::Released(reply, all)
-            }
-            Op::Inspect => Decision::Read(settle::inspected(ballots)),
-            Op::Held => Decision::Read(settle::held_answer(ballots, &self.token, self.answer)),
-            Op::Remaining => Decision::Read(settle::remaining(ballots, self.answer, self.ttl_ms)),
-            _ => {
-                let ttl = Duration::from_millis(self.ttl_ms as u64);
-                let yes = created_by(self);
-                Decision::Acquired(acquire::granted(ballots, yes, ttl, elapsed, cfg).is_some())
-            }
-        }
-    }
-
-    fn undo(&self, ballots: &Ballots, named: Option<&Ballots>) -> Vec<Option<Bytes>> {
-        compare_and_delete(&acquire::roll_back_plan(ballots, named, self), &self.token)
-    }
-
-    fn answer(
-        &self,
-        proxy: &Proxy,
-        decision: Decision,
-        vote: &mut Vote,
-        clock: &Clock,
-    ) -> Result<Reply, Decision> {
-        let k = self.keys.len();
-        match decision {
-            Decision::Acquired(true) => Ok(acquire::grant(proxy, self, vote.ballots(), clock)),
-            Decision::Extended(Extension::Granted)
-                if k == 1 && super::repair::pending(proxy, vote, super::repair::EXTEND_READING) =>
-            {
-                Err(decision)
-            }
-            Decision::Extended(e) => Ok(settle::extension_answer(self, e, vote.ballots(), proxy)),
-            Decision::Released(reply, all) => {
-                if all {
-                    Counters::bump(&proxy.counters().releases);
-                }
-                Ok(reply)
-            }
-            Decision::Read(reply) => Ok(reply),
-            Decision::Acquired(false) => Err(decision),
-        }
-    }
-
-    fn rest(self, proxy: Arc<Proxy>, decision: Decision, voted: Voted) -> Later {
-        match decision {
-            Decision::Extended(e) => {
-                let reply = settle::extension_answer(&self, e, voted.vote.ballots(), &proxy);
-                repair_after(&proxy, &self, voted.vote, voted.clock, voted.held);
-                Box::pin(std::future::ready(reply))
-            }
-            _ => Box::pin(acquire::not_granted_at_once(proxy, self, voted)),
-        }
+    match op.verb() {
+        Verb::Acquire => super::runner::run(proxy, Acquisition(op)),
+        Verb::Extend => super::runner::run(proxy, Extension(op)),
+        Verb::Release | Verb::Delete => super::runner::run(proxy, Release(op)),
+        _ => super::runner::run(proxy, Read(op)),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::acquire::{granted, roll_back_plan};
+    use super::acquire::{created_by, granted, roll_back_plan};
     use super::settle::*;
     use super::*;
     use crate::backend::BackendError;
+    use crate::config::Config;
     use Reply::Integer as I;
+    use std::time::Duration;
 
     use crate::quorum::scripted::ballots;
 
@@ -609,17 +421,17 @@ mod tests {
     fn extension_needs_a_quorum_still_valid() {
         let cfg = Config::default();
         let b = ballots(vec![Some(I(9_000)), Some(I(9_000)), Some(I(0))]);
-        assert_eq!(extension(&b, FAST, &cfg), Extension::Granted);
+        assert_eq!(extension(&b, FAST, &cfg), Extended::Granted);
         let b = ballots(vec![Some(I(9_000)), Some(I(0)), None]);
-        assert_eq!(extension(&b, FAST, &cfg), Extension::Refused);
+        assert_eq!(extension(&b, FAST, &cfg), Extended::Refused);
         // A quorum extended, but the TTL they share has run out while waiting.
         let b = ballots(vec![Some(I(50)), Some(I(50)), Some(I(9_000))]);
         assert_eq!(
             extension(&b, Duration::from_millis(60), &cfg),
-            Extension::Refused
+            Extended::Refused
         );
         let b = ballots(vec![Some(I(-2)), Some(I(-2)), Some(I(0))]);
-        assert_eq!(extension(&b, FAST, &cfg), Extension::BeyondMax);
+        assert_eq!(extension(&b, FAST, &cfg), Extended::BeyondMax);
     }
 
     #[test]
@@ -702,6 +514,7 @@ mod tests {
 /// (bsm/redislock, pottery, aioredlock).
 #[cfg(test)]
 mod more_decisions {
+    use super::op::answer;
     use super::settle::{released, remaining};
     use super::*;
     use crate::lockop::{Lit, Replies, Short};

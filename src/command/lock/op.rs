@@ -1,9 +1,12 @@
 //! A lock operation bound to one call ([`LockOp`]), and the answers it gives in its caller's
 //! reply shape ([`crate::lockop::Answer`]): the words every phase of [`super`] answers in.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
-use crate::lockop::{AnnounceWhen, Answer, Lit, Op};
+use crate::keylock::{KeyLocks, Ticket};
+use crate::lockop::{AnnounceWhen, Answer, Holder, Lit, Lock, Op, Verb};
 use crate::quorum::Ballots;
 use crate::wire::reply::Reply;
 
@@ -135,5 +138,44 @@ pub(crate) fn constant(l: Lit) -> Reply {
         Lit::TtlNum | Lit::TtlText | Lit::TokenText => Reply::Error(Bytes::from_static(
             b"ERR redlock-proxy: a script's TTL or token reply was not bound to its call",
         )),
+    }
+}
+
+impl LockOp {
+    /// The lock it acts on, in the one model (see [`crate::lockop::Lock`]).
+    pub fn model(&self) -> Lock<'_> {
+        let holder = match self.op {
+            Op::Delete | Op::Inspect => Holder::Anyone,
+            _ => Holder::Token(&self.token),
+        };
+        Lock {
+            holder,
+            ..Lock::mutex(&self.keys, &self.token, self.ttl_ms)
+        }
+    }
+
+    /// What it does to the lock.
+    pub fn verb(&self) -> Verb {
+        match self.op {
+            Op::Acquire
+            | Op::AcquireOrRefresh
+            | Op::AcquireOrRefreshAll
+            | Op::AcquireOrKeep
+            | Op::AcquireOrRefreshSeconds => Verb::Acquire,
+            Op::Extend | Op::ExtendAdd => Verb::Extend,
+            Op::Release | Op::ReleaseAll => Verb::Release,
+            Op::Delete => Verb::Delete,
+            Op::Inspect | Op::Remaining | Op::Held => Verb::Query,
+        }
+    }
+}
+
+/// Phase 1 of every plain lock operation: its keys, and the signal list too, so a waiter's pop
+/// never overtakes the release.
+#[inline]
+pub(super) fn turn(op: &LockOp, keylocks: &Arc<KeyLocks>) -> Ticket {
+    match &op.wake {
+        Some(w) => keylocks.enqueue(&[op.keys.as_slice(), std::slice::from_ref(&w.list)].concat()),
+        None => keylocks.enqueue(&op.keys),
     }
 }

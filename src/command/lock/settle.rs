@@ -1,20 +1,194 @@
 //! The phases of extensions, releases and reads: what each master is sent, and how its
 //! answers become one (see [`super`] for the rules).
 
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use tracing::debug;
 
-use super::op::{LockOp, agreed_error, answer, constant, constant_for};
+use super::op::{LockOp, agreed_error, answer, constant, constant_for, turn};
+use crate::command::action::Later;
+use crate::command::repair::{self, EXTEND_READING};
+use crate::command::runner::{Clock, Operation, Voted};
 use crate::config::Config;
+use crate::counters::Counters;
 use crate::error::Error;
-use crate::lockop::{AnnounceWhen, Answer, Op};
+use crate::keylock::{Held, KeyLocks, Ticket};
+use crate::lockop::{AnnounceWhen, Answer, Lock, Op, Verb};
 use crate::proxy::Proxy;
-use crate::quorum::{Ballots, Request, validity};
+use crate::quorum::{Ballots, Masters, Request, Vote, validity};
 use crate::scripts::{DELETE, EXTEND, INSPECT, RELEASE, RELEASE_ALL, RELEASE_PUBLISH, REMAINING};
 use crate::wire::master::eval;
 use crate::wire::reply::Reply;
+
+/// An extension ([`Op::Extend`], [`Op::ExtendAdd`]), as the runner's operation.
+#[derive(Debug)]
+pub struct Extension(pub LockOp);
+
+impl Operation for Extension {
+    type Decision = Extended;
+
+    fn lock(&self) -> Lock<'_> {
+        self.0.model()
+    }
+
+    fn verb(&self) -> Verb {
+        Verb::Extend
+    }
+
+    fn turn(&self, keylocks: &Arc<KeyLocks>) -> Ticket {
+        turn(&self.0, keylocks)
+    }
+
+    fn settled(&self, _: &Proxy) -> Option<Reply> {
+        let op = &self.0;
+        (op.ttl_ms < 0 || (op.ttl_ms == 0 && op.op == Op::Extend))
+            .then(|| Reply::from(Error::InvalidExtension))
+    }
+
+    fn request(&self, _: &Masters, cfg: &Config) -> Request {
+        extend_request(&self.0, cfg.max_ttl_ms)
+    }
+
+    fn poll_vote(&self, vote: &mut Vote, cx: &mut Context<'_>) -> Poll<()> {
+        vote.poll_decide_yes(cx, extended)
+    }
+
+    fn decide(&self, ballots: &Ballots, elapsed: Duration, cfg: &Config) -> Extended {
+        extension(ballots, elapsed, cfg)
+    }
+
+    /// A granted extension of one key waits for a quorum repair when a member may lack it.
+    fn answer(
+        &self,
+        proxy: &Proxy,
+        e: Extended,
+        vote: &mut Vote,
+        _: &Clock,
+    ) -> Result<Reply, Extended> {
+        if e == Extended::Granted
+            && self.0.keys.len() == 1
+            && repair::pending(proxy, vote, EXTEND_READING)
+        {
+            return Err(e);
+        }
+        Ok(extension_answer(&self.0, e, vote.ballots(), proxy))
+    }
+
+    fn rest(self, proxy: Arc<Proxy>, e: Extended, voted: Voted) -> Later {
+        let reply = extension_answer(&self.0, e, voted.vote.ballots(), &proxy);
+        repair_after(&proxy, &self.0, voted.vote, voted.clock, voted.held);
+        Box::pin(std::future::ready(reply))
+    }
+}
+
+/// A release or delete ([`Op::Release`], [`Op::ReleaseAll`], [`Op::Delete`]), as the runner's
+/// operation.
+#[derive(Debug)]
+pub struct Release(pub LockOp);
+
+impl Operation for Release {
+    /// The answer, and whether every key was released.
+    type Decision = (Reply, bool);
+
+    fn lock(&self) -> Lock<'_> {
+        self.0.model()
+    }
+
+    fn verb(&self) -> Verb {
+        self.0.verb()
+    }
+
+    fn turn(&self, keylocks: &Arc<KeyLocks>) -> Ticket {
+        turn(&self.0, keylocks)
+    }
+
+    fn request(&self, _: &Masters, _: &Config) -> Request {
+        release_request(&self.0)
+    }
+
+    /// A release has no validity clock running: rather than answer "not released" because a
+    /// busy master was slower than `node_timeout_ms`, it waits for each master until it answers
+    /// or is marked down (`stall_timeout_ms` without an answer). A quorum that agree still
+    /// decide at once.
+    fn patience(&self, cfg: &Config) -> Duration {
+        cfg.node_timeout()
+            .max(Duration::from_millis(cfg.stall_timeout_ms))
+    }
+
+    fn decide(&self, ballots: &Ballots, _: Duration, _: &Config) -> (Reply, bool) {
+        let op = &self.0;
+        released(ballots, op.keys.len(), op.answer, &op.token)
+    }
+
+    fn answer(
+        &self,
+        proxy: &Proxy,
+        (reply, all): (Reply, bool),
+        _: &mut Vote,
+        _: &Clock,
+    ) -> Result<Reply, (Reply, bool)> {
+        if all {
+            Counters::bump(&proxy.counters().releases);
+        }
+        Ok(reply)
+    }
+
+    fn rest(self, _: Arc<Proxy>, (reply, _): (Reply, bool), _: Voted) -> Later {
+        Box::pin(std::future::ready(reply))
+    }
+}
+
+/// A read ([`Op::Inspect`], [`Op::Held`], [`Op::Remaining`]), as the runner's operation.
+#[derive(Debug)]
+pub struct Read(pub LockOp);
+
+impl Operation for Read {
+    /// The answer.
+    type Decision = Reply;
+
+    fn lock(&self) -> Lock<'_> {
+        self.0.model()
+    }
+
+    fn verb(&self) -> Verb {
+        Verb::Query
+    }
+
+    fn turn(&self, keylocks: &Arc<KeyLocks>) -> Ticket {
+        turn(&self.0, keylocks)
+    }
+
+    fn request(&self, _: &Masters, _: &Config) -> Request {
+        read_request(&self.0)
+    }
+
+    fn poll_vote(&self, vote: &mut Vote, cx: &mut Context<'_>) -> Poll<()> {
+        match self.0.op {
+            Op::Inspect => vote.poll_decide_by(cx, read_value),
+            _ => vote.poll_outcome(cx),
+        }
+    }
+
+    fn decide(&self, ballots: &Ballots, _: Duration, _: &Config) -> Reply {
+        let op = &self.0;
+        match op.op {
+            Op::Inspect => inspected(ballots),
+            Op::Held => held_answer(ballots, &op.token, op.answer),
+            _ => remaining(ballots, op.answer, op.ttl_ms),
+        }
+    }
+
+    fn answer(&self, _: &Proxy, reply: Reply, _: &mut Vote, _: &Clock) -> Result<Reply, Reply> {
+        Ok(reply)
+    }
+
+    fn rest(self, _: Arc<Proxy>, reply: Reply, _: Voted) -> Later {
+        Box::pin(std::future::ready(reply))
+    }
+}
 
 /// A master's "yes" to an extension: the new TTL.
 pub(super) fn extended(r: &Reply) -> bool {
@@ -25,20 +199,20 @@ pub(super) fn extended(r: &Reply) -> bool {
 /// business, see [`super::super::repair`]).
 pub(super) fn extension_answer(
     op: &LockOp,
-    e: Extension,
+    e: Extended,
     ballots: &Ballots,
     proxy: &Proxy,
 ) -> Reply {
     let k = op.keys.len();
     match e {
-        Extension::Granted => answer(op.answer, true, k, &op.token),
-        Extension::BeyondMax => Reply::from(Error::ExtensionTooLong {
+        Extended::Granted => answer(op.answer, true, k, &op.token),
+        Extended::BeyondMax => Reply::from(Error::ExtensionTooLong {
             max: proxy.config().max_ttl_ms,
         }),
         // A quorum's error (`WRONGTYPE` for a key of another type) is the client's answer, as
         // Redis gives it for the client's own script.
-        Extension::Refused if let Some(e) = agreed_error(ballots) => e,
-        Extension::Refused => {
+        Extended::Refused if let Some(e) = agreed_error(ballots) => e,
+        Extended::Refused => {
             debug!(
                 extended = ballots.count(extended),
                 keys = k,
@@ -72,7 +246,7 @@ pub(super) fn extend_request(op: &LockOp, max_ttl_ms: u64) -> Request {
 
 /// An extension's outcome.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Extension {
+pub enum Extended {
     /// A quorum extended, and the TTL they agree on is still valid.
     Granted,
     /// Refused because the new TTL would exceed `max_ttl_ms` (the script answers -2).
@@ -83,18 +257,18 @@ pub enum Extension {
 
 /// Decides an extension from the masters' new TTLs: granted when the TTL a quorum now hold at
 /// least, minus the elapsed time and drift, is above `min_validity_ms`.
-pub(super) fn extension(ballots: &Ballots, elapsed: Duration, cfg: &Config) -> Extension {
+pub(super) fn extension(ballots: &Ballots, elapsed: Duration, cfg: &Config) -> Extended {
     let min = Duration::from_millis(cfg.min_validity_ms);
     let valid = ballots.quorum_th(positive, |t| *t).is_some_and(|t| {
         validity(Duration::from_millis(t as u64), elapsed, cfg.drift_factor)
             .is_some_and(|v| v > min)
     });
     if valid {
-        Extension::Granted
+        Extended::Granted
     } else if ballots.count(|r| *r == Reply::Integer(-2)) > 0 {
-        Extension::BeyondMax
+        Extended::BeyondMax
     } else {
-        Extension::Refused
+        Extended::Refused
     }
 }
 
@@ -277,5 +451,22 @@ fn positive(_: usize, r: &Reply) -> Option<i64> {
     match r {
         Reply::Integer(n) if *n > 0 => Some(*n),
         _ => None,
+    }
+}
+
+/// After a granted extension of `op` (sent at `clock.start`): the lock written back to the
+/// trusted members that lacked it (one key; see [`crate::command::repair`]), in the key's turn
+/// (`held`).
+pub(super) fn repair_after(proxy: &Arc<Proxy>, op: &LockOp, vote: Vote, clock: Clock, held: Held) {
+    if let [key] = op.keys.as_slice() {
+        let e = repair::Extended {
+            key: key.clone(),
+            copy: repair::LockCopy::Token(op.token.clone()),
+            ttl_ms: op.ttl_ms,
+            vote,
+            start: clock.start,
+            reading: EXTEND_READING,
+        };
+        repair::after(proxy, e, held);
     }
 }
