@@ -36,7 +36,7 @@ use crate::counters::Counters;
 use crate::keylock::{Held, KeyLocks, Ready, Ticket};
 use crate::lockop::{Lock, Verb};
 use crate::proxy::Proxy;
-use crate::quorum::{Ballots, Masters, Request, Vote, ask_on};
+use crate::quorum::{Ballots, Masters, Request, Vote, ask_on, validity};
 use crate::wire::reply::Reply;
 
 /// The clock of one run: when it was dispatched, when its request left (the validity clock's
@@ -172,6 +172,16 @@ pub trait Operation: Send + Unpin + Sized + 'static {
 #[inline]
 pub fn run<O: Operation>(proxy: &Arc<Proxy>, op: O) -> Action {
     Action::Later(Box::pin(Run::new(proxy, op)))
+}
+
+/// The validity rule, in one place for every decision: a lock its members were asked to hold
+/// for `ttl_ms`, `elapsed` ago, is still valid when `ttl − elapsed − drift` (see
+/// [`crate::quorum::validity`]) exceeds `min_validity_ms`.
+#[inline]
+pub fn valid(ttl_ms: i64, elapsed: Duration, cfg: &Config) -> bool {
+    let ttl = Duration::from_millis(ttl_ms.max(0) as u64);
+    let min = Duration::from_millis(cfg.min_validity_ms);
+    validity(ttl, elapsed, cfg.drift_factor).is_some_and(|left| left > min)
 }
 
 /// Phases 2 and 3 of `op`, in a turn its caller holds, for a caller that answers in its own

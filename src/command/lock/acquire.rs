@@ -12,13 +12,13 @@ use tracing::{debug, trace};
 
 use super::op::{LockOp, agreed_error, answer, constant_for, turn};
 use crate::command::action::Later;
-use crate::command::runner::{Clock, Operation, Voted, take_back};
+use crate::command::runner::{Clock, Operation, Voted, take_back, valid};
 use crate::config::Config;
 use crate::counters::Counters;
 use crate::keylock::{KeyLocks, Ticket};
 use crate::lockop::{Answer, Lock, Op, Verb};
 use crate::proxy::Proxy;
-use crate::quorum::{Ballots, Masters, Request, Vote, ask, ask_timed, validity};
+use crate::quorum::{Ballots, Masters, Request, Vote, ask, ask_timed};
 use crate::scripts::{ACQUIRE, RELEASE, REMAINING};
 use crate::wire::master::{command, eval};
 use crate::wire::reply::Reply;
@@ -71,8 +71,7 @@ impl Operation for Acquisition {
 
     #[inline]
     fn decide(&self, ballots: &Ballots, elapsed: Duration, cfg: &Config) -> bool {
-        let ttl = Duration::from_millis(self.0.ttl_ms as u64);
-        granted(ballots, created_by(&self.0), ttl, elapsed, cfg).is_some()
+        granted(ballots, created_by(&self.0), self.0.ttl_ms, elapsed, cfg)
     }
 
     fn undo(&self, ballots: &Ballots, named: Option<&Ballots>) -> Vec<Option<Bytes>> {
@@ -247,11 +246,10 @@ fn grant_kept(
     )?;
     let now = Instant::now();
     let elapsed = now.saturating_duration_since(clock.start);
-    let cfg = proxy.config();
-    let min = Duration::from_millis(cfg.min_validity_ms);
-    let valid = validity(Duration::from_millis(ttl as u64), elapsed, cfg.drift_factor)
-        .filter(|v| *v > min)?;
-    trace!(validity_ms = valid.as_millis(), "lock granted (kept)");
+    if !valid(ttl, elapsed, proxy.config()) {
+        return None;
+    }
+    trace!(ttl_ms = ttl, "lock granted (kept)");
     Counters::bump(&proxy.counters().grants);
     proxy
         .counters()
@@ -352,17 +350,12 @@ async fn again(
         }
     }
     let now = Instant::now();
-    let cfg = proxy.config();
-    let ttl = Duration::from_millis(op.ttl_ms as u64);
     let elapsed = now.saturating_duration_since(clock.start);
-    match granted(&ballots, created_by(op), ttl, elapsed, cfg) {
-        Some(_) => Ok(grant(
-            proxy,
-            op,
-            &ballots,
-            &Clock::at(clock.since, clock.start, now),
-        )),
-        None => Err(ballots),
+    if granted(&ballots, created_by(op), op.ttl_ms, elapsed, proxy.config()) {
+        let clock = Clock::at(clock.since, clock.start, now);
+        Ok(grant(proxy, op, &ballots, &clock))
+    } else {
+        Err(ballots)
     }
 }
 
@@ -444,12 +437,11 @@ fn refuse(
 pub(super) fn granted(
     ballots: &Ballots,
     yes: impl Fn(&Reply) -> bool,
-    ttl: Duration,
+    ttl_ms: i64,
     elapsed: Duration,
     cfg: &Config,
-) -> Option<Duration> {
-    let min = Duration::from_millis(cfg.min_validity_ms);
-    validity(ttl, elapsed, cfg.drift_factor).filter(|left| ballots.agree(yes) && *left > min)
+) -> bool {
+    valid(ttl_ms, elapsed, cfg) && ballots.agree(yes)
 }
 
 /// For each master, the keys a refused acquisition may have created there: on a master that

@@ -293,7 +293,7 @@ mod tests {
         Some(Reply::Bulk(Bytes::from_static(v.as_bytes())))
     }
 
-    const TTL: Duration = Duration::from_secs(10);
+    const TTL_MS: i64 = 10_000;
     const FAST: Duration = Duration::from_millis(10);
 
     #[test]
@@ -303,23 +303,23 @@ mod tests {
         // Plain `SET NX`: OK is a creation, nil is taken (whoever holds it).
         let (created, taken) = (Some(Reply::ok()), Some(Reply::Nil));
         let yes2 = ballots(vec![created.clone(), created.clone(), taken.clone()]);
-        assert!(granted(&yes2, yes, TTL, FAST, &cfg).is_some());
+        assert!(granted(&yes2, yes, TTL_MS, FAST, &cfg));
         let yes1 = ballots(vec![created.clone(), taken.clone(), None]);
-        assert!(granted(&yes1, yes, TTL, FAST, &cfg).is_none());
+        assert!(!granted(&yes1, yes, TTL_MS, FAST, &cfg));
         // A quorum, but the validity left (ttl − elapsed − drift) is gone.
         let late = Duration::from_millis(9_950);
-        assert!(granted(&yes2, yes, TTL, late, &cfg).is_none());
+        assert!(!granted(&yes2, yes, TTL_MS, late, &cfg));
         // `SET NX ... GET` (reentrant): nil is a creation; a value, even the caller's own, is a
         // key that was already there.
         let yes = created_by(&reentrant(&["k"]));
         let (created, mine) = (Some(Reply::Nil), bulk("tok"));
         let same = ballots(vec![mine.clone(), mine, created.clone()]);
-        assert!(granted(&same, yes, TTL, FAST, &cfg).is_none());
+        assert!(!granted(&same, yes, TTL_MS, FAST, &cfg));
         let two = ballots(vec![created.clone(), created, bulk("other")]);
-        assert!(granted(&two, yes, TTL, FAST, &cfg).is_some());
+        assert!(granted(&two, yes, TTL_MS, FAST, &cfg));
         // One reading per form: the other form's "yes" never counts.
-        assert!(granted(&two, created_by(&op(&["k"])), TTL, FAST, &cfg).is_none());
-        assert!(granted(&yes2, yes, TTL, FAST, &cfg).is_none());
+        assert!(!granted(&two, created_by(&op(&["k"])), TTL_MS, FAST, &cfg));
+        assert!(!granted(&yes2, yes, TTL_MS, FAST, &cfg));
     }
 
     #[test]
@@ -342,7 +342,7 @@ mod tests {
             &old,
             &new,
         );
-        assert!(granted(&b, yes, TTL, FAST, &cfg).is_none());
+        assert!(!granted(&b, yes, TTL_MS, FAST, &cfg));
         // Rolled back where it wrote (B, D), by position in the union.
         let o = op(&["k"]);
         let k = &o.keys[0];
@@ -352,7 +352,7 @@ mod tests {
         );
         // A and B: a quorum of each side.
         let b = joint(vec![created.clone(), created, taken, None], &old, &new);
-        assert!(granted(&b, yes, TTL, FAST, &cfg).is_some());
+        assert!(granted(&b, yes, TTL_MS, FAST, &cfg));
         // A release counts by side too: deleted on A and C is no release of the new set.
         let b = joint(
             vec![

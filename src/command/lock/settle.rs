@@ -11,14 +11,14 @@ use tracing::debug;
 use super::op::{LockOp, agreed_error, answer, constant, constant_for, turn};
 use crate::command::action::Later;
 use crate::command::repair::{self, EXTEND_READING};
-use crate::command::runner::{Clock, Operation, Voted};
+use crate::command::runner::{Clock, Operation, Voted, valid};
 use crate::config::Config;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::keylock::{Held, KeyLocks, Ticket};
 use crate::lockop::{AnnounceWhen, Answer, Lock, Op, Verb};
 use crate::proxy::Proxy;
-use crate::quorum::{Ballots, Masters, Request, Vote, validity};
+use crate::quorum::{Ballots, Masters, Request, Vote};
 use crate::scripts::{DELETE, EXTEND, INSPECT, RELEASE, RELEASE_ALL, RELEASE_PUBLISH, REMAINING};
 use crate::wire::master::eval;
 use crate::wire::reply::Reply;
@@ -258,12 +258,10 @@ pub enum Extended {
 /// Decides an extension from the masters' new TTLs: granted when the TTL a quorum now hold at
 /// least, minus the elapsed time and drift, is above `min_validity_ms`.
 pub(super) fn extension(ballots: &Ballots, elapsed: Duration, cfg: &Config) -> Extended {
-    let min = Duration::from_millis(cfg.min_validity_ms);
-    let valid = ballots.quorum_th(positive, |t| *t).is_some_and(|t| {
-        validity(Duration::from_millis(t as u64), elapsed, cfg.drift_factor)
-            .is_some_and(|v| v > min)
-    });
-    if valid {
+    if ballots
+        .quorum_th(positive, |t| *t)
+        .is_some_and(|t| valid(t, elapsed, cfg))
+    {
         Extended::Granted
     } else if ballots.count(|r| *r == Reply::Integer(-2)) > 0 {
         Extended::BeyondMax
