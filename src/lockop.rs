@@ -68,6 +68,21 @@ pub enum Op {
 }
 
 impl Op {
+    /// What the operation does to its lock, in the one vocabulary ([`Verb`]).
+    pub fn verb(self) -> Verb {
+        match self {
+            Op::Acquire
+            | Op::AcquireOrRefresh
+            | Op::AcquireOrRefreshAll
+            | Op::AcquireOrKeep
+            | Op::AcquireOrRefreshSeconds => Verb::Acquire,
+            Op::Extend | Op::ExtendAdd => Verb::Extend,
+            Op::Release | Op::ReleaseAll => Verb::Release,
+            Op::Delete => Verb::Delete,
+            Op::Inspect | Op::Remaining | Op::Held => Verb::Query,
+        }
+    }
+
     /// The TTL in ms a refresh of a key that already holds the token sets, for an acquisition
     /// whose TTL is `ttl_ms` (`None` when it overflows).
     pub fn refresh_ms(self, ttl_ms: i64) -> Option<i64> {
@@ -584,6 +599,18 @@ pub enum HashOp {
     /// `ARGV[field_arg + i - 1]`), answering one 1 or 0 per key (Redisson's multi-lock
     /// renewal, `LockTask`, the watchdog of 3.44 and later).
     RenewAll,
+}
+
+impl HashOp {
+    /// What the operation does to its lock, in the one vocabulary ([`Verb`]).
+    pub fn verb(self) -> Verb {
+        match self {
+            HashOp::Acquire | HashOp::FencedAcquire | HashOp::FencedAcquireToken => Verb::Acquire,
+            HashOp::Unlock => Verb::Release,
+            HashOp::Renew | HashOp::RenewAll => Verb::Extend,
+            HashOp::ForceUnlock => Verb::Delete,
+        }
+    }
 }
 
 /// Where a hash-lock script publishes the release for waiters subscribed to the lock's channel.

@@ -56,6 +56,24 @@ pub enum RedissonOp {
     RwIsLocked,
 }
 
+impl RedissonOp {
+    /// What the operation does to its lock, in the one vocabulary ([`crate::lockop::Verb`]).
+    pub fn verb(self) -> crate::lockop::Verb {
+        use crate::lockop::Verb;
+        match self {
+            RedissonOp::ReadAcquire
+            | RedissonOp::WriteAcquire
+            | RedissonOp::FairAcquire
+            | RedissonOp::FairTryAcquire => Verb::Acquire,
+            RedissonOp::RwUnlock | RedissonOp::FairUnlock => Verb::Release,
+            RedissonOp::RwForceUnlock | RedissonOp::FairForceUnlock => Verb::Delete,
+            RedissonOp::RwRenew | RedissonOp::RwRenewOne => Verb::Extend,
+            RedissonOp::FairDequeue => Verb::Leave,
+            RedissonOp::RwIsLocked => Verb::Query,
+        }
+    }
+}
+
 /// A recognised read–write or fair lock script and where its parameters sit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RedissonScript {

@@ -417,6 +417,31 @@ mod tests {
         );
     }
 
+    /// The runner's phases 3 and 4 of an acquisition, called as the runner calls them, with no
+    /// network: the decision from the ballots and the time, then the undo plan as the requests
+    /// each member is sent.
+    #[test]
+    fn an_acquisitions_decision_and_undo_are_pure_phases() {
+        use crate::command::runner::Operation;
+        let cfg = Config::default();
+        let acq = Acquisition(op(&["k"]));
+        let (created, taken) = (Some(Reply::ok()), Some(Reply::Nil));
+        let yes = ballots(vec![created.clone(), created.clone(), taken.clone()]);
+        assert!(acq.decide(&yes, FAST, &cfg));
+        assert!(!acq.decide(&yes, Duration::from_millis(TTL_MS as u64), &cfg));
+        let no = ballots(vec![created.clone(), taken.clone(), None]);
+        assert!(!acq.decide(&no, FAST, &cfg));
+        // The undo: compare-and-delete of the token on master 0 only (master 2's outcome is
+        // unknown, and a plain "taken" on master 1 may be an earlier grant of this token).
+        let plan = acq.undo(&no, None);
+        let release =
+            crate::wire::master::eval(crate::scripts::RELEASE, &acq.0.keys, &[&acq.0.token]);
+        assert_eq!(plan, vec![Some(release), None, None]);
+        // A refused plain acquisition that wrote nowhere has nothing to undo.
+        let none = ballots(vec![taken.clone(), taken, None]);
+        assert_eq!(acq.undo(&none, None), vec![None, None, None]);
+    }
+
     #[test]
     fn extension_needs_a_quorum_still_valid() {
         let cfg = Config::default();

@@ -156,17 +156,7 @@ impl LockOp {
 
     /// What it does to the lock.
     pub fn verb(&self) -> Verb {
-        match self.op {
-            Op::Acquire
-            | Op::AcquireOrRefresh
-            | Op::AcquireOrRefreshAll
-            | Op::AcquireOrKeep
-            | Op::AcquireOrRefreshSeconds => Verb::Acquire,
-            Op::Extend | Op::ExtendAdd => Verb::Extend,
-            Op::Release | Op::ReleaseAll => Verb::Release,
-            Op::Delete => Verb::Delete,
-            Op::Inspect | Op::Remaining | Op::Held => Verb::Query,
-        }
+        self.op.verb()
     }
 }
 
