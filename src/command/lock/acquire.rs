@@ -10,13 +10,12 @@ use bytes::Bytes;
 use tokio::time::Instant;
 use tracing::{debug, trace};
 
-use super::op::{LockOp, agreed_error, answer, constant_for, turn};
+use super::op::{LockOp, agreed_error, answer, constant_for, plain_phases};
 use crate::command::action::Later;
 use crate::command::runner::{Clock, Operation, Voted, take_back, valid};
 use crate::config::Config;
 use crate::counters::Counters;
-use crate::keylock::{KeyLocks, Ticket};
-use crate::lockop::{Answer, Lock, Op, Verb};
+use crate::lockop::{Answer, Op};
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Masters, Request, Vote, ask, ask_timed};
 use crate::scripts::{ACQUIRE, RELEASE, REMAINING};
@@ -32,18 +31,7 @@ impl Operation for Acquisition {
     /// Granted: a quorum created the keys in time.
     type Decision = bool;
 
-    fn lock(&self) -> Lock<'_> {
-        self.0.model()
-    }
-
-    fn verb(&self) -> Verb {
-        Verb::Acquire
-    }
-
-    #[inline]
-    fn turn(&self, keylocks: &Arc<KeyLocks>) -> Ticket {
-        turn(&self.0, keylocks)
-    }
+    plain_phases!();
 
     /// An absolute expiry in the past: the lock would be born expired.
     #[inline]

@@ -169,3 +169,26 @@ pub(super) fn turn(op: &LockOp, keylocks: &Arc<KeyLocks>) -> Ticket {
         None => keylocks.enqueue(&op.keys),
     }
 }
+
+/// The phases every plain lock operation (a newtype over [`LockOp`]) shares: its lock in the
+/// one model, its verb, and its turn (see [`turn`]).
+macro_rules! plain_phases {
+    () => {
+        fn lock(&self) -> crate::lockop::Lock<'_> {
+            self.0.model()
+        }
+
+        fn verb(&self) -> crate::lockop::Verb {
+            self.0.verb()
+        }
+
+        #[inline]
+        fn turn(
+            &self,
+            keylocks: &std::sync::Arc<crate::keylock::KeyLocks>,
+        ) -> crate::keylock::Ticket {
+            super::op::turn(&self.0, keylocks)
+        }
+    };
+}
+pub(super) use plain_phases;

@@ -8,15 +8,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use tracing::debug;
 
-use super::op::{LockOp, agreed_error, answer, constant, constant_for, turn};
+use super::op::{LockOp, agreed_error, answer, constant, constant_for, plain_phases};
 use crate::command::action::Later;
 use crate::command::repair::{self, EXTEND_READING};
 use crate::command::runner::{Clock, Operation, Voted, valid};
 use crate::config::Config;
 use crate::counters::Counters;
 use crate::error::Error;
-use crate::keylock::{Held, KeyLocks, Ticket};
-use crate::lockop::{AnnounceWhen, Answer, Lock, Op, Verb};
+use crate::keylock::Held;
+use crate::lockop::{AnnounceWhen, Answer, Op};
 use crate::proxy::Proxy;
 use crate::quorum::{Ballots, Masters, Request, Vote};
 use crate::scripts::{DELETE, EXTEND, INSPECT, RELEASE, RELEASE_ALL, RELEASE_PUBLISH, REMAINING};
@@ -30,17 +30,7 @@ pub struct Extension(pub LockOp);
 impl Operation for Extension {
     type Decision = Extended;
 
-    fn lock(&self) -> Lock<'_> {
-        self.0.model()
-    }
-
-    fn verb(&self) -> Verb {
-        Verb::Extend
-    }
-
-    fn turn(&self, keylocks: &Arc<KeyLocks>) -> Ticket {
-        turn(&self.0, keylocks)
-    }
+    plain_phases!();
 
     fn settled(&self, _: &Proxy) -> Option<Reply> {
         let op = &self.0;
@@ -93,17 +83,7 @@ impl Operation for Release {
     /// The answer, and whether every key was released.
     type Decision = (Reply, bool);
 
-    fn lock(&self) -> Lock<'_> {
-        self.0.model()
-    }
-
-    fn verb(&self) -> Verb {
-        self.0.verb()
-    }
-
-    fn turn(&self, keylocks: &Arc<KeyLocks>) -> Ticket {
-        turn(&self.0, keylocks)
-    }
+    plain_phases!();
 
     fn request(&self, _: &Masters, _: &Config) -> Request {
         release_request(&self.0)
@@ -149,17 +129,7 @@ impl Operation for Read {
     /// The answer.
     type Decision = Reply;
 
-    fn lock(&self) -> Lock<'_> {
-        self.0.model()
-    }
-
-    fn verb(&self) -> Verb {
-        Verb::Query
-    }
-
-    fn turn(&self, keylocks: &Arc<KeyLocks>) -> Ticket {
-        turn(&self.0, keylocks)
-    }
+    plain_phases!();
 
     fn request(&self, _: &Masters, _: &Config) -> Request {
         read_request(&self.0)
