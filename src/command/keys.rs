@@ -1,9 +1,10 @@
 //! The key commands that lock owners and legacy `SETNX` lock code use, each answered by a
 //! majority rule.
 //!
-//! Every command here goes to all N masters at once ([`forward`]), and one rule per command turns
-//! the N replies into the answer ([`decide`]). Where the masters disagree, the answer is the
-//! conservative one, so that no two clients can both come away believing they hold a lock:
+//! Every command here goes to all N masters at once as one quorum operation of the runner
+//! ([`Forward`]), and one rule per command turns the N replies into the answer ([`Rule`]); what
+//! a write leaves behind is taken back in its undo phase. Where the masters disagree, the answer
+//! is the conservative one, so that no two clients can both come away believing they hold a lock:
 //!
 //! - `GET`: the value a quorum agree on, else nil.
 //! - `EXISTS`, `DEL`, `EXPIRE`, `PEXPIRE`, `PEXPIREAT`: the largest count that a quorum of
@@ -318,6 +319,11 @@ impl Verbatim {
         })
     }
 
+    /// Runs it on every master (see [`Forward`]).
+    fn forward(self, proxy: &Arc<Proxy>, verb: Verb, rule: Rule) -> Action {
+        forward(proxy, verb, self.request, self.keys, rule)
+    }
+
     /// Reads `command key [key ...]`: every argument a key.
     pub fn all_keys(c: &mut Cursor<'_>) -> Verbatim {
         Verbatim {
@@ -370,29 +376,17 @@ pub fn agreed_or_no_quorum(ballots: &Ballots) -> Reply {
 
 /// `GET key`
 pub fn get(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
-    forward(proxy, Verb::Query, v.request, v.keys, Rule::Of(agreed))
+    v.forward(proxy, Verb::Query, Rule::Of(agreed))
 }
 
 /// `EXISTS key [key ...]`
 pub fn exists(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
-    forward(
-        proxy,
-        Verb::Query,
-        v.request,
-        v.keys,
-        Rule::Of(quorum_floor),
-    )
+    v.forward(proxy, Verb::Query, Rule::Of(quorum_floor))
 }
 
 /// `DEL key [key ...]`: deleted on every master; answers how many keys a quorum deleted.
 pub fn del(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
-    forward(
-        proxy,
-        Verb::Delete,
-        v.request,
-        v.keys,
-        Rule::Of(quorum_floor),
-    )
+    v.forward(proxy, Verb::Delete, Rule::Of(quorum_floor))
 }
 
 /// `PX <ms>` of the deadlock guard as text, or `None` when the guard is off.
@@ -427,14 +421,13 @@ pub fn setnx(proxy: &Arc<Proxy>, _: &mut Conn, SetNx { key, value }: SetNx) -> A
         Some(ttl) => command(&[b"SET", &key, &value, b"NX", b"PX", ttl.as_bytes()]),
         None => command(&[b"SETNX", &key, &value]),
     };
-    let keys = vec![key.clone()];
-    let op = Forward::new(
-        proxy,
-        Verb::Write,
-        request,
-        keys,
-        Rule::Created { key, value },
-    );
+    write_every(proxy, request, key.clone(), Rule::Created { key, value })
+}
+
+/// Runs a legacy write of `key` on every master, waiting for every reply: its rule takes back
+/// what a quorum did not make, and needs to know what each master did, not guess it.
+fn write_every(proxy: &Arc<Proxy>, request: Bytes, key: Bytes, rule: Rule) -> Action {
+    let op = Forward::new(proxy, Verb::Write, request, vec![key], rule);
     run(proxy, op.every_reply())
 }
 
@@ -465,15 +458,7 @@ pub fn getset(proxy: &Arc<Proxy>, _: &mut Conn, g: GetSet) -> Action {
         None => g.verbatim,
     };
     let (key, written) = (g.key, g.value);
-    let keys = vec![key.clone()];
-    let op = Forward::new(
-        proxy,
-        Verb::Write,
-        request,
-        keys,
-        Rule::OldValue { key, written },
-    );
-    run(proxy, op.every_reply())
+    write_every(proxy, request, key.clone(), Rule::OldValue { key, written })
 }
 
 /// The error for an expiry beyond `max_ttl_ms`, if `ms` is one.
@@ -570,36 +555,30 @@ pub(super) fn expire_where(proxy: &Arc<Proxy>, e: Expire, holds: Option<Bytes>) 
 
 /// `TTL key`, `PTTL key`: see [`ttl_floor`].
 pub fn ttl(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
-    forward(proxy, Verb::Query, v.request, v.keys, Rule::Of(ttl_floor))
+    v.forward(proxy, Verb::Query, Rule::Of(ttl_floor))
 }
 
 /// `HGET key field`: the value a quorum agree on, else nil (as [`get`]). Lock libraries read
 /// a hash lock's holder this way (Redisson's `getHoldCount`).
 pub fn hget(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
-    forward(proxy, Verb::Query, v.request, v.keys, Rule::Of(agreed))
+    v.forward(proxy, Verb::Query, Rule::Of(agreed))
 }
 
 /// `HEXISTS key field`, `LLEN key`: the largest count a quorum of masters reach (see
 /// [`quorum_floor`]): a field "exists" only where a majority have it.
 pub fn count(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
-    forward(
-        proxy,
-        Verb::Query,
-        v.request,
-        v.keys,
-        Rule::Of(quorum_floor),
-    )
+    v.forward(proxy, Verb::Query, Rule::Of(quorum_floor))
 }
 
 /// `HGETALL key`: see [`agreed_hash`].
 pub fn hgetall(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
-    forward(proxy, Verb::Query, v.request, v.keys, Rule::Of(agreed_hash))
+    v.forward(proxy, Verb::Query, Rule::Of(agreed_hash))
 }
 
 /// The hash a quorum of masters hold alike (a map in RESP3, a flat array in RESP2, as Redis
 /// answers); an empty one when no two agree, so nobody reads a lock as held that a majority
 /// does not hold.
-fn agreed_hash(ballots: &Ballots) -> Reply {
+pub fn agreed_hash(ballots: &Ballots) -> Reply {
     match ballots.majority() {
         Some(Reply::Array(flat)) => Reply::Map(
             flat.chunks_exact(2)
@@ -708,17 +687,15 @@ pub fn write(proxy: &Arc<Proxy>, w: SetWrite) -> Action {
         }
         None => command(&parts),
     };
-    let keys = vec![key.clone()];
     let rule = match (opts.get, opts.xx) {
-        (true, _) => Rule::OldValue {
-            key,
-            written: value,
-        },
+        (true, _) => {
+            let written = value;
+            return write_every(proxy, request, key.clone(), Rule::OldValue { key, written });
+        }
         (false, true) => Rule::Of(agreed),
         (false, false) => Rule::Of(agreed_or_no_quorum),
     };
-    let op = Forward::new(proxy, Verb::Write, request, keys, rule);
-    run(proxy, if opts.get { op.every_reply() } else { op })
+    forward(proxy, Verb::Write, request, vec![key], rule)
 }
 
 #[cfg(test)]
