@@ -21,7 +21,7 @@ use crate::counters::Counters;
 use crate::keylock::Held;
 use crate::lockop::{Holder, Lock, Verb};
 use crate::proxy::Proxy;
-use crate::quorum::{Ballots, Masters, Request, Vote, validity};
+use crate::quorum::{Ballots, Masters, Request, Vote};
 use crate::wire::master::{command, eval};
 use crate::wire::reply::Reply;
 
@@ -252,14 +252,10 @@ impl Operation for CondSet {
     /// landed, so a quorum of those decides, with no lock left to be valid.
     fn decide(&self, ballots: &Ballots, elapsed: Duration, cfg: &Config) -> Outcome {
         let (w, b) = (&self.w, self.plan.counted(ballots));
-        let min = Duration::from_millis(cfg.min_validity_ms);
         let deleting = w.ttl_ms.is_some_and(|t| t <= 0);
         let valid = deleting
-            || b.quorum_th(|_, r| new_ttl_of(r), |t| *t).is_some_and(|t| {
-                t == i64::MAX
-                    || validity(Duration::from_millis(t as u64), elapsed, cfg.drift_factor)
-                        .is_some_and(|v| v > min)
-            });
+            || b.quorum_th(|_, r| new_ttl_of(r), |t| *t)
+                .is_some_and(|t| t == i64::MAX || runner::valid(t, elapsed, cfg));
         if valid && b.agree(wrote) {
             Outcome::Written(set_reply(w, &b))
         } else {
