@@ -19,26 +19,30 @@
 //!   the value on every master first, computes its digest, and then sends the value-conditioned
 //!   form with the exact value it read: the condition "the digest is `d`" is then checked
 //!   atomically against that value, and a value that changed in between is not written.
+//!
+//! This file holds the commands, the members' scripts and the answers; `op.rs` holds the
+//! conditional `SET` and delete as the runner's phases (see [`super::runner`]).
+
+mod op;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::time::Instant;
 
 use super::action::Action;
 use super::args::Cursor;
-use super::keys::{Cond, SetWrite, digest_arg, guard_px, no_quorum};
+use super::keys::{Cond, Rule, SetWrite, digest_arg, forward, no_quorum, quorum_floor};
 use super::lease::Leased;
 use super::lock::agreed_error;
+use super::runner;
 use super::session::Conn;
-use crate::counters::Counters;
 use crate::error::Error;
-use crate::keylock::Held;
+use crate::lockop::Verb;
 use crate::proxy::Proxy;
-use crate::quorum::{Ballots, Masters, Request, ask, validity};
-use crate::wire::master::{command, eval};
+use crate::quorum::Ballots;
+use crate::wire::master::command;
 use crate::wire::reply::Reply;
+use op::{CondDel, CondSet, Plan, ReadFirst};
 
 /// A conditional `SET` on one master: `KEYS[1]` the key; `ARGV` = new value, mode (`1` the key
 /// holds `ARGV[3]`, `2` it does not, `3` it is missing), `ARGV[3]`, TTL in ms (`0`: none, `-1`:
@@ -152,10 +156,10 @@ pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, write: SetWrite) -> Action {
             }),
         _ => None,
     };
-    let keys = [w.key.clone()];
-    let action = super::action::in_turn_held(proxy, &keys, move |proxy, held| async move {
-        run_set(&proxy, &w, held).await
-    });
+    let action = match Plan::every(&w.cond) {
+        Some(plan) => runner::run(proxy, CondSet { w, plan }),
+        None => runner::run(proxy, ReadFirst::<CondSet>(w)),
+    };
     match lease {
         Some((leases, lock)) => super::lease::on_grant(leases, proxy, action, lock, Reply::is_ok),
         None => action,
@@ -187,142 +191,6 @@ fn new_ttl_of(r: &Reply) -> Option<i64> {
     }
 }
 
-/// How long to wait for the masters: a conditional write has no validity clock before it is
-/// sent, and its decision waits no longer than an acquisition's.
-fn deadline(proxy: &Proxy) -> Instant {
-    Instant::now() + proxy.config().node_timeout()
-}
-
-/// What each master is sent, and what is known already of the masters that need not be asked
-/// (a digest that decided "no" on the value read): the second as [`COND_SET`]'s "not written".
-type Plan = (Vec<Option<Bytes>>, Vec<Option<Reply>>);
-
-/// Reads the key on every master (a digest condition needs the value); `Err` with the answer
-/// when a quorum agreed on an error (`WRONGTYPE`).
-async fn read_values(proxy: &Proxy, masters: &Masters, key: &Bytes) -> Result<Ballots, Reply> {
-    let get = command(&[b"GET", key]);
-    let read = ask(masters, Request::Same(get), 1, deadline(proxy))
-        .finish()
-        .await;
-    match read.majority_error() {
-        Some(e) => Err(e.clone()),
-        None => Ok(read),
-    }
-}
-
-/// The requests of a conditional `SET`.
-async fn plan_set(proxy: &Proxy, masters: &Masters, w: &Write) -> Result<Plan, Reply> {
-    let mut ttl = itoa::Buffer::new();
-    let ttl: &[u8] = match w.ttl_ms {
-        Some(t) if t <= 0 => b"-1",
-        Some(t) => ttl.format(t).as_bytes(),
-        None => b"0",
-    };
-    let guard = guard_px(proxy);
-    let guard: &[u8] = guard.as_deref().map_or(b"0", str::as_bytes);
-    let keep: &[u8] = if w.keep_ttl { b"1" } else { b"0" };
-    let script = |mode: &[u8], arg: &[u8]| {
-        eval(
-            COND_SET,
-            std::slice::from_ref(&w.key),
-            &[&w.value, mode, arg, ttl, keep, guard],
-        )
-    };
-    let n = masters.len();
-    let (mode, d) = match &w.cond {
-        Cond::Eq(m) => return Ok((vec![Some(script(b"1", m)); n], vec![None; n])),
-        Cond::Ne(m) => return Ok((vec![Some(script(b"2", m)); n], vec![None; n])),
-        Cond::DigestEq(d) => (true, *d),
-        Cond::DigestNe(d) => (false, *d),
-    };
-    let read = read_values(proxy, masters, &w.key).await?;
-    let mut asks = vec![None; n];
-    let mut known = vec![None; n];
-    for (i, r) in read.replies.iter().enumerate() {
-        let not_written = |old: Reply| {
-            Some(Reply::Array(vec![
-                Reply::Integer(0),
-                old,
-                Reply::Integer(-2),
-            ]))
-        };
-        match r {
-            // The condition held on the value read: write only while the key still holds
-            // exactly that value.
-            Some(Reply::Bulk(v)) if (digest_of(v) == d) == mode => asks[i] = Some(script(b"1", v)),
-            Some(Reply::Bulk(v)) => known[i] = not_written(Reply::Bulk(v.clone())),
-            // A missing key: `IFDNE` writes it while it is still missing, `IFDEQ` does not.
-            Some(Reply::Nil) if !mode => asks[i] = Some(script(b"3", b"")),
-            Some(Reply::Nil) => known[i] = not_written(Reply::Nil),
-            _ => {}
-        }
-    }
-    Ok((asks, known))
-}
-
-/// A conditional `SET` in its key's turn (`held`: passed on to a quorum repair after a granted
-/// extension, else freed with the answer).
-async fn run_set(proxy: &Arc<Proxy>, w: &Write, held: Held) -> Reply {
-    // One member set for the whole write: its read, its vote and any give-back.
-    let masters = proxy.masters();
-    let (asks, known) = match plan_set(proxy, &masters, w).await {
-        Ok(plan) => plan,
-        Err(e) => return e,
-    };
-    let merge = |mut b: Ballots| {
-        for (i, k) in known.iter().enumerate() {
-            if let Some(k) = k {
-                b.replies[i] = Some(k.clone());
-            }
-        }
-        b
-    };
-    let start = Instant::now();
-    let mut vote = ask(&masters, Request::Some(asks), 1, deadline(proxy));
-    let decided = merge(vote.decide_by(wrote).await.clone());
-    let cfg = proxy.config();
-    let min = Duration::from_millis(cfg.min_validity_ms);
-    let elapsed = start.elapsed();
-    // A write with an expiry already past deleted the key where it landed: a quorum of those
-    // decides, with no lock left to be valid.
-    let deleting = w.ttl_ms.is_some_and(|t| t <= 0);
-    let valid = deleting
-        || decided
-            .quorum_th(|_, r| new_ttl_of(r), |t| *t)
-            .is_some_and(|t| {
-                t == i64::MAX
-                    || validity(Duration::from_millis(t as u64), elapsed, cfg.drift_factor)
-                        .is_some_and(|v| v > min)
-            });
-    if valid && decided.agree(wrote) {
-        Counters::bump(&proxy.counters().grants);
-        let reply = set_reply(w, &decided);
-        if let Some(reading) = repairs(w) {
-            // `SET tok IFEQ tok PX ttl` is an extension: the lock goes back to the trusted
-            // members that lack it (see `repair`).
-            let e = super::repair::Extended {
-                key: w.key.clone(),
-                copy: super::repair::LockCopy::Token(w.value.clone()),
-                ttl_ms: w.ttl_ms.unwrap_or(0),
-                vote,
-                start,
-                reading,
-            };
-            super::repair::after(proxy, e, held);
-        }
-        return reply;
-    }
-    Counters::bump(&proxy.counters().denials);
-    // Refused: every master's answer until the deadline, so each write that landed in time is
-    // given back its old value before the key is free again.
-    let all = merge(vote.finish().await);
-    restore(proxy, &masters, w, &all);
-    if let Some(e) = agreed_error(&all) {
-        return e;
-    }
-    not_set_reply(w, Some(&all))
-}
-
 /// How a granted conditional `SET` reads for a quorum repair, when it is a lock extension:
 /// `SET tok IFEQ tok PX ttl` (the value kept, a TTL given). A member where the key was missing
 /// answered `{0, nil, …}`; one that wrote brings its new PTTL. Other forms (a takeover, `IFNE`,
@@ -338,41 +206,6 @@ fn repairs(w: &Write) -> Option<super::repair::Reading> {
                 if a.first() == Some(&Reply::Integer(0)) && a.get(1) == Some(&Reply::Nil))
         },
     })
-}
-
-/// Gives back, on each master that wrote, what the refused write replaced (see [`RESTORE`]).
-/// A master that did not answer in time may have written too; its old value is unknown, and
-/// the value written stays there until its own TTL ends.
-fn restore(proxy: &Proxy, masters: &Masters, w: &Write, ballots: &Ballots) {
-    let mut sent = false;
-    for (m, r) in masters.iter().zip(&ballots.replies) {
-        let Some(Reply::Array(a)) = r.as_ref().filter(|r| wrote(r)) else {
-            continue;
-        };
-        let (had, old): (&[u8], &[u8]) = match a.get(1) {
-            Some(Reply::Bulk(v)) => (b"1", v),
-            _ => (b"0", b""),
-        };
-        let ttl = match a.get(2) {
-            Some(Reply::Integer(t)) => *t,
-            _ => -1,
-        };
-        let mut buf = itoa::Buffer::new();
-        let ttl = buf.format(ttl).as_bytes();
-        m.send(
-            eval(
-                RESTORE,
-                std::slice::from_ref(&w.key),
-                &[&w.value, had, old, ttl],
-            ),
-            1,
-            None,
-        );
-        sent = true;
-    }
-    if sent {
-        Counters::bump(&proxy.counters().rollbacks);
-    }
 }
 
 /// Whether `old` (the value a key held before, nil for none) makes the condition true.
@@ -492,22 +325,18 @@ impl Delex {
 pub fn delex(proxy: &Arc<Proxy>, _: &mut Conn, delex: Delex) -> Action {
     match delex {
         // `DEL` on the masters: they need not know `DELEX`.
-        Delex::Del(key) => super::keys::forward(
-            proxy,
-            command(&[b"DEL", &key]),
-            &[key],
-            Box::new(|_, b| super::keys::quorum_floor(b)),
-        ),
+        Delex::Del(key) => {
+            let del = command(&[b"DEL", &key]);
+            forward(proxy, Verb::Delete, del, vec![key], Rule::Of(quorum_floor))
+        }
         Delex::If {
             key,
             cond: Cond::Eq(token),
         } => super::lock::release(proxy, key, token),
-        Delex::If { key, cond } => {
-            let keys = [key.clone()];
-            super::action::in_turn(proxy, &keys, move |proxy| async move {
-                run_delex(&proxy, &key, &cond).await
-            })
-        }
+        Delex::If { key, cond } => match Plan::every(&cond) {
+            Some(plan) => runner::run(proxy, CondDel { key, plan }),
+            None => runner::run(proxy, ReadFirst::<CondDel>((key, cond))),
+        },
     }
 }
 
@@ -530,50 +359,6 @@ impl DelIfEq {
 /// `DELIFEQ key value` (Valkey 9.0): the Redlock release, as `DELEX key IFEQ value`.
 pub fn delifeq(proxy: &Arc<Proxy>, _: &mut Conn, d: DelIfEq) -> Action {
     super::lock::release(proxy, d.key, d.value)
-}
-
-async fn run_delex(proxy: &Proxy, key: &Bytes, cond: &Cond) -> Reply {
-    let masters = proxy.masters();
-    let n = masters.len();
-    let script = |mode: &[u8], arg: &[u8]| eval(COND_DEL, std::slice::from_ref(key), &[mode, arg]);
-    let mut known: Vec<Option<Reply>> = vec![None; n];
-    let asks = match cond {
-        Cond::Ne(m) => vec![Some(script(b"2", m)); n],
-        Cond::DigestEq(d) | Cond::DigestNe(d) => {
-            let read = match read_values(proxy, &masters, key).await {
-                Ok(read) => read,
-                Err(e) => return e,
-            };
-            let want = matches!(cond, Cond::DigestEq(_));
-            let mut asks = vec![None; n];
-            for (i, r) in read.replies.iter().enumerate() {
-                match r {
-                    Some(Reply::Bulk(v)) if (digest_of(v) == *d) == want => {
-                        asks[i] = Some(script(b"1", v));
-                    }
-                    Some(Reply::Bulk(_) | Reply::Nil) => known[i] = Some(Reply::Integer(0)),
-                    _ => {}
-                }
-            }
-            asks
-        }
-        Cond::Eq(m) => vec![Some(script(b"1", m)); n],
-    };
-    // As a release: no validity clock runs, so each master is waited for until it answers or
-    // is marked down; a quorum that agree decide at once.
-    let patience = proxy
-        .config()
-        .node_timeout()
-        .max(Duration::from_millis(proxy.config().stall_timeout_ms));
-    let mut ballots = ask(&masters, Request::Some(asks), 1, Instant::now() + patience)
-        .outcome()
-        .await;
-    for (i, k) in known.into_iter().enumerate() {
-        if k.is_some() {
-            ballots.replies[i] = k;
-        }
-    }
-    deleted(&ballots)
 }
 
 /// Decides a conditional delete from each master's answer (1 deleted, 0 not): 1 when a quorum
@@ -606,16 +391,16 @@ impl Digest {
 /// quorum (or the key is missing there); a quorum's error (`WRONGTYPE`) is passed on.
 pub fn digest(proxy: &Arc<Proxy>, _: &mut Conn, Digest(key): Digest) -> Action {
     let get = command(&[b"GET", &key]);
-    super::keys::forward(
-        proxy,
-        get,
-        &[key],
-        Box::new(|_, b| match b.majority() {
-            Some(Reply::Bulk(v)) => Reply::Bulk(digest_hex(digest_of(v))),
-            Some(e) if e.is_error() => e.clone(),
-            _ => Reply::Nil,
-        }),
-    )
+    forward(proxy, Verb::Query, get, vec![key], Rule::Of(agreed_digest))
+}
+
+/// The digest of the value a quorum agree on; a quorum's error is passed on; else nil.
+fn agreed_digest(ballots: &Ballots) -> Reply {
+    match ballots.majority() {
+        Some(Reply::Bulk(v)) => Reply::Bulk(digest_hex(digest_of(v))),
+        Some(e) if e.is_error() => e.clone(),
+        _ => Reply::Nil,
+    }
 }
 
 #[cfg(test)]
@@ -623,8 +408,9 @@ mod tests {
     use super::*;
     use crate::quorum::scripted::ballots;
     use Reply::Integer as I;
+    use std::time::Duration;
 
-    fn bulk(s: &str) -> Reply {
+    pub(super) fn bulk(s: &str) -> Reply {
         Reply::Bulk(Bytes::copy_from_slice(s.as_bytes()))
     }
 
@@ -685,7 +471,7 @@ mod tests {
         );
     }
 
-    fn write(cond: Cond, get: bool) -> Write {
+    pub(super) fn write(cond: Cond, get: bool) -> Write {
         Write {
             key: Bytes::from_static(b"k"),
             value: Bytes::from_static(b"new"),
@@ -696,7 +482,7 @@ mod tests {
         }
     }
 
-    fn answer(flag: i64, old: Reply) -> Option<Reply> {
+    pub(super) fn answer(flag: i64, old: Reply) -> Option<Reply> {
         Some(Reply::Array(vec![I(flag), old, I(5_000), I(10_000)]))
     }
 

@@ -33,17 +33,21 @@
 use std::sync::Arc;
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use tokio::time::Instant;
 
-use super::action::Action;
+use super::action::{Action, Later};
 use super::args::Cursor;
+use super::runner::{self, Clock, Operation, Voted};
 use super::session::Conn;
+use crate::config::Config;
 use crate::error::Error;
+use crate::lockop::{Lock, Verb};
 use crate::proxy::Proxy;
-use crate::quorum::{Ballots, Masters, Request, ask};
+use crate::quorum::{Ballots, Masters, Request, Vote};
+use crate::wire::master::eval;
 use crate::wire::reply::Reply;
 
 /// Prepare: `KEYS` = lock key, fence hash; `ARGV` = token, ballot, retention ms. Answers 0 when
@@ -97,7 +101,12 @@ pub fn fence_key(key: &[u8]) -> Bytes {
 /// How long a key's counter is kept after its last token: twice the quarantine window, so a
 /// counter outlives every lock of its key and the restart quarantine of any master.
 pub fn retention(proxy: &Proxy) -> u64 {
-    2 * proxy.config().quarantine_window().as_millis() as u64
+    kept_ms(proxy.config())
+}
+
+/// [`retention`], from the configuration.
+fn kept_ms(cfg: &Config) -> u64 {
+    2 * cfg.quarantine_window().as_millis() as u64
 }
 
 /// This process's wall clock, anchored once and advanced by the monotonic clock, so a step of
@@ -188,60 +197,175 @@ impl Fence {
     }
 }
 
+/// How many prepares one `REDLOCK.FENCE` makes at most: another proxy may be minting the same
+/// grant's token.
+const MINTS: u32 = 4;
+
 /// `REDLOCK.FENCE key token`
 pub fn fence(proxy: &Arc<Proxy>, _: &mut Conn, Fence { key, token }: Fence) -> Action {
-    let turn = vec![key.clone()];
-    super::action::in_turn(proxy, &turn, move |proxy| async move {
-        if proxy.config().fence_single_master {
-            return single_master(&proxy, &key, &token).await;
-        }
-        // A few rounds at most: another proxy may be minting the same grant's token.
-        let mut above = 0;
-        for _ in 0..4 {
-            match mint(&proxy, &key, &token, above).await {
-                Minted::Token(t) => return Reply::Integer(t as i64),
-                Minted::NotHeld => return Reply::Nil,
-                Minted::Outbid(p) => above = p,
-            }
-        }
-        Reply::from(Error::FenceContended)
-    })
-}
-
-enum Minted {
-    Token(u64),
-    NotHeld,
-    Outbid(u64),
-}
-
-async fn round(
-    proxy: &Proxy,
-    masters: &Masters,
-    script: &str,
-    keys: [&Bytes; 2],
-    argv: &[&[u8]],
-) -> Ballots {
-    let req = crate::wire::master::eval(script, &keys, argv);
-    let deadline = Instant::now() + proxy.config().node_timeout();
-    // Every answer is wanted (the value accepted with the highest ballot may be anywhere).
-    ask(masters, Request::Same(req), 1, deadline).finish().await
-}
-
-async fn mint(proxy: &Proxy, key: &Bytes, token: &Bytes, above: u64) -> Minted {
-    let fkey = fence_key(key);
-    let keep = retention(proxy).to_string();
-    let b = ballot(above);
-    let b_arg = b.to_string();
-    // Both rounds go to one member set.
-    let masters = proxy.masters();
-    let prepared = round(
+    let step = if proxy.config().fence_single_master {
+        Step::Single
+    } else {
+        Step::prepare(0)
+    };
+    let fkey = fence_key(&key);
+    runner::run(
         proxy,
-        &masters,
-        PREPARE,
-        [key, &fkey],
-        &[token, b_arg.as_bytes(), keep.as_bytes()],
+        Round {
+            key,
+            fkey,
+            token,
+            step,
+        },
     )
-    .await;
+}
+
+/// One round of minting, as a quorum operation: the first in the key's turn, the later ones
+/// in its [`Operation::rest`], still in that turn. Every round waits for every reply: the value
+/// accepted with the highest ballot may be anywhere.
+struct Round {
+    key: Bytes,
+    /// The key's fence hash.
+    fkey: Bytes,
+    token: Bytes,
+    step: Step,
+}
+
+/// What a round asks.
+enum Step {
+    /// The negative control (`fence_single_master`): master 0's own counter.
+    Single,
+    /// Prepare, with a ballot above `above`, drawn when the request leaves (in the key's turn)
+    /// and kept for the accept.
+    Prepare { above: u64, ballot: AtomicU64 },
+    /// Accept `value` under `ballot`.
+    Accept { ballot: u64, value: u64 },
+}
+
+impl Step {
+    fn prepare(above: u64) -> Step {
+        Step::Prepare {
+            above,
+            ballot: AtomicU64::new(0),
+        }
+    }
+}
+
+/// What a round decided.
+#[derive(Debug, PartialEq, Eq)]
+enum Minted {
+    /// The token.
+    Token(u64),
+    /// The key does not hold the token on a quorum of masters.
+    NotHeld,
+    /// Some master promised this higher ballot: go again above it.
+    Outbid(u64),
+    /// Prepared by a quorum: accept the value accepted with the highest ballot or, without
+    /// one, a new value above the highest counter `c` and the clock.
+    Propose { value: Option<u64>, c: u64 },
+}
+
+impl Operation for Round {
+    type Decision = Minted;
+
+    fn lock(&self) -> Lock<'_> {
+        Lock::mutex(std::slice::from_ref(&self.key), &self.token, 0)
+    }
+
+    fn verb(&self) -> Verb {
+        Verb::Write
+    }
+
+    fn request(&self, _: &Masters, cfg: &Config) -> Request {
+        let keys = [&self.key, &self.fkey];
+        let keep = kept_ms(cfg).to_string();
+        let req = match &self.step {
+            Step::Single => eval(SINGLE, &keys, &[&self.token]),
+            Step::Prepare { above, ballot: b } => {
+                let drawn = ballot(*above);
+                b.store(drawn, Ordering::Relaxed);
+                let b = drawn.to_string();
+                eval(
+                    PREPARE,
+                    &keys,
+                    &[&self.token, b.as_bytes(), keep.as_bytes()],
+                )
+            }
+            Step::Accept { ballot, value } => {
+                let (b, v) = (ballot.to_string(), value.to_string());
+                let argv: [&[u8]; 4] = [&self.token, b.as_bytes(), v.as_bytes(), keep.as_bytes()];
+                eval(ACCEPT, &keys, &argv)
+            }
+        };
+        Request::Same(req)
+    }
+
+    fn poll_vote(&self, vote: &mut Vote, cx: &mut Context<'_>) -> Poll<()> {
+        vote.poll_finish(cx)
+    }
+
+    fn decide(&self, ballots: &Ballots, _: Duration, _: &Config) -> Minted {
+        match &self.step {
+            Step::Single => counted(ballots),
+            Step::Prepare { .. } => prepared(ballots),
+            Step::Accept { value, .. } => accepted(ballots, *value),
+        }
+    }
+
+    fn answer(&self, _: &Proxy, minted: Minted, _: &mut Vote, _: &Clock) -> Result<Reply, Minted> {
+        match minted {
+            Minted::Token(t) => Ok(Reply::Integer(t as i64)),
+            Minted::NotHeld => Ok(Reply::Nil),
+            later => Err(later),
+        }
+    }
+
+    fn rest(self, proxy: Arc<Proxy>, minted: Minted, voted: Voted) -> Later {
+        Box::pin(self.rounds(proxy, minted, voted))
+    }
+}
+
+impl Round {
+    /// The rounds after the first (`minted`), in the key's turn: an accept on the members the
+    /// prepare went to, or (outbid) a prepare with a higher ballot, up to [`MINTS`] prepares.
+    async fn rounds(mut self, proxy: Arc<Proxy>, mut minted: Minted, voted: Voted) -> Reply {
+        let Voted { vote, held, .. } = voted;
+        // Both rounds of one mint go to one member set.
+        let mut masters = vote.masters().clone();
+        drop(vote);
+        let mut mints = 1;
+        let reply = loop {
+            minted = match minted {
+                Minted::Token(t) => break Reply::Integer(t as i64),
+                Minted::NotHeld => break Reply::Nil,
+                Minted::Outbid(_) if mints == MINTS => break Reply::from(Error::FenceContended),
+                Minted::Outbid(p) => {
+                    mints += 1;
+                    self.step = Step::prepare(p);
+                    let (minted, vote, _) = runner::decide(&proxy, &self).await;
+                    masters = vote.masters().clone();
+                    minted
+                }
+                Minted::Propose { value, c } => {
+                    let value = value.unwrap_or_else(|| (c + 1).max(now_us()));
+                    let ballot = match &self.step {
+                        Step::Prepare { ballot, .. } => ballot.load(Ordering::Relaxed),
+                        _ => 0,
+                    };
+                    self.step = Step::Accept { ballot, value };
+                    runner::decide_on(&proxy, masters.clone(), &self).await.0
+                }
+            };
+        };
+        drop(held);
+        reply
+    }
+}
+
+/// The prepare round's decision. Fewer than a quorum holding the token: not held, unless some
+/// promised a higher ballot where the others held it (outbid). Otherwise a value a quorum
+/// accepted is chosen (a repeated call is one round), else a value is proposed.
+fn prepared(prepared: &Ballots) -> Minted {
     let promises: Vec<Promise> = prepared.replies.iter().map(promise).collect();
     let is_given = |i: usize| matches!(promises[i], Promise::Given { .. });
     let refused = promises
@@ -283,22 +407,15 @@ async fn mint(proxy: &Proxy, key: &Bytes, token: &Bytes, above: u64) -> Minted {
             return Minted::Token(t);
         }
     }
-    let value = match accepted.and_then(|(_, v)| int(&Reply::Bulk(v.clone()))) {
-        Some(v) => v,
-        None => {
-            let c = given.iter().map(|(c, _, _)| *c).max().unwrap_or(0);
-            (c + 1).max(now_us())
-        }
-    };
-    let v_arg = value.to_string();
-    let accepted = round(
-        proxy,
-        &masters,
-        ACCEPT,
-        [key, &fkey],
-        &[token, b_arg.as_bytes(), v_arg.as_bytes(), keep.as_bytes()],
-    )
-    .await;
+    Minted::Propose {
+        value: accepted.and_then(|(_, v)| int(&Reply::Bulk(v.clone()))),
+        c: given.iter().map(|(c, _, _)| *c).max().unwrap_or(0),
+    }
+}
+
+/// The accept round's decision for `value`: the token when a quorum accepted it; else outbid
+/// by the highest ballot promised meanwhile, or not held.
+fn accepted(accepted: &Ballots, value: u64) -> Minted {
     if accepted.agree(|r| *r == Reply::Integer(1)) {
         return Minted::Token(value);
     }
@@ -316,17 +433,11 @@ async fn mint(proxy: &Proxy, key: &Bytes, token: &Bytes, above: u64) -> Minted {
     }
 }
 
-/// The negative control: master 0's own counter, whatever the others hold.
-async fn single_master(proxy: &Proxy, key: &Bytes, token: &Bytes) -> Reply {
-    let fkey = fence_key(key);
-    let req = crate::wire::master::eval(SINGLE, &[key, &fkey], &[token]);
-    let deadline = Instant::now() + proxy.config().node_timeout();
-    let ballots = ask(&proxy.masters(), Request::Same(req), 1, deadline)
-        .finish()
-        .await;
-    match &ballots.replies[0] {
-        Some(Reply::Integer(n)) if *n > 0 => Reply::Integer(*n),
-        _ => Reply::Nil,
+/// The negative control's decision: master 0's own counter, whatever the others hold.
+fn counted(ballots: &Ballots) -> Minted {
+    match ballots.replies.first() {
+        Some(Some(Reply::Integer(n))) if *n > 0 => Minted::Token(*n as u64),
+        _ => Minted::NotHeld,
     }
 }
 
@@ -384,5 +495,82 @@ mod tests {
             Promise::NotHeld
         ));
         assert!(matches!(promise(&None), Promise::NotHeld));
+    }
+
+    fn given(c: &'static str, ballot: &'static str, value: &'static str) -> Option<Reply> {
+        Some(Reply::Array(vec![
+            Reply::Integer(1),
+            Reply::bulk(c),
+            Reply::bulk(ballot),
+            Reply::bulk(value),
+        ]))
+    }
+
+    fn promised(p: &'static str) -> Option<Reply> {
+        Some(Reply::Array(vec![Reply::Integer(-1), Reply::bulk(p)]))
+    }
+
+    #[test]
+    fn a_prepare_proposes_a_value_above_every_counter_a_quorum_reports() {
+        use crate::quorum::scripted::ballots;
+        // Nothing accepted yet: a new value, above the highest counter.
+        let b = ballots(vec![given("41", "0", ""), given("40", "0", ""), None]);
+        assert_eq!(prepared(&b), Minted::Propose { value: None, c: 41 });
+        // A value a quorum accepted under one ballot is chosen: the same token again.
+        let b = ballots(vec![
+            given("42", "7000", "42"),
+            given("42", "7000", "42"),
+            given("0", "0", ""),
+        ]);
+        assert_eq!(prepared(&b), Minted::Token(42));
+        // Accepted on a minority: that value (the highest ballot's) is proposed again.
+        let b = ballots(vec![
+            given("42", "7000", "42"),
+            given("43", "6000", "43"),
+            given("0", "0", ""),
+        ]);
+        assert_eq!(
+            prepared(&b),
+            Minted::Propose {
+                value: Some(42),
+                c: 43
+            }
+        );
+    }
+
+    #[test]
+    fn a_prepare_is_outbid_only_where_a_quorum_hold_the_token() {
+        use crate::quorum::scripted::ballots;
+        let not_held = Some(Reply::Integer(0));
+        let b = ballots(vec![given("1", "0", ""), promised("99"), promised("120")]);
+        assert_eq!(prepared(&b), Minted::Outbid(120));
+        let b = ballots(vec![given("1", "0", ""), promised("99"), not_held.clone()]);
+        assert_eq!(prepared(&b), Minted::Outbid(99));
+        let b = ballots(vec![given("1", "0", ""), not_held.clone(), not_held]);
+        assert_eq!(prepared(&b), Minted::NotHeld);
+        let b = ballots(vec![promised("99"), None, None]);
+        assert_eq!(prepared(&b), Minted::NotHeld);
+    }
+
+    #[test]
+    fn an_accept_mints_the_token_only_with_a_quorum() {
+        use crate::quorum::scripted::ballots;
+        use Reply::Integer as I;
+        let b = ballots(vec![Some(I(1)), Some(I(1)), Some(I(0))]);
+        assert_eq!(accepted(&b, 42), Minted::Token(42));
+        let b = ballots(vec![Some(I(1)), promised("900"), None]);
+        assert_eq!(accepted(&b, 42), Minted::Outbid(900));
+        let b = ballots(vec![Some(I(1)), Some(I(0)), Some(I(0))]);
+        assert_eq!(accepted(&b, 42), Minted::NotHeld);
+    }
+
+    #[test]
+    fn the_single_master_control_reads_master_0_alone() {
+        use crate::quorum::scripted::ballots;
+        use Reply::Integer as I;
+        let b = ballots(vec![Some(I(7)), Some(I(0)), None]);
+        assert_eq!(counted(&b), Minted::Token(7));
+        let b = ballots(vec![Some(I(0)), Some(I(5)), Some(I(5))]);
+        assert_eq!(counted(&b), Minted::NotHeld);
     }
 }

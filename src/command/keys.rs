@@ -1,9 +1,10 @@
 //! The key commands that lock owners and legacy `SETNX` lock code use, each answered by a
 //! majority rule.
 //!
-//! Every command here goes to all N masters at once ([`forward`]), and one rule per command turns
-//! the N replies into the answer ([`decide`]). Where the masters disagree, the answer is the
-//! conservative one, so that no two clients can both come away believing they hold a lock:
+//! Every command here goes to all N masters at once as one quorum operation of the runner
+//! ([`Forward`]), and one rule per command turns the N replies into the answer ([`Rule`]); what
+//! a write leaves behind is taken back in its undo phase. Where the masters disagree, the answer
+//! is the conservative one, so that no two clients can both come away believing they hold a lock:
 //!
 //! - `GET`: the value a quorum agree on, else nil.
 //! - `EXISTS`, `DEL`, `EXPIRE`, `PEXPIRE`, `PEXPIREAT`: the largest count that a quorum of
@@ -25,33 +26,73 @@
 //! so a client that dies between `SETNX` and `EXPIRE` does not block the resource forever.
 //! Expiries are capped at `max_ttl_ms`, which the restart quarantine relies on.
 
+use std::borrow::Cow;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::action::Action;
+use super::action::{Action, Later};
 use super::args::Cursor;
 use super::lock::compare_and_delete;
-use super::runner::send_each;
+use super::runner::{Clock, Operation, Voted, run, send_each};
 use super::session::Conn;
 use super::spec::{Cmd, unix_ms};
-use crate::config::LegacyDecision;
+use crate::config::{Config, LegacyDecision};
+use crate::counters::Counters;
 use crate::error::Error;
+use crate::lockop::{Holder, Lock, Verb};
 use crate::proxy::Proxy;
-use crate::quorum::{Ballots, Request, ask};
+use crate::quorum::{Ballots, Masters, Request, Vote, ask};
 use crate::wire::master::{command, eval};
 use crate::wire::reply::Reply;
 use crate::wire::resp;
 
-/// A rule that turns the masters' replies into one answer. It runs while the command's keys
-/// are still held, so clean-ups it queues reach each master before any later command on them.
-pub type Rule = Box<dyn FnOnce(&Proxy, &Ballots) -> Reply + Send>;
+/// A key command sent on to every master, once its keys have their turn, and answered by the
+/// rule of its command: one quorum operation of the runner ([`super::runner`]).
+pub struct Forward {
+    /// The command, encoded for the masters.
+    request: Bytes,
+    /// The keys it names (whose turn it takes).
+    keys: Vec<Bytes>,
+    /// What it does to them.
+    verb: Verb,
+    /// How many replies it waits for.
+    gather: Gather,
+    /// How the replies become the answer.
+    rule: Rule,
+}
 
-/// Sends `request` to every master once the keys are free and answers what `rule` makes of
-/// the replies.
-pub fn forward(proxy: &Arc<Proxy>, request: Bytes, keys: &[Bytes], rule: Rule) -> Action {
-    forward_with(proxy, request, keys, Gather::Outcome, rule)
+/// How the masters' replies become one answer. A rule decides from the replies alone; what it
+/// leaves to take back is [`Forward`]'s undo, sent while the command's keys are still held, so
+/// it reaches each master before any later command on them.
+pub enum Rule {
+    /// A function of the replies.
+    Of(fn(&Ballots) -> Reply),
+    /// `SETNX`: 1 when a quorum created `key`; otherwise 0 (or a quorum's error), and `value` is
+    /// taken back wherever it may have landed.
+    Created {
+        /// The key.
+        key: Bytes,
+        /// The value written.
+        value: Bytes,
+    },
+    /// `GETSET` and `SET ... GET`: the old value a quorum agree on. Without one, the value just
+    /// written (a legacy takeover cannot be won without a majority), and that value is taken
+    /// back wherever it landed: two takeovers that split the masters between them would
+    /// otherwise leave no majority value behind, and the lock blocked until the deadlock guard
+    /// ran out.
+    OldValue {
+        /// The key.
+        key: Bytes,
+        /// The value written.
+        written: Bytes,
+    },
+    /// `EXISTS` for `SET key token NX EXAT|PXAT <past>`: `OK` when a quorum lack the key, else
+    /// nil (a denial).
+    Absent,
 }
 
 /// How many replies a command waits for.
@@ -62,45 +103,194 @@ pub enum Gather {
     /// Every master's, until the node deadline: a rule that cleans up needs to know what each
     /// master did, not guess it.
     All,
+    /// The `first-master` negative control: every master's, and master 0's alone counted (a
+    /// quorum of one), as a plain proxy in front of a single Redis would answer.
+    FirstMaster,
 }
 
-/// [`forward`], waiting for `gather` replies.
-pub fn forward_with(
+impl Forward {
+    /// `request` on every master for `keys`, answered by `rule` as soon as the outcome is known
+    /// (every reply with the `first-master` negative control, which needs master 0's).
+    pub fn new(proxy: &Proxy, verb: Verb, request: Bytes, keys: Vec<Bytes>, rule: Rule) -> Self {
+        let gather = if proxy.config().legacy_decision == LegacyDecision::FirstMaster {
+            Gather::FirstMaster
+        } else {
+            Gather::Outcome
+        };
+        Forward {
+            request,
+            keys,
+            verb,
+            gather,
+            rule,
+        }
+    }
+
+    /// This command, waiting for every master's reply (see [`Gather::All`]).
+    pub fn every_reply(self) -> Self {
+        match self.gather {
+            Gather::Outcome => Forward {
+                gather: Gather::All,
+                ..self
+            },
+            _ => self,
+        }
+    }
+
+    /// The ballots the rule counts (see [`Gather::FirstMaster`]).
+    fn counted<'a>(&self, ballots: &'a Ballots) -> Cow<'a, Ballots> {
+        match self.gather {
+            Gather::FirstMaster => Cow::Owned(first_master(ballots.clone())),
+            _ => Cow::Borrowed(ballots),
+        }
+    }
+}
+
+/// Whether a `SETNX` (or its `SET NX` form) created the key on a master.
+fn created(r: &Reply) -> bool {
+    r.is_ok() || *r == Reply::Integer(1)
+}
+
+impl Operation for Forward {
+    type Decision = Reply;
+
+    fn lock(&self) -> Lock<'_> {
+        let holder = match &self.rule {
+            Rule::Created { value, .. } | Rule::OldValue { written: value, .. } => {
+                Holder::Token(value)
+            }
+            _ => Holder::Anyone,
+        };
+        Lock {
+            holder,
+            ..Lock::mutex(&self.keys, &[], 0)
+        }
+    }
+
+    fn verb(&self) -> Verb {
+        self.verb
+    }
+
+    fn request(&self, _: &Masters, _: &Config) -> Request {
+        Request::Same(self.request.clone())
+    }
+
+    fn poll_vote(&self, vote: &mut Vote, cx: &mut Context<'_>) -> Poll<()> {
+        match self.gather {
+            Gather::Outcome => vote.poll_outcome(cx),
+            Gather::All | Gather::FirstMaster => vote.poll_finish(cx),
+        }
+    }
+
+    fn decide(&self, ballots: &Ballots, _: Duration, _: &Config) -> Reply {
+        let b = self.counted(ballots);
+        match &self.rule {
+            Rule::Of(rule) => rule(&b),
+            Rule::Created { .. } if b.agree(created) => Reply::Integer(1),
+            Rule::Created { .. } => b.majority_error().cloned().unwrap_or(Reply::Integer(0)),
+            Rule::OldValue { written, .. } => match b.majority() {
+                Some(r) => r.clone(),
+                None => Reply::Bulk(written.clone()),
+            },
+            Rule::Absent if b.agree(|r| *r == Reply::Integer(0)) => Reply::ok(),
+            Rule::Absent => Reply::Nil,
+        }
+    }
+
+    /// A write a quorum did not make, taken back (compare-and-delete) where it may have landed.
+    fn undo(&self, ballots: &Ballots, _: Option<&Ballots>) -> Vec<Option<Bytes>> {
+        let b = self.counted(ballots);
+        match &self.rule {
+            Rule::Created { key, value } if !b.agree(created) => {
+                take_back_plan(&b, key, value, created)
+            }
+            Rule::OldValue { key, written } if b.majority().is_none() => {
+                take_back_plan(&b, key, written, |r| !r.is_error())
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn answer(
+        &self,
+        proxy: &Proxy,
+        reply: Reply,
+        vote: &mut Vote,
+        _: &Clock,
+    ) -> Result<Reply, Reply> {
+        if matches!(self.rule, Rule::Absent) && reply == Reply::Nil {
+            Counters::bump(&proxy.counters().denials);
+        }
+        // Sent without counting a roll-back: a legacy write's clean-up is no lock's.
+        send_each(vote.masters(), self.undo(vote.ballots(), None));
+        Ok(reply)
+    }
+
+    fn rest(self, _: Arc<Proxy>, reply: Reply, _: Voted) -> Later {
+        Box::pin(std::future::ready(reply))
+    }
+}
+
+/// Runs `request` on every master for `keys` (see [`Forward`]).
+pub fn forward(
     proxy: &Arc<Proxy>,
+    verb: Verb,
     request: Bytes,
-    keys: &[Bytes],
-    gather: Gather,
+    keys: Vec<Bytes>,
     rule: Rule,
 ) -> Action {
-    super::action::in_turn(proxy, keys, move |proxy| async move {
-        let ballots = vote(&proxy, request, gather).await;
-        decide(&proxy, ballots, rule)
-    })
+    run(proxy, Forward::new(proxy, verb, request, keys, rule))
 }
 
-/// Sends `request` to every master and gathers the replies.
+/// Sends `request` to every master and gathers the replies, for a caller that decides in its
+/// own terms (every reply with the `first-master` negative control; see [`counted`]).
 pub async fn vote(proxy: &Proxy, request: Bytes, gather: Gather) -> Ballots {
     let deadline = Instant::now() + proxy.config().node_timeout();
     let v = ask(&proxy.masters(), Request::Same(request), 1, deadline);
     // With the first-master rule, master 0's reply is needed even when the others decided.
-    if gather == Gather::All || proxy.config().legacy_decision == LegacyDecision::FirstMaster {
+    if gather != Gather::Outcome || proxy.config().legacy_decision == LegacyDecision::FirstMaster {
         v.finish().await
     } else {
         v.outcome().await
     }
 }
 
-/// Applies `rule`; with the `first-master` negative control, to master 0's reply alone (a
-/// quorum of one), as a plain proxy in front of a single Redis would answer.
-pub fn decide(proxy: &Proxy, mut ballots: Ballots, rule: Rule) -> Reply {
-    if proxy.config().legacy_decision == LegacyDecision::FirstMaster {
-        for i in 1..ballots.replies.len() {
-            ballots.replies[i] = None;
-            ballots.failed[i] = Some(crate::backend::BackendError::Down);
-        }
-        ballots.quorum = crate::quorum::Quorum::one();
+/// The ballots a legacy rule counts: all of them, or with the `first-master` negative control
+/// master 0's alone (see [`Gather::FirstMaster`]).
+pub fn counted(cfg: &Config, ballots: Ballots) -> Ballots {
+    if cfg.legacy_decision == LegacyDecision::FirstMaster {
+        first_master(ballots)
+    } else {
+        ballots
     }
-    rule(proxy, &ballots)
+}
+
+/// `ballots` with master 0's reply alone, and a quorum of one.
+fn first_master(mut ballots: Ballots) -> Ballots {
+    for i in 1..ballots.replies.len() {
+        ballots.replies[i] = None;
+        ballots.failed[i] = Some(crate::backend::BackendError::Down);
+    }
+    ballots.quorum = crate::quorum::Quorum::one();
+    ballots
+}
+
+/// The take-back of `value` from `key` (only while the key still holds it) on every master
+/// that `wrote` it, or that may have written it without a counted answer.
+fn take_back_plan(
+    b: &Ballots,
+    key: &Bytes,
+    value: &Bytes,
+    wrote: impl Fn(&Reply) -> bool,
+) -> Vec<Option<Bytes>> {
+    let plan: Vec<Vec<&Bytes>> = (0..b.replies.len())
+        .map(|i| match &b.replies[i] {
+            Some(r) if wrote(r) => vec![key],
+            None if b.may_have_run(i) => vec![key],
+            _ => Vec::new(),
+        })
+        .collect();
+    compare_and_delete(&plan, value)
 }
 
 /// The client's command, as it came.
@@ -127,6 +317,11 @@ impl Verbatim {
             request,
             keys: vec![key],
         })
+    }
+
+    /// Runs it on every master (see [`Forward`]).
+    fn forward(self, proxy: &Arc<Proxy>, verb: Verb, rule: Rule) -> Action {
+        forward(proxy, verb, self.request, self.keys, rule)
     }
 
     /// Reads `command key [key ...]`: every argument a key.
@@ -169,29 +364,34 @@ pub fn no_quorum() -> Reply {
     Reply::from(Error::NoQuorum)
 }
 
+/// The reply a quorum agree on, else nil.
+pub fn agreed(ballots: &Ballots) -> Reply {
+    ballots.majority().cloned().unwrap_or(Reply::Nil)
+}
+
+/// The reply a quorum agree on, else the no-quorum error.
+pub fn agreed_or_no_quorum(ballots: &Ballots) -> Reply {
+    ballots.majority().cloned().unwrap_or_else(no_quorum)
+}
+
 /// `GET key`
 pub fn get(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
-    forward(
-        proxy,
-        v.request,
-        &v.keys,
-        Box::new(|_, b| b.majority().cloned().unwrap_or(Reply::Nil)),
-    )
+    v.forward(proxy, Verb::Query, Rule::Of(agreed))
 }
 
 /// `EXISTS key [key ...]`
 pub fn exists(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
-    forward(proxy, v.request, &v.keys, Box::new(|_, b| quorum_floor(b)))
+    v.forward(proxy, Verb::Query, Rule::Of(quorum_floor))
 }
 
 /// `DEL key [key ...]`: deleted on every master; answers how many keys a quorum deleted.
 pub fn del(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
-    forward(proxy, v.request, &v.keys, Box::new(|_, b| quorum_floor(b)))
+    v.forward(proxy, Verb::Delete, Rule::Of(quorum_floor))
 }
 
 /// `PX <ms>` of the deadlock guard as text, or `None` when the guard is off.
-pub(super) fn guard_px(proxy: &Proxy) -> Option<String> {
-    let guard = proxy.config().legacy_guard_ttl_ms();
+pub(super) fn guard_px(cfg: &Config) -> Option<String> {
+    let guard = cfg.legacy_guard_ttl_ms();
     (guard > 0).then(|| itoa::Buffer::new().format(guard).to_owned())
 }
 
@@ -217,50 +417,18 @@ impl SetNx {
 /// often write the same one, so a master that has not answered may hold the same value for the
 /// lock's real holder.
 pub fn setnx(proxy: &Arc<Proxy>, _: &mut Conn, SetNx { key, value }: SetNx) -> Action {
-    let request = match guard_px(proxy) {
+    let request = match guard_px(proxy.config()) {
         Some(ttl) => command(&[b"SET", &key, &value, b"NX", b"PX", ttl.as_bytes()]),
         None => command(&[b"SETNX", &key, &value]),
     };
-    let rule_key = key.clone();
-    let rule = move |_: &Proxy, b: &Ballots| {
-        let created = |r: &Reply| r.is_ok() || *r == Reply::Integer(1);
-        if b.agree(created) {
-            return Reply::Integer(1);
-        }
-        undo_write(b, &key, &value, created);
-        b.majority_error().cloned().unwrap_or(Reply::Integer(0))
-    };
-    let keys = [rule_key];
-    forward_with(proxy, request, &keys, Gather::All, Box::new(rule))
+    write_every(proxy, request, key.clone(), Rule::Created { key, value })
 }
 
-/// Deletes `value` from `key` (only while the key still holds it) on every master that
-/// `wrote` it, or that may have written it without a counted answer.
-fn undo_write(b: &Ballots, key: &Bytes, value: &Bytes, wrote: impl Fn(&Reply) -> bool) {
-    let plan: Vec<Vec<&Bytes>> = (0..b.replies.len())
-        .map(|i| match &b.replies[i] {
-            Some(r) if wrote(r) => vec![key],
-            None if b.may_have_run(i) => vec![key],
-            _ => Vec::new(),
-        })
-        .collect();
-    // The masters the write went to (the plan's positions are theirs).
-    if let Some(masters) = &b.masters {
-        send_each(masters, compare_and_delete(&plan, value));
-    }
-}
-
-/// The old-value rule of `GETSET` and `SET ... GET`: the old value a quorum agree on. Without
-/// one, the caller gets the value it just wrote (a legacy takeover cannot be won without a
-/// majority), and that value is deleted again wherever it landed: two takeovers that split the
-/// masters between them would otherwise leave no majority value behind, and the lock blocked
-/// until the deadlock guard ran out.
-pub(super) fn old_value(b: &Ballots, key: &Bytes, written: Bytes) -> Reply {
-    if let Some(r) = b.majority() {
-        return r.clone();
-    }
-    undo_write(b, key, &written, |r| !r.is_error());
-    Reply::Bulk(written)
+/// Runs a legacy write of `key` on every master, waiting for every reply: its rule takes back
+/// what a quorum did not make, and needs to know what each master did, not guess it.
+fn write_every(proxy: &Arc<Proxy>, request: Bytes, key: Bytes, rule: Rule) -> Action {
+    let op = Forward::new(proxy, Verb::Write, request, vec![key], rule);
+    run(proxy, op.every_reply())
 }
 
 /// `GETSET key value`, read.
@@ -283,21 +451,14 @@ impl GetSet {
 }
 
 /// `GETSET key value`: written on every master (with the deadlock guard); answers the old
-/// value a quorum agree on, else the value just written (see `old_value`).
+/// value a quorum agree on, else the value just written (see [`Rule::OldValue`]).
 pub fn getset(proxy: &Arc<Proxy>, _: &mut Conn, g: GetSet) -> Action {
-    let request = match guard_px(proxy) {
+    let request = match guard_px(proxy.config()) {
         Some(ttl) => command(&[b"SET", &g.key, &g.value, b"PX", ttl.as_bytes(), b"GET"]),
         None => g.verbatim,
     };
     let (key, written) = (g.key, g.value);
-    let keys = [key.clone()];
-    forward_with(
-        proxy,
-        request,
-        &keys,
-        Gather::All,
-        Box::new(move |_, b| old_value(b, &key, written)),
-    )
+    write_every(proxy, request, key.clone(), Rule::OldValue { key, written })
 }
 
 /// The error for an expiry beyond `max_ttl_ms`, if `ms` is one.
@@ -385,52 +546,48 @@ pub(super) fn expire_where(proxy: &Arc<Proxy>, e: Expire, holds: Option<Bytes>) 
     };
     forward(
         proxy,
+        Verb::Extend,
         request,
-        std::slice::from_ref(&e.key),
-        Box::new(|_, b| quorum_floor(b)),
+        vec![e.key],
+        Rule::Of(quorum_floor),
     )
 }
 
 /// `TTL key`, `PTTL key`: see [`ttl_floor`].
 pub fn ttl(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
-    forward(proxy, v.request, &v.keys, Box::new(|_, b| ttl_floor(b)))
+    v.forward(proxy, Verb::Query, Rule::Of(ttl_floor))
 }
 
 /// `HGET key field`: the value a quorum agree on, else nil (as [`get`]). Lock libraries read
 /// a hash lock's holder this way (Redisson's `getHoldCount`).
 pub fn hget(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
-    forward(
-        proxy,
-        v.request,
-        &v.keys,
-        Box::new(|_, b| b.majority().cloned().unwrap_or(Reply::Nil)),
-    )
+    v.forward(proxy, Verb::Query, Rule::Of(agreed))
 }
 
 /// `HEXISTS key field`, `LLEN key`: the largest count a quorum of masters reach (see
 /// [`quorum_floor`]): a field "exists" only where a majority have it.
 pub fn count(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
-    forward(proxy, v.request, &v.keys, Box::new(|_, b| quorum_floor(b)))
+    v.forward(proxy, Verb::Query, Rule::Of(quorum_floor))
 }
 
-/// `HGETALL key`: the hash a quorum of masters hold alike (a map in RESP3, a flat array in
-/// RESP2, as Redis answers); an empty one when no two agree, so nobody reads a lock as held
-/// that a majority does not hold.
+/// `HGETALL key`: see [`agreed_hash`].
 pub fn hgetall(proxy: &Arc<Proxy>, _: &mut Conn, v: Verbatim) -> Action {
-    forward(
-        proxy,
-        v.request,
-        &v.keys,
-        Box::new(|_, b| match b.majority() {
-            Some(Reply::Array(flat)) => Reply::Map(
-                flat.chunks_exact(2)
-                    .map(|kv| (kv[0].clone(), kv[1].clone()))
-                    .collect(),
-            ),
-            Some(other) => other.clone(),
-            None => Reply::Map(Vec::new()),
-        }),
-    )
+    v.forward(proxy, Verb::Query, Rule::Of(agreed_hash))
+}
+
+/// The hash a quorum of masters hold alike (a map in RESP3, a flat array in RESP2, as Redis
+/// answers); an empty one when no two agree, so nobody reads a lock as held that a majority
+/// does not hold.
+pub fn agreed_hash(ballots: &Ballots) -> Reply {
+    match ballots.majority() {
+        Some(Reply::Array(flat)) => Reply::Map(
+            flat.chunks_exact(2)
+                .map(|kv| (kv[0].clone(), kv[1].clone()))
+                .collect(),
+        ),
+        Some(other) => other.clone(),
+        None => Reply::Map(Vec::new()),
+    }
 }
 
 /// `SET key value <options with KEEPTTL>` that gives the key `ARGV[2]` ms when it has no TTL
@@ -513,7 +670,7 @@ pub fn write(proxy: &Arc<Proxy>, w: SetWrite) -> Action {
         .into_iter()
         .chain(options.clone())
         .collect();
-    let guard = guard_px(proxy).filter(|_| opts.ttl_ms.is_none());
+    let guard = guard_px(proxy.config()).filter(|_| opts.ttl_ms.is_none());
     let request = match &guard {
         // `KEEPTTL` keeps the key's TTL, and a new key has none: it gets the guard's, on each
         // master in the same step (a script), so no key is ever left without one.
@@ -530,20 +687,15 @@ pub fn write(proxy: &Arc<Proxy>, w: SetWrite) -> Action {
         }
         None => command(&parts),
     };
-    let keys = [key.clone()];
-    let written = value.clone();
-    let rule = move |_: &Proxy, b: &Ballots| match b.majority() {
-        Some(r) => r.clone(),
-        None if opts.get => old_value(b, &key, written),
-        None if opts.xx => Reply::Nil,
-        None => no_quorum(),
+    let rule = match (opts.get, opts.xx) {
+        (true, _) => {
+            let written = value;
+            return write_every(proxy, request, key.clone(), Rule::OldValue { key, written });
+        }
+        (false, true) => Rule::Of(agreed),
+        (false, false) => Rule::Of(agreed_or_no_quorum),
     };
-    let gather = if opts.get {
-        Gather::All
-    } else {
-        Gather::Outcome
-    };
-    forward_with(proxy, request, &keys, gather, Box::new(rule))
+    forward(proxy, Verb::Write, request, vec![key], rule)
 }
 
 #[cfg(test)]
@@ -595,5 +747,118 @@ mod tests {
             Some(Reply::Integer(1)),
         ]);
         assert_eq!(quorum_floor(&b), wrong);
+    }
+
+    fn op(rule: Rule, gather: Gather) -> Forward {
+        Forward {
+            request: Bytes::new(),
+            keys: vec![Bytes::from_static(b"k")],
+            verb: Verb::Write,
+            gather,
+            rule,
+        }
+    }
+
+    fn setnx(gather: Gather) -> Forward {
+        let (key, value) = (Bytes::from_static(b"k"), Bytes::from_static(b"v"));
+        op(Rule::Created { key, value }, gather)
+    }
+
+    /// The compare-and-delete of `v` from `k` on the masters `on` of `n`.
+    fn take_back_on(n: usize, on: &[usize]) -> Vec<Option<Bytes>> {
+        let k = Bytes::from_static(b"k");
+        let plan: Vec<Vec<&Bytes>> = (0..n)
+            .map(|i| if on.contains(&i) { vec![&k] } else { vec![] })
+            .collect();
+        compare_and_delete(&plan, &Bytes::from_static(b"v"))
+    }
+
+    const NOW: Duration = Duration::ZERO;
+
+    #[test]
+    fn setnx_is_granted_by_a_quorum_of_creations_and_taken_back_where_it_may_have_landed() {
+        use Reply::Integer as I;
+        let (cfg, f) = (Config::default(), setnx(Gather::All));
+        let b = ballots(vec![Some(Reply::ok()), Some(I(1)), Some(I(0))]);
+        assert_eq!(f.decide(&b, NOW, &cfg), I(1));
+        assert!(f.undo(&b, None).is_empty());
+        // Created on master 0; master 1 found the key; master 2 never answered, and may have
+        // written: taken back on 0 and 2.
+        let mut b = ballots(vec![Some(Reply::ok()), Some(I(0)), None]);
+        assert_eq!(f.decide(&b, NOW, &cfg), I(0));
+        assert_eq!(f.undo(&b, None), take_back_on(3, &[0, 2]));
+        // A master that was down never got it.
+        b.failed[2] = Some(crate::backend::BackendError::Down);
+        assert_eq!(f.undo(&b, None), take_back_on(3, &[0]));
+        // A quorum's error is the answer; the creation is still taken back.
+        let wrong = Reply::static_error("WRONGTYPE x");
+        let b = ballots(vec![Some(wrong.clone()), Some(wrong.clone()), Some(I(1))]);
+        assert_eq!(f.decide(&b, NOW, &cfg), wrong);
+        assert_eq!(f.undo(&b, None), take_back_on(3, &[2]));
+    }
+
+    #[test]
+    fn a_takeover_without_a_majority_answers_the_value_written_and_takes_it_back() {
+        let bulk = |s: &'static str| Some(Reply::Bulk(Bytes::from_static(s.as_bytes())));
+        let (cfg, written) = (Config::default(), Bytes::from_static(b"v"));
+        let key = Bytes::from_static(b"k");
+        let f = op(Rule::OldValue { key, written }, Gather::All);
+        let b = ballots(vec![bulk("old"), bulk("old"), bulk("other")]);
+        assert_eq!(f.decide(&b, NOW, &cfg), Reply::bulk("old"));
+        assert!(f.undo(&b, None).is_empty());
+        // Split: the value written, taken back wherever the write may have run (not where it
+        // failed with an error).
+        let b = ballots(vec![bulk("old"), Some(Reply::static_error("ERR x")), None]);
+        assert_eq!(f.decide(&b, NOW, &cfg), Reply::bulk("v"));
+        assert_eq!(f.undo(&b, None), take_back_on(3, &[0, 2]));
+    }
+
+    #[test]
+    fn the_first_master_negative_control_counts_master_0_alone() {
+        use Reply::Integer as I;
+        let cfg = Config::default();
+        // Master 0 created the key, the other two refused: a quorum of one says yes.
+        let b = ballots(vec![Some(Reply::ok()), Some(I(0)), Some(I(0))]);
+        let control = setnx(Gather::FirstMaster);
+        assert_eq!(control.decide(&b, NOW, &cfg), I(1));
+        assert!(control.undo(&b, None).is_empty());
+        // The majority rule refuses it, and takes master 0's write back.
+        let majority = setnx(Gather::All);
+        assert_eq!(majority.decide(&b, NOW, &cfg), I(0));
+        assert_eq!(majority.undo(&b, None), take_back_on(3, &[0]));
+        // Refused on master 0: nothing is taken back anywhere else.
+        let b = ballots(vec![Some(I(0)), Some(Reply::ok()), Some(Reply::ok())]);
+        assert_eq!(control.decide(&b, NOW, &cfg), I(0));
+        assert_eq!(control.undo(&b, None), take_back_on(3, &[]));
+        let first = counted(
+            &Config {
+                legacy_decision: LegacyDecision::FirstMaster,
+                ..Config::default()
+            },
+            b.clone(),
+        );
+        assert_eq!(agreed_or_no_quorum(&first), I(0));
+        assert_eq!(agreed_or_no_quorum(&counted(&cfg, b)), Reply::ok());
+    }
+
+    #[test]
+    fn a_born_expired_set_is_ok_only_where_a_quorum_lack_the_key() {
+        use Reply::Integer as I;
+        let (cfg, f) = (Config::default(), op(Rule::Absent, Gather::Outcome));
+        let b = ballots(vec![Some(I(0)), Some(I(0)), Some(I(1))]);
+        assert_eq!(f.decide(&b, NOW, &cfg), Reply::ok());
+        let b = ballots(vec![Some(I(0)), Some(I(1)), None]);
+        assert_eq!(f.decide(&b, NOW, &cfg), Reply::Nil);
+        assert!(f.undo(&b, None).is_empty());
+    }
+
+    #[test]
+    fn a_hash_is_read_where_a_quorum_hold_it_alike() {
+        let flat = |v: &'static str| Some(Reply::Array(vec![Reply::bulk("f"), Reply::bulk(v)]));
+        let b = ballots(vec![flat("1"), flat("1"), flat("2")]);
+        let map = Reply::Map(vec![(Reply::bulk("f"), Reply::bulk("1"))]);
+        assert_eq!(agreed_hash(&b), map);
+        let b = ballots(vec![flat("1"), flat("2"), None]);
+        assert_eq!(agreed_hash(&b), Reply::Map(Vec::new()));
     }
 }

@@ -188,7 +188,16 @@ pub fn valid(ttl_ms: i64, elapsed: Duration, cfg: &Config) -> bool {
 /// terms (a lease's renewal): the decision, the vote (for a quorum repair, or to name the
 /// members that answered) and the clock.
 pub async fn decide<O: Operation>(proxy: &Proxy, op: &O) -> (O::Decision, Vote, Clock) {
-    let masters = proxy.masters();
+    decide_on(proxy, proxy.masters(), op).await
+}
+
+/// [`decide`] on `masters`, the member set an earlier round of the same command went to (a
+/// fencing token's accept after its prepare), so positions name the same members in both.
+pub async fn decide_on<O: Operation>(
+    proxy: &Proxy,
+    masters: Masters,
+    op: &O,
+) -> (O::Decision, Vote, Clock) {
     let req = op.request(&masters, proxy.config());
     let start = Instant::now();
     let mut vote = ask_on(
@@ -201,6 +210,23 @@ pub async fn decide<O: Operation>(proxy: &Proxy, op: &O) -> (O::Decision, Vote, 
     let clock = Clock::read(start, start);
     let decision = op.decide(vote.ballots(), clock.elapsed(), proxy.config());
     (decision, vote, clock)
+}
+
+/// Phases 2 to 5 of `op` on `masters` (see [`decide_on`]), in a turn its caller holds
+/// (`held`, passed on to [`Operation::rest`] or freed with the answer): a command's later
+/// round, such as a write planned from a read.
+pub async fn then<O: Operation>(proxy: Arc<Proxy>, masters: Masters, op: O, held: Held) -> Reply {
+    if let Some(reply) = op.settled(&proxy) {
+        return reply;
+    }
+    let (decision, mut vote, clock) = decide_on(&proxy, masters, &op).await;
+    match op.answer(&proxy, decision, &mut vote, &clock) {
+        Ok(reply) => reply,
+        Err(decision) => {
+            let voted = Voted { vote, held, clock };
+            op.rest(proxy, decision, voted).await
+        }
+    }
 }
 
 /// Sends `plan` (a request per member of `masters`, the snapshot the operation's vote went to)

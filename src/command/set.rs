@@ -363,15 +363,8 @@ pub fn set(proxy: &Arc<Proxy>, conn: &mut Conn, set: Set) -> Action {
 #[inline(never)]
 fn born_expired(proxy: &Arc<Proxy>, key: Bytes) -> Action {
     let request = crate::wire::master::command(&[b"EXISTS", &key]);
-    let rule = |proxy: &Proxy, b: &crate::quorum::Ballots| {
-        if b.agree(|r| *r == Reply::Integer(0)) {
-            Reply::ok()
-        } else {
-            crate::counters::Counters::bump(&proxy.counters().denials);
-            Reply::Nil
-        }
-    };
-    super::keys::forward(proxy, request, &[key], Box::new(rule))
+    let rule = super::keys::Rule::Absent;
+    super::keys::forward(proxy, crate::lockop::Verb::Query, request, vec![key], rule)
 }
 
 #[cfg(test)]

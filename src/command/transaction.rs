@@ -115,9 +115,8 @@ async fn read(proxy: &Proxy, keys: &[Bytes]) -> Vec<Option<Reply>> {
                 quorum: all.quorum,
                 masters: all.masters.clone(),
             };
-            let rule: keys::Rule =
-                Box::new(|_, b| b.majority().cloned().unwrap_or(keys::no_quorum()));
-            Some(keys::decide(proxy, one, rule)).filter(|r| !r.is_error())
+            let one = keys::counted(proxy.config(), one);
+            Some(keys::agreed_or_no_quorum(&one)).filter(|r| !r.is_error())
         })
         .collect()
 }
@@ -291,6 +290,6 @@ fn del_watched(proxy: &Arc<Proxy>, keys: Vec<Bytes>, expected: Vec<Option<Watche
         let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_ref()).collect();
         let request = eval(DEL_IF, &keys, &argv);
         let ballots = keys::vote(&proxy, request, keys::Gather::Outcome).await;
-        keys::decide(&proxy, ballots, Box::new(|_, b| keys::quorum_floor(b)))
+        keys::quorum_floor(&keys::counted(proxy.config(), ballots))
     })
 }

@@ -497,6 +497,12 @@ impl Vote {
         self.poll_gather(cx, |b, pending| b.decided(pending))
     }
 
+    /// [`Vote::finish`] as a poll, for a hand-written future: until every reply still due is
+    /// in, or the deadline.
+    pub fn poll_finish(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.poll_gather(cx, |_, _| false)
+    }
+
     /// Counts the replies that have already arrived, without waiting for more.
     pub fn absorb(&mut self) {
         let mut cx = Context::from_waker(std::task::Waker::noop());
