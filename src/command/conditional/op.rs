@@ -1,6 +1,6 @@
 //! The conditional commands' operations, as the runner's phases (see [`crate::command::runner`]):
-//! a conditional `SET` ([`CondSet`]) and delete ([`CondDel`]), each sent as [`super::COND_SET`]
-//! or [`super::COND_DEL`] per member ([`Plan`]), and for a digest condition the read of each
+//! a conditional `SET` ([`CondSet`]) and delete ([`CondDel`]), each sent as [`super::rules::COND_SET`]
+//! or [`super::rules::COND_DEL`] per member ([`Plan`]), and for a digest condition the read of each
 //! member's value that plans it first ([`ReadFirst`]).
 
 use std::borrow::Cow;
@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{COND_DEL, COND_SET, RESTORE, Write, deleted, holds, new_ttl_of, not_set_reply};
-use super::{repairs, set_reply, wrote};
+use super::rules::{COND_DEL, COND_SET, RESTORE, Write, deleted, holds, new_ttl_of};
+use super::rules::{not_set_reply, repairs, set_reply, wrote};
 use crate::command::action::Later;
 use crate::command::keys::{Cond, guard_px};
 use crate::command::lock::agreed_error;
