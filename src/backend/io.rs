@@ -411,64 +411,14 @@ async fn read_loop(
                     queue.pop_front();
                     continue;
                 }
-                if p.replies == 1 && p.hold {
-                    // One reply that waits for its batch's `TIME` (every timed request but the
-                    // batch's last): held as it is, without a list of its own.
-                    if let Some(f) = queue.pop_front() {
-                        held.push((f.pending, reply));
-                    }
-                    continue;
-                }
-                front.got.push(reply);
-                let own_time = front.pending.time && !front.pending.hold;
-                if front.got.len() < front.pending.replies + usize::from(own_time) {
-                    continue;
-                }
-                let mut got = std::mem::take(&mut front.got);
-                if front.pending.hold {
-                    // Complete, but it waits for its batch's `TIME` before it counts.
-                    let answer = match front.pending.replies {
-                        1 => got.pop().unwrap_or(Reply::Nil),
-                        _ => Reply::Array(got),
-                    };
-                    if let Some(f) = queue.pop_front() {
-                        held.push((f.pending, answer));
-                    }
-                    continue;
-                }
-                let mut steady = true;
-                if own_time {
-                    let reading = match got.pop() {
-                        Some(r) => match parse_time(&r) {
-                            Some(master_us) => Ok(Sample {
-                                sent: front.sent,
-                                recv: Instant::now(),
-                                master_us,
-                            }),
-                            None => Err(r),
-                        },
-                        None => Err(Reply::Nil),
-                    };
-                    if let (Some(watch), Some(rules)) = (clock.as_deref_mut(), settings.clock) {
-                        steady = judge(info, watch, rules.span, reading);
-                    }
-                }
-                for (mut p, answer) in held.drain(..) {
-                    p.deliver(if steady {
-                        Ok(answer)
-                    } else {
-                        Err(BackendError::ClockJump)
-                    });
-                }
-                let p = &mut front.pending;
-                if !steady {
-                    p.deliver(Err(BackendError::ClockJump));
-                } else if p.replies == 1 {
-                    p.deliver(Ok(got.pop().unwrap_or(Reply::Nil)));
-                } else if p.replies > 1 {
-                    p.deliver(Ok(Reply::Array(got)));
-                }
-                queue.pop_front();
+                gather(
+                    &mut queue,
+                    reply,
+                    &mut held,
+                    clock.as_deref_mut(),
+                    settings,
+                    info,
+                );
             }
             queue.front().map(|f| f.sent + stall)
         };
@@ -503,6 +453,83 @@ async fn read_loop(
             }
         }
     }
+}
+
+/// A reply for the request at the front of `queue` that is more than its one plain reply: one
+/// of several, a timed request's, or its batch's `TIME`. A timed request waits in `held` for
+/// its batch's `TIME`, and the `TIME` judges the clock for all of them; a request is delivered
+/// and leaves the queue once complete.
+#[inline]
+fn gather(
+    queue: &mut VecDeque<InFlight>,
+    reply: Reply,
+    held: &mut Vec<(Pending, Reply)>,
+    clock: Option<&mut ClockWatch>,
+    settings: &Settings,
+    info: &MasterInfo,
+) {
+    let Some(front) = queue.front_mut() else {
+        return;
+    };
+    let p = &mut front.pending;
+    if p.replies == 1 && p.hold {
+        // One reply that waits for its batch's `TIME` (every timed request but the
+        // batch's last): held as it is, without a list of its own.
+        if let Some(f) = queue.pop_front() {
+            held.push((f.pending, reply));
+        }
+        return;
+    }
+    front.got.push(reply);
+    let own_time = front.pending.time && !front.pending.hold;
+    if front.got.len() < front.pending.replies + usize::from(own_time) {
+        return;
+    }
+    let mut got = std::mem::take(&mut front.got);
+    if front.pending.hold {
+        // Complete, but it waits for its batch's `TIME` before it counts.
+        let answer = match front.pending.replies {
+            1 => got.pop().unwrap_or(Reply::Nil),
+            _ => Reply::Array(got),
+        };
+        if let Some(f) = queue.pop_front() {
+            held.push((f.pending, answer));
+        }
+        return;
+    }
+    let mut steady = true;
+    if own_time {
+        let reading = match got.pop() {
+            Some(r) => match parse_time(&r) {
+                Some(master_us) => Ok(Sample {
+                    sent: front.sent,
+                    recv: Instant::now(),
+                    master_us,
+                }),
+                None => Err(r),
+            },
+            None => Err(Reply::Nil),
+        };
+        if let (Some(watch), Some(rules)) = (clock, settings.clock) {
+            steady = judge(info, watch, rules.span, reading);
+        }
+    }
+    for (mut p, answer) in held.drain(..) {
+        p.deliver(if steady {
+            Ok(answer)
+        } else {
+            Err(BackendError::ClockJump)
+        });
+    }
+    let p = &mut front.pending;
+    if !steady {
+        p.deliver(Err(BackendError::ClockJump));
+    } else if p.replies == 1 {
+        p.deliver(Ok(got.pop().unwrap_or(Reply::Nil)));
+    } else if p.replies > 1 {
+        p.deliver(Ok(Reply::Array(got)));
+    }
+    queue.pop_front();
 }
 
 /// `-READONLY ...` or `-MASTERDOWN ...`: the node answering is a replica now.
