@@ -4,31 +4,10 @@
 
 use bytes::Bytes;
 
+use super::fixtures::{argv, lock};
 use super::*;
 use crate::lockop::*;
 use crate::lua;
-
-macro_rules! lua {
-    ($name:literal) => {
-        include_bytes!(concat!("../../tests/clients/lua/", $name, ".lua")).as_slice()
-    };
-}
-
-fn lock(body: &[u8]) -> LockScript {
-    match recognise(body) {
-        Meaning::Lock(l) => l,
-        other => panic!(
-            "not a lock script ({other:?}): {}",
-            String::from_utf8_lossy(body)
-        ),
-    }
-}
-
-fn argv(a: &[&str]) -> Vec<Bytes> {
-    a.iter()
-        .map(|s| Bytes::copy_from_slice(s.as_bytes()))
-        .collect()
-}
 
 fn bulk(s: &str) -> Lit {
     Lit::Bulk(Short::new(s.as_bytes()).unwrap())
@@ -568,11 +547,14 @@ fn a_constant_value_acquisition_is_recognised() {
     }
 }
 
-/// The shapes of issue 25: the token and TTL in any argument, any constant per outcome,
-/// a refresh answered apart from a fresh grant, a guarded expiry, a release that publishes.
+// The shapes of issue 25, in the tests below: the token and TTL in any argument, any constant
+// per outcome, a refresh answered apart from a fresh grant, a guarded expiry, a release that
+// publishes.
+
+/// The token and TTL in any argument; any constant per outcome, a refresh answered apart from
+/// a fresh grant.
 #[test]
-fn scripts_in_the_shapes_people_write_are_recognised() {
-    use crate::lockop::{Announce, AnnounceWhen, NumTest, Param};
+fn any_argument_and_any_constant_per_outcome() {
     // Token in ARGV[2], TTL (seconds) in ARGV[1].
     let l = lock(
         b"local v = redis.call('get', KEYS[1]) \
@@ -615,6 +597,11 @@ fn scripts_in_the_shapes_people_write_are_recognised() {
         l.answer,
         Answer::Const(Replies::new(Lit::Single(1), Lit::Single(0), Lit::Single(0)))
     );
+}
+
+/// An expiry behind a test of its argument, when the test holds for every positive TTL.
+#[test]
+fn an_expiry_guarded_by_a_test_of_its_argument() {
     // An expiry behind a numeric test of its argument (the other branch persists the key:
     // a call with such a TTL is refused when bound).
     let l = lock(
@@ -653,6 +640,13 @@ fn scripts_in_the_shapes_people_write_are_recognised() {
         );
         assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{guard}");
     }
+}
+
+/// Arguments named through `unpack(ARGV)`, an operation picked by a numeric flag, and keys
+/// walked with `pairs(KEYS)`.
+#[test]
+fn unpacked_names_numeric_flags_and_key_walks() {
+    use crate::lockop::NumTest;
     // Names taken from `unpack(ARGV)`.
     let l = lock(
         b"local token, ttl = unpack(ARGV) if redis.call('get', KEYS[1]) == token then \
@@ -688,6 +682,12 @@ fn scripts_in_the_shapes_people_write_are_recognised() {
         (l.choice, l.all_keys),
         (Choice::Always(Op::ReleaseAll), true)
     );
+}
+
+/// A release that announces itself with a publish, where it released.
+#[test]
+fn a_release_that_publishes() {
+    use crate::lockop::{Announce, AnnounceWhen, Param};
     // A release that publishes the key's name to a channel named by ARGV[2], where it
     // deleted.
     let l = lock(
@@ -724,7 +724,11 @@ fn scripts_in_the_shapes_people_write_are_recognised() {
     ] {
         assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
     }
-    // A re-entry counter in a key built from KEYS[1]: refused, and the reason says so.
+}
+
+/// A re-entry counter in a key built from KEYS[1]: refused, and the reason says so.
+#[test]
+fn a_reentry_counter_in_a_key_of_its_own_is_refused() {
     let counter = b"local n = KEYS[1] .. ':count:' .. ARGV[1] \
             if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
             redis.call('incr', n) return 1 end return 0";
