@@ -984,7 +984,7 @@ mod tests {
     async fn an_idle_or_slow_client_is_dropped_after_the_head_timeout() {
         let start = tokio::time::Instant::now();
         // Nothing at all, then half a head.
-        for request in [&b""[..], b"GET /metrics HTTP/1.1\r\nHost"] {
+        for request in byte_strings![b"", b"GET /metrics HTTP/1.1\r\nHost"] {
             let (answer, ended) = exchange(request, 1024).await;
             assert_eq!(answer, "");
             assert!(ended.is_err(), "{ended:?}");

@@ -816,7 +816,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_reply_nobody_asked_for_or_a_garbled_one_ends_the_connection() {
-        for wire in [&b"+OK\r\n"[..], b"?what\r\n"] {
+        for wire in byte_strings![b"+OK\r\n", b"?what\r\n"] {
             let (proxy_end, mut master) = tokio::io::duplex(1 << 16);
             let (_qtx, mut qrx) = queue::channel::<Pending>(16);
             let info = MasterInfo::new("duplex".into());

@@ -1040,8 +1040,8 @@ mod tests {
         let mut deep = b"*1\r\n".repeat(10_000);
         deep.extend_from_slice(b":1\r\n");
         let long_error = [b"-".as_slice(), &[b'E'; 100_000], b"\r\n"].concat();
-        for wire in [
-            &b"*4294967295\r\n"[..],
+        for wire in byte_strings![
+            b"*4294967295\r\n",
             b"*9223372036854775807\r\n:1\r\n",
             b"*-9223372036854775808\r\n",
             b"*2\r\n:1\r\n:2\r\n",
