@@ -343,13 +343,28 @@ mod tests {
         assert_eq!(info_field(text, "nope"), None);
     }
 
-    /// A member: a Sentinel member when `settings` name Sentinels, a standalone master
-    /// otherwise.
+    /// A standalone master's member.
     fn spawn(addr: String, settings: Settings) -> Backend {
-        match settings.sentinel.clone() {
-            Some(s) => kind::sentinel::member(addr, s, settings),
-            None => kind::standalone::member(addr, settings),
-        }
+        kind::standalone::member(addr, settings)
+    }
+
+    /// The Sentinels at `addrs`, asked for master `m`.
+    fn sentinels_at(addrs: &[&str]) -> sentinel::Sentinels {
+        let sentinels = addrs
+            .iter()
+            .map(|a| crate::endpoint::Endpoint::parse(a).unwrap())
+            .collect();
+        sentinel::Sentinels::new(sentinels, "m".into(), None, None, true)
+    }
+
+    /// A Sentinel member following the primary `sentinels` name, with a quarantine window of
+    /// 3 s or none.
+    fn follower(sentinels: sentinel::Sentinels, quarantine: bool) -> Backend {
+        let settings = Settings {
+            quarantine: quarantine.then_some(Duration::from_millis(3000)),
+            ..settings()
+        };
+        kind::sentinel::member("redis-sentinel://x#m".into(), Arc::new(sentinels), settings)
     }
 
     fn settings() -> Settings {
@@ -363,6 +378,14 @@ mod tests {
                 span: Duration::from_millis(3000),
             }),
             ..Settings::for_tests()
+        }
+    }
+
+    /// [`settings`] with probes too rare to get there before a test's own requests.
+    fn unprobed() -> Settings {
+        Settings {
+            probe_every: Duration::from_secs(60),
+            ..settings()
         }
     }
 
@@ -568,14 +591,7 @@ mod tests {
     #[tokio::test]
     async fn a_clock_jump_voids_the_vote_cast_in_the_same_round_trip() {
         let (addr, p, _) = fake_master(persona("a", 3600)).await;
-        let b = spawn(
-            addr,
-            Settings {
-                // No probe gets there first.
-                probe_every: Duration::from_secs(60),
-                ..settings()
-            },
-        );
+        let b = spawn(addr, unprobed());
         wait_for(&b, Status::Up).await;
         assert_eq!(ask_timed(&b).await, Ok(Reply::ok()));
         p.lock().unwrap().offset_ms = 3_600_000;
@@ -601,13 +617,7 @@ mod tests {
     #[tokio::test]
     async fn a_clock_jump_while_disconnected_is_caught_on_reconnect() {
         let (addr, p, cut) = fake_master(persona("a", 3600)).await;
-        let b = spawn(
-            addr,
-            Settings {
-                probe_every: Duration::from_secs(60),
-                ..settings()
-            },
-        );
+        let b = spawn(addr, unprobed());
         wait_for(&b, Status::Up).await;
         p.lock().unwrap().offset_ms = 10_000;
         cut.notify_waiters();
@@ -714,21 +724,6 @@ mod tests {
         (addr, push)
     }
 
-    fn sentinel_settings(sentinel: &str, quarantine: bool) -> Settings {
-        let e = crate::endpoint::Endpoint::parse(sentinel).unwrap();
-        Settings {
-            quarantine: quarantine.then_some(Duration::from_millis(3000)),
-            sentinel: Some(Arc::new(sentinel::Sentinels::new(
-                vec![e],
-                "m".into(),
-                None,
-                None,
-                true,
-            ))),
-            ..settings()
-        }
-    }
-
     fn field<'a>(line: &'a str, name: &str) -> &'a str {
         line.split(',')
             .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
@@ -741,7 +736,7 @@ mod tests {
         let (b, _, _) = fake_master(persona("b", 3600)).await;
         let named = Arc::new(Mutex::new(a.clone()));
         let (s, push) = fake_sentinel(named.clone()).await;
-        let m = spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, true));
+        let m = follower(sentinels_at(&[&s]), true);
         wait_for(&m, Status::Up).await;
         let line = m.info().describe();
         assert_eq!(field(&line, "kind"), "sentinel", "{line}");
@@ -771,7 +766,7 @@ mod tests {
         // failover this proxy did not see.
         let (a, _, _) = fake_master(persona("a", 3600)).await;
         let (s, _push) = fake_sentinel_aged(Arc::new(Mutex::new(a.clone())), 500).await;
-        let m = spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, true));
+        let m = follower(sentinels_at(&[&s]), true);
         wait_for(&m, Status::Quarantined).await;
         let left = m.info().quarantine_left();
         assert!(
@@ -781,7 +776,7 @@ mod tests {
         assert_eq!(m.info().quarantine_reason(), "failover");
         // Known for longer than the window: trusted at once.
         let (s, _push) = fake_sentinel_aged(Arc::new(Mutex::new(a)), 3000).await;
-        let m = spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, true));
+        let m = follower(sentinels_at(&[&s]), true);
         wait_for(&m, Status::Up).await;
     }
 
@@ -796,23 +791,7 @@ mod tests {
         let (new, _, _) = fake_master(persona("b", 3600)).await;
         let (stale, _p1) = fake_sentinel(Arc::new(Mutex::new(old))).await;
         let (fresh, _p2) = fake_sentinel(Arc::new(Mutex::new(new.clone()))).await;
-        let sentinels = [&stale, &fresh]
-            .iter()
-            .map(|a| crate::endpoint::Endpoint::parse(a).unwrap())
-            .collect();
-        let m = spawn(
-            "redis-sentinel://x#m".into(),
-            Settings {
-                sentinel: Some(Arc::new(sentinel::Sentinels::new(
-                    sentinels,
-                    "m".into(),
-                    None,
-                    None,
-                    true,
-                ))),
-                ..settings()
-            },
-        );
+        let m = follower(sentinels_at(&[&stale, &fresh]), true);
         wait_for(&m, Status::Up).await;
         assert_eq!(m.info().primary(), new);
     }
@@ -820,24 +799,11 @@ mod tests {
     /// A member whose Sentinels are the fakes at `addrs`, under the majority rule (max TTL
     /// 400 ms: a confirmation lasts 390 ms), with a quarantine window of 3 s or none.
     fn majority_member(addrs: &[&str], quarantine: bool) -> Backend {
-        let sentinels = addrs
-            .iter()
-            .map(|a| crate::endpoint::Endpoint::parse(a).unwrap())
-            .collect();
-        let s = sentinel::Sentinels::new(sentinels, "m".into(), None, None, true).with_majority(
-            sentinel::Majority {
-                max_ttl: Duration::from_millis(400),
-                drift_factor: 0.01,
-            },
-        );
-        spawn(
-            "redis-sentinel://x#m".into(),
-            Settings {
-                sentinel: Some(Arc::new(s)),
-                quarantine: quarantine.then_some(Duration::from_millis(3000)),
-                ..settings()
-            },
-        )
+        let s = sentinels_at(addrs).with_majority(sentinel::Majority {
+            max_ttl: Duration::from_millis(400),
+            drift_factor: 0.01,
+        });
+        follower(s, quarantine)
     }
 
     #[tokio::test]
@@ -917,22 +883,7 @@ mod tests {
             "no majority of sentinels (1 of 3) confirmed the primary"
         );
         // The negative control: the first answer wins, and that is a.
-        let first = spawn(
-            "redis-sentinel://x#m".into(),
-            Settings {
-                sentinel: Some(Arc::new(sentinel::Sentinels::new(
-                    [addrs[0], &dead[0], &dead[1]]
-                        .iter()
-                        .map(|s| crate::endpoint::Endpoint::parse(s).unwrap())
-                        .collect(),
-                    "m".into(),
-                    None,
-                    None,
-                    true,
-                ))),
-                ..settings()
-            },
-        );
+        let first = follower(sentinels_at(&[addrs[0], &dead[0], &dead[1]]), true);
         wait_for(&first, Status::Up).await;
         assert_eq!(first.info().primary(), a);
     }
@@ -949,7 +900,7 @@ mod tests {
         let (b, _, _) = fake_master(persona("b", 3600)).await;
         let named = Arc::new(Mutex::new(a.clone()));
         let (s, _push) = fake_sentinel(named.clone()).await;
-        let m = spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, false));
+        let m = follower(sentinels_at(&[&s]), false);
         wait_for(&m, Status::Up).await;
         // No message this time: the watcher's own question (on subscribing, then every
         // second) finds the new primary.
