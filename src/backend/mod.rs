@@ -486,6 +486,14 @@ mod tests {
         (addr, persona, cut)
     }
 
+    /// [`persona`], of a replica.
+    fn replica(run_id: &'static str) -> Persona {
+        Persona {
+            role: "slave",
+            ..persona(run_id, 3600)
+        }
+    }
+
     fn persona(run_id: &'static str, uptime_s: u64) -> Persona {
         Persona {
             run_id,
@@ -578,11 +586,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_replica_is_refused() {
-        let (addr, _, _) = fake_master(Persona {
-            role: "slave",
-            ..persona("a", 3600)
-        })
-        .await;
+        let (addr, _, _) = fake_master(replica("a")).await;
         let b = spawn(addr, settings());
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(b.info().status(), Status::Down);
@@ -724,6 +728,24 @@ mod tests {
         (addr, push)
     }
 
+    /// A Sentinel member up on primary `a`, with `b` ready to be promoted: its one fake Sentinel
+    /// names whatever `named` holds, and pushes `+switch-master` through `push`. Returns `a`,
+    /// `b`, `named`, `push` and the member.
+    async fn failover(
+        quarantine: bool,
+    ) -> (String, String, Arc<Mutex<String>>, SwitchMaster, Backend) {
+        let (a, _, _) = fake_master(persona("a", 3600)).await;
+        let (b, _, _) = fake_master(persona("b", 3600)).await;
+        let named = Arc::new(Mutex::new(a.clone()));
+        let (s, push) = fake_sentinel(named.clone()).await;
+        let m = follower(sentinels_at(&[&s]), quarantine);
+        wait_for(&m, Status::Up).await;
+        (a, b, named, push, m)
+    }
+
+    /// Where a fake Sentinel's `+switch-master` messages are sent.
+    type SwitchMaster = tokio::sync::broadcast::Sender<String>;
+
     fn field<'a>(line: &'a str, name: &str) -> &'a str {
         line.split(',')
             .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
@@ -732,12 +754,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_sentinel_member_follows_switch_master_and_quarantines_the_new_primary() {
-        let (a, _, _) = fake_master(persona("a", 3600)).await;
-        let (b, _, _) = fake_master(persona("b", 3600)).await;
-        let named = Arc::new(Mutex::new(a.clone()));
-        let (s, push) = fake_sentinel(named.clone()).await;
-        let m = follower(sentinels_at(&[&s]), true);
-        wait_for(&m, Status::Up).await;
+        let (a, b, named, push, m) = failover(true).await;
         let line = m.info().describe();
         assert_eq!(field(&line, "kind"), "sentinel", "{line}");
         assert_eq!(field(&line, "primary"), a, "{line}");
@@ -783,11 +800,7 @@ mod tests {
     #[tokio::test]
     async fn a_sentinel_that_names_a_replica_is_asked_after_the_others() {
         // The first Sentinel is behind: it still names the old primary, now a replica.
-        let (old, _, _) = fake_master(Persona {
-            role: "slave",
-            ..persona("a", 3600)
-        })
-        .await;
+        let (old, _, _) = fake_master(replica("a")).await;
         let (new, _, _) = fake_master(persona("b", 3600)).await;
         let (stale, _p1) = fake_sentinel(Arc::new(Mutex::new(old))).await;
         let (fresh, _p2) = fake_sentinel(Arc::new(Mutex::new(new.clone()))).await;
@@ -896,12 +909,7 @@ mod tests {
 
     #[tokio::test]
     async fn without_quarantine_a_sentinel_members_new_primary_counts_at_once() {
-        let (a, _, _) = fake_master(persona("a", 3600)).await;
-        let (b, _, _) = fake_master(persona("b", 3600)).await;
-        let named = Arc::new(Mutex::new(a.clone()));
-        let (s, _push) = fake_sentinel(named.clone()).await;
-        let m = follower(sentinels_at(&[&s]), false);
-        wait_for(&m, Status::Up).await;
+        let (_, b, named, _push, m) = failover(false).await;
         // No message this time: the watcher's own question (on subscribing, then every
         // second) finds the new primary.
         *named.lock().unwrap() = b.clone();
