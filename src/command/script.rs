@@ -131,66 +131,73 @@ pub fn evalsha(proxy: &Arc<Proxy>, conn: &mut Conn, EvalSha { sha, call }: EvalS
 
 fn run(proxy: &Arc<Proxy>, conn: &mut Conn, script: &Script, call: Call) -> Action {
     let (keys, argv) = (&call.keys[..], &call.argv[..]);
-    match &script.meaning {
-        Meaning::Lock(lock) => match bind(lock, keys, argv) {
-            Some(Ok(op)) => {
-                if let Some(p) = &op.publish
-                    && let Err(e) = may_publish(conn, &p.channel)
-                {
-                    return e.into();
-                }
-                return leased_lock(proxy, conn, op);
-            }
-            Some(Err(e)) => return e.into(),
-            None => {}
-        },
-        Meaning::Hash(hash) => match bind_hash(hash, keys, argv) {
-            Some(Ok(op)) => {
-                if let Some(p) = &op.publish
-                    && let Err(e) = may_publish(conn, &p.channel)
-                {
-                    return e.into();
-                }
-                return leased_hash_lock(proxy, conn, op);
-            }
-            Some(Err(e)) => return e.into(),
-            None => {}
-        },
-        Meaning::Plain(plain) => {
-            if let Some(action) = run_plain(proxy, plain, keys, argv) {
-                return action;
-            }
-        }
+    let bound = match &script.meaning {
+        Meaning::Lock(lock) => bind(lock, keys, argv).map(|op| op.map(Quorum::Lock)),
+        Meaning::Hash(hash) => bind_hash(hash, keys, argv).map(|op| op.map(Quorum::Hash)),
         // Redisson's read-write and fair locks: the client's script on every master, decided
         // by the quorum (see `rwlock`).
-        Meaning::Redisson(rw) => match super::rwlock::bind(rw, &script.body, keys, argv) {
-            Some(Ok(op)) => {
-                let channel = rw.op.channel_key().and_then(|i| keys.get(i - 1));
-                if let Some(channel) = channel
-                    && let Err(e) = may_publish(conn, channel)
-                {
-                    return e.into();
-                }
-                return super::rwlock::run(proxy, op);
-            }
-            Some(Err(e)) => return e.into(),
-            None => {}
-        },
-        Meaning::Unless(w) => {
-            if let Some(action) = run_unless(proxy, conn, w, keys, argv) {
-                return action;
-            }
+        Meaning::Redisson(rw) => super::rwlock::bind(rw, &script.body, keys, argv).map(|op| {
+            let channel = rw.op.channel_key().and_then(|i| keys.get(i - 1)).cloned();
+            op.map(|op| Quorum::ReadWrite(op, channel))
+        }),
+        Meaning::Plain(plain) => {
+            let run = run_plain(proxy, plain, keys, argv);
+            return run.unwrap_or_else(|| unknown(proxy, script, &call));
         }
-        Meaning::Unknown => {}
+        Meaning::Unless(w) => {
+            let run = run_unless(proxy, conn, w, keys, argv);
+            return run.unwrap_or_else(|| unknown(proxy, script, &call));
+        }
+        Meaning::Unknown => None,
+    };
+    match bound {
+        Some(Ok(op)) => match may_publish(conn, op.channel()) {
+            Ok(()) => op.run(proxy, conn),
+            Err(e) => e.into(),
+        },
+        Some(Err(e)) => e.into(),
+        None => unknown(proxy, script, &call),
     }
-    unknown(proxy, script, &call)
+}
+
+/// A recognised script's operation, bound to one call: what the quorum runs.
+// Held on the stack for one call and moved once: boxing the larger variant would cost an
+// allocation per call instead.
+#[allow(clippy::large_enum_variant)]
+enum Quorum {
+    Lock(LockOp),
+    Hash(HashLockOp),
+    /// With the channel the script publishes to, if it does.
+    ReadWrite(super::rwlock::RwLockOp, Option<Bytes>),
+}
+
+impl Quorum {
+    /// The channel the operation publishes to, if it does.
+    fn channel(&self) -> Option<&[u8]> {
+        match self {
+            Quorum::Lock(op) => op.publish.as_ref().map(|p| &p.channel[..]),
+            Quorum::Hash(op) => op.publish.as_ref().map(|p| &p.channel[..]),
+            Quorum::ReadWrite(_, channel) => channel.as_deref(),
+        }
+    }
+
+    fn run(self, proxy: &Arc<Proxy>, conn: &Conn) -> Action {
+        match self {
+            Quorum::Lock(op) => leased_lock(proxy, conn, op),
+            Quorum::Hash(op) => leased_hash_lock(proxy, conn, op),
+            Quorum::ReadWrite(op, _) => super::rwlock::run(proxy, op),
+        }
+    }
 }
 
 /// Whether a recognised script may publish on `channel` for the connection's user: never on
 /// the proxy's own channels, and otherwise as the user's channel patterns allow, refused as
 /// Redis refuses a script's publish (checked before the script runs anywhere, so a refused
 /// release leaves the lock as it was rather than half done).
-fn may_publish(conn: &Conn, channel: &[u8]) -> Result<(), Reply> {
+fn may_publish(conn: &Conn, channel: Option<&[u8]>) -> Result<(), Reply> {
+    let Some(channel) = channel else {
+        return Ok(());
+    };
     super::pubsub::may_publish(conn, channel).map_err(|e| {
         Reply::from(match e {
             Error::NoPermChannels => Error::ScriptChannel,
@@ -274,19 +281,8 @@ fn run_plain(
     let Some(ms) = ms.filter(|ms| *ms > 0) else {
         return Some(Reply::from(Error::InvalidExpire("set")).into());
     };
-    Some(super::keys::write(
-        proxy,
-        SetWrite {
-            name: Bytes::from_static(b"SET"),
-            key,
-            value,
-            options: vec![Bytes::from_static(word), ttl],
-            opts: SetOptions {
-                ttl_ms: Some(ms),
-                ..SetOptions::default()
-            },
-        },
-    ))
+    let write = super::set::expiring(key, value, word, ttl, ms);
+    Some(super::keys::write(proxy, write))
 }
 
 /// Runs a lock script's operation, with a lease when it acquires keys the connection leases.
