@@ -212,30 +212,24 @@ mod tests {
 
     #[test]
     fn redirections_are_read() {
-        assert_eq!(
-            redirect(&Reply::error("MOVED 3999 127.0.0.1:6381")),
-            Some(Redirect::Moved("127.0.0.1:6381".into()))
-        );
-        assert_eq!(
-            redirect(&Reply::error("ASK 3999 127.0.0.1:6381")),
-            Some(Redirect::Ask("127.0.0.1:6381".into()))
-        );
-        assert_eq!(
-            redirect(&Reply::error(
-                "TRYAGAIN Multiple keys request during rehashing of slot"
-            )),
-            Some(Redirect::Retry)
-        );
-        assert_eq!(redirect(&Reply::error("ERR x")), None);
+        let moved = |to: &str| Some(Redirect::Moved(to.into()));
+        for (error, read) in [
+            ("MOVED 3999 127.0.0.1:6381", moved("127.0.0.1:6381")),
+            (
+                "ASK 3999 127.0.0.1:6381",
+                Some(Redirect::Ask("127.0.0.1:6381".into())),
+            ),
+            (
+                "TRYAGAIN Multiple keys request during rehashing of slot",
+                Some(Redirect::Retry),
+            ),
+            ("ERR x", None),
+            ("MOVED 1 [::1]:7000", moved("[::1]:7000")),
+            ("MOVED 1 :7000", moved(":7000")),
+        ] {
+            assert_eq!(redirect(&Reply::error(error)), read, "{error}");
+        }
         assert_eq!(redirect(&Reply::Integer(1)), None);
-        assert_eq!(
-            redirect(&Reply::error("MOVED 1 [::1]:7000")),
-            Some(Redirect::Moved("[::1]:7000".into()))
-        );
-        assert_eq!(
-            redirect(&Reply::error("MOVED 1 :7000")),
-            Some(Redirect::Moved(":7000".into()))
-        );
         // A redirection without a slot and an address is none: the error stands as the
         // node's answer, and no connection is opened to something that is not an address.
         for bad in [
