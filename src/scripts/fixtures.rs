@@ -31,6 +31,12 @@ pub(super) fn lock(body: &[u8]) -> LockScript {
     }
 }
 
+/// The operation the lock script `body` chooses, and how it answers.
+pub(super) fn choice_and_answer(body: &[u8]) -> (Choice, Answer) {
+    let l = lock(body);
+    (l.choice, l.answer)
+}
+
 /// What a lock script does when called with `argv`: its operation, whether it takes every
 /// key, and its answer; `None` for a script that is no lock script.
 pub(super) fn op_of(body: &[u8], argv: &[&str]) -> Option<(Op, bool, Answer)> {

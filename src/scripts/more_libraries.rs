@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 
-use super::fixtures::{argv, lock};
+use super::fixtures::{argv, choice_and_answer, lock};
 use super::*;
 use crate::lockop::*;
 use crate::lua;
@@ -126,28 +126,24 @@ fn bsm_redislock_single_key_scripts_are_recognised() {
             Answer::OkNil
         )
     );
-    let refresh = lock(lua!("bsm_v0_refresh"));
     assert_eq!(
-        (refresh.choice, refresh.answer),
+        choice_and_answer(lua!("bsm_v0_refresh")),
         (Choice::Always(Op::Extend), Answer::OneZero)
     );
-    let release = lock(lua!("bsm_v0_release"));
     assert_eq!(
-        (release.choice, release.answer),
+        choice_and_answer(lua!("bsm_v0_release")),
         (Choice::Always(Op::Release), Answer::OneZero)
     );
 }
 
 #[test]
 fn pottery_and_aioredlock_scripts_are_recognised() {
-    let extend = lock(lua!("pottery_extend"));
     assert_eq!(
-        (extend.choice, extend.answer),
+        choice_and_answer(lua!("pottery_extend")),
         (Choice::Always(Op::Extend), Answer::OneZero)
     );
-    let release = lock(lua!("pottery_release"));
     assert_eq!(
-        (release.choice, release.answer),
+        choice_and_answer(lua!("pottery_release")),
         (Choice::Always(Op::Release), Answer::OneZero)
     );
     let set = lock(lua!("aioredlock_SET_LOCK_SCRIPT"));
@@ -160,9 +156,8 @@ fn pottery_and_aioredlock_scripts_are_recognised() {
             Answer::Const(Replies::new(Lit::Ok, refused, refused))
         )
     );
-    let unset = lock(lua!("aioredlock_UNSET_LOCK_SCRIPT"));
     assert_eq!(
-        (unset.choice, unset.answer),
+        choice_and_answer(lua!("aioredlock_UNSET_LOCK_SCRIPT")),
         (
             Choice::Always(Op::Release),
             Answer::Const(Replies::new(Lit::Int(1), refused, Lit::Ok))
@@ -613,15 +608,19 @@ fn an_expiry_guarded_by_a_test_of_its_argument() {
         (l.choice, l.ttl_arg, l.unit),
         (Choice::Always(Op::Extend), 2, TtlUnit::Seconds)
     );
+    // An acquisition whose expiry is behind `guard`.
+    let guarded = |guard: &str| {
+        format!(
+            "if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then \
+                 if {guard} then redis.call('pexpire', KEYS[1], ARGV[2]) end return 1 end return 0"
+        )
+    };
     for guard in [
         "tonumber(ARGV[2]) >= 1",
         "0 < tonumber(ARGV[2])",
         "ARGV[2] ~= ''",
     ] {
-        let text = format!(
-            "if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then \
-                 if {guard} then redis.call('pexpire', KEYS[1], ARGV[2]) end return 1 end return 0"
-        );
+        let text = guarded(guard);
         assert_eq!(
             lock(text.as_bytes()).choice,
             Choice::Always(Op::Acquire),
@@ -634,10 +633,7 @@ fn an_expiry_guarded_by_a_test_of_its_argument() {
         "ARGV[2] ~= '100'",
         "tonumber(ARGV[2]) < 9",
     ] {
-        let text = format!(
-            "if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then \
-                 if {guard} then redis.call('pexpire', KEYS[1], ARGV[2]) end return 1 end return 0"
-        );
+        let text = guarded(guard);
         assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{guard}");
     }
 }

@@ -187,50 +187,20 @@ fn redisson_scripts_are_hash_lock_operations() {
         replies: None,
         unlock_replies: None,
     };
-    for (body, want) in [
-        (
-            lua!("redisson_lock"),
-            script(HashOp::Acquire, 2, 1, None, None),
-        ),
-        (
-            lua!("redisson_lock_old"),
-            script(HashOp::Acquire, 2, 1, None, None),
-        ),
-        (
-            lua!("redisson_renew"),
-            script(HashOp::Renew, 2, 1, None, None),
-        ),
-        (
-            lua!("redisson_unlock"),
-            script(
-                HashOp::Unlock,
-                3,
-                2,
-                Some(by_arg(4)),
-                Some(Latch { key: 3, ttl_arg: 5 }),
-            ),
-        ),
-        (
-            lua!("redisson_unlock_old"),
-            script(HashOp::Unlock, 3, 2, Some(literal), None),
-        ),
-        (
-            lua!("redisson_forceUnlock"),
-            script(HashOp::ForceUnlock, 0, 0, Some(by_arg(2)), None),
-        ),
-        (
-            lua!("redisson_LockTask_chunk"),
-            script(HashOp::RenewAll, 2, 1, None, None),
-        ),
-        (
-            lua!("redisson_fenced_lock"),
-            script(HashOp::FencedAcquire, 2, 1, None, None),
-        ),
-        (
-            lua!("redisson_fenced_lockAndGetToken"),
-            script(HashOp::FencedAcquireToken, 2, 1, None, None),
-        ),
-    ] {
+    let latch = Some(Latch { key: 3, ttl_arg: 5 });
+    #[rustfmt::skip]
+    let cases = [
+        (lua!("redisson_lock"),                   script(HashOp::Acquire, 2, 1, None, None)),
+        (lua!("redisson_lock_old"),               script(HashOp::Acquire, 2, 1, None, None)),
+        (lua!("redisson_renew"),                  script(HashOp::Renew, 2, 1, None, None)),
+        (lua!("redisson_unlock"),                 script(HashOp::Unlock, 3, 2, Some(by_arg(4)), latch)),
+        (lua!("redisson_unlock_old"),             script(HashOp::Unlock, 3, 2, Some(literal), None)),
+        (lua!("redisson_forceUnlock"),            script(HashOp::ForceUnlock, 0, 0, Some(by_arg(2)), None)),
+        (lua!("redisson_LockTask_chunk"),         script(HashOp::RenewAll, 2, 1, None, None)),
+        (lua!("redisson_fenced_lock"),            script(HashOp::FencedAcquire, 2, 1, None, None)),
+        (lua!("redisson_fenced_lockAndGetToken"), script(HashOp::FencedAcquireToken, 2, 1, None, None)),
+    ];
+    for (body, want) in cases {
         assert_eq!(hash(body), want, "{}", String::from_utf8_lossy(body));
     }
 }
