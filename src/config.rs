@@ -563,7 +563,7 @@ impl Config {
         }
         let mut members = Vec::with_capacity(self.backends.len());
         for b in &self.backends {
-            let member = crate::endpoint::Member::parse(b).map_err(|m| {
+            let member = crate::endpoint::MemberUrl::parse(b).map_err(|m| {
                 ConfigError::Invalid(format!(
                     "bad backend address '{}': {m}",
                     crate::endpoint::redact(b)

@@ -7,9 +7,9 @@ use super::slots::key_slot;
 use crate::wire::master::ReplyDecoder;
 use crate::wire::reply::Reply;
 
-/// One command of a request.
+/// One command of a request, with where it goes.
 #[derive(Debug, Clone)]
-pub struct Cmd {
+pub struct Routed {
     /// The command's arguments, name first.
     pub args: Vec<Bytes>,
     /// Where it goes.
@@ -31,7 +31,7 @@ pub enum Place {
 
 /// Splits a request's bytes into commands (`replies` of them). `None` when the bytes are not
 /// `replies` complete commands (never the case for the proxy's own requests).
-pub fn commands(bytes: &Bytes, replies: usize) -> Option<Vec<Cmd>> {
+pub fn commands(bytes: &Bytes, replies: usize) -> Option<Vec<Routed>> {
     let mut buf = BytesMut::from(&bytes[..]);
     let mut decoder = ReplyDecoder::default();
     let mut out = Vec::with_capacity(replies);
@@ -47,7 +47,7 @@ pub fn commands(bytes: &Bytes, replies: usize) -> Option<Vec<Cmd>> {
             })
             .collect::<Option<Vec<_>>>()?;
         let place = place(&args);
-        out.push(Cmd { args, place });
+        out.push(Routed { args, place });
     }
     (out.len() == replies).then_some(out)
 }
@@ -98,7 +98,7 @@ pub fn place(args: &[Bytes]) -> Place {
 
 /// The one slot every command of a request goes to, if there is one (keyless commands go
 /// with the others); `Err` when the request spans slots or needs every primary.
-pub fn one_slot(cmds: &[Cmd]) -> Result<Option<u16>, ()> {
+pub fn one_slot(cmds: &[Routed]) -> Result<Option<u16>, ()> {
     let mut slot = None;
     for c in cmds {
         match c.place {
