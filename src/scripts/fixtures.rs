@@ -37,6 +37,14 @@ pub(super) fn choice_and_answer(body: &[u8]) -> (Choice, Answer) {
     (l.choice, l.answer)
 }
 
+/// Asserts that the lock script `body` always does `op`, and answers as `answer` says.
+#[track_caller]
+pub(super) fn assert_always(body: &[u8], op: Op, answer: Answer) {
+    let got = choice_and_answer(body);
+    let text = String::from_utf8_lossy(body);
+    assert_eq!(got, (Choice::Always(op), answer), "{text}");
+}
+
 /// What a lock script does when called with `argv`: its operation, whether it takes every
 /// key, and its answer; `None` for a script that is no lock script.
 pub(super) fn op_of(body: &[u8], argv: &[&str]) -> Option<(Op, bool, Answer)> {

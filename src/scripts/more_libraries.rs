@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 
-use super::fixtures::{argv, choice_and_answer, lock};
+use super::fixtures::{argv, assert_always, choice_and_answer, lock};
 use super::*;
 use crate::lockop::*;
 use crate::lua;
@@ -126,26 +126,14 @@ fn bsm_redislock_single_key_scripts_are_recognised() {
             Answer::OkNil
         )
     );
-    assert_eq!(
-        choice_and_answer(lua!("bsm_v0_refresh")),
-        (Choice::Always(Op::Extend), Answer::OneZero)
-    );
-    assert_eq!(
-        choice_and_answer(lua!("bsm_v0_release")),
-        (Choice::Always(Op::Release), Answer::OneZero)
-    );
+    assert_always(lua!("bsm_v0_refresh"), Op::Extend, Answer::OneZero);
+    assert_always(lua!("bsm_v0_release"), Op::Release, Answer::OneZero);
 }
 
 #[test]
 fn pottery_and_aioredlock_scripts_are_recognised() {
-    assert_eq!(
-        choice_and_answer(lua!("pottery_extend")),
-        (Choice::Always(Op::Extend), Answer::OneZero)
-    );
-    assert_eq!(
-        choice_and_answer(lua!("pottery_release")),
-        (Choice::Always(Op::Release), Answer::OneZero)
-    );
+    assert_always(lua!("pottery_extend"), Op::Extend, Answer::OneZero);
+    assert_always(lua!("pottery_release"), Op::Release, Answer::OneZero);
     let set = lock(lua!("aioredlock_SET_LOCK_SCRIPT"));
     let refused = error("ERR ERROR");
     assert_eq!(
