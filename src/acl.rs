@@ -383,12 +383,14 @@ mod tests {
         assert!(!none.channels.allows(b"a"));
         let shown = format!("{c:?}");
         assert!(!shown.contains("inline-secret"), "{shown}");
-        assert!(
-            Accounts::from_config(&config(
-                "[[users]]\nname = \"x\"\npassword_file = \"/nonexistent\"\n"
-            ))
-            .is_err()
-        );
+        assert!(refused(
+            "[[users]]\nname = \"x\"\npassword_file = \"/nonexistent\"\n"
+        ));
+    }
+
+    /// Whether the configuration `toml` is refused.
+    fn refused(toml: &str) -> bool {
+        Accounts::from_config(&config(toml)).is_err()
     }
 
     #[test]
@@ -402,18 +404,12 @@ mod tests {
         assert!(a.login(Some(b"u"), b"pw").is_ok());
         // No `password`: the default user is disabled.
         assert_eq!(a.login(None, b""), Err(Error::WrongPass));
-        assert!(
-            Accounts::from_config(&config(
-                "[[users]]\nname = \"u\"\npassword_sha256 = \"zz\"\n"
-            ))
-            .is_err()
-        );
-        assert!(
-            Accounts::from_config(&config(
-                "[[users]]\nname = \"u\"\npassword = \"a\"\npassword_sha256 = \"zz\"\n"
-            ))
-            .is_err()
-        );
+        assert!(refused(
+            "[[users]]\nname = \"u\"\npassword_sha256 = \"zz\"\n"
+        ));
+        assert!(refused(
+            "[[users]]\nname = \"u\"\npassword = \"a\"\npassword_sha256 = \"zz\"\n"
+        ));
     }
 
     #[test]

@@ -383,242 +383,405 @@ impl std::fmt::Display for Peer {
 ///
 /// On shutdown ([`Proxy::shutdown`]) it stops reading, runs the complete requests already read,
 /// writes every reply, and returns.
-async fn serve_io<R, W>(
-    mut rd: R,
-    mut wr: W,
-    proxy: Arc<Proxy>,
-    id: u64,
-    peer: Peer,
-) -> io::Result<()>
+async fn serve_io<R, W>(rd: R, wr: W, proxy: Arc<Proxy>, id: u64, peer: Peer) -> io::Result<()>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let config = &proxy.config();
     // Registered once, so waiting for shutdown costs nothing per loop turn.
     let stop = proxy.shutdown().clone().cancelled_owned();
     tokio::pin!(stop);
-    let mut stopping = false;
-    // The client has sent all it will (it half-closed, as `nc -N` does): as on Redis, every
-    // complete request it sent is still run and answered before the connection closes.
-    let mut sent_all = false;
-    // The wait for shutdown is polled once, which registers this task to be woken; after that
-    // a wake-up only needs a look at the token (its future would be polled on every loop turn).
-    let mut stop_registered = false;
-    let mut conn = Conn::new(id, proxy.accounts().required());
-    // A connection that may hold leases carries them; they stop when it ends, however it ends.
-    let (leases, mut lost) = match proxy.leases_on() {
-        true => {
-            let (leases, lost) = Leases::new();
-            conn.set_leases(leases.clone(), proxy.lease_patterns(None));
-            (Some(Closing(leases)), Some(lost))
-        }
-        false => (None, None),
-    };
-    let mut decoder = Decoder::new(Limits {
-        max_bulk_len: config.max_bulk_len,
-        max_request_len: config.client_query_buffer_limit,
-        ..Limits::default()
-    });
-    let max_pipeline = config.max_pipeline;
-    let query_limit = config.client_query_buffer_limit;
-    let output_limit = config.client_output_buffer_limit;
-    let write_timeout = Duration::from_millis(config.client_write_timeout_ms);
-    // Both borrowed from the pool only while they hold bytes.
-    let mut input = BytesMut::new();
-    let mut output = BytesMut::new();
-    let mut inflight = Pipeline::default();
-    let mut closing = false;
-    // When the client last accepted reply bytes (or replies started waiting for it). The timer
-    // is re-armed lazily, only when it fires early, so a write costs no timer update.
-    let mut progress = Instant::now();
-    // Made only when a write has to wait, and dropped once the replies are all written.
-    let mut write_timer: Option<Pin<Box<Sleep>>> = None;
+    let mut client = Client::new(rd, wr, proxy, id, peer);
     loop {
-        let mut exhausted = false;
-        while !closing && inflight.len() < max_pipeline {
-            match decoder.decode(&mut input, conn.logged_in()) {
-                Ok(Some(args)) => {
-                    if command::spec::is_http(&args[0]) {
-                        warn!(
-                            client.addr = %peer,
-                            "Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: commands to redlock-proxy. This is likely due to an attacker attempting to use Cross Protocol Scripting in order to compromise your Redis instance. Connection aborted."
-                        );
-                        finish_in_background(inflight);
-                        return Ok(());
-                    }
-                    conn.next_command();
-                    let action = command::dispatch(&proxy, &mut conn, args);
-                    let form = reply_form(&mut conn);
-                    let slot = match action {
-                        Action::Reply(r) => Slot::Done(r),
-                        Action::Close(r) => {
-                            closing = true;
-                            Slot::Done(r)
-                        }
-                        Action::Later(later) => Slot::Running(later),
-                    };
-                    inflight.push_back(slot, form);
-                }
-                Ok(None) => {
-                    exhausted = true;
-                    break;
-                }
-                Err(e) => match e.answer() {
-                    Some(error) => {
-                        closing = true;
-                        let error = Slot::Done(Reply::from(error));
-                        inflight.push_back(error, reply_form(&mut conn));
-                    }
-                    None => {
-                        warn!(
-                            client.addr = %peer,
-                            limit = query_limit,
-                            "closing client that reached max query buffer length"
-                        );
-                        finish_in_background(inflight);
-                        return Ok(());
-                    }
-                },
-            }
+        let turn = match client.take_requests() {
+            Ok(()) => client.answer_ready().await,
+            Err(end) => Err(end),
+        };
+        let turn = match turn {
+            Ok(()) => client.wait(stop.as_mut()).await,
+            Err(end) => Err(end),
+        };
+        if let Err(end) = turn {
+            return client.end(end);
         }
-        if (stopping || sent_all) && exhausted {
+    }
+}
+
+/// The limits a client connection keeps to, read once from the configuration.
+struct Bounds {
+    /// `max_pipeline`.
+    max_pipeline: usize,
+    /// `client_query_buffer_limit`.
+    query_limit: usize,
+    /// `client_output_buffer_limit`.
+    output_limit: usize,
+    /// `client_write_timeout_ms`.
+    write_timeout: Duration,
+}
+
+/// How a connection ends.
+enum End {
+    /// As asked (`QUIT`, a protocol error answered, the client gone, shutdown): every reply
+    /// has been written.
+    Closed,
+    /// The proxy hangs up, for the reason given.
+    Hangup(Hangup),
+    /// The socket failed.
+    Broken(io::Error),
+}
+
+/// One client connection between turns of its loop ([`serve_io`]): what it has read, what it
+/// runs, and what waits to be written.
+///
+/// The fields are dropped in the order the loop's locals were: the connection's leases close
+/// before its socket does.
+struct Client<R, W> {
+    /// Made only when a write has to wait, and dropped once the replies are all written.
+    write_timer: Option<Pin<Box<Sleep>>>,
+    /// When the client last accepted reply bytes (or replies started waiting for it). The timer
+    /// is re-armed lazily, only when it fires early, so a write costs no timer update.
+    progress: Instant,
+    /// The connection closes once the commands in flight are answered.
+    closing: bool,
+    inflight: Pipeline,
+    /// Both borrowed from the pool only while they hold bytes.
+    output: BytesMut,
+    input: BytesMut,
+    decoder: Decoder,
+    /// The notices about the connection's leases.
+    lost: Option<Pushes>,
+    /// A connection that may hold leases carries them; they stop when it ends, however it ends.
+    leases: Option<Closing>,
+    conn: Conn,
+    /// Shutdown has begun: nothing more is read.
+    stopping: bool,
+    /// The client has sent all it will (it half-closed, as `nc -N` does): as on Redis, every
+    /// complete request it sent is still run and answered before the connection closes.
+    sent_all: bool,
+    /// The wait for shutdown is polled once, which registers this task to be woken; after that
+    /// a wake-up only needs a look at the token (its future would be polled on every loop turn).
+    stop_registered: bool,
+    bounds: Bounds,
+    peer: Peer,
+    proxy: Arc<Proxy>,
+    wr: W,
+    rd: R,
+}
+
+impl<R, W> Client<R, W>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    fn new(rd: R, wr: W, proxy: Arc<Proxy>, id: u64, peer: Peer) -> Self {
+        let config = proxy.config();
+        let mut conn = Conn::new(id, proxy.accounts().required());
+        let (leases, lost) = lease_watch(&proxy, &mut conn);
+        let decoder = Decoder::new(Limits {
+            max_bulk_len: config.max_bulk_len,
+            max_request_len: config.client_query_buffer_limit,
+            ..Limits::default()
+        });
+        let bounds = Bounds {
+            max_pipeline: config.max_pipeline,
+            query_limit: config.client_query_buffer_limit,
+            output_limit: config.client_output_buffer_limit,
+            write_timeout: Duration::from_millis(config.client_write_timeout_ms),
+        };
+        Client {
+            write_timer: None,
+            progress: Instant::now(),
+            closing: false,
+            inflight: Pipeline::default(),
+            output: BytesMut::new(),
+            input: BytesMut::new(),
+            decoder,
+            lost,
+            leases,
+            conn,
+            stopping: false,
+            sent_all: false,
+            stop_registered: false,
+            bounds,
+            peer,
+            proxy,
+            wr,
+            rd,
+        }
+    }
+
+    /// Decodes and dispatches the requests read, while the pipeline has room. Once shutdown
+    /// has begun or the client has sent all it will, the last complete request read closes
+    /// the connection.
+    fn take_requests(&mut self) -> Result<(), End> {
+        let exhausted = dispatch_read(
+            &self.proxy,
+            &mut self.conn,
+            &mut self.decoder,
+            &mut self.input,
+            &mut self.inflight,
+            &mut self.closing,
+            self.bounds.max_pipeline,
+        )
+        .map_err(End::Hangup)?;
+        if (self.stopping || self.sent_all) && exhausted {
             // Every complete request already read has been dispatched.
-            closing = true;
+            self.closing = true;
         }
-        if input.len() > query_limit {
+        if self.input.len() > self.bounds.query_limit {
             // Complete requests waiting behind a full pipeline count too, as in Redis.
-            warn!(
-                client.addr = %peer,
-                limit = query_limit,
-                "closing client that reached max query buffer length"
-            );
-            finish_in_background(inflight);
-            return Ok(());
+            return Err(End::Hangup(Hangup::QueryBuffer(self.bounds.query_limit)));
         }
         // The read buffer goes back to the pool when a read finds nothing to read.
-        shrink(&mut input);
-        let was_idle = output.is_empty();
-        // Runs what was dispatched and what woke up, with this task's waker, then takes the
-        // replies that are ready at the head.
+        shrink(&mut self.input);
+        Ok(())
+    }
+
+    /// Runs what was dispatched and what woke up, with this task's waker, and writes the
+    /// replies that are ready at the head. With nothing left to write, the buffers go back to
+    /// their pools, and a closing connection with nothing in flight ends.
+    async fn answer_ready(&mut self) -> Result<(), End> {
+        let was_idle = self.output.is_empty();
+        let inflight = &mut self.inflight;
         std::future::poll_fn(|cx| {
             inflight.poll_window(cx);
             Poll::Ready(())
         })
         .await;
-        let mut polled = true;
-        while let Some((reply, form)) = inflight.pop_done() {
-            count_error(&proxy, &reply);
-            form.write(&reply, &mut output);
+        while let Some((reply, form)) = self.inflight.pop_done() {
+            count_error(&self.proxy, &reply);
+            form.write(&reply, &mut self.output);
         }
-        if !output.is_empty() {
+        if !self.output.is_empty() {
             // Written at once: replies nearly always fit the socket's buffer, and this saves a
-            // turn of the loop per reply batch. What does not fit waits in the select below.
+            // turn of the loop per reply batch. What does not fit waits in `wait`.
+            let (wr, output) = (&mut self.wr, &self.output);
             let written =
-                std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut wr).poll_write(cx, &output)))
+                std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *wr).poll_write(cx, output)))
                     .await;
-            if let Poll::Ready(written) = written
-                && let Err(e) = took_bytes(written, &mut output, &mut progress)
-            {
-                finish_in_background(inflight);
-                return Err(e);
+            if let Poll::Ready(written) = written {
+                took_bytes(written, &mut self.output, &mut self.progress).map_err(End::Broken)?;
             }
         }
-        if output.len() > output_limit {
-            warn!(
-                client.addr = %peer,
-                limit = output_limit,
-                "closing client for overcoming of output buffer limits"
-            );
-            finish_in_background(inflight);
-            return Ok(());
+        if self.output.len() > self.bounds.output_limit {
+            return Err(End::Hangup(Hangup::OutputBuffer(self.bounds.output_limit)));
         }
-        if output.is_empty() {
-            BufferPool::give(&mut output);
-            write_timer = None;
-            if closing && inflight.is_empty() {
-                return Ok(());
+        if self.output.is_empty() {
+            BufferPool::give(&mut self.output);
+            self.write_timer = None;
+            if self.closing && self.inflight.is_empty() {
+                return Err(End::Closed);
             }
-            inflight.park();
+            self.inflight.park();
         } else if was_idle {
-            progress = Instant::now();
+            self.progress = Instant::now();
         }
+        Ok(())
+    }
+
+    /// Waits for the first of: the client taking reply bytes, a command in flight finishing
+    /// (the window was just polled), a lease notice, a subscribed message, a request, shutdown,
+    /// or the client's time to read its replies running out.
+    async fn wait<S: Future<Output = ()>>(&mut self, mut stop: Pin<&mut S>) -> Result<(), End> {
+        let proxy = &self.proxy;
+        let stop_registered = &mut self.stop_registered;
+        let reading = !self.closing
+            && !self.stopping
+            && !self.sent_all
+            && self.inflight.len() < self.bounds.max_pipeline;
+        let watching = self.leases.as_ref().is_some_and(|l| l.0.watching());
+        let write_timeout = self.bounds.write_timeout;
         tokio::select! {
             biased;
-            written = wr.write(&output), if !output.is_empty() => {
-                if let Err(e) = took_bytes(written, &mut output, &mut progress) {
-                    finish_in_background(inflight);
-                    return Err(e);
-                }
+            written = self.wr.write(&self.output), if !self.output.is_empty() => {
+                took_bytes(written, &mut self.output, &mut self.progress).map_err(End::Broken)?;
             }
-            Some((reply, form)) = inflight.next(std::mem::take(&mut polled)), if !inflight.is_empty() => {
-                if output.is_empty() {
-                    progress = Instant::now();
+            Some((reply, form)) = self.inflight.next(true), if !self.inflight.is_empty() => {
+                if self.output.is_empty() {
+                    self.progress = Instant::now();
                 }
-                count_error(&proxy, &reply);
-                form.write(&reply, &mut output);
+                count_error(&self.proxy, &reply);
+                form.write(&reply, &mut self.output);
             }
-            Some((channel, message)) = next_lost(&mut lost), if leases.as_ref().is_some_and(|l| l.0.watching()) => {
-                if let Some(l) = &leases {
+            Some((channel, message)) = next_lost(&mut self.lost), if watching => {
+                if let Some(l) = &self.leases {
                     l.0.notice_read();
                 }
-                // The holder hears of its lease as the channel's message, pushed, unless it is
-                // subscribed to the channel and hears of it that way, or has logged in since
-                // as a user who may not touch the key.
-                let subscribed = conn.subs().is_some_and(|s| {
-                    s.list(crate::pubsub::Kind::Channel).iter().any(|c| c.as_ref() == channel)
-                });
-                let key = crate::pubsub::notice_key(channel, &message).flatten();
-                let may_hear = key.is_some_and(|k| conn.may_touch(|| std::iter::once(k)));
-                if conn.resp3() && !subscribed && may_hear {
-                    if output.is_empty() {
-                        progress = Instant::now();
+                if let Some(push) = lease_notice(&self.conn, channel, message) {
+                    if self.output.is_empty() {
+                        self.progress = Instant::now();
                     }
-                    notice_push(channel, message).encode(BufferPool::ready(&mut output), true);
+                    push.encode(BufferPool::ready(&mut self.output), true);
                 }
             }
-            m = next_message(conn.subs()), if conn.subs().is_some() => {
-                if conn.subs().is_some_and(|s| s.inbox.lock().unwrap_or_else(|p| p.into_inner()).overflowed()) {
-                    warn!(client.addr = %peer, "closing subscriber that fell too far behind its messages");
-                    finish_in_background(inflight);
-                    return Ok(());
+            m = next_message(self.conn.subs()), if self.conn.subs().is_some() => {
+                if self.conn.subs().is_some_and(|s| s.inbox.lock().unwrap_or_else(|p| p.into_inner()).overflowed()) {
+                    return Err(End::Hangup(Hangup::SubscriberBehind));
                 }
-                if output.is_empty() {
-                    progress = Instant::now();
+                if self.output.is_empty() {
+                    self.progress = Instant::now();
                 }
-                m.to_reply().encode(BufferPool::ready(&mut output), conn.resp3());
+                m.to_reply().encode(BufferPool::ready(&mut self.output), self.conn.resp3());
             }
-            n = read_pooled(&mut rd, &mut input), if !closing && !stopping && !sent_all && inflight.len() < max_pipeline => {
-                match n {
-                    Ok(0) => {
-                        sent_all = true;
-                        conn.client_gone();
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        finish_in_background(inflight);
-                        return Err(e);
-                    }
+            n = read_pooled(&mut self.rd, &mut self.input), if reading => {
+                if n.map_err(End::Broken)? == 0 {
+                    self.sent_all = true;
+                    self.conn.client_gone();
                 }
             }
             () = std::future::poll_fn(|cx| {
-                if std::mem::replace(&mut stop_registered, true) {
+                if std::mem::replace(stop_registered, true) {
                     if proxy.shutdown().is_cancelled() { Poll::Ready(()) } else { Poll::Pending }
                 } else {
                     stop.as_mut().poll(cx)
                 }
-            }), if !stopping => stopping = true,
-            () = lazy_sleep(&mut write_timer, progress + write_timeout), if !output.is_empty() => {
-                let deadline = progress + write_timeout;
+            }), if !self.stopping => self.stopping = true,
+            () = lazy_sleep(&mut self.write_timer, self.progress + write_timeout), if !self.output.is_empty() => {
+                let deadline = self.progress + write_timeout;
                 if Instant::now() >= deadline {
-                    debug!(timeout_ms = write_timeout.as_millis() as u64, "client accepted no reply in time; closing");
-                    finish_in_background(inflight);
-                    return Ok(());
+                    return Err(End::Hangup(Hangup::WriteTimeout(write_timeout)));
                 }
-                if let Some(timer) = write_timer.as_mut() {
+                if let Some(timer) = self.write_timer.as_mut() {
                     timer.as_mut().reset(deadline);
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Ends the connection: a hang-up is logged as Redis logs it, and the commands in flight
+    /// still complete (or are undone) in the background.
+    fn end(mut self, end: End) -> io::Result<()> {
+        let inflight = std::mem::take(&mut self.inflight);
+        let result = match end {
+            End::Closed => Ok(()),
+            End::Hangup(why) => {
+                why.log(self.peer);
+                Ok(())
+            }
+            End::Broken(e) => Err(e),
+        };
+        finish_in_background(inflight);
+        result
+    }
+}
+
+/// Starts watching the connection's leases, when the proxy gives leases: the connection
+/// carries them, they stop when it ends, however it ends, and the notices about them arrive on
+/// the receiver.
+fn lease_watch(proxy: &Proxy, conn: &mut Conn) -> (Option<Closing>, Option<Pushes>) {
+    if !proxy.leases_on() {
+        return (None, None);
+    }
+    let (leases, lost) = Leases::new();
+    conn.set_leases(leases.clone(), proxy.lease_patterns(None));
+    (Some(Closing(leases)), Some(lost))
+}
+
+/// The push a lease's holder hears a notice about its lease as: the channel's message, unless
+/// it is subscribed to the channel and hears of it that way, or has logged in since as a user
+/// who may not touch the key. RESP3 clients only.
+fn lease_notice(conn: &Conn, channel: &'static [u8], message: bytes::Bytes) -> Option<Reply> {
+    let subscribed = conn.subs().is_some_and(|s| {
+        s.list(crate::pubsub::Kind::Channel)
+            .iter()
+            .any(|c| c.as_ref() == channel)
+    });
+    let key = crate::pubsub::notice_key(channel, &message).flatten();
+    let may_hear = key.is_some_and(|k| conn.may_touch(|| std::iter::once(k)));
+    (conn.resp3() && !subscribed && may_hear).then(|| notice_push(channel, message))
+}
+
+/// Decodes and dispatches the requests read, while the pipeline has room; `Ok(true)` when
+/// the input holds no further complete request. A request that closes the connection (`QUIT`,
+/// a protocol error, answered first) sets `closing`; an HTTP request, or one over the query
+/// buffer limit, ends it at once.
+#[inline]
+fn dispatch_read(
+    proxy: &Arc<Proxy>,
+    conn: &mut Conn,
+    decoder: &mut Decoder,
+    input: &mut BytesMut,
+    inflight: &mut Pipeline,
+    closing: &mut bool,
+    max_pipeline: usize,
+) -> Result<bool, Hangup> {
+    while !*closing && inflight.len() < max_pipeline {
+        match decoder.decode(input, conn.logged_in()) {
+            Ok(Some(args)) => {
+                if command::spec::is_http(&args[0]) {
+                    return Err(Hangup::Http);
+                }
+                conn.next_command();
+                let action = command::dispatch(proxy, conn, args);
+                let form = reply_form(conn);
+                let slot = match action {
+                    Action::Reply(r) => Slot::Done(r),
+                    Action::Close(r) => {
+                        *closing = true;
+                        Slot::Done(r)
+                    }
+                    Action::Later(later) => Slot::Running(later),
+                };
+                inflight.push_back(slot, form);
+            }
+            Ok(None) => return Ok(true),
+            Err(e) => match e.answer() {
+                Some(error) => {
+                    *closing = true;
+                    let error = Slot::Done(Reply::from(error));
+                    inflight.push_back(error, reply_form(conn));
+                }
+                None => {
+                    let limit = proxy.config().client_query_buffer_limit;
+                    return Err(Hangup::QueryBuffer(limit));
+                }
+            },
+        }
+    }
+    Ok(false)
+}
+
+/// Why the proxy closes a client's connection on its own.
+enum Hangup {
+    /// An HTTP request: someone is trying cross-protocol scripting.
+    Http,
+    /// A request, or the unparsed input, over `client_query_buffer_limit` (the limit).
+    QueryBuffer(usize),
+    /// Unread replies over `client_output_buffer_limit` (the limit).
+    OutputBuffer(usize),
+    /// A subscriber whose messages overflowed its inbox.
+    SubscriberBehind,
+    /// No reply accepted within `client_write_timeout_ms`.
+    WriteTimeout(Duration),
+}
+
+impl Hangup {
+    /// Logs the hang-up as Redis logs it.
+    fn log(self, peer: Peer) {
+        match self {
+            Hangup::Http => warn!(
+                client.addr = %peer,
+                "Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: commands to redlock-proxy. This is likely due to an attacker attempting to use Cross Protocol Scripting in order to compromise your Redis instance. Connection aborted."
+            ),
+            Hangup::QueryBuffer(limit) => warn!(
+                client.addr = %peer,
+                limit,
+                "closing client that reached max query buffer length"
+            ),
+            Hangup::OutputBuffer(limit) => warn!(
+                client.addr = %peer,
+                limit,
+                "closing client for overcoming of output buffer limits"
+            ),
+            Hangup::SubscriberBehind => warn!(
+                client.addr = %peer,
+                "closing subscriber that fell too far behind its messages"
+            ),
+            Hangup::WriteTimeout(timeout) => debug!(
+                timeout_ms = timeout.as_millis() as u64,
+                "client accepted no reply in time; closing"
+            ),
         }
     }
 }

@@ -535,7 +535,19 @@ impl Config {
     /// Checks ranges and addresses: the data alone. The files the configuration names
     /// (passwords, certificates) are read once, by the bootstrap step that builds from it.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let bad = |m: String| Err(ConfigError::Invalid(m));
+        self.validate_backends()?;
+        self.validate_listeners()?;
+        self.validate_ranges()?;
+        self.validate_together()?;
+        for (i, d) in self.scripts.iter().enumerate() {
+            d.validate()
+                .map_err(|m| ConfigError::Invalid(format!("scripts[{i}]: {m}")))?;
+        }
+        Ok(())
+    }
+
+    /// The members: at least one, not too many, each well written, and no master twice.
+    fn validate_backends(&self) -> Result<(), ConfigError> {
         if self.backends.is_empty() {
             return bad(
                 "no backends configured (use --backends HOST:PORT,... or `backends = [...]`)"
@@ -551,7 +563,7 @@ impl Config {
         }
         let mut members = Vec::with_capacity(self.backends.len());
         for b in &self.backends {
-            let member = crate::endpoint::Member::parse(b).map_err(|m| {
+            let member = crate::endpoint::MemberUrl::parse(b).map_err(|m| {
                 ConfigError::Invalid(format!(
                     "bad backend address '{}': {m}",
                     crate::endpoint::redact(b)
@@ -574,6 +586,11 @@ impl Config {
                  list it once"
             ));
         }
+        Ok(())
+    }
+
+    /// Credentials that go in pairs, and the addresses the proxy listens on.
+    fn validate_listeners(&self) -> Result<(), ConfigError> {
         if self.backend_password.is_some() && self.backend_password_file.is_some() {
             return bad("set backend_password or backend_password_file, not both".into());
         }
@@ -597,6 +614,11 @@ impl Config {
                 return bad("tls_listen needs tls_cert_file and tls_key_file".into());
             }
         }
+        Ok(())
+    }
+
+    /// Each number on its own: above 0, and below the bounds past which it is a mistake.
+    fn validate_ranges(&self) -> Result<(), ConfigError> {
         for (name, v) in [
             ("node_timeout_ms", self.node_timeout_ms),
             ("connect_timeout_ms", self.connect_timeout_ms),
@@ -666,6 +688,11 @@ impl Config {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Settings that must agree with each other (or that read as a surprise on their own).
+    fn validate_together(&self) -> Result<(), ConfigError> {
         if self.password.as_deref() == Some("") {
             // Redis's `requirepass ""` turns authentication off; here it would ask every client
             // for an empty password, which anyone can give. Either reading is a surprise.
@@ -694,10 +721,6 @@ impl Config {
                 "default_ttl_ms ({}) must not exceed max_ttl_ms ({})",
                 self.default_ttl_ms, self.max_ttl_ms
             ));
-        }
-        for (i, d) in self.scripts.iter().enumerate() {
-            d.validate()
-                .map_err(|m| ConfigError::Invalid(format!("scripts[{i}]: {m}")))?;
         }
         Ok(())
     }
@@ -780,6 +803,11 @@ impl ScriptDecl {
         }
         Ok(())
     }
+}
+
+/// A configuration refused, with why.
+fn bad(why: String) -> Result<(), ConfigError> {
+    Err(ConfigError::Invalid(why))
 }
 
 fn check_addr(addr: &str) -> Result<(), String> {

@@ -105,7 +105,7 @@ impl Endpoint {
 /// A member as written in `backends`: one master, a primary its Sentinels name, or a Redis
 /// Cluster named by its seeds.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Member {
+pub enum MemberUrl {
     /// One master.
     Standalone(Endpoint),
     /// A primary the Sentinels name: `redis-sentinel://...#name`.
@@ -121,18 +121,18 @@ const CLUSTER_SCHEMES: [(&str, &str); 2] = [
     ("rediss-cluster://", "rediss://"),
 ];
 
-impl Member {
+impl MemberUrl {
     /// Parses a `backends` entry: a master (see [`Endpoint::parse`]), a Sentinel URL or a
     /// cluster URL.
-    pub fn parse(text: &str) -> Result<Member, String> {
+    pub fn parse(text: &str) -> Result<MemberUrl, String> {
         if let Some(s) = SentinelUrl::parse(text)? {
-            return Ok(Member::Sentinel(s));
+            return Ok(MemberUrl::Sentinel(s));
         }
         let Some((rest, scheme)) = CLUSTER_SCHEMES
             .iter()
             .find_map(|(c, plain)| text.strip_prefix(c).map(|r| (r, *plain)))
         else {
-            return Endpoint::parse(text).map(Member::Standalone);
+            return Endpoint::parse(text).map(MemberUrl::Standalone);
         };
         let (rest, db) = match rest.split_once('/') {
             Some((r, db)) => (r, format!("/{db}")),
@@ -151,7 +151,7 @@ impl Member {
         if seeds.is_empty() {
             return Err("a cluster member needs at least one seed HOST:PORT".into());
         }
-        Ok(Member::Cluster(seeds))
+        Ok(MemberUrl::Cluster(seeds))
     }
 
     /// The member's name in logs, `INFO` and `/metrics`: `host:port`, or
@@ -159,9 +159,9 @@ impl Member {
     /// password).
     pub fn name(&self) -> String {
         match self {
-            Member::Standalone(e) => e.addr(),
-            Member::Sentinel(s) => s.name(),
-            Member::Cluster(seeds) => {
+            MemberUrl::Standalone(e) => e.addr(),
+            MemberUrl::Sentinel(s) => s.name(),
+            MemberUrl::Cluster(seeds) => {
                 let scheme = if seeds.first().is_some_and(|e| e.tls) {
                     "rediss-cluster://"
                 } else {
@@ -348,13 +348,13 @@ pub fn split_backends(list: &str) -> Vec<String> {
 /// them), if any: the same `host:port` (host without case), a cluster seed another member
 /// also names, or a Sentinel another Sentinel member also asks for the same master name. A
 /// master listed twice would vote twice, so a "quorum" could be fewer masters than it says.
-pub fn listed_twice(members: &[Member]) -> Option<(String, String)> {
+pub fn listed_twice(members: &[MemberUrl]) -> Option<(String, String)> {
     let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for (i, m) in members.iter().enumerate() {
         let places: Vec<String> = match m {
-            Member::Standalone(e) => vec![place(e)],
-            Member::Cluster(seeds) => seeds.iter().map(place).collect(),
-            Member::Sentinel(s) => s
+            MemberUrl::Standalone(e) => vec![place(e)],
+            MemberUrl::Cluster(seeds) => seeds.iter().map(place).collect(),
+            MemberUrl::Sentinel(s) => s
                 .sentinels
                 .iter()
                 .map(|e| format!("{}#{}", place(e), s.master))
@@ -375,8 +375,8 @@ pub fn listed_twice(members: &[Member]) -> Option<(String, String)> {
 /// A Sentinel that a Sentinel member lists twice (as `host:port`), if any: each Sentinel
 /// counts once toward the majority of the Sentinels listed, and one listed twice would count
 /// twice (two entries of three, a "majority" alone). Compared by place, as [`listed_twice`].
-pub fn sentinel_listed_twice(member: &Member) -> Option<String> {
-    let Member::Sentinel(s) = member else {
+pub fn sentinel_listed_twice(member: &MemberUrl) -> Option<String> {
+    let MemberUrl::Sentinel(s) = member else {
         return None;
     };
     let mut seen = std::collections::HashSet::new();
@@ -462,8 +462,8 @@ pub fn redact(text: &str) -> String {
         Err(_) if text.contains('@') => return "<unparsable backend, redacted>".to_string(),
         Err(_) => return text.to_string(),
     }
-    if let Ok(Member::Cluster(seeds)) = Member::parse(text) {
-        let name = Member::Cluster(seeds.clone()).name();
+    if let Ok(MemberUrl::Cluster(seeds)) = MemberUrl::parse(text) {
+        let name = MemberUrl::Cluster(seeds.clone()).name();
         return match seeds.first() {
             Some(e) if e.password.is_some() => {
                 let (scheme, hosts) = name.split_once("://").unwrap_or(("", &name));
@@ -496,8 +496,8 @@ mod tests {
 
     #[test]
     fn cluster_members_are_named_by_seeds() {
-        let m = Member::parse("redis-cluster://u:p%40ss@10.0.0.1:7000,10.0.0.2:7001").unwrap();
-        let Member::Cluster(seeds) = &m else {
+        let m = MemberUrl::parse("redis-cluster://u:p%40ss@10.0.0.1:7000,10.0.0.2:7001").unwrap();
+        let MemberUrl::Cluster(seeds) = &m else {
             panic!("{m:?}")
         };
         assert_eq!(seeds.len(), 2);
@@ -505,11 +505,14 @@ mod tests {
         assert_eq!(seeds[1].password.as_deref(), Some("p@ss"));
         assert!(!seeds[0].tls);
         assert_eq!(m.name(), "redis-cluster://10.0.0.1:7000,10.0.0.2:7001");
-        let m = Member::parse("rediss-cluster://h:1").unwrap();
-        assert!(matches!(&m, Member::Cluster(s) if s[0].tls));
-        assert!(Member::parse("redis-cluster://").is_err());
-        assert!(Member::parse("redis-cluster://h:0").is_err());
-        assert!(matches!(Member::parse("h:1"), Ok(Member::Standalone(_))));
+        let m = MemberUrl::parse("rediss-cluster://h:1").unwrap();
+        assert!(matches!(&m, MemberUrl::Cluster(s) if s[0].tls));
+        assert!(MemberUrl::parse("redis-cluster://").is_err());
+        assert!(MemberUrl::parse("redis-cluster://h:0").is_err());
+        assert!(matches!(
+            MemberUrl::parse("h:1"),
+            Ok(MemberUrl::Standalone(_))
+        ));
         assert_eq!(
             redact("redis-cluster://u:hunter2@a:1,b:2"),
             "redis-cluster://u:<redacted>@a:1,b:2"
@@ -566,12 +569,15 @@ mod tests {
             "redis-sentinel://s1:1?timeout=1#m",
             "redis-sentinel://[::1#m",
         ] {
-            assert!(Member::parse(bad).is_err(), "{bad}");
+            assert!(MemberUrl::parse(bad).is_err(), "{bad}");
         }
-        assert!(matches!(Member::parse("h:1"), Ok(Member::Standalone(_))));
         assert!(matches!(
-            Member::parse("redis-sentinel://h#m"),
-            Ok(Member::Sentinel(_))
+            MemberUrl::parse("h:1"),
+            Ok(MemberUrl::Standalone(_))
+        ));
+        assert!(matches!(
+            MemberUrl::parse("redis-sentinel://h#m"),
+            Ok(MemberUrl::Sentinel(_))
         ));
     }
 
@@ -615,7 +621,7 @@ mod tests {
             "rediss-sentinel://a:1#m#n",
             "foo://h:1",
         ] {
-            let e = Member::parse(bad).expect_err(bad);
+            let e = MemberUrl::parse(bad).expect_err(bad);
             assert!(!e.is_empty(), "{bad}");
         }
         for (good, name) in [
@@ -631,13 +637,13 @@ mod tests {
                 "redis-cluster://[::1]:7000,h:7001",
             ),
         ] {
-            assert_eq!(Member::parse(good).expect(good).name(), name);
+            assert_eq!(MemberUrl::parse(good).expect(good).name(), name);
         }
         // A huge list parses member by member, without anything quadratic.
         let many: Vec<String> = (1..=20_000).map(|p| format!("h:{p}")).collect();
-        let members: Vec<Member> = split_backends(&many.join(","))
+        let members: Vec<MemberUrl> = split_backends(&many.join(","))
             .iter()
-            .map(|m| Member::parse(m).unwrap())
+            .map(|m| MemberUrl::parse(m).unwrap())
             .collect();
         assert_eq!(members.len(), 20_000);
         assert_eq!(listed_twice(&members), None);
@@ -646,9 +652,9 @@ mod tests {
     #[test]
     fn a_master_listed_twice_is_found() {
         let twice = |list: &str| {
-            let members: Vec<Member> = split_backends(list)
+            let members: Vec<MemberUrl> = split_backends(list)
                 .iter()
-                .map(|m| Member::parse(m).unwrap())
+                .map(|m| MemberUrl::parse(m).unwrap())
                 .collect();
             listed_twice(&members)
         };
@@ -683,6 +689,6 @@ mod tests {
         // An unterminated Sentinel list swallows the rest, and then fails to parse.
         let open = split_backends("redis-sentinel://s1:1,b:2");
         assert_eq!(open, ["redis-sentinel://s1:1,b:2"]);
-        assert!(Member::parse(&open[0]).is_err());
+        assert!(MemberUrl::parse(&open[0]).is_err());
     }
 }

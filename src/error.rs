@@ -152,6 +152,30 @@ pub enum Malformed {
     UnbalancedQuotes,
 }
 
+impl Malformed {
+    /// Redis's protocol error for the request, as [`Error::Protocol`] answers it.
+    fn text(&self) -> Cow<'static, str> {
+        let text: &'static str = match self {
+            Malformed::MultibulkLength => "ERR Protocol error: invalid multibulk length",
+            Malformed::BulkLength => "ERR Protocol error: invalid bulk length",
+            Malformed::UnauthenticatedMultibulkLength => {
+                "ERR Protocol error: unauthenticated multibulk length"
+            }
+            Malformed::UnauthenticatedBulkLength => {
+                "ERR Protocol error: unauthenticated bulk length"
+            }
+            Malformed::ExpectedBulk(got) => {
+                return format!("ERR Protocol error: expected '$', got '{got}'").into();
+            }
+            Malformed::HeaderTooLong => "ERR Protocol error: too big mbulk count string",
+            Malformed::BulkHeaderTooLong => "ERR Protocol error: too big bulk count string",
+            Malformed::InlineTooLong => "ERR Protocol error: too big inline request",
+            Malformed::UnbalancedQuotes => "ERR Protocol error: unbalanced quotes in request",
+        };
+        Cow::Borrowed(text)
+    }
+}
+
 /// An error the proxy words itself: the catalogue. Each variant's text is written once, in
 /// [`Error::text`]; its [`Kind`] is its first word.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -413,29 +437,85 @@ impl Error {
 
     /// The error's full text, as the client reads it (without the leading `-`): borrowed for
     /// a constant wording, so such a reply costs no allocation. Every wording is here, and
-    /// only here.
+    /// only here, by family.
     pub fn text(&self) -> Cow<'static, str> {
-        let text: &'static str = match self {
-            // Protocol.
-            Error::Protocol(m) => match m {
-                Malformed::MultibulkLength => "ERR Protocol error: invalid multibulk length",
-                Malformed::BulkLength => "ERR Protocol error: invalid bulk length",
-                Malformed::UnauthenticatedMultibulkLength => {
-                    "ERR Protocol error: unauthenticated multibulk length"
-                }
-                Malformed::UnauthenticatedBulkLength => {
-                    "ERR Protocol error: unauthenticated bulk length"
-                }
-                Malformed::ExpectedBulk(got) => {
-                    return format!("ERR Protocol error: expected '$', got '{got}'").into();
-                }
-                Malformed::HeaderTooLong => "ERR Protocol error: too big mbulk count string",
-                Malformed::BulkHeaderTooLong => "ERR Protocol error: too big bulk count string",
-                Malformed::InlineTooLong => "ERR Protocol error: too big inline request",
-                Malformed::UnbalancedQuotes => "ERR Protocol error: unbalanced quotes in request",
-            },
+        match self {
+            Error::Protocol(m) => m.text(),
+            Error::UnknownCommand { .. }
+            | Error::UnknownSubcommand { .. }
+            | Error::WrongArity(_)
+            | Error::Syntax
+            | Error::BadDigest
+            | Error::HelloOption(_)
+            | Error::UnrecognizedOption(_)
+            | Error::ScriptFlushMode
+            | Error::ConfigUnsupported(_)
+            | Error::NotAnInteger
+            | Error::NotAnInt32
+            | Error::ProtocolVersionNotAnInteger
+            | Error::TimeoutNotAnInteger
+            | Error::TimeoutNotAFloat
+            | Error::TimeoutNegative
+            | Error::TimeoutOutOfRange
+            | Error::InvalidExpire(_)
+            | Error::InvalidExtension
+            | Error::InvalidLockScriptTtl
+            | Error::InvalidScriptTtl
+            | Error::DbIndexOutOfRange
+            | Error::NegativeKeyCount
+            | Error::KeyCountBeyondArgs
+            | Error::BadClientName
+            | Error::BadClientAttr(_)
+            | Error::PublishArg(_) => self.command_text(),
+            Error::NoProto
+            | Error::WrongType
+            | Error::OnlySubscribe(_)
+            | Error::NoAuth
+            | Error::HelloNoAuth
+            | Error::WrongPass
+            | Error::AuthWithoutPassword
+            | Error::NoPermKeys
+            | Error::NoPermChannels
+            | Error::ScriptChannel
+            | Error::ReservedChannel
+            | Error::NotInMulti
+            | Error::WatchInMulti
+            | Error::NestedMulti
+            | Error::DiscardWithoutMulti
+            | Error::ExecWithoutMulti
+            | Error::ExecAbort => self.state_text(),
+            Error::NoScript
+            | Error::NotBusy
+            | Error::UnknownScript { .. }
+            | Error::TtlTooLong { .. }
+            | Error::ExtensionTooLong { .. }
+            | Error::ExpiryTooLong { .. }
+            | Error::SignalTtl { .. }
+            | Error::LatchTtl { .. }
+            | Error::NxOnlyAsLock
+            | Error::NxWithoutExpiry
+            | Error::TooManyQueued { .. }
+            | Error::QueuedTooLarge { .. }
+            | Error::TooManyWatched { .. }
+            | Error::WatchedTooLarge { .. }
+            | Error::ScriptTooLarge { .. }
+            | Error::MaxClients
+            | Error::ReplyTooDeep => self.script_and_limit_text(),
+            Error::NoLockKeys
+            | Error::TtlReadShape
+            | Error::UnlockWithoutChannel
+            | Error::ForceWithoutChannel
+            | Error::NoQuorum
+            | Error::NoQuorumRelease
+            | Error::NoQuorumUnlock
+            | Error::ScriptDisagreement
+            | Error::FenceContended => self.proxy_text(),
+        }
+    }
 
-            // Commands: names, arity and syntax.
+    /// Commands and their arguments: names, arity, syntax, values and ranges.
+    fn command_text(&self) -> Cow<'static, str> {
+        let text: &'static str = match self {
             Error::UnknownCommand { name, args } => {
                 return format!("ERR unknown command '{name}', with args beginning with: {args}")
                     .into();
@@ -503,8 +583,14 @@ impl Error {
                 )
                 .into();
             }
+            _ => unreachable!("not of this family: {self:?}"),
+        };
+        Cow::Borrowed(text)
+    }
 
-            // Connection and key state.
+    /// What the connection may do now: its protocol, its login, its permissions and its transaction.
+    fn state_text(&self) -> Cow<'static, str> {
+        let text: &'static str = match self {
             Error::NoProto => "NOPROTO unsupported protocol version",
             Error::WrongType => "WRONGTYPE Operation against a key holding the wrong kind of value",
             Error::OnlySubscribe(name) => {
@@ -543,8 +629,14 @@ impl Error {
             Error::DiscardWithoutMulti => "ERR DISCARD without MULTI",
             Error::ExecWithoutMulti => "ERR EXEC without MULTI",
             Error::ExecAbort => "EXECABORT Transaction discarded because of previous errors.",
+            _ => unreachable!("not of this family: {self:?}"),
+        };
+        Cow::Borrowed(text)
+    }
 
-            // Scripts.
+    /// Scripts, and the proxy's own bounds.
+    fn script_and_limit_text(&self) -> Cow<'static, str> {
+        let text: &'static str = match self {
             Error::NoScript => "NOSCRIPT No matching script. Please use EVAL.",
             Error::NotBusy => "NOTBUSY No scripts in execution right now.",
             Error::UnknownScript { sha, why } if why.is_empty() => {
@@ -625,8 +717,15 @@ impl Error {
             Error::ReplyTooDeep => {
                 "ERR redlock-proxy: a master's reply is nested more than 32 levels deep"
             }
+            _ => unreachable!("not of this family: {self:?}"),
+        };
+        Cow::Borrowed(text)
+    }
 
-            // Lock operations the proxy cannot form.
+    /// The proxy's own operations: lock operations it cannot form, and quorums the masters did
+    /// not give.
+    fn proxy_text(&self) -> Cow<'static, str> {
+        let text: &'static str = match self {
             Error::NoLockKeys => "ERR redlock-proxy: a lock operation needs at least one key",
             Error::TtlReadShape => "ERR redlock-proxy: a TTL read needs constant replies",
             Error::UnlockWithoutChannel => "ERR redlock-proxy: an unlock needs a channel",
@@ -646,6 +745,7 @@ impl Error {
             Error::FenceContended => {
                 "TRYAGAIN redlock-proxy: another proxy is fencing the same grant; try again"
             }
+            _ => unreachable!("not of this family: {self:?}"),
         };
         Cow::Borrowed(text)
     }

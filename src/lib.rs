@@ -28,6 +28,14 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+/// A table of byte strings of different lengths, as one array of slices, for the tests that
+/// run one check over many inputs: `for bad in byte_strings![b"", b"-1x"] { ... }` (a plain
+/// array of byte-string literals would not unify their lengths).
+#[cfg(test)]
+macro_rules! byte_strings {
+    ($($b:expr),* $(,)?) => { [$(&$b[..]),*] };
+}
+
 pub(crate) mod acl;
 pub(crate) mod backend;
 pub mod bootstrap;

@@ -90,6 +90,21 @@ fn counter(
     ConstCounter::new(value).encode(e.encode_descriptor(name, help, None, MetricType::Counter)?)
 }
 
+/// A counter family with one label: a sample per value of `label`, with its count.
+fn counter_by<'a>(
+    e: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    label: &str,
+    samples: impl IntoIterator<Item = (&'a str, u64)>,
+) -> Result<(), fmt::Error> {
+    let mut family = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (value, n) in samples {
+        ConstCounter::new(n).encode(family.encode_family(&[(label, value)])?)?;
+    }
+    Ok(())
+}
+
 /// One family with a sample per master.
 fn per_master<M: EncodeMetric>(
     e: &mut DescriptorEncoder<'_>,
@@ -122,24 +137,20 @@ impl Collector for ProxyCollector {
 /// The proxy's own families: lock outcomes, repairs, leases, commands, errors, clients.
 fn proxy_families(e: &mut DescriptorEncoder, p: &Proxy) -> Result<(), fmt::Error> {
     let s = p.counters();
-    {
-        let mut locks = e.encode_descriptor(
-            "redlock_locks",
-            "Lock operations by outcome: granted, denied, rolled_back (a refusal undone on \
-             the masters), released.",
-            None,
-            MetricType::Counter,
-        )?;
-        for (outcome, c) in [
+    counter_by(
+        e,
+        "redlock_locks",
+        "Lock operations by outcome: granted, denied, rolled_back (a refusal undone on \
+         the masters), released.",
+        "outcome",
+        [
             ("granted", &s.grants),
             ("denied", &s.denials),
             ("rolled_back", &s.rollbacks),
             ("released", &s.releases),
-        ] {
-            let labels = [("outcome", outcome)];
-            ConstCounter::new(Counters::get(c)).encode(locks.encode_family(&labels)?)?;
-        }
-    }
+        ]
+        .map(|(outcome, c)| (outcome, Counters::get(c))),
+    )?;
     counter(
         e,
         "redlock_locks_repaired",
@@ -153,30 +164,20 @@ fn proxy_families(e: &mut DescriptorEncoder, p: &Proxy) -> Result<(), fmt::Error
         "Client commands processed.",
         Counters::get(&s.commands),
     )?;
-    {
-        let mut family = e.encode_descriptor(
-            "redlock_commands_by_name",
-            "Client commands processed, by command (unknown commands not counted).",
-            None,
-            MetricType::Counter,
-        )?;
-        for (spec, n) in TABLE.iter().zip(s.by_command()) {
-            let labels = [("command", spec.name)];
-            ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
-        }
-    }
-    {
-        let mut family = e.encode_descriptor(
-            "redlock_errors",
-            "Error replies sent to clients, by kind (the error's first word).",
-            None,
-            MetricType::Counter,
-        )?;
-        for (kind, n) in s.errors() {
-            let labels = [("kind", kind)];
-            ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
-        }
-    }
+    counter_by(
+        e,
+        "redlock_commands_by_name",
+        "Client commands processed, by command (unknown commands not counted).",
+        "command",
+        TABLE.iter().map(|spec| spec.name).zip(s.by_command()),
+    )?;
+    counter_by(
+        e,
+        "redlock_errors",
+        "Error replies sent to clients, by kind (the error's first word).",
+        "kind",
+        s.errors(),
+    )?;
     s.acquire().encode(e.encode_descriptor(
         "redlock_acquire",
         "Time from reading a SET ... NX request to its answer.",
@@ -207,22 +208,18 @@ fn proxy_families(e: &mut DescriptorEncoder, p: &Proxy) -> Result<(), fmt::Error
         "Leases lost: no renewal reached a quorum within validity.",
         Counters::get(&s.leases_lost),
     )?;
-    {
-        let mut ended = e.encode_descriptor(
-            "redlock_leases_ended",
-            "Leases ended other than by a loss, by reason: released, disconnected, max.",
-            None,
-            MetricType::Counter,
-        )?;
-        for (reason, c) in [
+    counter_by(
+        e,
+        "redlock_leases_ended",
+        "Leases ended other than by a loss, by reason: released, disconnected, max.",
+        "reason",
+        [
             ("released", &s.leases_released),
             ("disconnected", &s.leases_disconnected),
             ("max", &s.leases_max),
-        ] {
-            let labels = [("reason", reason)];
-            ConstCounter::new(Counters::get(c)).encode(ended.encode_family(&labels)?)?;
-        }
-    }
+        ]
+        .map(|(reason, c)| (reason, Counters::get(c))),
+    )?;
     ConstGauge::new(p.clients() as i64).encode(e.encode_descriptor(
         "redlock_client_connections",
         "Client connections open.",
@@ -984,7 +981,7 @@ mod tests {
     async fn an_idle_or_slow_client_is_dropped_after_the_head_timeout() {
         let start = tokio::time::Instant::now();
         // Nothing at all, then half a head.
-        for request in [&b""[..], b"GET /metrics HTTP/1.1\r\nHost"] {
+        for request in byte_strings![b"", b"GET /metrics HTTP/1.1\r\nHost"] {
             let (answer, ended) = exchange(request, 1024).await;
             assert_eq!(answer, "");
             assert!(ended.is_err(), "{ended:?}");

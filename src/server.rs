@@ -85,24 +85,8 @@ pub async fn serve_until(
     };
     let source = parts.source;
     let proxy = Proxy::new(config, parts.links, parts.accounts, TABLE.len(), addr);
-    let snapshot = proxy.masters();
-    let masters: Vec<&str> = snapshot.iter().map(|m| m.info().addr.as_str()).collect();
-    match &listener {
-        Some(l) => {
-            info!(listen = %l.local_addr()?, masters = ?masters, quorum = proxy.quorum(), "redlock-proxy listening")
-        }
-        None => {
-            info!(listen = "off", masters = ?masters, quorum = proxy.quorum(), "redlock-proxy listening (TLS only)")
-        }
-    }
-    if let Some((t, _)) = &tls {
-        info!(tls_listen = %t.local_addr()?, mutual_tls = proxy.config().tls_ca_cert_file.is_some(), "listening for TLS clients");
-    }
-    if let Some(at) = &proxy.config().metrics_listen {
-        let metrics = TcpListener::bind(at).await?;
-        info!(metrics = %metrics.local_addr()?, "serving Prometheus metrics at /metrics");
-        tokio::spawn(crate::metrics::serve(metrics, proxy.clone()));
-    }
+    announce(&proxy, listener.as_ref(), tls.as_ref().map(|(t, _)| t))?;
+    serve_metrics(&proxy).await?;
     let tasks = TaskTracker::new();
     let mut hangup = hangups();
     tokio::pin!(shutdown);
@@ -147,59 +131,105 @@ pub async fn serve_until(
             continue;
         };
         let id = proxy.next_client_id();
-        let proxy = proxy.clone();
-        let acceptor = tls.as_ref().map(|(_, a)| current(a));
-        // A panic in a client task ends that client only: tokio contains it (the release
-        // profile keeps unwinding), and the slot is given back as it unwinds.
-        // At debug level: entered on every poll, an enabled span costs more than decoding a
-        // request; the connection's own warnings name the client instead (see client.rs).
-        let span = debug_span!("client", client.addr = %peer, client.tls = secure);
-        match acceptor.filter(|_| secure) {
-            // The task of a plain connection holds only its session: thousands of idle clients
-            // cost little.
-            None => tasks.spawn(
-                async move {
-                    let _slot = slot;
-                    if let Err(e) = crate::client::serve(socket, proxy, id).await {
-                        debug!(error = %e, "client connection ended");
-                    }
-                }
-                .instrument(span),
-            ),
-            // A TLS session is over a kilobyte more; boxed, so it weighs on its own task only.
-            Some(acceptor) => tasks.spawn(
-                Box::pin(async move {
-                    let _slot = slot;
-                    let handshake = tokio::time::timeout(
-                        Duration::from_millis(proxy.config().connect_timeout_ms.max(1000)),
-                        acceptor.accept(socket),
-                    );
-                    let served = match handshake.await {
-                        Ok(Ok(stream)) => {
-                            crate::client::serve_stream(stream, proxy, id, Some(peer)).await
-                        }
-                        Ok(Err(e)) => {
-                            info!(client.addr = %peer, error = %e, "TLS client refused");
-                            return;
-                        }
-                        Err(_) => {
-                            debug!("TLS handshake timed out");
-                            return;
-                        }
-                    };
-                    if let Err(e) = served {
-                        debug!(error = %e, "client connection ended");
-                    }
-                })
-                .instrument(span),
-            ),
-        };
+        let acceptor = tls.as_ref().map(|(_, a)| current(a)).filter(|_| secure);
+        spawn_client(&tasks, socket, peer, acceptor, slot, proxy.clone(), id);
     }
     drop(listener);
     drop(tls);
     tasks.close();
     drain(&proxy, &tasks).await;
     Ok(())
+}
+
+/// Logs where the proxy listens and which masters it serves.
+fn announce(
+    proxy: &Proxy,
+    listener: Option<&TcpListener>,
+    tls: Option<&TcpListener>,
+) -> std::io::Result<()> {
+    let snapshot = proxy.masters();
+    let masters: Vec<&str> = snapshot.iter().map(|m| m.info().addr.as_str()).collect();
+    match listener {
+        Some(l) => {
+            info!(listen = %l.local_addr()?, masters = ?masters, quorum = proxy.quorum(), "redlock-proxy listening")
+        }
+        None => {
+            info!(listen = "off", masters = ?masters, quorum = proxy.quorum(), "redlock-proxy listening (TLS only)")
+        }
+    }
+    if let Some(t) = tls {
+        info!(tls_listen = %t.local_addr()?, mutual_tls = proxy.config().tls_ca_cert_file.is_some(), "listening for TLS clients");
+    }
+    Ok(())
+}
+
+/// Starts the `/metrics` listener, when `metrics_listen` is set.
+async fn serve_metrics(proxy: &Arc<Proxy>) -> std::io::Result<()> {
+    if let Some(at) = &proxy.config().metrics_listen {
+        let metrics = TcpListener::bind(at).await?;
+        info!(metrics = %metrics.local_addr()?, "serving Prometheus metrics at /metrics");
+        tokio::spawn(crate::metrics::serve(metrics, proxy.clone()));
+    }
+    Ok(())
+}
+
+/// Serves client `id` in its own task, over TLS when `acceptor` is given; `slot` is its place
+/// under `max_clients`.
+fn spawn_client(
+    tasks: &TaskTracker,
+    socket: TcpStream,
+    peer: SocketAddr,
+    acceptor: Option<TlsAcceptor>,
+    slot: Slot,
+    proxy: Arc<Proxy>,
+    id: u64,
+) {
+    let secure = acceptor.is_some();
+    // A panic in a client task ends that client only: tokio contains it (the release
+    // profile keeps unwinding), and the slot is given back as it unwinds.
+    // At debug level: entered on every poll, an enabled span costs more than decoding a
+    // request; the connection's own warnings name the client instead (see client.rs).
+    let span = debug_span!("client", client.addr = %peer, client.tls = secure);
+    match acceptor {
+        // The task of a plain connection holds only its session: thousands of idle clients
+        // cost little.
+        None => tasks.spawn(
+            async move {
+                let _slot = slot;
+                if let Err(e) = crate::client::serve(socket, proxy, id).await {
+                    debug!(error = %e, "client connection ended");
+                }
+            }
+            .instrument(span),
+        ),
+        // A TLS session is over a kilobyte more; boxed, so it weighs on its own task only.
+        Some(acceptor) => tasks.spawn(
+            Box::pin(async move {
+                let _slot = slot;
+                let handshake = tokio::time::timeout(
+                    Duration::from_millis(proxy.config().connect_timeout_ms.max(1000)),
+                    acceptor.accept(socket),
+                );
+                let served = match handshake.await {
+                    Ok(Ok(stream)) => {
+                        crate::client::serve_stream(stream, proxy, id, Some(peer)).await
+                    }
+                    Ok(Err(e)) => {
+                        info!(client.addr = %peer, error = %e, "TLS client refused");
+                        return;
+                    }
+                    Err(_) => {
+                        debug!("TLS handshake timed out");
+                        return;
+                    }
+                };
+                if let Err(e) = served {
+                    debug!(error = %e, "client connection ended");
+                }
+            })
+            .instrument(span),
+        ),
+    };
 }
 
 /// Graceful shutdown, after the listeners are closed: every client answers the requests it

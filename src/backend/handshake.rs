@@ -161,7 +161,7 @@ fn io_refusal(what: &'static str) -> impl Fn(std::io::Error) -> Refused {
 }
 
 /// Learns who the master is on a fresh connection.
-pub(super) async fn greet<S>(mut stream: S, settings: &Settings) -> Result<Hello<S>, Refused>
+pub(super) async fn greet<S>(stream: S, settings: &Settings) -> Result<Hello<S>, Refused>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -191,75 +191,116 @@ where
     if settings.masters_persist {
         asks.push(&[b"CONFIG", b"GET", b"appendfsync"]);
     }
-    let quiet = |e: std::io::Error| Refused::Quietly(e.to_string());
-    let (stream, sent, replies, times) = {
-        let mut hello = BytesMut::new();
-        for a in &asks {
-            hello.extend_from_slice(&command(a));
-        }
-        let sent = Instant::now();
-        stream.write_all(&hello).await.map_err(quiet)?;
-        stream.flush().await.map_err(quiet)?;
-        let mut buf = BytesMut::with_capacity(8192);
-        let mut decoder = ReplyDecoder::default();
-        let mut replies = Vec::new();
-        let mut times = Vec::new();
-        while replies.len() < asks.len() {
-            if let Some(reply) = decoder
-                .decode(&mut buf)
-                .map_err(|e| Refused::Loudly(format!("bad reply: {e}")))?
-            {
-                replies.push(reply);
-                times.push(Instant::now());
-                continue;
-            }
-            if buf.len() > SMALL_REPLY {
-                return Err(Refused::Loudly("handshake reply too large".into()));
-            }
-            read_more(&mut stream, &mut buf).await?;
-        }
-        if replies.iter().any(is_busy) {
-            // A script is running on the master (it answers every other command with BUSY):
-            // this new connection is not the one running it, so it can ask the master to kill
-            // it. Redis refuses (UNKILLABLE) once the script has written; then only the
-            // operator can help (SHUTDOWN NOSAVE), and the log says so.
-            stream
-                .write_all(&command(&[b"SCRIPT", b"KILL"]))
-                .await
-                .map_err(quiet)?;
-            stream.flush().await.map_err(quiet)?;
-            let answer = loop {
-                if let Some(reply) = decoder
-                    .decode(&mut buf)
-                    .map_err(|e| Refused::Loudly(format!("bad reply: {e}")))?
-                {
-                    break reply;
-                }
-                read_more(&mut stream, &mut buf).await?;
-            };
-            return Err(Refused::Loudly(match answer {
-                Reply::Simple(_) => {
-                    "busy running a script (a client's script that does not end): sent SCRIPT \
-                     KILL, which stopped it"
-                        .to_string()
-                }
-                other => format!(
-                    "busy running a script: SCRIPT KILL answered {:?}; a script that has written \
-                     cannot be killed, only the master's operator can stop it (SHUTDOWN NOSAVE)",
-                    other
-                ),
-            }));
-        }
-        (stream, sent, replies, times)
-    };
-    if let (1, Reply::Error(e)) = (base, &replies[0]) {
+    let (stream, answers) = ask_all(stream, &asks).await?;
+    if let (1, Reply::Error(e)) = (base, &answers.replies[0]) {
         return Err(Refused::Loudly(format!(
             "authentication failed: {}",
             String::from_utf8_lossy(e)
         )));
     }
-    let replies = &replies[base..];
-    let times = &times[base..];
+    introduce(stream, &answers, base, settings)
+}
+
+/// The greeting's replies, in the order asked, with when each arrived and when they were
+/// asked.
+struct Answers {
+    sent: Instant,
+    replies: Vec<Reply>,
+    times: Vec<Instant>,
+}
+
+/// Sends every ask at once and reads their replies. A master busy with a script is asked to
+/// kill it, and refused either way.
+async fn ask_all<S>(mut stream: S, asks: &[&[&[u8]]]) -> Result<(S, Answers), Refused>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let quiet = |e: std::io::Error| Refused::Quietly(e.to_string());
+    let mut hello = BytesMut::new();
+    for a in asks {
+        hello.extend_from_slice(&command(a));
+    }
+    let sent = Instant::now();
+    stream.write_all(&hello).await.map_err(quiet)?;
+    stream.flush().await.map_err(quiet)?;
+    let mut buf = BytesMut::with_capacity(8192);
+    let mut decoder = ReplyDecoder::default();
+    let mut replies = Vec::new();
+    let mut times = Vec::new();
+    while replies.len() < asks.len() {
+        if let Some(reply) = decoder
+            .decode(&mut buf)
+            .map_err(|e| Refused::Loudly(format!("bad reply: {e}")))?
+        {
+            replies.push(reply);
+            times.push(Instant::now());
+            continue;
+        }
+        if buf.len() > SMALL_REPLY {
+            return Err(Refused::Loudly("handshake reply too large".into()));
+        }
+        read_more(&mut stream, &mut buf).await?;
+    }
+    if replies.iter().any(is_busy) {
+        return Err(kill_script(&mut stream, &mut decoder, &mut buf).await);
+    }
+    let answers = Answers {
+        sent,
+        replies,
+        times,
+    };
+    Ok((stream, answers))
+}
+
+/// A script is running on the master (it answers every other command with BUSY): this new
+/// connection is not the one running it, so it can ask the master to kill it. Redis refuses
+/// (UNKILLABLE) once the script has written; then only the operator can help (SHUTDOWN
+/// NOSAVE), and the log says so.
+async fn kill_script(
+    stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    decoder: &mut ReplyDecoder,
+    buf: &mut BytesMut,
+) -> Refused {
+    let quiet = |e: std::io::Error| Refused::Quietly(e.to_string());
+    if let Err(e) = stream.write_all(&command(&[b"SCRIPT", b"KILL"])).await {
+        return quiet(e);
+    }
+    if let Err(e) = stream.flush().await {
+        return quiet(e);
+    }
+    let answer = loop {
+        match decoder.decode(buf) {
+            Ok(Some(reply)) => break reply,
+            Ok(None) => {}
+            Err(e) => return Refused::Loudly(format!("bad reply: {e}")),
+        }
+        if let Err(refused) = read_more(stream, buf).await {
+            return refused;
+        }
+    };
+    Refused::Loudly(match answer {
+        Reply::Simple(_) => "busy running a script (a client's script that does not end): sent \
+                             SCRIPT KILL, which stopped it"
+            .to_string(),
+        other => format!(
+            "busy running a script: SCRIPT KILL answered {:?}; a script that has written \
+             cannot be killed, only the master's operator can stop it (SHUTDOWN NOSAVE)",
+            other
+        ),
+    })
+}
+
+/// Who the master is, from the greeting's replies after AUTH's (`base` of them): it must be a
+/// primary done loading; its clock and persistence are read when asked. What `connect` learns
+/// from the Sentinels is left for it to fill in.
+fn introduce<S>(
+    stream: S,
+    answers: &Answers,
+    base: usize,
+    settings: &Settings,
+) -> Result<Hello<S>, Refused> {
+    let replies = &answers.replies[base..];
+    let times = &answers.times[base..];
     let text = |r: &Reply| match r {
         Reply::Bulk(b) => Ok(String::from_utf8_lossy(b).into_owned()),
         Reply::Error(e) => Err(Refused::Loudly(format!(
@@ -289,7 +330,7 @@ where
         next += 1;
         parse_time(r)
             .map(|master_us| Sample {
-                sent,
+                sent: answers.sent,
                 recv: at,
                 master_us,
             })

@@ -187,6 +187,14 @@ fn judge(claims: &HashMap<String, Vec<Claim>>, member: &Arc<MasterInfo>, run_id:
 mod tests {
     use super::*;
 
+    /// `m`'s connection to server `from` drops, and it connects to server `to`.
+    fn reconnect(ids: &Identities, m: &Arc<MasterInfo>, from: &str, to: &str) {
+        m.set_connected(false);
+        ids.release(from, m);
+        ids.claim(to, m);
+        m.set_connected(true);
+    }
+
     fn member(name: &str) -> Arc<MasterInfo> {
         let m = Arc::new(MasterInfo::new(name.into()));
         m.set_connected(true);
@@ -225,10 +233,7 @@ mod tests {
         assert!(a.is_trusted());
         assert_eq!(b.duplicate_of(), "a:1");
         // b reconnects to another server: it counts again.
-        b.set_connected(false);
-        ids.release("r1", &b);
-        ids.claim("r3", &b);
-        b.set_connected(true);
+        reconnect(&ids, &b, "r1", "r3");
         assert!(b.is_trusted());
     }
 
@@ -239,10 +244,7 @@ mod tests {
         ids.claim("r1", &a);
         ids.claim("r2", &b);
         assert!(b.is_trusted());
-        b.set_connected(false);
-        ids.release("r2", &b);
-        ids.claim("r1", &b);
-        b.set_connected(true);
+        reconnect(&ids, &b, "r2", "r1");
         assert!(b.is_duplicate() && !b.is_trusted());
         assert!(a.is_trusted());
     }

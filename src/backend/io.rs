@@ -411,64 +411,14 @@ async fn read_loop(
                     queue.pop_front();
                     continue;
                 }
-                if p.replies == 1 && p.hold {
-                    // One reply that waits for its batch's `TIME` (every timed request but the
-                    // batch's last): held as it is, without a list of its own.
-                    if let Some(f) = queue.pop_front() {
-                        held.push((f.pending, reply));
-                    }
-                    continue;
-                }
-                front.got.push(reply);
-                let own_time = front.pending.time && !front.pending.hold;
-                if front.got.len() < front.pending.replies + usize::from(own_time) {
-                    continue;
-                }
-                let mut got = std::mem::take(&mut front.got);
-                if front.pending.hold {
-                    // Complete, but it waits for its batch's `TIME` before it counts.
-                    let answer = match front.pending.replies {
-                        1 => got.pop().unwrap_or(Reply::Nil),
-                        _ => Reply::Array(got),
-                    };
-                    if let Some(f) = queue.pop_front() {
-                        held.push((f.pending, answer));
-                    }
-                    continue;
-                }
-                let mut steady = true;
-                if own_time {
-                    let reading = match got.pop() {
-                        Some(r) => match parse_time(&r) {
-                            Some(master_us) => Ok(Sample {
-                                sent: front.sent,
-                                recv: Instant::now(),
-                                master_us,
-                            }),
-                            None => Err(r),
-                        },
-                        None => Err(Reply::Nil),
-                    };
-                    if let (Some(watch), Some(rules)) = (clock.as_deref_mut(), settings.clock) {
-                        steady = judge(info, watch, rules.span, reading);
-                    }
-                }
-                for (mut p, answer) in held.drain(..) {
-                    p.deliver(if steady {
-                        Ok(answer)
-                    } else {
-                        Err(BackendError::ClockJump)
-                    });
-                }
-                let p = &mut front.pending;
-                if !steady {
-                    p.deliver(Err(BackendError::ClockJump));
-                } else if p.replies == 1 {
-                    p.deliver(Ok(got.pop().unwrap_or(Reply::Nil)));
-                } else if p.replies > 1 {
-                    p.deliver(Ok(Reply::Array(got)));
-                }
-                queue.pop_front();
+                gather(
+                    &mut queue,
+                    reply,
+                    &mut held,
+                    clock.as_deref_mut(),
+                    settings,
+                    info,
+                );
             }
             queue.front().map(|f| f.sent + stall)
         };
@@ -505,6 +455,83 @@ async fn read_loop(
     }
 }
 
+/// A reply for the request at the front of `queue` that is more than its one plain reply: one
+/// of several, a timed request's, or its batch's `TIME`. A timed request waits in `held` for
+/// its batch's `TIME`, and the `TIME` judges the clock for all of them; a request is delivered
+/// and leaves the queue once complete.
+#[inline]
+fn gather(
+    queue: &mut VecDeque<InFlight>,
+    reply: Reply,
+    held: &mut Vec<(Pending, Reply)>,
+    clock: Option<&mut ClockWatch>,
+    settings: &Settings,
+    info: &MasterInfo,
+) {
+    let Some(front) = queue.front_mut() else {
+        return;
+    };
+    let p = &mut front.pending;
+    if p.replies == 1 && p.hold {
+        // One reply that waits for its batch's `TIME` (every timed request but the
+        // batch's last): held as it is, without a list of its own.
+        if let Some(f) = queue.pop_front() {
+            held.push((f.pending, reply));
+        }
+        return;
+    }
+    front.got.push(reply);
+    let own_time = front.pending.time && !front.pending.hold;
+    if front.got.len() < front.pending.replies + usize::from(own_time) {
+        return;
+    }
+    let mut got = std::mem::take(&mut front.got);
+    if front.pending.hold {
+        // Complete, but it waits for its batch's `TIME` before it counts.
+        let answer = match front.pending.replies {
+            1 => got.pop().unwrap_or(Reply::Nil),
+            _ => Reply::Array(got),
+        };
+        if let Some(f) = queue.pop_front() {
+            held.push((f.pending, answer));
+        }
+        return;
+    }
+    let mut steady = true;
+    if own_time {
+        let reading = match got.pop() {
+            Some(r) => match parse_time(&r) {
+                Some(master_us) => Ok(Sample {
+                    sent: front.sent,
+                    recv: Instant::now(),
+                    master_us,
+                }),
+                None => Err(r),
+            },
+            None => Err(Reply::Nil),
+        };
+        if let (Some(watch), Some(rules)) = (clock, settings.clock) {
+            steady = judge(info, watch, rules.span, reading);
+        }
+    }
+    for (mut p, answer) in held.drain(..) {
+        p.deliver(if steady {
+            Ok(answer)
+        } else {
+            Err(BackendError::ClockJump)
+        });
+    }
+    let p = &mut front.pending;
+    if !steady {
+        p.deliver(Err(BackendError::ClockJump));
+    } else if p.replies == 1 {
+        p.deliver(Ok(got.pop().unwrap_or(Reply::Nil)));
+    } else if p.replies > 1 {
+        p.deliver(Ok(Reply::Array(got)));
+    }
+    queue.pop_front();
+}
+
 /// `-READONLY ...` or `-MASTERDOWN ...`: the node answering is a replica now.
 fn no_longer_primary(error: &[u8]) -> bool {
     error.starts_with(b"READONLY") || error.starts_with(b"MASTERDOWN")
@@ -520,6 +547,36 @@ mod tests {
     use crate::backend::inbox::{ReplyRx, inbox};
     use crate::wire::master::command;
     use tokio::io::AsyncWriteExt;
+
+    /// A connection to test: the proxy's end of a pipe and the master's, the request queue,
+    /// the master's info, and settings with or without clock watch.
+    fn rig(
+        clock: bool,
+    ) -> (
+        DuplexStream,
+        DuplexStream,
+        queue::Sender<Pending>,
+        queue::Receiver<Pending>,
+        MasterInfo,
+        Settings,
+    ) {
+        let (proxy_end, master) = tokio::io::duplex(1 << 16);
+        let (qtx, qrx) = queue::channel(16);
+        let info = MasterInfo::new("duplex".into());
+        (proxy_end, master, qtx, qrx, info, settings(clock))
+    }
+
+    /// Serves `stream` as the driver would, with an outlet of its own and no generation to
+    /// watch.
+    async fn serve_on<S: AsyncRead + AsyncWrite + Send + 'static>(
+        stream: S,
+        rx: &mut queue::Receiver<Pending>,
+        s: &Settings,
+        info: &MasterInfo,
+        clock: Option<&mut ClockWatch>,
+    ) -> Ended {
+        serve(stream, rx, &Outlet::default(), s, info, clock, None).await
+    }
 
     fn settings(clock: bool) -> Settings {
         Settings {
@@ -574,10 +631,7 @@ mod tests {
 
     #[tokio::test]
     async fn pipelined_replies_are_matched_in_order_and_timed_ones_wait_for_their_time() {
-        let (proxy_end, mut master) = tokio::io::duplex(1 << 16);
-        let (qtx, mut qrx) = queue::channel(16);
-        let info = MasterInfo::new("duplex".into());
-        let s = settings(true);
+        let (proxy_end, mut master, qtx, mut qrx, info, s) = rig(true);
         let (tx, mut rx) = inbox(3);
         // Two plain requests and a timed one, queued before the loops start: one batch.
         qtx.try_send(pending(&[b"GET", b"a"], false, &tx, 0)).ok();
@@ -585,18 +639,7 @@ mod tests {
             .ok();
         qtx.try_send(pending(&[b"GET", b"b"], false, &tx, 2)).ok();
         let mut watch = ClockWatch::new(s.clock.unwrap());
-        let driver = async {
-            serve(
-                proxy_end,
-                &mut qrx,
-                &Outlet::default(),
-                &s,
-                &info,
-                Some(&mut watch),
-                None,
-            )
-            .await
-        };
+        let driver = async { serve_on(proxy_end, &mut qrx, &s, &info, Some(&mut watch)).await };
         let master_side = async {
             let expect = [
                 command(&[b"GET", b"a"]),
@@ -762,23 +805,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_master_that_stops_answering_is_failed_after_the_stall_timeout() {
-        let (proxy_end, mut master) = tokio::io::duplex(1 << 16);
-        let (qtx, mut qrx) = queue::channel(16);
-        let info = MasterInfo::new("duplex".into());
-        let s = settings(false);
+        let (proxy_end, mut master, qtx, mut qrx, info, s) = rig(false);
         let (tx, mut rx) = inbox(1);
         qtx.try_send(pending(&[b"GET", b"a"], false, &tx, 0)).ok();
         let started = Instant::now();
-        let ended = serve(
-            proxy_end,
-            &mut qrx,
-            &Outlet::default(),
-            &s,
-            &info,
-            None,
-            None,
-        )
-        .await;
+        let ended = serve_on(proxy_end, &mut qrx, &s, &info, None).await;
         assert!(matches!(ended, Ended::Failed(ref why) if why.contains("no reply")));
         assert!(started.elapsed() >= Duration::from_millis(300));
         // The request was written, and its caller hears that the connection is gone.
@@ -789,22 +820,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_reply_nobody_asked_for_or_a_garbled_one_ends_the_connection() {
-        for wire in [&b"+OK\r\n"[..], b"?what\r\n"] {
-            let (proxy_end, mut master) = tokio::io::duplex(1 << 16);
-            let (_qtx, mut qrx) = queue::channel::<Pending>(16);
-            let info = MasterInfo::new("duplex".into());
-            let s = settings(false);
+        for wire in byte_strings![b"+OK\r\n", b"?what\r\n"] {
+            let (proxy_end, mut master, _qtx, mut qrx, info, s) = rig(false);
             master.write_all(wire).await.unwrap();
-            let ended = serve(
-                proxy_end,
-                &mut qrx,
-                &Outlet::default(),
-                &s,
-                &info,
-                None,
-                None,
-            )
-            .await;
+            let ended = serve_on(proxy_end, &mut qrx, &s, &info, None).await;
             assert!(matches!(ended, Ended::Failed(_)));
         }
     }
@@ -819,18 +838,7 @@ mod tests {
         qtx.try_send(pending(&[b"EVAL", b"deep", b"0"], false, &tx, 0))
             .ok();
         qtx.try_send(pending(&[b"PING"], false, &tx, 1)).ok();
-        let driver = async {
-            serve(
-                proxy_end,
-                &mut qrx,
-                &Outlet::default(),
-                &s,
-                &info,
-                None,
-                None,
-            )
-            .await
-        };
+        let driver = async { serve_on(proxy_end, &mut qrx, &s, &info, None).await };
         let master_side = async {
             let mut deep = b"*1\r\n".repeat(100_000);
             deep.extend_from_slice(b":1\r\n+PONG\r\n");

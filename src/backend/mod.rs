@@ -343,13 +343,28 @@ mod tests {
         assert_eq!(info_field(text, "nope"), None);
     }
 
-    /// A member: a Sentinel member when `settings` name Sentinels, a standalone master
-    /// otherwise.
+    /// A standalone master's member.
     fn spawn(addr: String, settings: Settings) -> Backend {
-        match settings.sentinel.clone() {
-            Some(s) => kind::sentinel::member(addr, s, settings),
-            None => kind::standalone::member(addr, settings),
-        }
+        kind::standalone::member(addr, settings)
+    }
+
+    /// The Sentinels at `addrs`, asked for master `m`.
+    fn sentinels_at(addrs: &[&str]) -> sentinel::Sentinels {
+        let sentinels = addrs
+            .iter()
+            .map(|a| crate::endpoint::Endpoint::parse(a).unwrap())
+            .collect();
+        sentinel::Sentinels::new(sentinels, "m".into(), None, None, true)
+    }
+
+    /// A Sentinel member following the primary `sentinels` name, with a quarantine window of
+    /// 3 s or none.
+    fn follower(sentinels: sentinel::Sentinels, quarantine: bool) -> Backend {
+        let settings = Settings {
+            quarantine: quarantine.then_some(Duration::from_millis(3000)),
+            ..settings()
+        };
+        kind::sentinel::member("redis-sentinel://x#m".into(), Arc::new(sentinels), settings)
     }
 
     fn settings() -> Settings {
@@ -363,6 +378,14 @@ mod tests {
                 span: Duration::from_millis(3000),
             }),
             ..Settings::for_tests()
+        }
+    }
+
+    /// [`settings`] with probes too rare to get there before a test's own requests.
+    fn unprobed() -> Settings {
+        Settings {
+            probe_every: Duration::from_secs(60),
+            ..settings()
         }
     }
 
@@ -463,6 +486,14 @@ mod tests {
         (addr, persona, cut)
     }
 
+    /// [`persona`], of a replica.
+    fn replica(run_id: &'static str) -> Persona {
+        Persona {
+            role: "slave",
+            ..persona(run_id, 3600)
+        }
+    }
+
     fn persona(run_id: &'static str, uptime_s: u64) -> Persona {
         Persona {
             run_id,
@@ -555,11 +586,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_replica_is_refused() {
-        let (addr, _, _) = fake_master(Persona {
-            role: "slave",
-            ..persona("a", 3600)
-        })
-        .await;
+        let (addr, _, _) = fake_master(replica("a")).await;
         let b = spawn(addr, settings());
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(b.info().status(), Status::Down);
@@ -568,14 +595,7 @@ mod tests {
     #[tokio::test]
     async fn a_clock_jump_voids_the_vote_cast_in_the_same_round_trip() {
         let (addr, p, _) = fake_master(persona("a", 3600)).await;
-        let b = spawn(
-            addr,
-            Settings {
-                // No probe gets there first.
-                probe_every: Duration::from_secs(60),
-                ..settings()
-            },
-        );
+        let b = spawn(addr, unprobed());
         wait_for(&b, Status::Up).await;
         assert_eq!(ask_timed(&b).await, Ok(Reply::ok()));
         p.lock().unwrap().offset_ms = 3_600_000;
@@ -601,13 +621,7 @@ mod tests {
     #[tokio::test]
     async fn a_clock_jump_while_disconnected_is_caught_on_reconnect() {
         let (addr, p, cut) = fake_master(persona("a", 3600)).await;
-        let b = spawn(
-            addr,
-            Settings {
-                probe_every: Duration::from_secs(60),
-                ..settings()
-            },
-        );
+        let b = spawn(addr, unprobed());
         wait_for(&b, Status::Up).await;
         p.lock().unwrap().offset_ms = 10_000;
         cut.notify_waiters();
@@ -714,20 +728,23 @@ mod tests {
         (addr, push)
     }
 
-    fn sentinel_settings(sentinel: &str, quarantine: bool) -> Settings {
-        let e = crate::endpoint::Endpoint::parse(sentinel).unwrap();
-        Settings {
-            quarantine: quarantine.then_some(Duration::from_millis(3000)),
-            sentinel: Some(Arc::new(sentinel::Sentinels::new(
-                vec![e],
-                "m".into(),
-                None,
-                None,
-                true,
-            ))),
-            ..settings()
-        }
+    /// A Sentinel member up on primary `a`, with `b` ready to be promoted: its one fake Sentinel
+    /// names whatever `named` holds, and pushes `+switch-master` through `push`. Returns `a`,
+    /// `b`, `named`, `push` and the member.
+    async fn failover(
+        quarantine: bool,
+    ) -> (String, String, Arc<Mutex<String>>, SwitchMaster, Backend) {
+        let (a, _, _) = fake_master(persona("a", 3600)).await;
+        let (b, _, _) = fake_master(persona("b", 3600)).await;
+        let named = Arc::new(Mutex::new(a.clone()));
+        let (s, push) = fake_sentinel(named.clone()).await;
+        let m = follower(sentinels_at(&[&s]), quarantine);
+        wait_for(&m, Status::Up).await;
+        (a, b, named, push, m)
     }
+
+    /// Where a fake Sentinel's `+switch-master` messages are sent.
+    type SwitchMaster = tokio::sync::broadcast::Sender<String>;
 
     fn field<'a>(line: &'a str, name: &str) -> &'a str {
         line.split(',')
@@ -737,12 +754,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_sentinel_member_follows_switch_master_and_quarantines_the_new_primary() {
-        let (a, _, _) = fake_master(persona("a", 3600)).await;
-        let (b, _, _) = fake_master(persona("b", 3600)).await;
-        let named = Arc::new(Mutex::new(a.clone()));
-        let (s, push) = fake_sentinel(named.clone()).await;
-        let m = spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, true));
-        wait_for(&m, Status::Up).await;
+        let (a, b, named, push, m) = failover(true).await;
         let line = m.info().describe();
         assert_eq!(field(&line, "kind"), "sentinel", "{line}");
         assert_eq!(field(&line, "primary"), a, "{line}");
@@ -771,7 +783,7 @@ mod tests {
         // failover this proxy did not see.
         let (a, _, _) = fake_master(persona("a", 3600)).await;
         let (s, _push) = fake_sentinel_aged(Arc::new(Mutex::new(a.clone())), 500).await;
-        let m = spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, true));
+        let m = follower(sentinels_at(&[&s]), true);
         wait_for(&m, Status::Quarantined).await;
         let left = m.info().quarantine_left();
         assert!(
@@ -781,38 +793,18 @@ mod tests {
         assert_eq!(m.info().quarantine_reason(), "failover");
         // Known for longer than the window: trusted at once.
         let (s, _push) = fake_sentinel_aged(Arc::new(Mutex::new(a)), 3000).await;
-        let m = spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, true));
+        let m = follower(sentinels_at(&[&s]), true);
         wait_for(&m, Status::Up).await;
     }
 
     #[tokio::test]
     async fn a_sentinel_that_names_a_replica_is_asked_after_the_others() {
         // The first Sentinel is behind: it still names the old primary, now a replica.
-        let (old, _, _) = fake_master(Persona {
-            role: "slave",
-            ..persona("a", 3600)
-        })
-        .await;
+        let (old, _, _) = fake_master(replica("a")).await;
         let (new, _, _) = fake_master(persona("b", 3600)).await;
         let (stale, _p1) = fake_sentinel(Arc::new(Mutex::new(old))).await;
         let (fresh, _p2) = fake_sentinel(Arc::new(Mutex::new(new.clone()))).await;
-        let sentinels = [&stale, &fresh]
-            .iter()
-            .map(|a| crate::endpoint::Endpoint::parse(a).unwrap())
-            .collect();
-        let m = spawn(
-            "redis-sentinel://x#m".into(),
-            Settings {
-                sentinel: Some(Arc::new(sentinel::Sentinels::new(
-                    sentinels,
-                    "m".into(),
-                    None,
-                    None,
-                    true,
-                ))),
-                ..settings()
-            },
-        );
+        let m = follower(sentinels_at(&[&stale, &fresh]), true);
         wait_for(&m, Status::Up).await;
         assert_eq!(m.info().primary(), new);
     }
@@ -820,24 +812,11 @@ mod tests {
     /// A member whose Sentinels are the fakes at `addrs`, under the majority rule (max TTL
     /// 400 ms: a confirmation lasts 390 ms), with a quarantine window of 3 s or none.
     fn majority_member(addrs: &[&str], quarantine: bool) -> Backend {
-        let sentinels = addrs
-            .iter()
-            .map(|a| crate::endpoint::Endpoint::parse(a).unwrap())
-            .collect();
-        let s = sentinel::Sentinels::new(sentinels, "m".into(), None, None, true).with_majority(
-            sentinel::Majority {
-                max_ttl: Duration::from_millis(400),
-                drift_factor: 0.01,
-            },
-        );
-        spawn(
-            "redis-sentinel://x#m".into(),
-            Settings {
-                sentinel: Some(Arc::new(s)),
-                quarantine: quarantine.then_some(Duration::from_millis(3000)),
-                ..settings()
-            },
-        )
+        let s = sentinels_at(addrs).with_majority(sentinel::Majority {
+            max_ttl: Duration::from_millis(400),
+            drift_factor: 0.01,
+        });
+        follower(s, quarantine)
     }
 
     #[tokio::test]
@@ -917,22 +896,7 @@ mod tests {
             "no majority of sentinels (1 of 3) confirmed the primary"
         );
         // The negative control: the first answer wins, and that is a.
-        let first = spawn(
-            "redis-sentinel://x#m".into(),
-            Settings {
-                sentinel: Some(Arc::new(sentinel::Sentinels::new(
-                    [addrs[0], &dead[0], &dead[1]]
-                        .iter()
-                        .map(|s| crate::endpoint::Endpoint::parse(s).unwrap())
-                        .collect(),
-                    "m".into(),
-                    None,
-                    None,
-                    true,
-                ))),
-                ..settings()
-            },
-        );
+        let first = follower(sentinels_at(&[addrs[0], &dead[0], &dead[1]]), true);
         wait_for(&first, Status::Up).await;
         assert_eq!(first.info().primary(), a);
     }
@@ -945,12 +909,7 @@ mod tests {
 
     #[tokio::test]
     async fn without_quarantine_a_sentinel_members_new_primary_counts_at_once() {
-        let (a, _, _) = fake_master(persona("a", 3600)).await;
-        let (b, _, _) = fake_master(persona("b", 3600)).await;
-        let named = Arc::new(Mutex::new(a.clone()));
-        let (s, _push) = fake_sentinel(named.clone()).await;
-        let m = spawn("redis-sentinel://x#m".into(), sentinel_settings(&s, false));
-        wait_for(&m, Status::Up).await;
+        let (_, b, named, _push, m) = failover(false).await;
         // No message this time: the watcher's own question (on subscribing, then every
         // second) finds the new primary.
         *named.lock().unwrap() = b.clone();

@@ -637,48 +637,69 @@ pub(super) async fn watch(
     };
     let wake = Notify::new();
     let majority = sentinels.majority.is_some();
-    let subscription = subscribe(&sentinels, &bump, &wake, &switched, every, within);
+    let lookout = Lookout {
+        sentinels: &sentinels,
+        bump: &bump,
+        wake: &wake,
+        switched: &switched,
+        every,
+        within,
+    };
+    let subscription = subscribe(lookout);
     if majority {
-        tokio::join!(
-            subscription,
-            confirm(&sentinels, &info, &bump, &wake, &switched, every, within)
-        );
+        tokio::join!(subscription, confirm(lookout, &info));
     } else {
         subscription.await;
     }
 }
 
-/// The `+switch-master` subscription, moving to the next Sentinel when one fails.
-async fn subscribe(
-    sentinels: &Sentinels,
-    bump: &impl Fn(&str, &str),
-    wake: &Notify,
-    switched: &watch::Sender<u64>,
+/// What the watch's two loops ([`subscribe`], [`confirm`]) share.
+struct Lookout<'a, B> {
+    sentinels: &'a Sentinels,
+    /// Moves the member when the Sentinels name another primary (why, and the node named).
+    bump: &'a B,
+    /// Wakes [`confirm`] (a `+switch-master` under the majority rule).
+    wake: &'a Notify,
+    switched: &'a watch::Sender<u64>,
+    /// How often the Sentinels are asked anyway.
     every: Duration,
+    /// How long one question may take.
     within: Duration,
-) {
-    let majority = sentinels.majority.is_some();
+}
+
+// By hand: the derives would ask `B: Copy` of the closure behind the reference.
+impl<B> Clone for Lookout<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B> Copy for Lookout<'_, B> {}
+
+/// The `+switch-master` subscription, moving to the next Sentinel when one fails.
+async fn subscribe(lookout: Lookout<'_, impl Fn(&str, &str)>) {
+    let majority = lookout.sentinels.majority.is_some();
     // Anything missed while unsubscribed (or, with the majority rule, a reason to ask them all).
     let ask_again = || async {
         if majority {
-            wake.notify_one();
-        } else if let Ok(now) = sentinels.resolve(within).await {
-            bump("resolved", &now);
+            lookout.wake.notify_one();
+        } else if let Ok(now) = lookout.sentinels.resolve(lookout.within).await {
+            (lookout.bump)("resolved", &now);
         }
     };
     let mut next = 0;
     let mut failures = 0u32;
     loop {
-        let s = &sentinels.sentinels[next % sentinels.sentinels.len()];
+        let s = &lookout.sentinels.sentinels[next % lookout.sentinels.sentinels.len()];
         next += 1;
         let subscribed = async {
-            let mut wire = timeout(within, sentinels.open(s))
+            let mut wire = timeout(lookout.within, lookout.sentinels.open(s))
                 .await
                 .map_err(|_| "connect timed out".to_string())??;
             let mut buf = BytesMut::new();
             let mut decoder = ReplyDecoder::default();
             let confirm = timeout(
-                within,
+                lookout.within,
                 ask(
                     &mut wire,
                     &mut buf,
@@ -699,23 +720,23 @@ async fn subscribe(
                 Err(e) => {
                     failures += 1;
                     // Once per outage: every Sentinel failed in turn.
-                    if failures == sentinels.sentinels.len() as u32 {
+                    if failures == lookout.sentinels.sentinels.len() as u32 {
                         warn!(sentinel = %s.addr(), error = %e, "no Sentinel reachable: a failover would go unheard until one answers");
                     } else {
                         debug!(sentinel = %s.addr(), error = %e, "Sentinel subscription failed");
                     }
                     tokio::select! {
                         _ = sleep(Duration::from_millis(200)) => continue,
-                        _ = switched.closed() => return,
+                        _ = lookout.switched.closed() => return,
                     }
                 }
             },
-            _ = switched.closed() => return,
+            _ = lookout.switched.closed() => return,
         };
         failures = 0;
         debug!(sentinel = %s.addr(), "subscribed to +switch-master");
         ask_again().await;
-        let mut poll = tokio::time::interval(every);
+        let mut poll = tokio::time::interval(lookout.every);
         poll.tick().await;
         loop {
             tokio::select! {
@@ -724,14 +745,14 @@ async fn subscribe(
                         if let [Reply::Bulk(kind), Reply::Bulk(_), Reply::Bulk(payload)] = items.as_slice()
                             && kind.as_ref() == b"message"
                             && let Some((name, to)) = switch_of(payload)
-                            && name == sentinels.master
+                            && name == lookout.sentinels.master
                         {
                             if majority {
                                 // One Sentinel's word: ask them all.
-                                wake.notify_one();
+                                lookout.wake.notify_one();
                             } else {
-                                sentinels.name(&to);
-                                bump("+switch-master", &to);
+                                lookout.sentinels.name(&to);
+                                (lookout.bump)("+switch-master", &to);
                             }
                         }
                     }
@@ -743,7 +764,7 @@ async fn subscribe(
                 },
                 // With the majority rule `confirm` asks on its own schedule.
                 _ = poll.tick(), if !majority => ask_again().await,
-                _ = switched.closed() => return,
+                _ = lookout.switched.closed() => return,
             }
         }
     }
@@ -753,36 +774,28 @@ async fn subscribe(
 /// (at most `every`), and at once when woken (a `+switch-master`). A majority naming the
 /// member's primary extends its confirmation; one naming another node moves the member there;
 /// none lets the confirmation lapse, and the member is down until a majority returns.
-async fn confirm(
-    sentinels: &Sentinels,
-    info: &MasterInfo,
-    bump: &impl Fn(&str, &str),
-    wake: &Notify,
-    switched: &watch::Sender<u64>,
-    every: Duration,
-    within: Duration,
-) {
-    let retry = every.min(Duration::from_millis(250));
+async fn confirm(lookout: Lookout<'_, impl Fn(&str, &str)>, info: &MasterInfo) {
+    let retry = lookout.every.min(Duration::from_millis(250));
     let mut lost = false;
     // The `last_error` this loop wrote (cleared again when a majority returns, unless the
     // driver has written another since).
     let mut wrote = String::new();
     let mut warned_tight = false;
     loop {
-        let pause = match sentinels.resolve_named(within).await {
+        let pause = match lookout.sentinels.resolve_named(lookout.within).await {
             Ok(Named {
                 addr,
                 confirmed: Some(c),
                 ..
             }) => {
                 info.note_confirmations(c.votes, c.of);
-                if c.bound < within * 2 && !warned_tight {
+                if c.bound < lookout.within * 2 && !warned_tight {
                     // A round may take `within`: with the bound this short a healthy member
                     // can lapse between two rounds.
                     warned_tight = true;
                     warn!(
                         bound_ms = c.bound.as_millis() as u64,
-                        connect_timeout_ms = within.as_millis() as u64,
+                        connect_timeout_ms = lookout.within.as_millis() as u64,
                         "the Sentinels' confirmation bound is under twice connect_timeout_ms: a \
                          healthy member may go down between two rounds (raise \
                          down-after-milliseconds or lower connect_timeout_ms)"
@@ -802,13 +815,13 @@ async fn confirm(
                     // it may lack locks it once held. The connection is dropped, and the
                     // greeting judges the node as a new primary.
                     info!(primary = %addr, epoch = c.epoch, "the Sentinels name this primary at a new config epoch (a failover and back): reconnecting");
-                    switched.send_modify(|g| *g += 1);
+                    lookout.switched.send_modify(|g| *g += 1);
                 } else if !info.primary().is_empty() {
-                    bump("a majority of the Sentinels", &addr);
+                    (lookout.bump)("a majority of the Sentinels", &addr);
                 }
-                (c.bound / 4).clamp(Duration::from_millis(10), every)
+                (c.bound / 4).clamp(Duration::from_millis(10), lookout.every)
             }
-            Ok(_) => every,
+            Ok(_) => lookout.every,
             Err(u) => {
                 if let Some((votes, of)) = u.tally {
                     info.note_confirmations(votes, of);
@@ -824,8 +837,8 @@ async fn confirm(
         };
         tokio::select! {
             _ = sleep(pause) => {}
-            _ = wake.notified() => {}
-            _ = switched.closed() => return,
+            _ = lookout.wake.notified() => {}
+            _ = lookout.switched.closed() => return,
         }
     }
 }
@@ -1040,8 +1053,8 @@ mod tests {
         let mut deep = b"*1\r\n".repeat(10_000);
         deep.extend_from_slice(b":1\r\n");
         let long_error = [b"-".as_slice(), &[b'E'; 100_000], b"\r\n"].concat();
-        for wire in [
-            &b"*4294967295\r\n"[..],
+        for wire in byte_strings![
+            b"*4294967295\r\n",
             b"*9223372036854775807\r\n:1\r\n",
             b"*-9223372036854775808\r\n",
             b"*2\r\n:1\r\n:2\r\n",

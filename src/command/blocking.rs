@@ -198,24 +198,15 @@ mod tests {
         assert_eq!(parse_timeout(b"-0"), Ok(None));
         assert_eq!(parse_timeout(b"1e-400"), Ok(None));
         assert!(parse_timeout(b"922337203685477").is_ok());
-        for huge in [&b"inf"[..], b"-Infinity", b"1e400", b"9223372036854776"] {
+        for huge in byte_strings![b"inf", b"-Infinity", b"1e400", b"9223372036854776"] {
             assert_eq!(
                 parse_timeout(huge),
                 Err(Reply::static_error("ERR timeout is negative")),
                 "{huge:?}"
             );
         }
-        for bad in [
-            &b"x"[..],
-            b"",
-            b"nan",
-            b" 1",
-            b"1 ",
-            b"0x",
-            b"0x.",
-            b"1_0",
-            b"+-1",
-            b"0x1p",
+        for bad in byte_strings![
+            b"x", b"", b"nan", b" 1", b"1 ", b"0x", b"0x.", b"1_0", b"+-1", b"0x1p",
         ] {
             assert_eq!(
                 parse_timeout(bad),

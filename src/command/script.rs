@@ -12,6 +12,8 @@
 //! `majority` runs it on every master and answers the reply a quorum agree on (or an error when
 //! they disagree); `reject` refuses it.
 
+use std::borrow::Cow;
+use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -129,66 +131,73 @@ pub fn evalsha(proxy: &Arc<Proxy>, conn: &mut Conn, EvalSha { sha, call }: EvalS
 
 fn run(proxy: &Arc<Proxy>, conn: &mut Conn, script: &Script, call: Call) -> Action {
     let (keys, argv) = (&call.keys[..], &call.argv[..]);
-    match &script.meaning {
-        Meaning::Lock(lock) => match bind(lock, keys, argv) {
-            Some(Ok(op)) => {
-                if let Some(p) = &op.publish
-                    && let Err(e) = may_publish(conn, &p.channel)
-                {
-                    return e.into();
-                }
-                return leased_lock(proxy, conn, op);
-            }
-            Some(Err(e)) => return e.into(),
-            None => {}
-        },
-        Meaning::Hash(hash) => match bind_hash(hash, keys, argv) {
-            Some(Ok(op)) => {
-                if let Some(p) = &op.publish
-                    && let Err(e) = may_publish(conn, &p.channel)
-                {
-                    return e.into();
-                }
-                return leased_hash_lock(proxy, conn, op);
-            }
-            Some(Err(e)) => return e.into(),
-            None => {}
-        },
-        Meaning::Plain(plain) => {
-            if let Some(action) = run_plain(proxy, plain, keys, argv) {
-                return action;
-            }
-        }
+    let bound = match &script.meaning {
+        Meaning::Lock(lock) => bind(lock, keys, argv).map(|op| op.map(Quorum::Lock)),
+        Meaning::Hash(hash) => bind_hash(hash, keys, argv).map(|op| op.map(Quorum::Hash)),
         // Redisson's read-write and fair locks: the client's script on every master, decided
         // by the quorum (see `rwlock`).
-        Meaning::Redisson(rw) => match super::rwlock::bind(rw, &script.body, keys, argv) {
-            Some(Ok(op)) => {
-                let channel = rw.op.channel_key().and_then(|i| keys.get(i - 1));
-                if let Some(channel) = channel
-                    && let Err(e) = may_publish(conn, channel)
-                {
-                    return e.into();
-                }
-                return super::rwlock::run(proxy, op);
-            }
-            Some(Err(e)) => return e.into(),
-            None => {}
-        },
-        Meaning::Unless(w) => {
-            if let Some(action) = run_unless(proxy, conn, w, keys, argv) {
-                return action;
-            }
+        Meaning::Redisson(rw) => super::rwlock::bind(rw, &script.body, keys, argv).map(|op| {
+            let channel = rw.op.channel_key().and_then(|i| keys.get(i - 1)).cloned();
+            op.map(|op| Quorum::ReadWrite(op, channel))
+        }),
+        Meaning::Plain(plain) => {
+            let run = run_plain(proxy, plain, keys, argv);
+            return run.unwrap_or_else(|| unknown(proxy, script, &call));
         }
-        Meaning::Unknown => {}
+        Meaning::Unless(w) => {
+            let run = run_unless(proxy, conn, w, keys, argv);
+            return run.unwrap_or_else(|| unknown(proxy, script, &call));
+        }
+        Meaning::Unknown => None,
+    };
+    match bound {
+        Some(Ok(op)) => match may_publish(conn, op.channel()) {
+            Ok(()) => op.run(proxy, conn),
+            Err(e) => e.into(),
+        },
+        Some(Err(e)) => e.into(),
+        None => unknown(proxy, script, &call),
     }
-    unknown(proxy, script, &call)
+}
+
+/// A recognised script's operation, bound to one call: what the quorum runs.
+// Held on the stack for one call and moved once: boxing the larger variant would cost an
+// allocation per call instead.
+#[allow(clippy::large_enum_variant)]
+enum Quorum {
+    Lock(LockOp),
+    Hash(HashLockOp),
+    /// With the channel the script publishes to, if it does.
+    ReadWrite(super::rwlock::RwLockOp, Option<Bytes>),
+}
+
+impl Quorum {
+    /// The channel the operation publishes to, if it does.
+    fn channel(&self) -> Option<&[u8]> {
+        match self {
+            Quorum::Lock(op) => op.publish.as_ref().map(|p| &p.channel[..]),
+            Quorum::Hash(op) => op.publish.as_ref().map(|p| &p.channel[..]),
+            Quorum::ReadWrite(_, channel) => channel.as_deref(),
+        }
+    }
+
+    fn run(self, proxy: &Arc<Proxy>, conn: &Conn) -> Action {
+        match self {
+            Quorum::Lock(op) => leased_lock(proxy, conn, op),
+            Quorum::Hash(op) => leased_hash_lock(proxy, conn, op),
+            Quorum::ReadWrite(op, _) => super::rwlock::run(proxy, op),
+        }
+    }
 }
 
 /// Whether a recognised script may publish on `channel` for the connection's user: never on
 /// the proxy's own channels, and otherwise as the user's channel patterns allow, refused as
 /// Redis refuses a script's publish (checked before the script runs anywhere, so a refused
 /// release leaves the lock as it was rather than half done).
-fn may_publish(conn: &Conn, channel: &[u8]) -> Result<(), Reply> {
+fn may_publish(conn: &Conn, channel: Option<&[u8]>) -> Result<(), Reply> {
+    let Some(channel) = channel else {
+        return Ok(());
+    };
     super::pubsub::may_publish(conn, channel).map_err(|e| {
         Reply::from(match e {
             Error::NoPermChannels => Error::ScriptChannel,
@@ -272,19 +281,8 @@ fn run_plain(
     let Some(ms) = ms.filter(|ms| *ms > 0) else {
         return Some(Reply::from(Error::InvalidExpire("set")).into());
     };
-    Some(super::keys::write(
-        proxy,
-        SetWrite {
-            name: Bytes::from_static(b"SET"),
-            key,
-            value,
-            options: vec![Bytes::from_static(word), ttl],
-            opts: SetOptions {
-                ttl_ms: Some(ms),
-                ..SetOptions::default()
-            },
-        },
-    ))
+    let write = super::set::expiring(key, value, word, ttl, ms);
+    Some(super::keys::write(proxy, write))
 }
 
 /// Runs a lock script's operation, with a lease when it acquires keys the connection leases.
@@ -341,37 +339,15 @@ fn leased_hash_lock(proxy: &Arc<Proxy>, conn: &Conn, op: HashLockOp) -> Action {
 /// Binds a lock script to one call's keys and arguments. `None` when the call does not fit the
 /// script's layout (too few keys or arguments): the script then runs as written, as Redis would
 /// run it, under the unknown-script policy.
-fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<LockOp, Reply>> {
+fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Bound<LockOp> {
     // A script that spreads ARGV or tests #ARGV / #KEYS means its operation for some counts only.
     if lock.argv_count.is_some_and(|m| !m.contains(argv.len()))
         || lock.keys_count.is_some_and(|k| !k.contains(keys.len()))
     {
         return None;
     }
-    let mixed;
-    // With parameters in KEYS and ARGV both, the positions that stand for parameters the call
-    // did not pass (the padding below): the call does not fit the layout.
-    let mut padded = 0..0;
-    let (keys, argv) = if lock.params_in_keys {
-        let (keys, params) = keys.split_at_checked(1)?;
-        if argv.is_empty() {
-            (keys, params)
-        } else {
-            // The script reads ARGV too: its `ARGV[j]` is parameter `ARGV_AFTER_KEYS + j`.
-            let params = params.get(..ARGV_AFTER_KEYS).unwrap_or(params);
-            let pad = ARGV_AFTER_KEYS - params.len();
-            padded = params.len() + 1..ARGV_AFTER_KEYS + 1;
-            mixed = params
-                .iter()
-                .cloned()
-                .chain(std::iter::repeat_n(Bytes::new(), pad))
-                .chain(argv.iter().cloned())
-                .collect::<Vec<_>>();
-            (keys, mixed.as_slice())
-        }
-    } else {
-        (keys, argv)
-    };
+    let (keys, argv, padded) = parameters(lock, keys, argv)?;
+    let argv = &argv[..];
     let switch = match &lock.choice {
         Choice::Always(_) => None,
         Choice::IfArg { arg, .. } | Choice::IfNum { arg, .. } | Choice::IfTokenLen { arg, .. } => {
@@ -407,78 +383,16 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
     } else {
         argv.get(lock.token_arg.checked_sub(1)?)?.clone()
     };
-    let wake = match &lock.signal {
-        None => None,
-        Some(sig) => {
-            let list = keys_all.get(sig.key.checked_sub(1)?)?.clone();
-            let ttl = argv.get(sig.ttl_arg.checked_sub(1)?)?;
-            let Some(ttl_ms) = parse_int(ttl) else {
-                return Some(Err(Reply::from(Error::NotAnInteger)));
-            };
-            Some(Box::new(Wake {
-                list,
-                ttl_ms,
-                value: sig.value.clone(),
-                always: sig.always,
-            }))
-        }
+    let wake = match bind_wake(lock, keys_all, argv)? {
+        Ok(wake) => wake,
+        Err(e) => return Some(Err(e)),
     };
     let mut answer = lock.answer;
-    let ttl_ms = if matches!(
-        op,
-        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Held
-    ) {
-        0
-    } else if op == Op::Remaining {
-        // A read: the unit its answer is given in.
-        match lock.unit {
-            TtlUnit::Millis => 1,
-            TtlUnit::Seconds => 1000,
-        }
-    } else {
-        let given = if let Some(k) = lock.ttl_literal {
-            // A TTL written in the script: the same on every call.
-            Some(k)
-        } else {
-            if padded.contains(&lock.ttl_arg) {
-                return None;
-            }
-            parse_int(argv.get(lock.ttl_arg.checked_sub(1)?)?)
-        };
-        let ms = match lock.unit {
-            TtlUnit::Millis => given,
-            TtlUnit::Seconds => given.map(|s| s.saturating_mul(1000)),
-        };
-        // A script that answers the TTL it was given: that TTL, in its own unit.
-        if let (Answer::Const(c), Some(n)) = (answer, given)
-            && c.use_ttl()
-        {
-            answer = Answer::Const(c.bind_ttl(n));
-        }
-        match ms {
-            Some(ms) if ms > 0 || (ms == 0 && op == Op::ExtendAdd) => ms,
-            Some(_) => {
-                return Some(Err(Reply::from(Error::InvalidScriptTtl)));
-            }
-            None => return Some(Err(Reply::from(Error::NotAnInteger))),
-        }
+    let ttl_ms = match bind_ttl(lock, op, argv, &padded, &mut answer)? {
+        Ok(ttl_ms) => ttl_ms,
+        Err(e) => return Some(Err(e)),
     };
-    let publish = match &lock.announce {
-        None => None,
-        Some(a) => {
-            let param = |p: &Param| match p {
-                Param::Key(i) => keys_all.get(i.checked_sub(1)?).cloned(),
-                Param::Arg(j) => argv.get(j.checked_sub(1)?).cloned(),
-                Param::Literal(b) => Some(b.clone()),
-            };
-            Some(Box::new(Publish {
-                command: a.command.clone(),
-                channel: param(&a.channel)?,
-                message: param(&a.message)?,
-                when: a.when,
-            }))
-        }
-    };
+    let publish = bind_publish(lock, keys_all, argv)?;
     Some(Ok(LockOp {
         op,
         keys,
@@ -488,6 +402,125 @@ fn bind(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Result<Lock
         wake,
         publish,
     }))
+}
+
+/// A call's keys, its arguments, and the positions among them that are padding.
+type Layout<'a> = (&'a [Bytes], Cow<'a, [Bytes]>, Range<usize>);
+
+/// A call bound to a script: `None` when it does not fit the script's layout, an error reply
+/// when it fits but a value is wrong.
+type Bound<T> = Option<Result<T, Reply>>;
+
+/// The keys and arguments a lock script reads, from one call's: as given, or for a script that
+/// takes its parameters in KEYS, its one key and its parameters. With parameters in KEYS and
+/// ARGV both, the range is the positions that stand for parameters the call did not pass (the
+/// padding): a call that needs them does not fit the layout. `None` when there is no key.
+fn parameters<'a>(lock: &LockScript, keys: &'a [Bytes], argv: &'a [Bytes]) -> Option<Layout<'a>> {
+    if !lock.params_in_keys {
+        return Some((keys, Cow::Borrowed(argv), 0..0));
+    }
+    let (keys, params) = keys.split_at_checked(1)?;
+    if argv.is_empty() {
+        return Some((keys, Cow::Borrowed(params), 0..0));
+    }
+    // The script reads ARGV too: its `ARGV[j]` is parameter `ARGV_AFTER_KEYS + j`.
+    let params = params.get(..ARGV_AFTER_KEYS).unwrap_or(params);
+    let pad = ARGV_AFTER_KEYS - params.len();
+    let padded = params.len() + 1..ARGV_AFTER_KEYS + 1;
+    let mixed = params
+        .iter()
+        .cloned()
+        .chain(std::iter::repeat_n(Bytes::new(), pad))
+        .chain(argv.iter().cloned())
+        .collect::<Vec<_>>();
+    Some((keys, Cow::Owned(mixed), padded))
+}
+
+/// The list a script pushes to, to wake a waiter, with the TTL it gives it (which must be an
+/// integer); `Ok(None)` for a script that wakes nobody.
+fn bind_wake(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Bound<Option<Box<Wake>>> {
+    let Some(sig) = &lock.signal else {
+        return Some(Ok(None));
+    };
+    let list = keys.get(sig.key.checked_sub(1)?)?.clone();
+    let ttl = argv.get(sig.ttl_arg.checked_sub(1)?)?;
+    let Some(ttl_ms) = parse_int(ttl) else {
+        return Some(Err(Reply::from(Error::NotAnInteger)));
+    };
+    Some(Ok(Some(Box::new(Wake {
+        list,
+        ttl_ms,
+        value: sig.value.clone(),
+        always: sig.always,
+    }))))
+}
+
+/// The TTL in ms the operation `op` is given: none for a release or a read of the holder, the
+/// unit of the answer for a read of the TTL, else the call's (or the script's own) TTL, which
+/// must be a positive integer. A script that answers the TTL it was given gets it in `answer`.
+fn bind_ttl(
+    lock: &LockScript,
+    op: Op,
+    argv: &[Bytes],
+    padded: &Range<usize>,
+    answer: &mut Answer,
+) -> Bound<i64> {
+    if matches!(
+        op,
+        Op::Release | Op::ReleaseAll | Op::Delete | Op::Inspect | Op::Held
+    ) {
+        return Some(Ok(0));
+    }
+    if op == Op::Remaining {
+        // A read: the unit its answer is given in.
+        return Some(Ok(match lock.unit {
+            TtlUnit::Millis => 1,
+            TtlUnit::Seconds => 1000,
+        }));
+    }
+    let given = if let Some(k) = lock.ttl_literal {
+        // A TTL written in the script: the same on every call.
+        Some(k)
+    } else {
+        if padded.contains(&lock.ttl_arg) {
+            return None;
+        }
+        parse_int(argv.get(lock.ttl_arg.checked_sub(1)?)?)
+    };
+    let ms = match lock.unit {
+        TtlUnit::Millis => given,
+        TtlUnit::Seconds => given.map(|s| s.saturating_mul(1000)),
+    };
+    // A script that answers the TTL it was given: that TTL, in its own unit.
+    if let (Answer::Const(c), Some(n)) = (*answer, given)
+        && c.use_ttl()
+    {
+        *answer = Answer::Const(c.bind_ttl(n));
+    }
+    match ms {
+        Some(ms) if ms > 0 || (ms == 0 && op == Op::ExtendAdd) => Some(Ok(ms)),
+        Some(_) => Some(Err(Reply::from(Error::InvalidScriptTtl))),
+        None => Some(Err(Reply::from(Error::NotAnInteger))),
+    }
+}
+
+/// What a releasing script publishes, and where, from the call's keys and arguments; `None`
+/// when a parameter it names is missing.
+fn bind_publish(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Option<Box<Publish>>> {
+    let Some(a) = &lock.announce else {
+        return Some(None);
+    };
+    let param = |p: &Param| match p {
+        Param::Key(i) => keys.get(i.checked_sub(1)?).cloned(),
+        Param::Arg(j) => argv.get(j.checked_sub(1)?).cloned(),
+        Param::Literal(b) => Some(b.clone()),
+    };
+    Some(Some(Box::new(Publish {
+        command: a.command.clone(),
+        channel: param(&a.channel)?,
+        message: param(&a.message)?,
+        when: a.when,
+    })))
 }
 
 /// Binds a hash-lock script to one call's keys and arguments; `None` when the call does not

@@ -551,23 +551,19 @@ mod tests {
         assert_eq!(conn.queue(args(&["GET", "k"]), 10, 1, 100), Ok(()));
         assert!(conn.take_multi().is_none());
 
-        conn.begin_multi();
-        assert_eq!(conn.queue(args(&["GET", "a"]), 60, 2, 100), Ok(()));
-        // The bytes are counted as commands are queued: 60 + 50 passes 100.
-        assert_eq!(
-            conn.queue(args(&["GET", "b"]), 50, 2, 100),
-            Err(Error::QueuedTooLarge { max: 100 })
-        );
-        assert!(matches!(conn.take_multi(), Some(Transaction::Failed)));
-        assert!(!conn.in_multi());
-
-        conn.begin_multi();
-        assert_eq!(conn.queue(args(&["GET", "a"]), 1, 1, 100), Ok(()));
-        assert_eq!(
-            conn.queue(args(&["GET", "b"]), 1, 1, 100),
-            Err(Error::TooManyQueued { max: 1 })
-        );
-        assert!(matches!(conn.take_multi(), Some(Transaction::Failed)));
+        // A refusal fails the transaction: past the bytes (counted as commands are queued:
+        // 60 + 50 passes 100), or past the number of commands.
+        for ((first, second), most, refusal) in [
+            ((60, 50), 2, Error::QueuedTooLarge { max: 100 }),
+            ((1, 1), 1, Error::TooManyQueued { max: 1 }),
+        ] {
+            conn.begin_multi();
+            assert_eq!(conn.queue(args(&["GET", "a"]), first, most, 100), Ok(()));
+            let queued = conn.queue(args(&["GET", "b"]), second, most, 100);
+            assert_eq!(queued, Err(refusal));
+            assert!(matches!(conn.take_multi(), Some(Transaction::Failed)));
+            assert!(!conn.in_multi());
+        }
 
         // A new MULTI starts afresh: nothing queued, no bytes counted, not failed.
         conn.begin_multi();

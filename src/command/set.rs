@@ -287,16 +287,7 @@ impl Set {
             return Err(invalid());
         }
         let ms = expiry_ms(word, n, super::spec::unix_ms()).ok_or_else(invalid)?;
-        Ok(Set::Write(Box::new(SetWrite {
-            name: Bytes::from_static(b"SET"),
-            key,
-            value,
-            options: vec![Bytes::from_static(unit), ttl],
-            opts: SetOptions {
-                ttl_ms: Some(ms),
-                ..SetOptions::default()
-            },
-        })))
+        Ok(Set::Write(Box::new(expiring(key, value, unit, ttl, ms))))
     }
 }
 
@@ -367,6 +358,27 @@ fn born_expired(proxy: &Arc<Proxy>, key: Bytes) -> Action {
     super::keys::forward(proxy, crate::lockop::Verb::Query, request, vec![key], rule)
 }
 
+/// `SET key value EX|PX ttl` (`unit` is `EX` or `PX`, `ttl` the number as written), which
+/// expires in `ms` ms.
+pub(super) fn expiring(
+    key: Bytes,
+    value: Bytes,
+    unit: &'static [u8],
+    ttl: Bytes,
+    ms: i64,
+) -> SetWrite {
+    SetWrite {
+        name: Bytes::from_static(b"SET"),
+        key,
+        value,
+        options: vec![Bytes::from_static(unit), ttl],
+        opts: SetOptions {
+            ttl_ms: Some(ms),
+            ..SetOptions::default()
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -435,31 +447,14 @@ mod tests {
 
     #[test]
     fn set_option_errors_match_redis() {
-        assert_eq!(
-            options(&args("SET k v NX XX")),
-            Err(Reply::from(Error::Syntax))
-        );
-        assert_eq!(
-            options(&args("SET k v PX 1 EX 1")),
-            Err(Reply::from(Error::Syntax))
-        );
-        assert_eq!(
-            options(&args("SET k v PX")),
-            Err(Reply::from(Error::Syntax))
-        );
-        assert_eq!(
-            options(&args("SET k v PX abc")),
-            Err(Reply::from(Error::NotAnInteger))
-        );
+        let refused = |text: &str| options(&args(text)).err();
+        assert_eq!(refused("SET k v NX XX"), Some(Error::Syntax.into()));
+        assert_eq!(refused("SET k v PX 1 EX 1"), Some(Error::Syntax.into()));
+        assert_eq!(refused("SET k v PX"), Some(Error::Syntax.into()));
+        assert_eq!(refused("SET k v PX abc"), Some(Error::NotAnInteger.into()));
         // Options are all checked before the expiry's number is read.
-        assert_eq!(
-            options(&args("SET k v PX abc EX 1")),
-            Err(Reply::from(Error::Syntax))
-        );
-        assert_eq!(
-            options(&args("SET k v KEEPTTL PX 1")),
-            Err(Reply::from(Error::Syntax))
-        );
+        assert_eq!(refused("SET k v PX abc EX 1"), Some(Error::Syntax.into()));
+        assert_eq!(refused("SET k v KEEPTTL PX 1"), Some(Error::Syntax.into()));
         // A repeated option is no error: the last expiry counts, and only its number is read.
         let o = options(&args("SET k v NX NX PX abc PX 7000")).unwrap();
         assert!(o.nx);

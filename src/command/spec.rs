@@ -573,14 +573,14 @@ mod tests {
                 }
             }
         }
-        for unknown in [
-            &b""[..],
+        for unknown in byte_strings![
+            b"",
             b"\x00",
             b"sett",
             b"se",
             b"s\xc5t",
-            &[b'g'; 33],
-            &[b'x'; 1000],
+            [b'g'; 33],
+            [b'x'; 1000],
         ] {
             assert!(lookup(unknown).is_none(), "{unknown:?}");
         }
@@ -650,10 +650,10 @@ mod tests {
 
     #[test]
     fn http_is_recognised_in_any_case() {
-        for name in [&b"POST"[..], b"post", b"Host:", b"HOST:", b"host:"] {
+        for name in byte_strings![b"POST", b"post", b"Host:", b"HOST:", b"host:"] {
             assert!(is_http(name));
         }
-        for name in [&b"GET"[..], b"HOST", b"POSTS", b"SET"] {
+        for name in byte_strings![b"GET", b"HOST", b"POSTS", b"SET"] {
             assert!(!is_http(name));
         }
     }

@@ -123,7 +123,7 @@ enum Shape {
 
 /// The command of a `redis.call`.
 #[derive(Debug, Clone, PartialEq)]
-enum Cmd {
+enum Callee {
     /// A literal name, lower-cased.
     Name(Vec<u8>),
     /// `ARGV[j]` (Redisson passes `publish` or `spublish`).
@@ -144,7 +144,7 @@ enum Ret {
 
 #[derive(Default)]
 struct Summary {
-    calls: Vec<(Cmd, Vec<Shape>)>,
+    calls: Vec<(Callee, Vec<Shape>)>,
     rets: Vec<Ret>,
     /// The shape each local was given (by local number); [`Shape::Other`] once it was given two
     /// different ones.
@@ -251,7 +251,7 @@ impl Summary {
                     self.block(b);
                 }
                 // A function is a place to hide calls from this summary: not recognised.
-                Stat::Function(..) => self.calls.push((Cmd::Other, Vec::new())),
+                Stat::Function(..) => self.calls.push((Callee::Other, Vec::new())),
                 Stat::Return(es) => {
                     es.iter().for_each(|e| self.expr(e));
                     let r = match es.as_slice() {
@@ -287,17 +287,17 @@ impl Summary {
             Expr::Call(f, args) => {
                 if is_redis_call(f) {
                     let cmd = match args.first() {
-                        Some(Expr::Str(c)) => Cmd::Name(c.to_ascii_lowercase()),
+                        Some(Expr::Str(c)) => Callee::Name(c.to_ascii_lowercase()),
                         Some(a) => match self.shape(a) {
-                            Shape::Arg(j) => Cmd::Arg(j),
-                            _ => Cmd::Other,
+                            Shape::Arg(j) => Callee::Arg(j),
+                            _ => Callee::Other,
                         },
-                        None => Cmd::Other,
+                        None => Callee::Other,
                     };
                     let shapes = args.iter().skip(1).map(|a| self.shape(a)).collect();
                     self.calls.push((cmd, shapes));
                 } else if !matches!(&**f, Expr::Global(_) | Expr::Index(..)) {
-                    self.calls.push((Cmd::Other, Vec::new()));
+                    self.calls.push((Callee::Other, Vec::new()));
                 }
                 self.expr(f);
                 args.iter().for_each(|a| self.expr(a));
@@ -320,7 +320,7 @@ impl Summary {
                 }
             }
             // Calls inside a function body are not followed: not recognised.
-            Expr::Function(_) => self.calls.push((Cmd::Other, Vec::new())),
+            Expr::Function(_) => self.calls.push((Callee::Other, Vec::new())),
             _ => {}
         }
     }
@@ -359,7 +359,7 @@ impl Summary {
     /// Calls of `cmd` (lower-case).
     fn calls_of<'a>(&'a self, cmd: &'a [u8]) -> impl Iterator<Item = &'a [Shape]> + 'a {
         self.calls.iter().filter_map(move |(c, a)| match c {
-            Cmd::Name(n) if n == cmd => Some(a.as_slice()),
+            Callee::Name(n) if n == cmd => Some(a.as_slice()),
             _ => None,
         })
     }
@@ -372,9 +372,9 @@ impl Summary {
     /// (a command named by `ARGV[publish]` counts as a publish).
     fn writes_only(&self, allowed: &[&[u8]], publish: Option<usize>) -> bool {
         self.calls.iter().all(|(c, _)| match c {
-            Cmd::Name(n) => !WRITES.contains(&n.as_slice()) || allowed.contains(&n.as_slice()),
-            Cmd::Arg(j) => publish == Some(*j),
-            Cmd::Other => false,
+            Callee::Name(n) => !WRITES.contains(&n.as_slice()) || allowed.contains(&n.as_slice()),
+            Callee::Arg(j) => publish == Some(*j),
+            Callee::Other => false,
         })
     }
 
@@ -383,7 +383,7 @@ impl Summary {
     fn publish_arg(&self) -> Option<usize> {
         let mut found = None;
         for (c, _) in &self.calls {
-            if let Cmd::Arg(j) = c {
+            if let Callee::Arg(j) = c {
                 if found.is_some_and(|f| f != *j) {
                     return None;
                 }
@@ -397,9 +397,9 @@ impl Summary {
     fn publishes_to(&self, channel: &Shape) -> bool {
         self.calls.iter().any(|(c, a)| {
             let publish = match c {
-                Cmd::Name(n) => n == b"publish" || n == b"spublish",
-                Cmd::Arg(_) => true,
-                Cmd::Other => false,
+                Callee::Name(n) => n == b"publish" || n == b"spublish",
+                Callee::Arg(_) => true,
+                Callee::Other => false,
             };
             publish && a.first() == Some(channel)
         })

@@ -28,9 +28,14 @@
 //! [`HashOp`]: crate::lockop::HashOp
 
 mod cache;
+#[cfg(test)]
+#[macro_use]
+mod fixtures;
 mod meaning;
 #[cfg(test)]
 mod more_libraries;
+#[cfg(test)]
+mod rewordings;
 #[cfg(test)]
 mod tests;
 mod texts;

@@ -4,31 +4,10 @@
 
 use bytes::Bytes;
 
+use super::fixtures::{argv, assert_always, choice_and_answer, lock};
 use super::*;
 use crate::lockop::*;
 use crate::lua;
-
-macro_rules! lua {
-    ($name:literal) => {
-        include_bytes!(concat!("../../tests/clients/lua/", $name, ".lua")).as_slice()
-    };
-}
-
-fn lock(body: &[u8]) -> LockScript {
-    match recognise(body) {
-        Meaning::Lock(l) => l,
-        other => panic!(
-            "not a lock script ({other:?}): {}",
-            String::from_utf8_lossy(body)
-        ),
-    }
-}
-
-fn argv(a: &[&str]) -> Vec<Bytes> {
-    a.iter()
-        .map(|s| Bytes::copy_from_slice(s.as_bytes()))
-        .collect()
-}
 
 fn bulk(s: &str) -> Lit {
     Lit::Bulk(Short::new(s.as_bytes()).unwrap())
@@ -147,30 +126,14 @@ fn bsm_redislock_single_key_scripts_are_recognised() {
             Answer::OkNil
         )
     );
-    let refresh = lock(lua!("bsm_v0_refresh"));
-    assert_eq!(
-        (refresh.choice, refresh.answer),
-        (Choice::Always(Op::Extend), Answer::OneZero)
-    );
-    let release = lock(lua!("bsm_v0_release"));
-    assert_eq!(
-        (release.choice, release.answer),
-        (Choice::Always(Op::Release), Answer::OneZero)
-    );
+    assert_always(lua!("bsm_v0_refresh"), Op::Extend, Answer::OneZero);
+    assert_always(lua!("bsm_v0_release"), Op::Release, Answer::OneZero);
 }
 
 #[test]
 fn pottery_and_aioredlock_scripts_are_recognised() {
-    let extend = lock(lua!("pottery_extend"));
-    assert_eq!(
-        (extend.choice, extend.answer),
-        (Choice::Always(Op::Extend), Answer::OneZero)
-    );
-    let release = lock(lua!("pottery_release"));
-    assert_eq!(
-        (release.choice, release.answer),
-        (Choice::Always(Op::Release), Answer::OneZero)
-    );
+    assert_always(lua!("pottery_extend"), Op::Extend, Answer::OneZero);
+    assert_always(lua!("pottery_release"), Op::Release, Answer::OneZero);
     let set = lock(lua!("aioredlock_SET_LOCK_SCRIPT"));
     let refused = error("ERR ERROR");
     assert_eq!(
@@ -181,9 +144,8 @@ fn pottery_and_aioredlock_scripts_are_recognised() {
             Answer::Const(Replies::new(Lit::Ok, refused, refused))
         )
     );
-    let unset = lock(lua!("aioredlock_UNSET_LOCK_SCRIPT"));
     assert_eq!(
-        (unset.choice, unset.answer),
+        choice_and_answer(lua!("aioredlock_UNSET_LOCK_SCRIPT")),
         (
             Choice::Always(Op::Release),
             Answer::Const(Replies::new(Lit::Int(1), refused, Lit::Ok))
@@ -568,11 +530,14 @@ fn a_constant_value_acquisition_is_recognised() {
     }
 }
 
-/// The shapes of issue 25: the token and TTL in any argument, any constant per outcome,
-/// a refresh answered apart from a fresh grant, a guarded expiry, a release that publishes.
+// The shapes of issue 25, in the tests below: the token and TTL in any argument, any constant
+// per outcome, a refresh answered apart from a fresh grant, a guarded expiry, a release that
+// publishes.
+
+/// The token and TTL in any argument; any constant per outcome, a refresh answered apart from
+/// a fresh grant.
 #[test]
-fn scripts_in_the_shapes_people_write_are_recognised() {
-    use crate::lockop::{Announce, AnnounceWhen, NumTest, Param};
+fn any_argument_and_any_constant_per_outcome() {
     // Token in ARGV[2], TTL (seconds) in ARGV[1].
     let l = lock(
         b"local v = redis.call('get', KEYS[1]) \
@@ -615,6 +580,11 @@ fn scripts_in_the_shapes_people_write_are_recognised() {
         l.answer,
         Answer::Const(Replies::new(Lit::Single(1), Lit::Single(0), Lit::Single(0)))
     );
+}
+
+/// An expiry behind a test of its argument, when the test holds for every positive TTL.
+#[test]
+fn an_expiry_guarded_by_a_test_of_its_argument() {
     // An expiry behind a numeric test of its argument (the other branch persists the key:
     // a call with such a TTL is refused when bound).
     let l = lock(
@@ -626,15 +596,19 @@ fn scripts_in_the_shapes_people_write_are_recognised() {
         (l.choice, l.ttl_arg, l.unit),
         (Choice::Always(Op::Extend), 2, TtlUnit::Seconds)
     );
+    // An acquisition whose expiry is behind `guard`.
+    let guarded = |guard: &str| {
+        format!(
+            "if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then \
+                 if {guard} then redis.call('pexpire', KEYS[1], ARGV[2]) end return 1 end return 0"
+        )
+    };
     for guard in [
         "tonumber(ARGV[2]) >= 1",
         "0 < tonumber(ARGV[2])",
         "ARGV[2] ~= ''",
     ] {
-        let text = format!(
-            "if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then \
-                 if {guard} then redis.call('pexpire', KEYS[1], ARGV[2]) end return 1 end return 0"
-        );
+        let text = guarded(guard);
         assert_eq!(
             lock(text.as_bytes()).choice,
             Choice::Always(Op::Acquire),
@@ -647,12 +621,16 @@ fn scripts_in_the_shapes_people_write_are_recognised() {
         "ARGV[2] ~= '100'",
         "tonumber(ARGV[2]) < 9",
     ] {
-        let text = format!(
-            "if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then \
-                 if {guard} then redis.call('pexpire', KEYS[1], ARGV[2]) end return 1 end return 0"
-        );
+        let text = guarded(guard);
         assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{guard}");
     }
+}
+
+/// Arguments named through `unpack(ARGV)`, an operation picked by a numeric flag, and keys
+/// walked with `pairs(KEYS)`.
+#[test]
+fn unpacked_names_numeric_flags_and_key_walks() {
+    use crate::lockop::NumTest;
     // Names taken from `unpack(ARGV)`.
     let l = lock(
         b"local token, ttl = unpack(ARGV) if redis.call('get', KEYS[1]) == token then \
@@ -688,6 +666,12 @@ fn scripts_in_the_shapes_people_write_are_recognised() {
         (l.choice, l.all_keys),
         (Choice::Always(Op::ReleaseAll), true)
     );
+}
+
+/// A release that announces itself with a publish, where it released.
+#[test]
+fn a_release_that_publishes() {
+    use crate::lockop::{Announce, AnnounceWhen, Param};
     // A release that publishes the key's name to a channel named by ARGV[2], where it
     // deleted.
     let l = lock(
@@ -724,7 +708,11 @@ fn scripts_in_the_shapes_people_write_are_recognised() {
     ] {
         assert_eq!(recognise(text.as_bytes()), Meaning::Unknown, "{text}");
     }
-    // A re-entry counter in a key built from KEYS[1]: refused, and the reason says so.
+}
+
+/// A re-entry counter in a key built from KEYS[1]: refused, and the reason says so.
+#[test]
+fn a_reentry_counter_in_a_key_of_its_own_is_refused() {
     let counter = b"local n = KEYS[1] .. ':count:' .. ARGV[1] \
             if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
             redis.call('incr', n) return 1 end return 0";

@@ -405,8 +405,8 @@ mod tests {
 
     #[test]
     fn common_replies_decode_quickly_as_the_general_decoder_would() {
-        for wire in [
-            &b"+OK\r\n"[..],
+        for wire in byte_strings![
+            b"+OK\r\n",
             b"$-1\r\n",
             b":0\r\n",
             b":7\r\n",

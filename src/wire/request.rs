@@ -549,81 +549,72 @@ fn split_args(line: &mut [u8], spans: &mut Vec<Span>) -> Result<(), ProtocolErro
             return Ok(());
         }
         let start = w;
-        let mut put = |line: &mut [u8], c: u8| {
-            line[w] = c;
-            w += 1;
-        };
         // Unquoted until a quote opens; the argument ends where its closing quote is.
         loop {
             match line.get(i) {
                 None | Some(b' ' | b'\t' | b'\r' | b'\n') => break,
-                Some(b'"') => {
-                    i += 1;
-                    loop {
-                        match line.get(i) {
-                            None => return Err(Malformed::UnbalancedQuotes.into()),
-                            Some(b'\\')
-                                if line.get(i + 1) == Some(&b'x')
-                                    && hex_pair(line, i + 2).is_some() =>
-                            {
-                                let c = hex_pair(line, i + 2).unwrap_or_default();
-                                put(line, c);
-                                i += 4;
-                            }
-                            Some(b'\\') if i + 1 < line.len() => {
-                                let c = match line[i + 1] {
-                                    b'n' => b'\n',
-                                    b'r' => b'\r',
-                                    b't' => b'\t',
-                                    b'b' => 8,
-                                    b'a' => 7,
-                                    other => other,
-                                };
-                                put(line, c);
-                                i += 2;
-                            }
-                            Some(b'"') => {
-                                i += 1;
-                                break;
-                            }
-                            Some(&c) => {
-                                put(line, c);
-                                i += 1;
-                            }
-                        }
-                    }
-                    ensure_separated(line, i)?;
-                    break;
-                }
-                Some(b'\'') => {
-                    i += 1;
-                    loop {
-                        match line.get(i) {
-                            None => return Err(Malformed::UnbalancedQuotes.into()),
-                            Some(b'\\') if line.get(i + 1) == Some(&b'\'') => {
-                                put(line, b'\'');
-                                i += 2;
-                            }
-                            Some(b'\'') => {
-                                i += 1;
-                                break;
-                            }
-                            Some(&c) => {
-                                put(line, c);
-                                i += 1;
-                            }
-                        }
-                    }
+                Some(&quote @ (b'"' | b'\'')) => {
+                    i = unquote(line, i + 1, quote, &mut w)?;
                     ensure_separated(line, i)?;
                     break;
                 }
                 Some(&c) => {
-                    put(line, c);
+                    line[w] = c;
+                    w += 1;
                     i += 1;
                 }
             }
         }
         spans.push((start, w));
+    }
+}
+
+/// Writes the quoted part of an argument, read from `i` (just past its opening `quote`), at
+/// `w` onwards, unescaped; returns where its closing quote ends. A quote never closed is
+/// Redis's unbalanced-quotes error.
+fn unquote(
+    line: &mut [u8],
+    mut i: usize,
+    quote: u8,
+    w: &mut usize,
+) -> Result<usize, ProtocolError> {
+    loop {
+        let (c, read) = match line.get(i) {
+            None => return Err(Malformed::UnbalancedQuotes.into()),
+            Some(&c) if c == quote => return Ok(i + 1),
+            Some(b'\\') => unescape(line, i, quote),
+            Some(&c) => (c, 1),
+        };
+        line[*w] = c;
+        *w += 1;
+        i += read;
+    }
+}
+
+/// The byte a backslash at `i` stands for between `quote`s, and how many bytes it takes. In
+/// double quotes: `\xHH`, `\n`, `\r`, `\t`, `\b`, `\a`, or the escaped byte itself; in
+/// single quotes only `\'`. Any other backslash is itself.
+fn unescape(line: &[u8], i: usize, quote: u8) -> (u8, usize) {
+    let next = line.get(i + 1).copied();
+    if quote == b'\'' {
+        return match next {
+            Some(b'\'') => (b'\'', 2),
+            _ => (b'\\', 1),
+        };
+    }
+    if next == Some(b'x')
+        && let Some(c) = hex_pair(line, i + 2)
+    {
+        return (c, 4);
+    }
+    match next {
+        Some(b'n') => (b'\n', 2),
+        Some(b'r') => (b'\r', 2),
+        Some(b't') => (b'\t', 2),
+        Some(b'b') => (8, 2),
+        Some(b'a') => (7, 2),
+        Some(other) => (other, 2),
+        None => (b'\\', 1),
     }
 }
 
@@ -814,28 +805,27 @@ mod tests {
 
     #[test]
     fn before_auth_redis_7_limits_apply() {
-        let mut d = Decoder::new(Limits::default());
-        let mut buf = BytesMut::from(&b"*10\r\n"[..]);
-        assert_eq!(d.decode(&mut buf, false), Ok(None));
-        let mut d = Decoder::new(Limits::default());
-        let mut buf = BytesMut::from(&b"*11\r\n"[..]);
+        // What a fresh decoder makes of `wire` before AUTH: how many arguments, or an error.
+        let before_auth = |wire: &[u8]| {
+            let mut d = Decoder::new(Limits::default());
+            d.decode(&mut BytesMut::from(wire), false)
+                .map(|got| got.map(|args| args.len()))
+        };
+        assert_eq!(before_auth(b"*10\r\n"), Ok(None));
         assert_eq!(
-            d.decode(&mut buf, false),
+            before_auth(b"*11\r\n"),
             Err(Malformed::UnauthenticatedMultibulkLength.into())
         );
-        let mut d = Decoder::new(Limits::default());
-        let mut buf = BytesMut::from(&b"*2\r\n$4\r\nECHO\r\n$16384\r\n"[..]);
-        assert_eq!(d.decode(&mut buf, false), Ok(None));
-        let mut d = Decoder::new(Limits::default());
-        let mut buf = BytesMut::from(&b"*2\r\n$4\r\nECHO\r\n$16385\r\n"[..]);
+        assert_eq!(before_auth(b"*2\r\n$4\r\nECHO\r\n$16384\r\n"), Ok(None));
         assert_eq!(
-            d.decode(&mut buf, false),
+            before_auth(b"*2\r\n$4\r\nECHO\r\n$16385\r\n"),
             Err(Malformed::UnauthenticatedBulkLength.into())
         );
         // The general limits come first, as in Redis.
-        let mut d = Decoder::new(Limits::default());
-        let mut buf = BytesMut::from(&b"*1\r\n$99999999999\r\n"[..]);
-        assert_eq!(d.decode(&mut buf, false), Err(Malformed::BulkLength.into()));
+        assert_eq!(
+            before_auth(b"*1\r\n$99999999999\r\n"),
+            Err(Malformed::BulkLength.into())
+        );
         // Once authenticated, the same headers are fine.
         let mut buf = BytesMut::from(&b"*11\r\n"[..]);
         assert_eq!(

@@ -66,8 +66,8 @@ mod tests {
         assert_eq!(parse_int(b"9223372036854775807"), Some(i64::MAX));
         assert_eq!(parse_int(b"-9223372036854775807"), Some(-i64::MAX));
         assert_eq!(parse_int(b"-9223372036854775808"), Some(i64::MIN));
-        for bad in [
-            &b""[..],
+        for bad in byte_strings![
+            b"",
             b"-",
             b"+1",
             b" 1",

@@ -43,7 +43,7 @@ use super::{Backend, Settings};
 use crate::error::BackendError;
 use crate::wire::master::{ReplyDecoder, ask_once, command, encode_command};
 use crate::wire::reply::Reply;
-use route::{Cmd, Place, Redirect};
+use route::{Place, Redirect, Routed};
 pub use route::{Scripts, Split};
 use slots::{Range, SLOTS};
 
@@ -150,13 +150,13 @@ pub fn member(
         ..settings
     };
     let c = Cluster::start(seeds, settings, info.clone(), scripts, node);
-    Backend::routed(info, clock, Arc::new(Member(c)))
+    Backend::routed(info, clock, Arc::new(ClusterRouter(c)))
 }
 
 /// The handle's side of a cluster (the cluster's own tasks hold it weakly).
-struct Member(Arc<Cluster>);
+struct ClusterRouter(Arc<Cluster>);
 
-impl Router for Member {
+impl Router for ClusterRouter {
     fn route(&self, bytes: Bytes, replies: usize, time: bool, reply_to: Option<(ReplyTx, usize)>) {
         self.0.route(bytes, replies, time, reply_to);
     }
@@ -274,7 +274,7 @@ impl Cluster {
         result: Result<Reply, BackendError>,
         trusted_at_send: bool,
         backend: &Backend,
-        cmds: Vec<Cmd>,
+        cmds: Vec<Routed>,
         time: bool,
     ) -> Result<Reply, BackendError> {
         let reply = match result {
@@ -325,7 +325,7 @@ impl Cluster {
     }
 
     /// Runs commands one after the other, each where it belongs; one reply, or an array.
-    async fn run_all(&self, cmds: &[Cmd], time: bool) -> Result<Reply, BackendError> {
+    async fn run_all(&self, cmds: &[Routed], time: bool) -> Result<Reply, BackendError> {
         let mut out = Vec::with_capacity(cmds.len());
         let mut excluded = false;
         for (i, cmd) in cmds.iter().enumerate() {
@@ -353,7 +353,7 @@ impl Cluster {
     }
 
     /// Runs one command where it belongs.
-    async fn run_cmd(&self, cmd: &Cmd, time: bool) -> Result<Reply, BackendError> {
+    async fn run_cmd(&self, cmd: &Routed, time: bool) -> Result<Reply, BackendError> {
         match &cmd.place {
             Place::Slot(s) => self.run_in(encode(&cmd.args), Some(*s), time).await,
             Place::Anywhere => self.run_in(encode(&cmd.args), None, time).await,

@@ -7,9 +7,9 @@ use super::slots::key_slot;
 use crate::wire::master::ReplyDecoder;
 use crate::wire::reply::Reply;
 
-/// One command of a request.
+/// One command of a request, with where it goes.
 #[derive(Debug, Clone)]
-pub struct Cmd {
+pub struct Routed {
     /// The command's arguments, name first.
     pub args: Vec<Bytes>,
     /// Where it goes.
@@ -31,7 +31,7 @@ pub enum Place {
 
 /// Splits a request's bytes into commands (`replies` of them). `None` when the bytes are not
 /// `replies` complete commands (never the case for the proxy's own requests).
-pub fn commands(bytes: &Bytes, replies: usize) -> Option<Vec<Cmd>> {
+pub fn commands(bytes: &Bytes, replies: usize) -> Option<Vec<Routed>> {
     let mut buf = BytesMut::from(&bytes[..]);
     let mut decoder = ReplyDecoder::default();
     let mut out = Vec::with_capacity(replies);
@@ -47,7 +47,7 @@ pub fn commands(bytes: &Bytes, replies: usize) -> Option<Vec<Cmd>> {
             })
             .collect::<Option<Vec<_>>>()?;
         let place = place(&args);
-        out.push(Cmd { args, place });
+        out.push(Routed { args, place });
     }
     (out.len() == replies).then_some(out)
 }
@@ -98,7 +98,7 @@ pub fn place(args: &[Bytes]) -> Place {
 
 /// The one slot every command of a request goes to, if there is one (keyless commands go
 /// with the others); `Err` when the request spans slots or needs every primary.
-pub fn one_slot(cmds: &[Cmd]) -> Result<Option<u16>, ()> {
+pub fn one_slot(cmds: &[Routed]) -> Result<Option<u16>, ()> {
     let mut slot = None;
     for c in cmds {
         match c.place {
@@ -212,30 +212,24 @@ mod tests {
 
     #[test]
     fn redirections_are_read() {
-        assert_eq!(
-            redirect(&Reply::error("MOVED 3999 127.0.0.1:6381")),
-            Some(Redirect::Moved("127.0.0.1:6381".into()))
-        );
-        assert_eq!(
-            redirect(&Reply::error("ASK 3999 127.0.0.1:6381")),
-            Some(Redirect::Ask("127.0.0.1:6381".into()))
-        );
-        assert_eq!(
-            redirect(&Reply::error(
-                "TRYAGAIN Multiple keys request during rehashing of slot"
-            )),
-            Some(Redirect::Retry)
-        );
-        assert_eq!(redirect(&Reply::error("ERR x")), None);
+        let moved = |to: &str| Some(Redirect::Moved(to.into()));
+        for (error, read) in [
+            ("MOVED 3999 127.0.0.1:6381", moved("127.0.0.1:6381")),
+            (
+                "ASK 3999 127.0.0.1:6381",
+                Some(Redirect::Ask("127.0.0.1:6381".into())),
+            ),
+            (
+                "TRYAGAIN Multiple keys request during rehashing of slot",
+                Some(Redirect::Retry),
+            ),
+            ("ERR x", None),
+            ("MOVED 1 [::1]:7000", moved("[::1]:7000")),
+            ("MOVED 1 :7000", moved(":7000")),
+        ] {
+            assert_eq!(redirect(&Reply::error(error)), read, "{error}");
+        }
         assert_eq!(redirect(&Reply::Integer(1)), None);
-        assert_eq!(
-            redirect(&Reply::error("MOVED 1 [::1]:7000")),
-            Some(Redirect::Moved("[::1]:7000".into()))
-        );
-        assert_eq!(
-            redirect(&Reply::error("MOVED 1 :7000")),
-            Some(Redirect::Moved(":7000".into()))
-        );
         // A redirection without a slot and an address is none: the error stands as the
         // node's answer, and no connection is opened to something that is not an address.
         for bad in [

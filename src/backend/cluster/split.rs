@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::route::{Cmd, Split};
+use super::route::{Routed, Split};
 use super::slots;
 use super::{CROSSSLOT, Cluster, encode};
 use crate::error::BackendError;
@@ -18,7 +18,7 @@ impl Cluster {
     /// else refused with `CROSSSLOT`.
     pub(super) async fn run_cross(
         &self,
-        cmd: &Cmd,
+        cmd: &Routed,
         keys: &[usize],
         time: bool,
     ) -> Result<Reply, BackendError> {
@@ -64,7 +64,7 @@ impl Cluster {
     /// A per-key release or delete (see [`Split::PerKey`]) whose keys span slots: the
     /// same script per slot, its codes put back in key order, then the wake-up signal on its
     /// own slot when the script would have sent it.
-    async fn per_key(&self, cmd: &Cmd, time: bool) -> Result<Reply, BackendError> {
+    async fn per_key(&self, cmd: &Routed, time: bool) -> Result<Reply, BackendError> {
         let numkeys = parse_usize(&cmd.args[2]).unwrap_or(0);
         let keys = &cmd.args[3..3 + numkeys];
         let argv = &cmd.args[3 + numkeys..];
@@ -135,7 +135,7 @@ impl Cluster {
     /// delete on the token) and its answer (0, or -1 when a key held the token itself) is the
     /// whole answer, as one Redis would have written nothing. A key that already held the token
     /// keeps the TTL the part gave it: only that same holder's lock lives longer.
-    async fn acquire(&self, cmd: &Cmd, time: bool) -> Result<Reply, BackendError> {
+    async fn acquire(&self, cmd: &Routed, time: bool) -> Result<Reply, BackendError> {
         let numkeys = parse_usize(&cmd.args[2]).unwrap_or(0);
         let argv = &cmd.args[3 + numkeys..];
         let positions: Vec<usize> = (3..3 + numkeys).collect();
