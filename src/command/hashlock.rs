@@ -464,18 +464,17 @@ impl Operation for HashLockOp {
 
     /// A fenced grant's token round, a refusal's undo, a renewal's quorum repair.
     fn rest(self, proxy: Arc<Proxy>, decision: Decision, voted: Voted) -> Later {
-        let reply = match (decision, self.counter.clone()) {
-            (Decision::Acquired(true), Some(counter)) => {
-                return Box::pin(self.fenced_grant(proxy, counter, voted));
-            }
-            (Decision::Acquired(_), _) => self.refuse(proxy, voted),
-            (Decision::Renewed(reply, Some(holds)), _) => {
+        let reply = match decision {
+            Decision::Acquired(true) => return Box::pin(self.fenced_grant(proxy, voted)),
+            Decision::Acquired(false) => self.refuse(proxy, voted),
+            Decision::Renewed(reply, Some(holds)) => {
                 repair_after(&proxy, &self, holds, voted.vote, voted.clock, voted.held);
                 reply
             }
             // Answered by the first round (see `answer`).
-            (Decision::Unlocked(reply, _) | Decision::Renewed(reply, _), _) => reply,
-            (Decision::Forced(reply), _) => reply,
+            Decision::Unlocked(reply, _)
+            | Decision::Renewed(reply, _)
+            | Decision::Forced(reply) => reply,
         };
         Box::pin(std::future::ready(reply))
     }
@@ -512,11 +511,14 @@ impl HashLockOp {
         }
     }
 
-    /// A fenced grant: its token written back to a quorum (see [`mint`]) before it counts,
-    /// still within validity; else refused.
-    async fn fenced_grant(self, proxy: Arc<Proxy>, counter: Bytes, voted: Voted) -> Reply {
+    /// A fenced grant (the only grant the first round does not answer): its token written back
+    /// to a quorum (see [`mint`]) before it counts, still within validity; else refused.
+    async fn fenced_grant(self, proxy: Arc<Proxy>, voted: Voted) -> Reply {
         let (ballots, masters) = (voted.vote.ballots(), voted.vote.masters());
-        let token = mint(&proxy, masters, ballots, &counter).await;
+        let token = match &self.counter {
+            Some(counter) => mint(&proxy, masters, ballots, counter).await,
+            None => Some(0),
+        };
         let valid = || within_validity(self.ttl_ms, voted.clock.start.elapsed(), proxy.config());
         match token.filter(|_| valid()) {
             Some(token) => self.grant(&proxy, token),
