@@ -46,14 +46,14 @@ use tracing::debug;
 use super::action::{Action, Later};
 use super::fence;
 use super::lock::{Answered, Renewal, agreed_error};
-use super::runner::{Clock, Operation, Voted, take_back};
+use super::runner::{Clock, Operation, Voted, take_back, valid};
 use crate::config::Config;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::keylock::{Held, KeyLocks, Ticket};
 use crate::lockop::{HashOp, Holder, Holds, Lock, Mode, Verb};
 use crate::proxy::Proxy;
-use crate::quorum::{Ballots, Masters, Request, Vote, ask, validity};
+use crate::quorum::{Ballots, Masters, Request, Vote, ask};
 use crate::wire::master::eval;
 use crate::wire::reply::Reply;
 
@@ -282,17 +282,6 @@ fn retention(cfg: &Config) -> Bytes {
     ms(2 * cfg.quarantine_window().as_millis() as i64)
 }
 
-/// Whether a lock asked for `ttl_ms` is still valid `elapsed` after the request left: its
-/// validity (`ttl − elapsed − drift`) is above `min_validity_ms`.
-pub(super) fn within_validity(ttl_ms: i64, elapsed: Duration, cfg: &Config) -> bool {
-    validity(
-        Duration::from_millis(ttl_ms as u64),
-        elapsed,
-        cfg.drift_factor,
-    )
-    .is_some_and(|v| v > Duration::from_millis(cfg.min_validity_ms))
-}
-
 /// A hash lock over `key`, in the lock model's words: one field per holder, counted holds.
 fn hash_lock<'a>(key: &'a Bytes, holder: Holder<'a>, ttl_ms: i64) -> Lock<'a> {
     Lock {
@@ -332,12 +321,7 @@ impl Operation for HashLockOp {
     }
 
     fn verb(&self) -> Verb {
-        match self.op {
-            HashOp::Acquire | HashOp::FencedAcquire | HashOp::FencedAcquireToken => Verb::Acquire,
-            HashOp::Unlock => Verb::Release,
-            HashOp::Renew | HashOp::RenewAll => Verb::Extend,
-            HashOp::ForceUnlock => Verb::Delete,
-        }
+        self.op.verb()
     }
 
     /// The lock, the further locks (`RenewAll`), the token counter and the unlock latch.
@@ -410,12 +394,10 @@ impl Operation for HashLockOp {
         match self.op {
             HashOp::Unlock => self.unlock_decision(ballots),
             HashOp::Renew | HashOp::RenewAll => {
-                self.renewal_decision(ballots, within_validity(self.ttl_ms, elapsed, cfg))
+                self.renewal_decision(ballots, valid(self.ttl_ms, elapsed, cfg))
             }
             HashOp::ForceUnlock => Decision::Forced(forced(ballots)),
-            _ => Decision::Acquired(
-                ballots.agree(granted) && within_validity(self.ttl_ms, elapsed, cfg),
-            ),
+            _ => Decision::Acquired(ballots.agree(granted) && valid(self.ttl_ms, elapsed, cfg)),
         }
     }
 
@@ -519,8 +501,8 @@ impl HashLockOp {
             Some(counter) => mint(&proxy, masters, ballots, counter).await,
             None => Some(0),
         };
-        let valid = || within_validity(self.ttl_ms, voted.clock.start.elapsed(), proxy.config());
-        match token.filter(|_| valid()) {
+        let in_time = || valid(self.ttl_ms, voted.clock.start.elapsed(), proxy.config());
+        match token.filter(|_| in_time()) {
             Some(token) => self.grant(&proxy, token),
             None => self.refuse(proxy, voted),
         }

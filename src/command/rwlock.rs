@@ -47,8 +47,8 @@ use bytes::Bytes;
 use tracing::debug;
 
 use super::action::{Action, Later};
-use super::hashlock::{forced, undo_once_answered, within_validity};
-use super::runner::{Clock, Operation, Voted, send_each};
+use super::hashlock::{forced, undo_once_answered};
+use super::runner::{Clock, Operation, Voted, send_each, valid};
 use crate::config::Config;
 use crate::counters::Counters;
 use crate::error::Error;
@@ -297,15 +297,7 @@ impl Operation for RwLockOp {
     }
 
     fn verb(&self) -> Verb {
-        use RedissonOp::*;
-        match self.op {
-            ReadAcquire | WriteAcquire | FairAcquire | FairTryAcquire => Verb::Acquire,
-            RwUnlock | FairUnlock => Verb::Release,
-            RwForceUnlock | FairForceUnlock => Verb::Delete,
-            RwRenew | RwRenewOne => Verb::Extend,
-            RwIsLocked => Verb::Query,
-            FairDequeue => Verb::Leave,
-        }
+        self.op.verb()
     }
 
     fn request(&self, _: &Masters, _: &Config) -> Request {
@@ -325,9 +317,9 @@ impl Operation for RwLockOp {
 
     fn decide(&self, ballots: &Ballots, elapsed: Duration, cfg: &Config) -> Decision {
         use RedissonOp::*;
-        let valid = || within_validity(self.ttl_ms, elapsed, cfg);
+        let in_time = || valid(self.ttl_ms, elapsed, cfg);
         if self.verb() == Verb::Acquire {
-            return Decision::Acquired(ballots.agree(granted) && valid());
+            return Decision::Acquired(ballots.agree(granted) && in_time());
         }
         if let Some(e) = ballots.majority_error() {
             return Decision::Answered(e.clone());
@@ -340,8 +332,8 @@ impl Operation for RwLockOp {
                 return Decision::Unlocked(reply, released);
             }
             RwForceUnlock | FairForceUnlock => forced(ballots),
-            RwRenew => renewed(ballots, self.keys.len() / 2, valid()),
-            RwRenewOne => Reply::Integer(i64::from(valid() && ones())),
+            RwRenew => renewed(ballots, self.keys.len() / 2, in_time()),
+            RwRenewOne => Reply::Integer(i64::from(in_time() && ones())),
             RwIsLocked => Reply::Integer(i64::from(ones())),
             _ if !ballots.agree(|_| true) => Reply::from(Error::NoQuorumUnlock),
             _ => Reply::Nil,
