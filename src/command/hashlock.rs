@@ -350,11 +350,11 @@ impl Operation for HashLockOp {
         }
     }
 
-    fn request(&self, _: &Masters, cfg: &Config) -> Request {
+    fn request(&self, masters: &Masters, cfg: &Config) -> Request {
         let ttl = ms(self.ttl_ms);
-        Request::Same(match (self.op, &self.publish) {
-            (HashOp::Unlock, _) => self.unlock_request(),
-            (HashOp::Renew | HashOp::RenewAll, _) => {
+        Request::Same(match self.op {
+            HashOp::Unlock => self.unlock_request(),
+            HashOp::Renew | HashOp::RenewAll => {
                 let keys: Vec<&Bytes> = std::iter::once(&self.key)
                     .chain(self.also.iter().map(|(k, _)| k))
                     .collect();
@@ -362,17 +362,21 @@ impl Operation for HashLockOp {
                 args.extend(self.also.iter().map(|(_, f)| f.as_ref()));
                 eval(RENEW, &keys, &args)
             }
-            (HashOp::ForceUnlock, Some(p)) => {
-                eval(FORCE, &[&self.key, &p.channel], &[&p.command, &p.message])
-            }
-            _ => match &self.counter {
-                None => eval(LOCK, &[&self.key], &[&ttl, &self.field]),
-                Some(counter) => eval(
-                    LOCK,
-                    &[&self.key, counter],
-                    &[&ttl, &self.field, &retention(cfg)],
-                ),
+            HashOp::ForceUnlock => match &self.publish {
+                Some(p) => eval(FORCE, &[&self.key, &p.channel], &[&p.command, &p.message]),
+                // Refused in its turn (see `settled`): no member is asked.
+                None => return Request::Some(vec![None; masters.len()]),
             },
+            HashOp::Acquire | HashOp::FencedAcquire | HashOp::FencedAcquireToken => {
+                match &self.counter {
+                    None => eval(LOCK, &[&self.key], &[&ttl, &self.field]),
+                    Some(counter) => eval(
+                        LOCK,
+                        &[&self.key, counter],
+                        &[&ttl, &self.field, &retention(cfg)],
+                    ),
+                }
+            }
         })
     }
 
