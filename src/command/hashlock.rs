@@ -765,7 +765,7 @@ pub(super) fn undo_once_answered<O: Operation>(proxy: Arc<Proxy>, op: O, vote: V
 }
 
 /// A forced unlock's answer (a read–write or fair lock's too): 1 when a quorum deleted the
-/// lock, 0 when a quorum found it missing or deleted it.
+/// lock, else 0 when a quorum answered 1 or 0; fewer answers than that are no answer.
 pub(super) fn forced(ballots: &Ballots) -> Reply {
     if !ballots.agree(|r| matches!(r, Reply::Integer(0 | 1))) {
         return Reply::from(Error::NoQuorumUnlock);
