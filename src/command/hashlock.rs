@@ -29,22 +29,31 @@
 //!   deleted it.
 //!
 //! TTLs are capped by `max_ttl_ms` like every lock's.
+//!
+//! Each is an [`Operation`] of the one quorum runner ([`super::runner`]): what each master is
+//! sent, how the replies decide, what a refused acquisition undoes, and what the caller is
+//! answered. A lease's renewal and its release on disconnect are two small operations of
+//! their own (`LeaseRenewal`, `ReleaseHeld`).
 
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::action::Action;
+use super::action::{Action, Later};
 use super::fence;
-use super::lock::{Renewal, agreed_error};
+use super::lock::{Answered, Renewal, agreed_error};
+use super::runner::{Clock, Operation, Voted, take_back, valid};
+use crate::config::Config;
 use crate::counters::Counters;
 use crate::error::Error;
-use crate::lockop::HashOp;
+use crate::keylock::{Held, KeyLocks, Ticket};
+use crate::lockop::{HashOp, Holder, Holds, Lock, Mode, Verb};
 use crate::proxy::Proxy;
-use crate::quorum::{Ballots, Masters, Request, ask, ask_timed, validity};
+use crate::quorum::{Ballots, Masters, Request, Vote, ask};
 use crate::wire::master::eval;
 use crate::wire::reply::Reply;
 
@@ -122,47 +131,54 @@ fn renewed_code(c: &Reply) -> bool {
     matches!(c, Reply::Integer(n) if *n >= 1)
 }
 
+/// Whether a master's one-lock [`RENEW`] answer says it renewed the lock.
+fn renewed_one(r: &Reply) -> bool {
+    matches!(r, Reply::Array(c) if c.len() == 1 && renewed_code(&c[0]))
+}
+
 /// How a one-lock [`RENEW`] answer reads for a quorum repair: `{n}` renewed to the TTL asked
 /// for, `{-3}` missing.
 const RENEW_READING: super::repair::Reading = super::repair::Reading {
-    holds: |r, ttl| match r {
-        Reply::Array(c) if c.len() == 1 && renewed_code(&c[0]) => Some(ttl),
-        _ => None,
-    },
+    holds: |r, ttl| renewed_one(r).then_some(ttl),
     missing: |r| matches!(r, Reply::Array(c) if c.as_slice() == [Reply::Integer(-3)]),
 };
 
-/// After a granted renewal of the one hash lock `key` held by `field` to `ttl_ms` (sent at
-/// `start`): the lock written back to the trusted members that lack it, with the hold count a
-/// quorum agree on (none agreed: nothing is written), in the key's turn (`held`).
+/// After a granted renewal of the one hash lock of `op` (sent at `clock.start`), whose members
+/// agree it counts `holds`: the lock written back to the trusted members that lack it, in the
+/// key's turn (`held`).
 fn repair_after(
     proxy: &Arc<Proxy>,
-    key: &Bytes,
-    field: &Bytes,
-    ttl_ms: i64,
-    vote: crate::quorum::Vote,
-    start: Instant,
-    held: crate::keylock::Held,
+    op: &HashLockOp,
+    holds: i64,
+    vote: Vote,
+    clock: Clock,
+    held: Held,
 ) {
-    let count = |r: &Reply| match r {
-        Reply::Array(c) if c.len() == 1 && renewed_code(&c[0]) => Some(c[0].clone()),
-        _ => None,
-    };
-    let Some((Some(Reply::Integer(holds)), _)) = vote.ballots().tally_by(count) else {
-        return;
-    };
     let e = super::repair::Extended {
-        key: key.clone(),
+        key: op.key.clone(),
         copy: super::repair::LockCopy::Hash {
-            field: field.clone(),
+            field: op.field.clone(),
             holds,
         },
-        ttl_ms,
+        ttl_ms: op.ttl_ms,
         vote,
-        start,
+        start: clock.start,
         reading: RENEW_READING,
     };
     super::repair::after(proxy, e, held);
+}
+
+/// The hold count a quorum of one-lock renewals agree on: what a quorum repair writes back
+/// (none agreed: nothing is written).
+fn agreed_holds(ballots: &Ballots) -> Option<i64> {
+    let count = |r: &Reply| match r {
+        Reply::Array(c) if renewed_one(r) => Some(c[0].clone()),
+        _ => None,
+    };
+    match ballots.tally_by(count) {
+        Some((Some(Reply::Integer(holds)), _)) => Some(holds),
+        _ => None,
+    }
 }
 
 /// A lease's release on one master: deletes the lock where the hash holds the holder's field
@@ -220,7 +236,8 @@ pub struct HashLockOp {
     pub unlock_replies: Option<[crate::lockop::Lit; 3]>,
 }
 
-/// Runs a hash-lock operation as a quorum operation.
+/// Runs a hash-lock operation as a quorum operation (see [`super::runner`]), once its TTLs
+/// are within the cap.
 pub fn run(proxy: &Arc<Proxy>, op: HashLockOp) -> Action {
     let max = proxy.config().max_ttl_ms as i64;
     if matches!(
@@ -252,34 +269,366 @@ pub fn run(proxy: &Arc<Proxy>, op: HashLockOp) -> Action {
         })
         .into();
     }
-    let mut keys = vec![op.key.clone()];
-    keys.extend(op.also.iter().map(|(k, _)| k.clone()));
-    keys.extend(op.counter.iter().cloned());
-    if let Some((latch, _)) = &op.latch {
-        keys.push(latch.clone());
-    }
-    super::action::in_turn_held(proxy, &keys, move |proxy, held| async move {
-        match op.op {
-            HashOp::Acquire | HashOp::FencedAcquire | HashOp::FencedAcquireToken => {
-                acquire(proxy, op, held).await
-            }
-            HashOp::Unlock => {
-                let reply = unlock(&proxy, &op).await;
-                drop(held);
-                reply
-            }
-            HashOp::Renew | HashOp::RenewAll => renew(&proxy, &op, held).await,
-            HashOp::ForceUnlock => {
-                let reply = force(&proxy, &op).await;
-                drop(held);
-                reply
-            }
-        }
-    })
+    super::runner::run(proxy, op)
 }
 
 fn ms(n: i64) -> Bytes {
     Bytes::from(itoa::Buffer::new().format(n).to_owned())
+}
+
+/// A fenced lock's token counters' retention, in ms: [`fence::retention`]'s, read from the
+/// configuration alone (what a member is sent is built without the proxy).
+fn retention(cfg: &Config) -> Bytes {
+    ms(2 * cfg.quarantine_window().as_millis() as i64)
+}
+
+/// A hash lock over `key`, in the lock model's words: one field per holder, counted holds.
+fn hash_lock<'a>(key: &'a Bytes, holder: Holder<'a>, ttl_ms: i64) -> Lock<'a> {
+    Lock {
+        keys: std::slice::from_ref(key),
+        holder,
+        mode: Mode::Exclusive,
+        holds: Holds::Counted,
+        admits: 1,
+        ttl_ms,
+    }
+}
+
+/// What the masters' replies decided for a [`HashLockOp`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// An acquisition: a quorum created or re-entered the lock within its validity, or not. A
+    /// fenced grant counts only once its token is on a quorum (see `mint`).
+    Acquired(bool),
+    /// An unlock's answer, and whether it released the lock (counted).
+    Unlocked(Reply, bool),
+    /// A renewal's answer, with the hold count a quorum agree on where it renewed one lock (a
+    /// quorum repair writes it back where the lock is missing).
+    Renewed(Reply, Option<i64>),
+    /// A forced unlock's answer.
+    Forced(Reply),
+}
+
+impl Operation for HashLockOp {
+    type Decision = Decision;
+
+    fn lock(&self) -> Lock<'_> {
+        let holder = match self.op {
+            HashOp::ForceUnlock => Holder::Anyone,
+            _ => Holder::Field(&self.field),
+        };
+        hash_lock(&self.key, holder, self.ttl_ms)
+    }
+
+    fn verb(&self) -> Verb {
+        self.op.verb()
+    }
+
+    /// The lock, the further locks (`RenewAll`), the token counter and the unlock latch.
+    fn turn(&self, keylocks: &Arc<KeyLocks>) -> Ticket {
+        let mut keys = vec![self.key.clone()];
+        keys.extend(self.also.iter().map(|(k, _)| k.clone()));
+        keys.extend(self.counter.iter().cloned());
+        keys.extend(self.latch.iter().map(|(latch, _)| latch.clone()));
+        keylocks.enqueue(&keys)
+    }
+
+    /// An unlock that names no channel to publish on (only one without a latch may publish
+    /// nothing), and a forced unlock without one.
+    fn settled(&self, _: &Proxy) -> Option<Reply> {
+        match self.op {
+            HashOp::Unlock
+                if self.publish.is_none()
+                    && (self.unlock_replies.is_none() || self.latch.is_some()) =>
+            {
+                Some(Reply::from(Error::UnlockWithoutChannel))
+            }
+            HashOp::ForceUnlock if self.publish.is_none() => {
+                Some(Reply::from(Error::ForceWithoutChannel))
+            }
+            _ => None,
+        }
+    }
+
+    fn request(&self, masters: &Masters, cfg: &Config) -> Request {
+        let ttl = ms(self.ttl_ms);
+        Request::Same(match self.op {
+            HashOp::Unlock => self.unlock_request(),
+            HashOp::Renew | HashOp::RenewAll => {
+                let keys: Vec<&Bytes> = std::iter::once(&self.key)
+                    .chain(self.also.iter().map(|(k, _)| k))
+                    .collect();
+                let mut args: Vec<&[u8]> = vec![&ttl, &self.field];
+                args.extend(self.also.iter().map(|(_, f)| f.as_ref()));
+                eval(RENEW, &keys, &args)
+            }
+            HashOp::ForceUnlock => match &self.publish {
+                Some(p) => eval(FORCE, &[&self.key, &p.channel], &[&p.command, &p.message]),
+                // Refused in its turn (see `settled`): no member is asked.
+                None => return Request::Some(vec![None; masters.len()]),
+            },
+            HashOp::Acquire | HashOp::FencedAcquire | HashOp::FencedAcquireToken => {
+                match &self.counter {
+                    None => eval(LOCK, &[&self.key], &[&ttl, &self.field]),
+                    Some(counter) => eval(
+                        LOCK,
+                        &[&self.key, counter],
+                        &[&ttl, &self.field, &retention(cfg)],
+                    ),
+                }
+            }
+        })
+    }
+
+    fn timed(&self) -> bool {
+        self.verb() == Verb::Acquire
+    }
+
+    fn poll_vote(&self, vote: &mut Vote, cx: &mut Context<'_>) -> Poll<()> {
+        match self.verb() {
+            Verb::Acquire => vote.poll_decide_yes(cx, granted),
+            Verb::Extend => vote.poll_decide_by(cx, renewals),
+            // Decided as soon as a quorum answered alike; a master still due has published or
+            // not by itself, and the answer a quorum gave stands either way.
+            _ => vote.poll_outcome(cx),
+        }
+    }
+
+    fn decide(&self, ballots: &Ballots, elapsed: Duration, cfg: &Config) -> Decision {
+        match self.op {
+            HashOp::Unlock => self.unlock_decision(ballots),
+            HashOp::Renew | HashOp::RenewAll => {
+                self.renewal_decision(ballots, valid(self.ttl_ms, elapsed, cfg))
+            }
+            HashOp::ForceUnlock => Decision::Forced(forced(ballots)),
+            _ => Decision::Acquired(ballots.agree(granted) && valid(self.ttl_ms, elapsed, cfg)),
+        }
+    }
+
+    /// Undoes a refused acquisition where it wrote: a creation is deleted, a re-entry counted
+    /// down. A master whose outcome is unknown is treated as a creation, unless some master
+    /// reported a re-entry (the caller held the lock already, and deleting its hold there
+    /// could take away a grant it still relies on; what the attempt may have added there
+    /// expires with its TTL).
+    fn undo(&self, ballots: &Ballots, _: Option<&Ballots>) -> Vec<Option<Bytes>> {
+        let reentry = ballots.count(|r| took(r) == Took::Reentered) > 0;
+        let undo = |i: usize| {
+            let script = match ballots.replies[i].as_ref().map(took) {
+                Some(Took::Created) => UNDO_CREATE,
+                Some(Took::Reentered) => UNDO_REENTER,
+                Some(_) => return None,
+                None if ballots.may_have_run(i) && !reentry => UNDO_CREATE,
+                None => return None,
+            };
+            Some(eval(script, &[&self.key], &[&self.field]))
+        };
+        (0..ballots.replies.len()).map(undo).collect()
+    }
+
+    fn answer(
+        &self,
+        proxy: &Proxy,
+        decision: Decision,
+        vote: &mut Vote,
+        _: &Clock,
+    ) -> Result<Reply, Decision> {
+        match decision {
+            Decision::Acquired(true) if self.counter.is_none() => Ok(self.grant(proxy, 0)),
+            Decision::Acquired(_) => Err(decision),
+            Decision::Unlocked(reply, released) => {
+                if released {
+                    Counters::bump(&proxy.counters().releases);
+                }
+                Ok(reply)
+            }
+            Decision::Renewed(_, Some(_)) if super::repair::pending(proxy, vote, RENEW_READING) => {
+                Err(decision)
+            }
+            Decision::Renewed(reply, _) | Decision::Forced(reply) => Ok(reply),
+        }
+    }
+
+    /// A fenced grant's token round, a refusal's undo, a renewal's quorum repair.
+    fn rest(self, proxy: Arc<Proxy>, decision: Decision, voted: Voted) -> Later {
+        let reply = match decision {
+            Decision::Acquired(true) => return Box::pin(self.fenced_grant(proxy, voted)),
+            Decision::Acquired(false) => self.refuse(proxy, voted),
+            Decision::Renewed(reply, Some(holds)) => {
+                repair_after(&proxy, &self, holds, voted.vote, voted.clock, voted.held);
+                reply
+            }
+            // Answered by the first round (see `answer`).
+            Decision::Unlocked(reply, _)
+            | Decision::Renewed(reply, _)
+            | Decision::Forced(reply) => reply,
+        };
+        Box::pin(std::future::ready(reply))
+    }
+}
+
+impl HashLockOp {
+    /// A renewal of the one lock `key` held by `field`, to `ttl_ms` (the other operations are
+    /// bound from a script's call, see [`crate::lockop::HashScript`]).
+    pub fn renewal(key: Bytes, field: Bytes, ttl_ms: i64) -> HashLockOp {
+        HashLockOp {
+            op: HashOp::Renew,
+            key,
+            field,
+            ttl_ms,
+            keeps_ttl: false,
+            publish: None,
+            latch: None,
+            also: Vec::new(),
+            counter: None,
+            replies: None,
+            unlock_replies: None,
+        }
+    }
+
+    /// A granted acquisition, counted and answered (with `token`, a fenced one's).
+    fn grant(&self, proxy: &Proxy, token: i64) -> Reply {
+        Counters::bump(&proxy.counters().grants);
+        match (self.op, self.replies) {
+            (HashOp::FencedAcquireToken, _) => {
+                Reply::Array(vec![Reply::Integer(-1), Reply::Integer(token)])
+            }
+            (_, Some((ok, _))) => super::lock::constant(ok),
+            _ => Reply::Nil,
+        }
+    }
+
+    /// A fenced grant (the only grant the first round does not answer): its token written back
+    /// to a quorum (see [`mint`]) before it counts, still within validity; else refused.
+    async fn fenced_grant(self, proxy: Arc<Proxy>, voted: Voted) -> Reply {
+        let (ballots, masters) = (voted.vote.ballots(), voted.vote.masters());
+        let token = match &self.counter {
+            Some(counter) => mint(&proxy, masters, ballots, counter).await,
+            None => Some(0),
+        };
+        let in_time = || valid(self.ttl_ms, voted.clock.start.elapsed(), proxy.config());
+        match token.filter(|_| in_time()) {
+            Some(token) => self.grant(&proxy, token),
+            None => self.refuse(proxy, voted),
+        }
+    }
+
+    /// A refused acquisition, counted and answered. The client has its answer; the undo waits
+    /// for every answer still due (until the node deadline), so it knows which masters created
+    /// and which re-entered, and the key stays in turn until it is queued. Counter increments
+    /// stay: tokens only need to grow.
+    fn refuse(self, proxy: Arc<Proxy>, voted: Voted) -> Reply {
+        let Voted { vote, held, .. } = voted;
+        let ballots = vote.ballots();
+        debug!(yes = ballots.count(granted), quorum = ?ballots.quorum, "hash lock refused");
+        Counters::bump(&proxy.counters().denials);
+        let refused = self.refusal(ballots);
+        undo_once_answered(proxy, self, vote, held);
+        refused
+    }
+
+    /// What a refused acquisition answers: the error a quorum gave (`WRONGTYPE`: the key is no
+    /// hash lock, as one Redis answers it), else the lock's PTTL (see [`wait_hint`]) in the
+    /// caller's form.
+    fn refusal(&self, ballots: &Ballots) -> Reply {
+        let hint = wait_hint(ballots);
+        match (agreed_error(ballots), self.op) {
+            (Some(e), _) => e,
+            (None, HashOp::FencedAcquireToken) => {
+                Reply::Array(vec![Reply::Integer(hint), Reply::Integer(-1)])
+            }
+            (None, _) => match self.replies {
+                Some((_, no)) => super::lock::constant(no),
+                None => Reply::Integer(hint),
+            },
+        }
+    }
+
+    /// What each master is sent to unlock: [`UNLOCK`], with the channel (and latch) where the
+    /// release is published, or neither (see [`Operation::settled`] for the calls refused).
+    fn unlock_request(&self) -> Bytes {
+        let empty = Bytes::new();
+        // The TTL set where a hold is left; none for an unlock that leaves it as it was.
+        let ttl = if self.keeps_ttl {
+            empty.clone()
+        } else {
+            ms(self.ttl_ms)
+        };
+        match &self.publish {
+            Some(p) => {
+                let mut keys = vec![&self.key, &p.channel];
+                let latch_ttl = self.latch.as_ref().map_or(ms(0), |(latch, ttl)| {
+                    keys.push(latch);
+                    ms(*ttl)
+                });
+                eval(
+                    UNLOCK,
+                    &keys,
+                    &[&self.field, &ttl, &p.command, &p.message, &latch_ttl],
+                )
+            }
+            // An unlock that publishes nothing: no channel, no publish command.
+            None => eval(
+                UNLOCK,
+                &[&self.key],
+                &[&self.field, &ttl, &empty, &empty, &ms(0)],
+            ),
+        }
+    }
+
+    /// An unlock's decision: the error a quorum gave, else [`unlocked`] in the script's own
+    /// constants where it has them.
+    fn unlock_decision(&self, ballots: &Ballots) -> Decision {
+        if let Some(e) = agreed_error(ballots) {
+            return Decision::Unlocked(e, false);
+        }
+        let reply = unlocked(ballots);
+        let released = reply == Reply::Integer(1);
+        // The script's own constants for nil (not held), 0 (still held) and 1 (released).
+        let reply = match (self.unlock_replies, &reply) {
+            (Some([not_held, _, _]), Reply::Nil) => super::lock::constant(not_held),
+            (Some([_, kept, _]), Reply::Integer(0)) => super::lock::constant(kept),
+            (Some([_, _, released]), Reply::Integer(1)) => super::lock::constant(released),
+            _ => reply,
+        };
+        Decision::Unlocked(reply, released)
+    }
+
+    /// A renewal's decision: per lock, 1 when a quorum renewed it and the new TTL is `valid`,
+    /// else 0 (one answer for `Renew`, an array for `RenewAll`); the error a quorum gave.
+    fn renewal_decision(&self, ballots: &Ballots, valid: bool) -> Decision {
+        if let Some(e) = agreed_error(ballots) {
+            return Decision::Renewed(e, None);
+        }
+        let n = 1 + self.also.len();
+        let renewed: Vec<Reply> = (0..n)
+            .map(|i| {
+                let renewed = |r: &Reply| match r {
+                    Reply::Array(codes) if codes.len() == n => renewed_code(&codes[i]),
+                    _ => false,
+                };
+                let ok = valid && ballots.agree(renewed);
+                if !ok {
+                    debug!(
+                        renewed = ballots.count(renewed),
+                        "hash lock renewal refused"
+                    );
+                }
+                Reply::Integer(i64::from(ok))
+            })
+            .collect();
+        let one = self.op == HashOp::Renew && self.also.is_empty();
+        let holds = match renewed.first() {
+            Some(Reply::Integer(1)) if one => agreed_holds(ballots),
+            _ => None,
+        };
+        match self.op {
+            HashOp::RenewAll => Decision::Renewed(Reply::Array(renewed), holds),
+            _ => {
+                let reply = renewed.into_iter().next().unwrap_or(Reply::Integer(0));
+                Decision::Renewed(reply, holds)
+            }
+        }
+    }
 }
 
 /// What a master did with an acquisition.
@@ -306,66 +655,13 @@ fn granted(r: &Reply) -> bool {
     matches!(took(r), Took::Created | Took::Reentered)
 }
 
-async fn acquire(proxy: Arc<Proxy>, op: HashLockOp, held: crate::keylock::Held) -> Reply {
-    let ttl = ms(op.ttl_ms);
-    let retention = ms(fence::retention(&proxy) as i64);
-    let req = match &op.counter {
-        None => eval(LOCK, &[&op.key], &[&ttl, &op.field]),
-        Some(counter) => eval(LOCK, &[&op.key, counter], &[&ttl, &op.field, &retention]),
-    };
-    let start = Instant::now();
-    let deadline = start + proxy.config().node_timeout();
-    let mut vote = ask_timed(&proxy.masters(), Request::Same(req), 1, deadline);
-    // The member set of this operation, for its token and its undo too.
-    let masters = vote.masters().clone();
-    let ballots = vote.decide_by(granted).await.clone();
-    let yes = ballots.count(granted);
-    let ttl_left = Duration::from_millis(op.ttl_ms as u64);
-    let min = Duration::from_millis(proxy.config().min_validity_ms);
-    let valid = || {
-        validity(ttl_left, start.elapsed(), proxy.config().drift_factor).is_some_and(|v| v > min)
-    };
-    if ballots.agree(granted) && valid() {
-        let token = match &op.counter {
-            None => Some(0),
-            Some(counter) => mint(&proxy, &masters, &ballots, counter, &retention).await,
-        };
-        // A fenced grant counts only once its token is on a quorum, still within validity.
-        if let Some(token) = token.filter(|_| valid()) {
-            Counters::bump(&proxy.counters().grants);
-            drop(held);
-            return match (op.op, op.replies) {
-                (HashOp::FencedAcquireToken, _) => {
-                    Reply::Array(vec![Reply::Integer(-1), Reply::Integer(token)])
-                }
-                (_, Some((ok, _))) => super::lock::constant(ok),
-                _ => Reply::Nil,
-            };
-        }
+/// How renewals' answers count as alike: by the locks they renewed, whatever hold counts they
+/// name.
+fn renewals(r: &Reply) -> Result<Vec<bool>, Reply> {
+    match r {
+        Reply::Array(codes) => Ok(codes.iter().map(renewed_code).collect()),
+        other => Err(other.clone()),
     }
-    debug!(yes, quorum = ?ballots.quorum, "hash lock refused");
-    Counters::bump(&proxy.counters().denials);
-    let hint = wait_hint(&ballots);
-    let refused = match (agreed_error(&ballots), op.op) {
-        // The key is no hash lock (`WRONGTYPE`): the error, as one Redis answers it.
-        (Some(e), _) => e,
-        (None, HashOp::FencedAcquireToken) => {
-            Reply::Array(vec![Reply::Integer(hint), Reply::Integer(-1)])
-        }
-        (None, _) => match op.replies {
-            Some((_, no)) => super::lock::constant(no),
-            None => Reply::Integer(hint),
-        },
-    };
-    // The client has its answer; the undo waits for every answer still due (until the node
-    // deadline), so it knows which masters created and which re-entered, and the key stays in
-    // turn until it is queued. Counter increments stay: tokens only need to grow.
-    tokio::spawn(async move {
-        let ballots = vote.finish().await;
-        undo(&proxy, &masters, &ballots, &op);
-        drop(held);
-    });
-    refused
 }
 
 /// A fenced grant's token: the largest counter value among the masters that granted, and at
@@ -381,7 +677,6 @@ async fn mint(
     masters: &Masters,
     ballots: &Ballots,
     counter: &Bytes,
-    retention: &Bytes,
 ) -> Option<i64> {
     let counted = ballots.replies.iter().flatten().filter_map(|r| match r {
         Reply::Array(c) if granted(r) => match c.get(1) {
@@ -392,7 +687,7 @@ async fn mint(
     });
     let token = counted.max()?.max(fence::now_us() as i64);
     let value = ms(token);
-    let raise = eval(RAISE, &[counter], &[&value, retention]);
+    let raise = eval(RAISE, &[counter], &[&value, &retention(proxy.config())]);
     let each: Vec<Option<Bytes>> = ballots
         .replies
         .iter()
@@ -416,80 +711,6 @@ fn wait_hint(ballots: &Ballots) -> i64 {
     match ballots.quorum_th(taken, |t| *t) {
         Some(t) if t > 0 => t,
         _ => rand::random_range(5..=50),
-    }
-}
-
-/// Undoes a refused acquisition where it wrote: a creation is deleted, a re-entry counted down.
-/// A master whose outcome is unknown is treated as a creation, unless some master reported a
-/// re-entry (the caller held the lock already, and deleting its hold there could take away a
-/// grant it still relies on; what the attempt may have added there expires with its TTL).
-fn undo(proxy: &Proxy, masters: &Masters, ballots: &Ballots, op: &HashLockOp) {
-    let reentry = ballots.count(|r| took(r) == Took::Reentered) > 0;
-    let mut sent = false;
-    for (i, m) in masters.iter().enumerate() {
-        let script = match ballots.replies[i].as_ref().map(took) {
-            Some(Took::Created) => UNDO_CREATE,
-            Some(Took::Reentered) => UNDO_REENTER,
-            Some(_) => continue,
-            None if ballots.may_have_run(i) && !reentry => UNDO_CREATE,
-            None => continue,
-        };
-        m.send(eval(script, &[&op.key], &[&op.field]), 1, None);
-        sent = true;
-    }
-    if sent {
-        Counters::bump(&proxy.counters().rollbacks);
-    }
-}
-
-async fn unlock(proxy: &Proxy, op: &HashLockOp) -> Reply {
-    let empty = Bytes::new();
-    // The TTL set where a hold is left; none for an unlock that leaves it as it was.
-    let ttl = if op.keeps_ttl {
-        empty.clone()
-    } else {
-        ms(op.ttl_ms)
-    };
-    let req = match (&op.publish, op.unlock_replies) {
-        (Some(p), _) => {
-            let mut keys = vec![&op.key, &p.channel];
-            let latch_ttl = op.latch.as_ref().map_or(ms(0), |(latch, ttl)| {
-                keys.push(latch);
-                ms(*ttl)
-            });
-            eval(
-                UNLOCK,
-                &keys,
-                &[&op.field, &ttl, &p.command, &p.message, &latch_ttl],
-            )
-        }
-        // An unlock that publishes nothing: no channel, no publish command.
-        (None, Some(_)) if op.latch.is_none() => eval(
-            UNLOCK,
-            &[&op.key],
-            &[&op.field, &ttl, &empty, &empty, &ms(0)],
-        ),
-        _ => return Reply::from(Error::UnlockWithoutChannel),
-    };
-    let deadline = Instant::now() + proxy.config().node_timeout();
-    // Decided as soon as a quorum answered alike; a master still due has published or not by
-    // itself, and the answer a quorum gave stands either way.
-    let ballots = ask(&proxy.masters(), Request::Same(req), 1, deadline)
-        .outcome()
-        .await;
-    if let Some(e) = agreed_error(&ballots) {
-        return e;
-    }
-    let reply = unlocked(&ballots);
-    if reply == Reply::Integer(1) {
-        Counters::bump(&proxy.counters().releases);
-    }
-    // The script's own constants for nil (not held), 0 (still held) and 1 (released).
-    match (op.unlock_replies, &reply) {
-        (Some([not_held, _, _]), Reply::Nil) => super::lock::constant(not_held),
-        (Some([_, kept, _]), Reply::Integer(0)) => super::lock::constant(kept),
-        (Some([_, _, released]), Reply::Integer(1)) => super::lock::constant(released),
-        _ => reply,
     }
 }
 
@@ -530,133 +751,134 @@ fn unlocked(ballots: &Ballots) -> Reply {
     }
 }
 
-/// Renews the locks of `op` in their turn (`held`: passed on to a quorum repair after a granted
-/// renewal of one lock, else freed with the answer).
-async fn renew(proxy: &Arc<Proxy>, op: &HashLockOp, held: crate::keylock::Held) -> Reply {
-    let locks: Vec<(&Bytes, &Bytes)> = std::iter::once((&op.key, &op.field))
-        .chain(op.also.iter().map(|(k, f)| (k, f)))
-        .collect();
-    let keys: Vec<&Bytes> = locks.iter().map(|(k, _)| *k).collect();
-    let ttl = ms(op.ttl_ms);
-    let mut args: Vec<&[u8]> = vec![&ttl];
-    args.extend(locks.iter().map(|(_, f)| f.as_ref()));
-    let req = eval(RENEW, &keys, &args);
-    let start = Instant::now();
-    let deadline = start + proxy.config().node_timeout();
-    let mut vote = ask(&proxy.masters(), Request::Same(req), 1, deadline);
-    // Alike when they renewed the same locks, whatever hold counts they name.
-    let ballots = vote
-        .decide_by(|r| match r {
-            Reply::Array(codes) => Ok(codes.iter().map(renewed_code).collect::<Vec<bool>>()),
-            other => Err(other.clone()),
-        })
-        .await;
-    if let Some(e) = agreed_error(ballots) {
-        return e;
-    }
-    let left = validity(
-        Duration::from_millis(op.ttl_ms as u64),
-        start.elapsed(),
-        proxy.config().drift_factor,
-    );
-    let min = Duration::from_millis(proxy.config().min_validity_ms);
-    let valid = left.is_some_and(|v| v > min);
-    let renewed: Vec<Reply> = (0..locks.len())
-        .map(|i| {
-            let renewed = |r: &Reply| match r {
-                Reply::Array(codes) if codes.len() == locks.len() => renewed_code(&codes[i]),
-                _ => false,
-            };
-            let yes = ballots.count(renewed);
-            let ok = valid && ballots.agree(renewed);
-            if !ok {
-                debug!(renewed = yes, "hash lock renewal refused");
-            }
-            Reply::Integer(i64::from(ok))
-        })
-        .collect();
-    if op.op == HashOp::Renew && op.also.is_empty() && renewed.first() == Some(&Reply::Integer(1)) {
-        repair_after(proxy, &op.key, &op.field, op.ttl_ms, vote, start, held);
-    }
-    match op.op {
-        HashOp::RenewAll => Reply::Array(renewed),
-        _ => renewed.into_iter().next().unwrap_or(Reply::Integer(0)),
-    }
+/// Takes back what a refused acquisition `op` plans to undo ([`Operation::undo`]) once every
+/// answer of its `vote` still due is in (until the node deadline), so the plan knows where the
+/// attempt landed; the keys stay in turn (`held`) until the undo is queued. The caller has its
+/// answer already.
+pub(super) fn undo_once_answered<O: Operation>(proxy: Arc<Proxy>, op: O, vote: Vote, held: Held) {
+    tokio::spawn(async move {
+        let masters = vote.masters().clone();
+        let ballots = vote.finish().await;
+        take_back(&proxy, &masters, op.undo(&ballots, None));
+        drop(held);
+    });
 }
 
-async fn force(proxy: &Proxy, op: &HashLockOp) -> Reply {
-    let Some(p) = &op.publish else {
-        return Reply::from(Error::ForceWithoutChannel);
-    };
-    let req = eval(FORCE, &[&op.key, &p.channel], &[&p.command, &p.message]);
-    let deadline = Instant::now() + proxy.config().node_timeout();
-    let ballots = ask(&proxy.masters(), Request::Same(req), 1, deadline)
-        .outcome()
-        .await;
+/// A forced unlock's answer (a read–write or fair lock's too): 1 when a quorum deleted the
+/// lock, else 0 when a quorum answered 1 or 0; fewer answers than that are no answer.
+pub(super) fn forced(ballots: &Ballots) -> Reply {
     if !ballots.agree(|r| matches!(r, Reply::Integer(0 | 1))) {
         return Reply::from(Error::NoQuorumUnlock);
     }
     Reply::Integer(i64::from(ballots.agree(|r| *r == Reply::Integer(1))))
 }
 
+/// A lease's renewal of one hash lock: [`HashOp::Renew`]'s phases, but its vote is decided as
+/// soon as a quorum renewed or no longer can (every other answer is one "no").
+struct LeaseRenewal(HashLockOp);
+
+impl Operation for LeaseRenewal {
+    type Decision = Decision;
+
+    fn lock(&self) -> Lock<'_> {
+        self.0.lock()
+    }
+
+    fn verb(&self) -> Verb {
+        self.0.verb()
+    }
+
+    fn request(&self, masters: &Masters, cfg: &Config) -> Request {
+        self.0.request(masters, cfg)
+    }
+
+    fn poll_vote(&self, vote: &mut Vote, cx: &mut Context<'_>) -> Poll<()> {
+        vote.poll_decide_yes(cx, renewed_one)
+    }
+
+    fn decide(&self, ballots: &Ballots, elapsed: Duration, cfg: &Config) -> Decision {
+        self.0.decide(ballots, elapsed, cfg)
+    }
+
+    fn answer(&self, p: &Proxy, d: Decision, v: &mut Vote, c: &Clock) -> Result<Reply, Decision> {
+        self.0.answer(p, d, v, c)
+    }
+
+    fn rest(self, proxy: Arc<Proxy>, decision: Decision, voted: Voted) -> Later {
+        self.0.rest(proxy, decision, voted)
+    }
+}
+
 /// A lease's renewal of the hash lock `key` held by `field`: a quorum `PEXPIRE` to `ttl_ms`
 /// where the hash holds the field (Redisson's watchdog renewal), in the key's turn, under
 /// Redlock's validity rule.
 pub async fn renew_lease(proxy: &Arc<Proxy>, key: &Bytes, field: &Bytes, ttl_ms: i64) -> Renewal {
-    let held = proxy
-        .keylocks()
-        .enqueue(std::slice::from_ref(key))
-        .ready()
-        .await;
-    let ttl = ms(ttl_ms);
-    let req = eval(RENEW, &[key], &[&ttl, field]);
-    let start = Instant::now();
-    let deadline = start + proxy.config().node_timeout();
-    let renewed = |r: &Reply| matches!(r, Reply::Array(c) if c.len() == 1 && renewed_code(&c[0]));
+    let op = LeaseRenewal(HashLockOp::renewal(key.clone(), field.clone(), ttl_ms));
+    let held = op.turn(proxy.keylocks()).ready().await;
+    let (decided, vote, clock) = super::runner::decide(proxy, &op).await;
     let gone = |r: &Reply| matches!(r, Reply::Array(c) if matches!(c.as_slice(), [Reply::Integer(0 | -3)]));
-    let mut vote = ask(&proxy.masters(), Request::Same(req), 1, deadline);
-    let ballots = vote.decide_by(renewed).await;
-    let min = Duration::from_millis(proxy.config().min_validity_ms);
-    let valid = validity(
-        Duration::from_millis(ttl_ms as u64),
-        start.elapsed(),
-        proxy.config().drift_factor,
-    )
-    .is_some_and(|v| v > min);
-    if valid && ballots.agree(renewed) {
-        repair_after(proxy, key, field, ttl_ms, vote, start, held);
-        Renewal::Renewed
-    } else if ballots.agree(gone) {
-        Renewal::Gone
-    } else {
-        Renewal::Failed(
+    match decided {
+        Decision::Renewed(Reply::Integer(1), holds) => {
+            if let Some(holds) = holds {
+                repair_after(proxy, &op.0, holds, vote, clock, held);
+            }
+            Renewal::Renewed
+        }
+        _ if vote.ballots().agree(gone) => Renewal::Gone,
+        _ => Renewal::Failed(
             "fewer than a quorum of masters renewed the hash lock in time",
-            super::lock::Answered::of(&vote),
-        )
+            Answered::of(&vote),
+        ),
+    }
+}
+
+/// A lease's release of a hash lock when its holder's connection closed: deleted on every
+/// master where the hash holds the holder's field, however many holds it counts.
+struct ReleaseHeld {
+    key: Bytes,
+    field: Bytes,
+}
+
+impl Operation for ReleaseHeld {
+    /// How many masters deleted it.
+    type Decision = Reply;
+
+    fn lock(&self) -> Lock<'_> {
+        hash_lock(&self.key, Holder::Field(&self.field), 0)
+    }
+
+    fn verb(&self) -> Verb {
+        Verb::Release
+    }
+
+    fn request(&self, _: &Masters, _: &Config) -> Request {
+        Request::Same(eval(RELEASE_HELD, &[&self.key], &[&self.field]))
+    }
+
+    fn decide(&self, ballots: &Ballots, _: Duration, _: &Config) -> Reply {
+        Reply::Integer(ballots.count(|r| *r == Reply::Integer(1)) as i64)
+    }
+
+    fn answer(&self, _: &Proxy, deleted: Reply, _: &mut Vote, _: &Clock) -> Result<Reply, Reply> {
+        Ok(deleted)
+    }
+
+    fn rest(self, _: Arc<Proxy>, deleted: Reply, _: Voted) -> Later {
+        Box::pin(std::future::ready(deleted))
     }
 }
 
 /// Releases the hash lock `key` where it holds `field` (a lease's release when its holder's
 /// connection closed), on every master, in the key's turn; answers how many masters deleted it.
 pub fn release_held(proxy: &Arc<Proxy>, key: Bytes, field: Bytes) -> Action {
-    let keys = [key.clone()];
-    super::action::in_turn(proxy, &keys, move |proxy| async move {
-        let req = eval(RELEASE_HELD, &[&key], &[&field]);
-        let deadline = Instant::now() + proxy.config().node_timeout();
-        let ballots = ask(&proxy.masters(), Request::Same(req), 1, deadline)
-            .outcome()
-            .await;
-        Reply::Integer(ballots.count(|r| *r == Reply::Integer(1)) as i64)
-    })
+    super::runner::run(proxy, ReleaseHeld { key, field })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    use crate::quorum::scripted::ballots;
-
-    use crate::quorum::scripted::codes;
+    use crate::lockop::Lit;
+    use crate::quorum::scripted::{ballots, codes};
 
     #[test]
     fn a_renewal_is_repaired_only_where_the_hash_is_missing() {
@@ -706,6 +928,111 @@ mod tests {
         // Fewer than a quorum found it taken: a short random wait.
         let b = ballots(vec![Some(Reply::Integer(9000)), codes(&[1]), None]);
         assert!((5..=50).contains(&wait_hint(&b)));
+    }
+
+    fn op(op: HashOp) -> HashLockOp {
+        let (key, field) = (Bytes::from_static(b"lock"), Bytes::from_static(b"uuid:1"));
+        HashLockOp {
+            op,
+            ..HashLockOp::renewal(key, field, 10_000)
+        }
+    }
+
+    const FAST: Duration = Duration::from_millis(10);
+
+    #[test]
+    fn a_refused_acquisition_is_undone_where_it_wrote() {
+        use crate::backend::BackendError;
+        let o = op(HashOp::Acquire);
+        let script = |s| Some(eval(s, &[&o.key], &[&o.field]));
+        let (create, reenter) = (script(UNDO_CREATE), script(UNDO_REENTER));
+        // Created on the first, taken on the second (it wrote nothing), an error on the fourth;
+        // the third has not answered and may have created the lock; the fifth was down and
+        // never got the attempt.
+        let mut b = ballots(vec![
+            codes(&[1]),
+            Some(Reply::Integer(900)),
+            None,
+            Some(Reply::static_error("ERR x")),
+            None,
+        ]);
+        b.failed[4] = Some(BackendError::Down);
+        assert_eq!(
+            o.undo(&b, None),
+            vec![create.clone(), None, create.clone(), None, None]
+        );
+        // A re-entry: counted down there; the caller held the lock already, so a master
+        // without an answer is left to expire rather than have a hold it relies on deleted.
+        let b = ballots(vec![codes(&[2, 7]), codes(&[1]), None]);
+        assert_eq!(o.undo(&b, None), vec![reenter, create, None]);
+        // Nothing written anywhere: nothing to send, and no roll-back to count.
+        let b = ballots(vec![Some(Reply::Integer(900)), Some(Reply::Integer(800))]);
+        assert_eq!(o.undo(&b, None), vec![None, None]);
+    }
+
+    #[test]
+    fn decisions_follow_the_quorum_within_validity() {
+        let cfg = Config::default();
+        let late = Duration::from_millis(9_950);
+        // A creation and a re-entry make a quorum of three, while the TTL is still valid.
+        let acquire = op(HashOp::Acquire);
+        let b = ballots(vec![codes(&[1]), codes(&[2]), Some(Reply::Integer(900))]);
+        assert_eq!(acquire.decide(&b, FAST, &cfg), Decision::Acquired(true));
+        assert_eq!(acquire.decide(&b, late, &cfg), Decision::Acquired(false));
+        let b = ballots(vec![codes(&[1]), Some(Reply::Integer(900)), None]);
+        assert_eq!(acquire.decide(&b, FAST, &cfg), Decision::Acquired(false));
+        // A renewal of one lock names the hold count a quorum agree on, for its repair.
+        let renew = op(HashOp::Renew);
+        let b = ballots(vec![codes(&[2]), codes(&[2]), codes(&[-3])]);
+        assert_eq!(
+            renew.decide(&b, FAST, &cfg),
+            Decision::Renewed(Reply::Integer(1), Some(2))
+        );
+        let b = ballots(vec![codes(&[2]), codes(&[3]), codes(&[-3])]);
+        assert_eq!(
+            renew.decide(&b, FAST, &cfg),
+            Decision::Renewed(Reply::Integer(1), None)
+        );
+        assert_eq!(
+            renew.decide(&b, late, &cfg),
+            Decision::Renewed(Reply::Integer(0), None)
+        );
+        // Many locks: one answer each, and no repair.
+        let all = HashLockOp {
+            also: vec![(Bytes::from_static(b"other"), Bytes::from_static(b"uuid:2"))],
+            ..op(HashOp::RenewAll)
+        };
+        let b = ballots(vec![codes(&[1, 0]), codes(&[1, -3]), codes(&[1, 1])]);
+        assert_eq!(
+            all.decide(&b, FAST, &cfg),
+            Decision::Renewed(
+                Reply::Array(vec![Reply::Integer(1), Reply::Integer(0)]),
+                None
+            )
+        );
+        // An unlock counts a release by the majority's answer, whatever constant the script
+        // gives it.
+        let unlock = HashLockOp {
+            unlock_replies: Some([Lit::Int(-1), Lit::Int(5), Lit::Int(6)]),
+            ..op(HashOp::Unlock)
+        };
+        let b = ballots(vec![codes(&[2]), codes(&[2]), None]);
+        assert_eq!(
+            unlock.decide(&b, FAST, &cfg),
+            Decision::Unlocked(Reply::Integer(6), true)
+        );
+        let b = ballots(vec![codes(&[1]), codes(&[1]), codes(&[2])]);
+        assert_eq!(
+            unlock.decide(&b, FAST, &cfg),
+            Decision::Unlocked(Reply::Integer(5), false)
+        );
+        // A forced unlock: 1 when a quorum deleted it.
+        let force = op(HashOp::ForceUnlock);
+        let b = ballots(vec![Some(Reply::Integer(1)), Some(Reply::Integer(1)), None]);
+        assert_eq!(
+            force.decide(&b, FAST, &cfg),
+            Decision::Forced(Reply::Integer(1))
+        );
     }
 
     #[test]

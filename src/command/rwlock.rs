@@ -34,21 +34,29 @@
 //!
 //! Why one holder: see docs/design.md ("Read–write and fair locks"). TTLs are capped by
 //! `max_ttl_ms` like every lock's.
+//!
+//! Each is an [`Operation`] of the one quorum runner ([`super::runner`]): the client's script
+//! is what each master is sent, the rules above decide, and a refusal's roll-back (or a fair
+//! grant's leaving the other queues) is a request per master, planned without the network.
 
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::time::Instant;
 use tracing::debug;
 
-use super::action::Action;
+use super::action::{Action, Later};
+use super::hashlock::{forced, undo_once_answered};
+use super::runner::{Clock, Operation, Voted, send_each, valid};
+use crate::config::Config;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::keylock::Held;
+use crate::lockop::{Holder, Holds, Lock, Mode, Verb};
 use crate::lua::redisson::{RedissonOp, RedissonScript};
 use crate::proxy::Proxy;
-use crate::quorum::{Ballots, Masters, Request, ask, ask_timed, validity};
+use crate::quorum::{Ballots, Masters, Request, Vote};
 use crate::wire::master::{command, eval};
 use crate::wire::reply::Reply;
 use crate::wire::resp::parse_int;
@@ -89,6 +97,17 @@ pub struct RwLockOp {
     /// The client's script, where the masters run it wrapped (acquisitions): an error it
     /// raises then names the wrapper's SHA (see [`as_clients`]).
     pub wrapped: Option<Bytes>,
+}
+
+/// What the masters' replies decided for a [`RwLockOp`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// An acquisition: a quorum took the lock within the validity of its TTL, or not.
+    Acquired(bool),
+    /// An unlock's answer, and whether it released the lock (counted).
+    Unlocked(Reply, bool),
+    /// The answer of any other operation.
+    Answered(Reply),
 }
 
 /// Binds a recognised script to one call. `None` when the call does not fit its layout (it then
@@ -177,7 +196,8 @@ fn wrap(body: &[u8], field_arg: usize) -> Option<Vec<u8>> {
     Some(w)
 }
 
-/// Runs a read–write or fair lock operation as a quorum operation.
+/// Runs a read–write or fair lock operation as a quorum operation (see [`super::runner`]),
+/// once its TTL is within the cap.
 pub fn run(proxy: &Arc<Proxy>, op: RwLockOp) -> Action {
     use RedissonOp::*;
     let max = proxy.config().max_ttl_ms;
@@ -196,19 +216,7 @@ pub fn run(proxy: &Arc<Proxy>, op: RwLockOp) -> Action {
             .into();
         }
     }
-    let keys = op.keys.clone();
-    super::action::in_turn_held(proxy, &keys, move |proxy, held| async move {
-        match op.op {
-            ReadAcquire | WriteAcquire | FairAcquire | FairTryAcquire => {
-                acquire(proxy, op, held).await
-            }
-            _ => {
-                let reply = settle(&proxy, &op).await;
-                drop(held);
-                reply
-            }
-        }
-    })
+    super::runner::run(proxy, op)
 }
 
 /// A master granted the acquisition (the wrapped script's `{held_before}`).
@@ -264,57 +272,176 @@ fn agreed_error(ballots: &Ballots) -> Option<Reply> {
     e.cloned()
 }
 
-async fn acquire(proxy: Arc<Proxy>, op: RwLockOp, held: Held) -> Reply {
-    let start = Instant::now();
-    let deadline = start + proxy.config().node_timeout();
-    // One member set for the whole acquisition: its vote and its roll-back or unqueueing.
-    let masters = proxy.masters();
-    let mut vote = ask_timed(&masters, Request::Same(op.request.clone()), 1, deadline);
-    let ballots = vote.decide_by(granted).await.clone();
-    let yes = ballots.count(granted);
-    let min = Duration::from_millis(proxy.config().min_validity_ms);
-    let valid = validity(
-        Duration::from_millis(op.ttl_ms as u64),
-        start.elapsed(),
-        proxy.config().drift_factor,
-    )
-    .is_some_and(|v| v > min);
-    if ballots.agree(granted) && valid {
-        Counters::bump(&proxy.counters().grants);
-        if op.op == RedissonOp::FairAcquire {
-            // The caller was queued where a master refused it: it leaves those queues once
-            // they have answered, still in the lock's turn.
-            tokio::spawn(async move {
-                let ballots = vote.finish().await;
-                unqueue(&masters, &ballots, &op);
-                drop(held);
-            });
-        } else {
-            drop(held);
+impl Operation for RwLockOp {
+    type Decision = Decision;
+
+    /// The lock's own key first; a read lock (and its watchdog, and `isLocked()`) is shared.
+    fn lock(&self) -> Lock<'_> {
+        use RedissonOp::*;
+        let holder = match self.op {
+            RwForceUnlock | FairForceUnlock | RwIsLocked => Holder::Anyone,
+            _ => Holder::Field(&self.field),
+        };
+        let (mode, admits) = match self.op {
+            ReadAcquire | RwRenew | RwRenewOne | RwIsLocked => (Mode::Shared, u32::MAX),
+            _ => (Mode::Exclusive, 1),
+        };
+        Lock {
+            keys: &self.keys,
+            holder,
+            mode,
+            holds: Holds::Counted,
+            admits,
+            ttl_ms: self.ttl_ms,
         }
-        return Reply::Nil;
     }
-    debug!(
-        yes,
-        quorum = ballots.quorum.size(),
-        "read-write or fair lock refused"
-    );
-    Counters::bump(&proxy.counters().denials);
-    let refused = match agreed_error(&ballots) {
-        Some(e) => as_clients(e, op.wrapped.as_ref()),
-        None if op.op == RedissonOp::FairTryAcquire => Reply::Integer(1),
-        None if op.op == RedissonOp::FairAcquire => Reply::Integer(fair_wait_hint(&ballots)),
-        None => Reply::Integer(wait_hint(&ballots)),
-    };
-    // The client has its answer; the roll-back waits for every answer due (until the node
-    // deadline), so it knows where the grant landed, and the lock stays in turn until it is
-    // queued.
-    tokio::spawn(async move {
-        let ballots = vote.finish().await;
-        undo(&proxy, &masters, &ballots, &op);
-        drop(held);
-    });
-    refused
+
+    fn verb(&self) -> Verb {
+        self.op.verb()
+    }
+
+    fn request(&self, _: &Masters, _: &Config) -> Request {
+        Request::Same(self.request.clone())
+    }
+
+    fn timed(&self) -> bool {
+        self.verb() == Verb::Acquire
+    }
+
+    fn poll_vote(&self, vote: &mut Vote, cx: &mut Context<'_>) -> Poll<()> {
+        match self.verb() {
+            Verb::Acquire => vote.poll_decide_yes(cx, granted),
+            _ => vote.poll_outcome(cx),
+        }
+    }
+
+    fn decide(&self, ballots: &Ballots, elapsed: Duration, cfg: &Config) -> Decision {
+        use RedissonOp::*;
+        let in_time = || valid(self.ttl_ms, elapsed, cfg);
+        if self.verb() == Verb::Acquire {
+            return Decision::Acquired(ballots.agree(granted) && in_time());
+        }
+        if let Some(e) = ballots.majority_error() {
+            return Decision::Answered(e.clone());
+        }
+        let ones = || ballots.agree(|r| *r == Reply::Integer(1));
+        Decision::Answered(match self.op {
+            RwUnlock | FairUnlock => {
+                let reply = unlocked(ballots);
+                let released = reply == Reply::Integer(1);
+                return Decision::Unlocked(reply, released);
+            }
+            RwForceUnlock | FairForceUnlock => forced(ballots),
+            RwRenew => renewed(ballots, self.keys.len() / 2, in_time()),
+            RwRenewOne => Reply::Integer(i64::from(in_time() && ones())),
+            RwIsLocked => Reply::Integer(i64::from(ones())),
+            _ if !ballots.agree(|_| true) => Reply::from(Error::NoQuorumUnlock),
+            _ => Reply::Nil,
+        })
+    }
+
+    /// Rolls a refused acquisition back where a master granted it, and where its answer never
+    /// came but the script may have run, unless some master said the caller held the lock
+    /// before (then the attempt may have been a re-entry there too, and one hold less could
+    /// take a hold the caller relies on; a stale hold expires with its TTL).
+    fn undo(&self, ballots: &Ballots, _: Option<&Ballots>) -> Vec<Option<Bytes>> {
+        let reentry = ballots.count(reentered) > 0;
+        let mut keys = vec![&self.keys[0]];
+        if self.op == RedissonOp::ReadAcquire {
+            keys.push(&self.keys[1]);
+        }
+        let req = eval(UNDO, &keys, &[&self.field]);
+        let due = |i: usize| match &ballots.replies[i] {
+            Some(r) => granted(r),
+            None => ballots.may_have_run(i) && !reentry,
+        };
+        (0..ballots.replies.len())
+            .map(|i| due(i).then(|| req.clone()))
+            .collect()
+    }
+
+    fn answer(
+        &self,
+        proxy: &Proxy,
+        decision: Decision,
+        _: &mut Vote,
+        _: &Clock,
+    ) -> Result<Reply, Decision> {
+        match decision {
+            // A fair grant also leaves the other queues once every answer is in (see `rest`).
+            Decision::Acquired(true) if self.op != RedissonOp::FairAcquire => {
+                Counters::bump(&proxy.counters().grants);
+                Ok(Reply::Nil)
+            }
+            Decision::Acquired(_) => Err(decision),
+            Decision::Unlocked(reply, released) => {
+                if released {
+                    Counters::bump(&proxy.counters().releases);
+                }
+                Ok(reply)
+            }
+            Decision::Answered(reply) => Ok(reply),
+        }
+    }
+
+    /// A fair grant's leaving the queues where it was refused, a refusal's roll-back.
+    fn rest(self, proxy: Arc<Proxy>, decision: Decision, voted: Voted) -> Later {
+        let Voted { vote, held, .. } = voted;
+        let reply = match decision {
+            Decision::Acquired(true) => {
+                Counters::bump(&proxy.counters().grants);
+                // The caller was queued where a master refused it: it leaves those queues once
+                // they have answered, still in the lock's turn.
+                tokio::spawn(async move {
+                    let masters = vote.masters().clone();
+                    let ballots = vote.finish().await;
+                    send_each(&masters, self.unqueue(&ballots));
+                    drop(held);
+                });
+                Reply::Nil
+            }
+            Decision::Acquired(false) => self.refuse(proxy, vote, held),
+            // Answered by the first round (see `answer`).
+            Decision::Unlocked(reply, _) | Decision::Answered(reply) => reply,
+        };
+        Box::pin(std::future::ready(reply))
+    }
+}
+
+impl RwLockOp {
+    /// A refused acquisition, counted and answered: a refusing quorum's error, or what one
+    /// Redis would answer (see [`wait_hint`], [`fair_wait_hint`]; `1` for the fair lock's
+    /// `tryLock()` without a wait). The client has its answer; the roll-back waits for every
+    /// answer due (until the node deadline), so it knows where the grant landed, and the lock
+    /// stays in turn until it is queued.
+    fn refuse(self, proxy: Arc<Proxy>, vote: Vote, held: Held) -> Reply {
+        let ballots = vote.ballots();
+        debug!(
+            yes = ballots.count(granted),
+            quorum = ballots.quorum.size(),
+            "read-write or fair lock refused"
+        );
+        Counters::bump(&proxy.counters().denials);
+        let refused = match agreed_error(ballots) {
+            Some(e) => as_clients(e, self.wrapped.as_ref()),
+            None if self.op == RedissonOp::FairTryAcquire => Reply::Integer(1),
+            None if self.op == RedissonOp::FairAcquire => Reply::Integer(fair_wait_hint(ballots)),
+            None => Reply::Integer(wait_hint(ballots)),
+        };
+        undo_once_answered(proxy, self, vote, held);
+        refused
+    }
+
+    /// After a fair grant, the caller leaves the queue of every master that did not grant it:
+    /// a request per master (not counted as a roll-back: nothing of the grant is undone).
+    fn unqueue(&self, ballots: &Ballots) -> Vec<Option<Bytes>> {
+        let req = eval(UNQUEUE, &[&self.keys[1], &self.keys[2]], &[&self.field]);
+        ballots
+            .replies
+            .iter()
+            .map(|r| (!r.as_ref().is_some_and(granted)).then(|| req.clone()))
+            .collect()
+    }
 }
 
 /// The refusal's wait: the quorum-th largest among the masters that refused with a wait; when
@@ -340,106 +467,6 @@ fn fair_wait_hint(ballots: &Ballots) -> i64 {
     match waits(ballots).filter(|t| *t > 0).min() {
         Some(t) if waits(ballots).all(|o| o > 0) => t,
         _ => rand::random_range(5..=50),
-    }
-}
-
-/// Rolls a refused acquisition back where a master granted it, and where its answer never came
-/// but the script may have run, unless some master said the caller held the lock before (then
-/// the attempt may have been a re-entry there too, and one hold less could take a hold the
-/// caller relies on; a stale hold expires with its TTL).
-fn undo(proxy: &Proxy, masters: &Masters, ballots: &Ballots, op: &RwLockOp) {
-    let reentry = ballots.count(reentered) > 0;
-    let mut keys = vec![&op.keys[0]];
-    if op.op == RedissonOp::ReadAcquire {
-        keys.push(&op.keys[1]);
-    }
-    let req = eval(UNDO, &keys, &[&op.field]);
-    let mut sent = false;
-    for (i, m) in masters.iter().enumerate() {
-        let due = match &ballots.replies[i] {
-            Some(r) => granted(r),
-            None => ballots.may_have_run(i) && !reentry,
-        };
-        if due {
-            m.send(req.clone(), 1, None);
-            sent = true;
-        }
-    }
-    if sent {
-        Counters::bump(&proxy.counters().rollbacks);
-    }
-}
-
-/// After a fair grant, the caller leaves the queue of every master that did not grant it.
-fn unqueue(masters: &Masters, ballots: &Ballots, op: &RwLockOp) {
-    let req = eval(UNQUEUE, &[&op.keys[1], &op.keys[2]], &[&op.field]);
-    for (i, m) in masters.iter().enumerate() {
-        if !ballots.replies[i].as_ref().is_some_and(granted) {
-            m.send(req.clone(), 1, None);
-        }
-    }
-}
-
-/// Unlocks, forced unlocks, renewals and leaving the queue: the script on every master, the
-/// answer by the quorum.
-async fn settle(proxy: &Proxy, op: &RwLockOp) -> Reply {
-    let start = Instant::now();
-    let deadline = start + proxy.config().node_timeout();
-    let ballots = ask(
-        &proxy.masters(),
-        Request::Same(op.request.clone()),
-        1,
-        deadline,
-    )
-    .outcome()
-    .await;
-    if let Some(e) = ballots.majority_error() {
-        return e.clone();
-    }
-    match op.op {
-        RedissonOp::RwUnlock | RedissonOp::FairUnlock => {
-            let reply = unlocked(&ballots);
-            if reply == Reply::Integer(1) {
-                Counters::bump(&proxy.counters().releases);
-            }
-            reply
-        }
-        RedissonOp::RwForceUnlock | RedissonOp::FairForceUnlock => {
-            if !ballots.agree(|r| matches!(r, Reply::Integer(0 | 1))) {
-                return Reply::from(Error::NoQuorumUnlock);
-            }
-            Reply::Integer(i64::from(ballots.agree(|r| *r == Reply::Integer(1))))
-        }
-        RedissonOp::RwRenew => {
-            let valid = validity(
-                Duration::from_millis(op.ttl_ms as u64),
-                start.elapsed(),
-                proxy.config().drift_factor,
-            )
-            .is_some_and(|v| v > Duration::from_millis(proxy.config().min_validity_ms));
-            renewed(&ballots, op.keys.len() / 2, valid)
-        }
-        RedissonOp::RwRenewOne => {
-            let valid = validity(
-                Duration::from_millis(op.ttl_ms as u64),
-                start.elapsed(),
-                proxy.config().drift_factor,
-            )
-            .is_some_and(|v| v > Duration::from_millis(proxy.config().min_validity_ms));
-            Reply::Integer(i64::from(
-                valid && ballots.agree(|r| *r == Reply::Integer(1)),
-            ))
-        }
-        RedissonOp::RwIsLocked => {
-            Reply::Integer(i64::from(ballots.agree(|r| *r == Reply::Integer(1))))
-        }
-        _ => {
-            if !ballots.agree(|_| true) {
-                Reply::from(Error::NoQuorumUnlock)
-            } else {
-                Reply::Nil
-            }
-        }
     }
 }
 
@@ -505,6 +532,100 @@ mod tests {
                 .to_vec()
         );
         assert!(wrap(b"#!lua flags=no-writes\nreturn 1", 2).is_none());
+    }
+
+    fn rw(op: RedissonOp, keys: &[&'static str]) -> RwLockOp {
+        RwLockOp {
+            op,
+            request: Bytes::new(),
+            keys: keys
+                .iter()
+                .map(|k| Bytes::from_static(k.as_bytes()))
+                .collect(),
+            field: Bytes::from_static(b"uuid:1"),
+            ttl_ms: 10_000,
+            wrapped: None,
+        }
+    }
+
+    /// A master's grant (`{0}`, or `{1}` for a re-entry) and a refusal with a wait.
+    fn said(h: i64) -> Option<Reply> {
+        Some(Reply::Array(vec![Reply::Integer(h)]))
+    }
+
+    fn waited(t: i64) -> Option<Reply> {
+        Some(Reply::Array(vec![Reply::Integer(2), Reply::Integer(t)]))
+    }
+
+    #[test]
+    fn a_refused_acquisition_is_rolled_back_where_it_may_have_been_granted() {
+        use crate::backend::BackendError;
+        let write = rw(RedissonOp::WriteAcquire, &["l"]);
+        let undo = Some(eval(UNDO, &write.keys[..1], &[&write.field]));
+        // Granted on the first, refused on the second; the third has not answered and may
+        // have granted.
+        let b = ballots(vec![said(0), waited(900), None]);
+        assert_eq!(write.undo(&b, None), vec![undo.clone(), None, undo.clone()]);
+        // A master that was down never got the attempt.
+        let mut b = ballots(vec![said(0), waited(900), None]);
+        b.failed[2] = Some(BackendError::Down);
+        assert_eq!(write.undo(&b, None), vec![undo.clone(), None, None]);
+        // A re-entry somewhere: a master without an answer keeps what it may hold.
+        let b = ballots(vec![said(1), waited(900), None]);
+        assert_eq!(write.undo(&b, None), vec![undo, None, None]);
+        // A read hold's timeout key goes with it.
+        let read = rw(RedissonOp::ReadAcquire, &["l", "{l}:timeout"]);
+        let undo = Some(eval(UNDO, &read.keys, &[&read.field]));
+        let b = ballots(vec![said(0), Some(Reply::Nil), waited(900)]);
+        assert_eq!(read.undo(&b, None), vec![undo, None, None]);
+    }
+
+    #[test]
+    fn a_fair_grant_leaves_the_queues_where_it_was_not_granted() {
+        let fair = rw(RedissonOp::FairAcquire, &["l", "queue", "timeouts", "ch"]);
+        let unqueue = Some(eval(UNQUEUE, &fair.keys[1..3], &[&fair.field]));
+        let b = ballots(vec![said(0), said(1), waited(900), None]);
+        assert_eq!(fair.unqueue(&b), vec![None, None, unqueue.clone(), unqueue]);
+    }
+
+    #[test]
+    fn decisions_follow_the_quorum_within_validity() {
+        let cfg = Config::default();
+        let (fast, late) = (Duration::from_millis(10), Duration::from_millis(9_950));
+        let write = rw(RedissonOp::WriteAcquire, &["l"]);
+        let b = ballots(vec![said(0), said(1), waited(900)]);
+        assert_eq!(write.decide(&b, fast, &cfg), Decision::Acquired(true));
+        assert_eq!(write.decide(&b, late, &cfg), Decision::Acquired(false));
+        let one = rw(RedissonOp::RwRenewOne, &["l", "{l}:timeout"]);
+        let i = |n| Some(Reply::Integer(n));
+        let b = ballots(vec![i(1), i(1), i(0)]);
+        assert_eq!(
+            one.decide(&b, fast, &cfg),
+            Decision::Answered(Reply::Integer(1))
+        );
+        assert_eq!(
+            one.decide(&b, late, &cfg),
+            Decision::Answered(Reply::Integer(0))
+        );
+        let unlock = rw(RedissonOp::RwUnlock, &["l", "ch", "latch"]);
+        assert_eq!(
+            unlock.decide(&ballots(vec![i(1), i(1), None]), fast, &cfg),
+            Decision::Unlocked(Reply::Integer(1), true)
+        );
+        let leave = rw(RedissonOp::FairDequeue, &["queue", "timeouts"]);
+        assert_eq!(
+            leave.decide(&ballots(vec![i(1), i(1), None]), fast, &cfg),
+            Decision::Answered(Reply::Nil)
+        );
+        let wrong = Some(Reply::static_error("WRONGTYPE x"));
+        assert_eq!(
+            leave.decide(
+                &ballots(vec![wrong.clone(), wrong.clone(), None]),
+                fast,
+                &cfg
+            ),
+            Decision::Answered(Reply::static_error("WRONGTYPE x"))
+        );
     }
 
     #[test]
