@@ -100,12 +100,7 @@ pub fn fence_key(key: &[u8]) -> Bytes {
 
 /// How long a key's counter is kept after its last token: twice the quarantine window, so a
 /// counter outlives every lock of its key and the restart quarantine of any master.
-pub fn retention(proxy: &Proxy) -> u64 {
-    kept_ms(proxy.config())
-}
-
-/// [`retention`], from the configuration.
-fn kept_ms(cfg: &Config) -> u64 {
+pub fn retention(cfg: &Config) -> u64 {
     2 * cfg.quarantine_window().as_millis() as u64
 }
 
@@ -278,7 +273,7 @@ impl Operation for Round {
 
     fn request(&self, _: &Masters, cfg: &Config) -> Request {
         let keys = [&self.key, &self.fkey];
-        let keep = kept_ms(cfg).to_string();
+        let keep = retention(cfg).to_string();
         let req = match &self.step {
             Step::Single => eval(SINGLE, &keys, &[&self.token]),
             Step::Prepare { above, ballot: b } => {

@@ -276,10 +276,9 @@ fn ms(n: i64) -> Bytes {
     Bytes::from(itoa::Buffer::new().format(n).to_owned())
 }
 
-/// A fenced lock's token counters' retention, in ms: [`fence::retention`]'s, read from the
-/// configuration alone (what a member is sent is built without the proxy).
+/// A fenced lock's token counters' retention, in ms, as an argument: [`fence::retention`].
 fn retention(cfg: &Config) -> Bytes {
-    ms(2 * cfg.quarantine_window().as_millis() as i64)
+    ms(fence::retention(cfg) as i64)
 }
 
 /// A hash lock over `key`, in the lock model's words: one field per holder, counted holds.
