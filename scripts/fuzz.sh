@@ -6,12 +6,16 @@
 # works on a copy, so the repository's corpus only changes when you add to it.
 #
 # Usage: scripts/fuzz.sh [TARGET...]      (default: all four)
+#        scripts/fuzz.sh --build          (only build the targets; scripts/test.sh starts this
+#                                          early, at the lowest priority)
 #   FUZZ_SECONDS   seconds per target (default 20; run longer locally, e.g. FUZZ_SECONDS=3600)
 # A crash, a panic, a timeout (1 s per input) or more than 2 GB of memory fails the run and
 # leaves the reproducer in target/fuzz-artifacts/<target>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-20}
+build_only=false
+[ "${1:-}" = --build ] && { build_only=true; shift; }
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(request reply lua config)
 command -v c++ >/dev/null 2>&1 || scripts/deps.sh fuzz
@@ -23,6 +27,7 @@ export CARGO_TARGET_DIR="$PWD/target/fuzz"
 # libFuzzer).
 host=$(rustc -vV | sed -n 's/^host: //p')
 (cd fuzz && cargo build --release -q --bins --target "$host")
+$build_only && exit 0
 bin="$CARGO_TARGET_DIR/$host/release"
 for t in "${targets[@]}"; do
   work="$(mktemp -d)"

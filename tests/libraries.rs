@@ -70,15 +70,17 @@ fn ports(ms: &[Master]) -> Vec<String> {
 
 /// `DRIVER api PROXY_PORT MASTER_PORT...` (a driver's own checks of the library through the
 /// proxy, with each master read behind it) at N = 3 and 5: the driver prints `ok`. `mode` is
-/// `api` or another of the driver's check modes.
+/// `api` or another of the driver's check modes. The two runs share nothing (masters, proxy,
+/// driver) and mostly wait (leases running out, watchdogs renewing), so they run at once.
 async fn api_at_3_and_5(driver: Worker, mode: &str) {
-    for n in [3, 5] {
+    let at = |n: usize| async move {
         let ms = masters(n);
         let proxy = proxy_for(&ms).await;
         let mut cmd = driver();
         cmd.arg(mode).arg(proxy.port().to_string()).args(ports(&ms));
         assert_eq!(drive(cmd).await.trim(), "ok", "{mode}, N = {n}");
-    }
+    };
+    tokio::join!(at(3), at(5));
 }
 
 /// `{"expected": E, "got": G, "errors": [...]}` from a contention driver, as (E, G, line).
@@ -975,20 +977,34 @@ async fn long_kill_run_loses_no_update() {
     let p = format!("127.0.0.1:{}", proxy_for(&ms).await.port());
     let resources: Vec<String> = libraries.iter().map(|(n, _)| format!("long-{n}")).collect();
     let began = std::time::Instant::now();
-    let limit = Duration::from_secs(if long { 1200 } else { 120 });
+    // A hang shows as a library whose counter stands still for `STUCK` before its workers are
+    // done (checked while the masters are killed); the limit on each worker only ends a run
+    // that still creeps along, however loaded the machine.
+    const STUCK: Duration = Duration::from_secs(60);
+    let limit = Duration::from_secs(if long { 3600 } else { 900 });
     let done = std::sync::atomic::AtomicBool::new(false);
+    let finished: Vec<std::sync::atomic::AtomicBool> = resources
+        .iter()
+        .map(|_| std::sync::atomic::AtomicBool::new(false))
+        .collect();
+    let (p, counter) = (&p, &counter);
     let runs = async {
-        let all = futures_util::future::join_all(libraries.iter().zip(&resources).map(
-            |((_, worker), resource)| {
-                run_n_for(limit, *worker, 3, &p, &counter, resource, iterations, false)
-            },
-        ))
-        .await;
+        let all =
+            futures_util::future::join_all(libraries.iter().zip(&resources).zip(&finished).map(
+                |(((_, worker), resource), finished)| async move {
+                    let run =
+                        run_n_for(limit, *worker, 3, p, counter, resource, iterations, false).await;
+                    finished.store(true, std::sync::atomic::Ordering::SeqCst);
+                    run
+                },
+            ))
+            .await;
         done.store(true, std::sync::atomic::Ordering::SeqCst);
         all
     };
     let faults = async {
         let mut kills = 0usize;
+        let mut seen = vec![(0, std::time::Instant::now()); resources.len()];
         tokio::time::sleep(Duration::from_millis(700)).await;
         while !done.load(std::sync::atomic::Ordering::SeqCst) {
             ms[kills % 3].kill();
@@ -996,6 +1012,18 @@ async fn long_kill_run_loses_no_update() {
             ms[kills % 3].restart();
             kills += 1;
             tokio::time::sleep(Duration::from_millis(1200)).await;
+            for (i, resource) in resources.iter().enumerate() {
+                let now = counter_value(counter, resource).await;
+                if now != seen[i].0 {
+                    seen[i] = (now, std::time::Instant::now());
+                }
+                assert!(
+                    seen[i].1.elapsed() < STUCK
+                        || finished[i].load(std::sync::atomic::Ordering::SeqCst),
+                    "{}: no update in {STUCK:?} (counter {now}), its workers not done: stuck",
+                    libraries[i].0
+                );
+            }
         }
         kills
     };
@@ -1441,19 +1469,15 @@ fn redisson_unfair_mode() -> Command {
     c
 }
 
+/// redisson_rw.py's behaviour checks (`rw-api`, `fair-api`).
+fn redisson_rw_checks() -> Command {
+    python_driver("redisson_rw.py")
+}
+
 /// Runs one of redisson_rw.py's behaviour checks (`rw-api`, `fair-api`) at N = 3 and 5.
 async fn redisson_rw_api(which: &str) {
     let _one_at_a_time = HEAVY.lock().await;
-    for n in [3, 5] {
-        let ms = masters(n);
-        let proxy = proxy_for(&ms).await;
-        let mut cmd = Command::new(python());
-        cmd.arg(clients_dir().join("redisson_rw.py"))
-            .arg(which)
-            .arg(proxy.port().to_string())
-            .args(ports(&ms));
-        assert_eq!(drive(cmd).await.trim(), "ok", "{which}, N = {n}");
-    }
+    api_at_3_and_5(redisson_rw_checks, which).await;
 }
 
 /// Redisson's `RReadWriteLock` (its exact scripts, run as sent on every master and decided by
