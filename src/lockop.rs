@@ -615,7 +615,7 @@ impl HashOp {
 
 /// Where a hash-lock script publishes the release for waiters subscribed to the lock's channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Publish {
+pub struct PublishArgs {
     /// 1-based `KEYS` index of the channel.
     pub channel_key: usize,
     /// 1-based `ARGV` index of the message.
@@ -656,7 +656,7 @@ pub struct HashScript {
     /// that leaves the TTL as it was where a hold is left).
     pub ttl_arg: usize,
     /// Where the release is published (`Unlock`, `ForceUnlock`).
-    pub publish: Option<Publish>,
+    pub publish: Option<PublishArgs>,
     /// The unlock latch, if the unlock keeps one.
     pub latch: Option<Latch>,
     /// The TTL argument's unit (Redisson's: milliseconds; `EXPIRE key ARGV[2]` in the

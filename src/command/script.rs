@@ -24,7 +24,7 @@ use super::args::{Cursor, word};
 use super::hashlock::{HashLockOp, Publication};
 use super::keys::{Cond, SetOptions, SetWrite};
 use super::lease::Leased;
-use super::lock::{LockOp, Publish, Wake};
+use super::lock::{Announcement, LockOp, Wake};
 use super::session::Conn;
 use crate::config::UnknownScripts;
 use crate::error::Error;
@@ -506,7 +506,11 @@ fn bind_ttl(
 
 /// What a releasing script publishes, and where, from the call's keys and arguments; `None`
 /// when a parameter it names is missing.
-fn bind_publish(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Option<Box<Publish>>> {
+fn bind_publish(
+    lock: &LockScript,
+    keys: &[Bytes],
+    argv: &[Bytes],
+) -> Option<Option<Box<Announcement>>> {
     let Some(a) = &lock.announce else {
         return Some(None);
     };
@@ -515,7 +519,7 @@ fn bind_publish(lock: &LockScript, keys: &[Bytes], argv: &[Bytes]) -> Option<Opt
         Param::Arg(j) => argv.get(j.checked_sub(1)?).cloned(),
         Param::Literal(b) => Some(b.clone()),
     };
-    Some(Some(Box::new(Publish {
+    Some(Some(Box::new(Announcement {
         command: a.command.clone(),
         channel: param(&a.channel)?,
         message: param(&a.message)?,

@@ -18,7 +18,7 @@ use bytes::Bytes;
 
 use super::analyse::{self, KeyNow, Layout, Run, TtlNow, Val};
 use super::parse::{self, KeyUse, key_use_block};
-use crate::lockop::{HashOp, HashScript, Latch, Lit, Publish, PublishCommand, TtlUnit};
+use crate::lockop::{HashOp, HashScript, Latch, Lit, PublishArgs, PublishCommand, TtlUnit};
 
 /// The states of the lock key, in this order: missing, held once by the caller, re-entered by
 /// the caller, held by another (index 3).
@@ -343,7 +343,7 @@ fn hash_script(op: HashOp, field_arg: usize, ttl_arg: usize, seconds: bool) -> H
 
 /// One key with a field: an acquisition or renewal (either unit), or an unlock that
 /// publishes nothing.
-fn one_key(cases: &[Case], field: usize, publish: &Option<Publish>) -> Option<HashScript> {
+fn one_key(cases: &[Case], field: usize, publish: &Option<PublishArgs>) -> Option<HashScript> {
     // Acquire and renew both set the TTL where the caller is alone in the hash, in either
     // unit.
     let acquire_or_renew = ttl_in(cases, ONCE, field).and_then(|(t, seconds)| {
@@ -390,7 +390,7 @@ fn one_key(cases: &[Case], field: usize, publish: &Option<Publish>) -> Option<Ha
 }
 
 /// Two keys, no field: a forced unlock that publishes.
-fn force_unlock(cases: &[Case], publish: Publish) -> Option<HashScript> {
+fn force_unlock(cases: &[Case], publish: PublishArgs) -> Option<HashScript> {
     cases
         .iter()
         .all(|c| {
@@ -404,7 +404,12 @@ fn force_unlock(cases: &[Case], publish: Publish) -> Option<HashScript> {
 }
 
 /// Two or three keys with a field: an unlock that publishes, with its latch in `KEYS[3]`.
-fn unlock(cases: &[Case], n: usize, field: usize, publish: Option<Publish>) -> Option<HashScript> {
+fn unlock(
+    cases: &[Case],
+    n: usize,
+    field: usize,
+    publish: Option<PublishArgs>,
+) -> Option<HashScript> {
     let c = cases.iter().find(|c| c.lock == MANY && !c.latch)?;
     let t = match &c.run.end.first()?.ttl {
         TtlNow::Set {
@@ -453,8 +458,8 @@ fn args_distinct(script: &HashScript, field: usize) -> bool {
 
 /// The one publish the script makes (the same call in every run that publishes), if any.
 /// `None` (as a failure) when runs publish differently or one publishes twice.
-fn published(cases: &[Case]) -> Option<Option<Publish>> {
-    let mut found: Option<Publish> = None;
+fn published(cases: &[Case]) -> Option<Option<PublishArgs>> {
+    let mut found: Option<PublishArgs> = None;
     for c in cases {
         let calls: Vec<&[Val]> = c
             .run
@@ -465,7 +470,7 @@ fn published(cases: &[Case]) -> Option<Option<Publish>> {
             .collect();
         let p = match calls.as_slice() {
             [] => continue,
-            [[command, Val::Key(ch), Val::Arg(m)]] => Publish {
+            [[command, Val::Key(ch), Val::Arg(m)]] => PublishArgs {
                 channel_key: *ch,
                 message_arg: *m,
                 command: match command {
@@ -548,7 +553,7 @@ fn fits(
     shape: Shape,
     t: usize,
     latch: Option<&Latch>,
-    publish: &Option<Publish>,
+    publish: &Option<PublishArgs>,
 ) -> bool {
     let op = shape.op;
     let r = c.run;

@@ -167,12 +167,12 @@ fn hash(body: &[u8]) -> HashScript {
 /// Redisson's `RLock` scripts are hash-lock operations, recognised by what they do.
 #[test]
 fn redisson_scripts_are_hash_lock_operations() {
-    let by_arg = |j| Publish {
+    let by_arg = |j| PublishArgs {
         channel_key: 2,
         message_arg: 1,
         command: PublishCommand::Arg(j),
     };
-    let literal = Publish {
+    let literal = PublishArgs {
         channel_key: 2,
         message_arg: 1,
         command: PublishCommand::Literal(Bytes::from_static(b"PUBLISH")),

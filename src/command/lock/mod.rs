@@ -53,7 +53,7 @@ use crate::wire::reply::Reply;
 
 pub use acquire::Acquisition;
 pub(crate) use acquire::compare_and_delete;
-pub use op::{LockOp, Publish, Wake, acquires, is_granted_reply};
+pub use op::{Announcement, LockOp, Wake, acquires, is_granted_reply};
 pub(crate) use op::{agreed_error, constant};
 pub use settle::{Extended, Extension, Read, Release};
 

@@ -27,13 +27,13 @@ pub struct LockOp {
     /// The wake-up signal a release or delete leaves for waiters (see [`crate::lockop::Signal`]).
     pub wake: Option<Box<Wake>>,
     /// What a release publishes, bound to one call (see [`crate::lockop::Announce`]).
-    pub publish: Option<Box<Publish>>,
+    pub publish: Option<Box<Announcement>>,
 }
 
 /// A release's announcement bound to one call: `command channel message` on each master where
 /// `when` held there.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Publish {
+pub struct Announcement {
     /// `PUBLISH` or `SPUBLISH`.
     pub command: Bytes,
     /// The channel.
