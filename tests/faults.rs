@@ -96,6 +96,31 @@ fn assert_caught(v: &Verdict) {
     );
 }
 
+/// How many times a negative control's scenario may run before its violation must have been
+/// seen.
+const CONTROL_ATTEMPTS: usize = 3;
+
+/// A negative control: `run` (the scenario with its protection off) is repeated until the
+/// checkers see the violation, at most [`CONTROL_ATTEMPTS`] times. The violation is a race the
+/// protection closes, and on a loaded machine one attempt can miss it (a master's restart that
+/// outlasts every lock's TTL leaves nothing to grant twice). Protected runs are never repeated.
+async fn assert_caught_within<F, Fut>(scenario: &str, protection: &str, mut run: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = (Arc<Checker>, usize)>,
+{
+    let mut missed = Vec::new();
+    for _ in 0..CONTROL_ATTEMPTS {
+        let (checker, faults) = run().await;
+        let v = report(scenario, protection, faults, &checker);
+        if v.violations() > 0 {
+            return;
+        }
+        missed.push(v);
+    }
+    assert_caught(missed.last().expect("at least one attempt"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minority_killed_and_restarted_empty() {
     let mut ms = masters(3);
@@ -421,14 +446,10 @@ async fn restart_quarantine_prevents_a_double_grant() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_restart_quarantine_the_same_restart_double_grants() {
-    let (checker, faults) = restart_scenario(false).await;
-    let v = report(
-        "master holding locks restarted empty",
-        "off",
-        faults,
-        &checker,
-    );
-    assert_caught(&v);
+    assert_caught_within("master holding locks restarted empty", "off", || {
+        restart_scenario(false)
+    })
+    .await;
 }
 
 /// The clock-jump scenario: as the restart one, but B's clock jumps forward an hour instead,
@@ -479,9 +500,10 @@ async fn clock_watch_prevents_a_double_grant_after_a_clock_jump() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_clock_watch_the_same_jump_double_grants() {
-    let (checker, faults) = clock_scenario(false).await;
-    let v = report("master clock jumps forward 1 h", "off", faults, &checker);
-    assert_caught(&v);
+    assert_caught_within("master clock jumps forward 1 h", "off", || {
+        clock_scenario(false)
+    })
+    .await;
 }
 
 /// Two proxies on the same masters see B restart, each on its own; a third starts right after
@@ -579,14 +601,12 @@ async fn proxies_detect_a_restart_on_their_own_even_one_started_after_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_proxy_without_the_uptime_rule_double_grants() {
-    let (checker, faults) = proxies_scenario(false).await;
-    let v = report(
+    assert_caught_within(
         "3 proxies, restart seen live and by uptime",
         "off (uptime rule)",
-        faults,
-        &checker,
-    );
-    assert_caught(&v);
+        || proxies_scenario(false),
+    )
+    .await;
 }
 
 /// The real binary with the fault suite's settings (restart quarantine on, as by default).
