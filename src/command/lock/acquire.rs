@@ -146,7 +146,22 @@ pub(super) fn granted_answer(op: &LockOp, ballots: &Ballots) -> Reply {
 /// can run. A reentrant one adds `GET`, which names the holder in the same command (Redis 7.0
 /// and later; older masters get the [`ACQUIRE`] script, as several keys do). Built outside the
 /// acquisition's future, so none of this is stored across its waits.
+#[inline]
 pub(super) fn request(masters: &Masters, op: &LockOp) -> Request {
+    if asks_plain(op) {
+        return Request::Same(crate::wire::master::set_nx(
+            &op.keys[0],
+            &op.token,
+            op.ttl_ms,
+            false,
+        ));
+    }
+    other_request(masters, op)
+}
+
+/// [`request`] for every acquisition but plain `SET NX` on one key.
+#[cold]
+fn other_request(masters: &Masters, op: &LockOp) -> Request {
     let k = op.keys.len();
     let flag = acquire_flag(op.op);
     let script = || {
@@ -165,14 +180,7 @@ pub(super) fn request(masters: &Masters, op: &LockOp) -> Request {
             _ => eval(ACQUIRE, &op.keys, &[&op.token, ttl, flag]),
         }
     };
-    if asks_plain(op) {
-        Request::Same(crate::wire::master::set_nx(
-            &op.keys[0],
-            &op.token,
-            op.ttl_ms,
-            false,
-        ))
-    } else if k == 1 {
+    if k == 1 {
         let set = crate::wire::master::set_nx(&op.keys[0], &op.token, op.ttl_ms, true);
         if masters.iter().all(|m| m.info().set_nx_get()) {
             Request::Same(set)

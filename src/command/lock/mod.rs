@@ -204,6 +204,7 @@ pub async fn renew(proxy: &Arc<Proxy>, keys: &[Bytes], token: &Bytes, ttl_ms: i6
 
 /// The checks every lock operation passes: it names keys, its TTL is within the cap, and so is
 /// its signal's.
+#[inline]
 fn check(proxy: &Proxy, op: &LockOp) -> Result<(), Reply> {
     if op.keys.is_empty() {
         return Err(Reply::from(Error::NoLockKeys));
