@@ -146,7 +146,7 @@ pub(super) fn granted_answer(op: &LockOp, ballots: &Ballots) -> Reply {
 /// can run. A reentrant one adds `GET`, which names the holder in the same command (Redis 7.0
 /// and later; older masters get the [`ACQUIRE`] script, as several keys do). Built outside the
 /// acquisition's future, so none of this is stored across its waits.
-#[inline]
+#[inline(always)]
 pub(super) fn request(masters: &Masters, op: &LockOp) -> Request {
     if asks_plain(op) {
         return Request::Same(crate::wire::master::set_nx(
