@@ -238,7 +238,7 @@ pub struct HashLockOp {
 
 /// Runs a hash-lock operation as a quorum operation (see [`super::runner`]), once its TTLs
 /// are within the cap.
-pub fn run(proxy: &Arc<Proxy>, op: HashLockOp) -> Action {
+pub fn start(proxy: &Arc<Proxy>, op: HashLockOp) -> Action {
     let max = proxy.config().max_ttl_ms as i64;
     if matches!(
         op.op,

@@ -112,7 +112,7 @@ fn dispatch_args(proxy: &Arc<Proxy>, conn: &mut Conn, args: Args<'_>) -> Action 
     if conn.in_multi() && !cmd.runs_at_once() {
         return transaction::queue(proxy, conn, args.into_vec());
     }
-    run(proxy, conn, cmd, &mut Cursor::new(&args, cmd))
+    execute(proxy, conn, cmd, &mut Cursor::new(&args, cmd))
 }
 
 /// Runs `handler` on what a parser read, or answers the parser's error.
@@ -128,7 +128,7 @@ fn then<T, E: Into<Reply>>(parsed: Result<T, E>, handler: impl FnOnce(T) -> Acti
 /// handlers), then runs the handler; an argument the parser refuses is the reply. This is the
 /// one place a command's arguments are read.
 #[inline]
-fn run(proxy: &Arc<Proxy>, conn: &mut Conn, cmd: Cmd, c: &mut Cursor<'_>) -> Action {
+fn execute(proxy: &Arc<Proxy>, conn: &mut Conn, cmd: Cmd, c: &mut Cursor<'_>) -> Action {
     use connection::{Auth, Client, Echo, Hello, Ping, Select, Wait};
     use keys::{Expire, GetSet, SetNx, Verbatim};
     match cmd {

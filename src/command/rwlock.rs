@@ -198,7 +198,7 @@ fn wrap(body: &[u8], field_arg: usize) -> Option<Vec<u8>> {
 
 /// Runs a read–write or fair lock operation as a quorum operation (see [`super::runner`]),
 /// once its TTL is within the cap.
-pub fn run(proxy: &Arc<Proxy>, op: RwLockOp) -> Action {
+pub fn start(proxy: &Arc<Proxy>, op: RwLockOp) -> Action {
     use RedissonOp::*;
     let max = proxy.config().max_ttl_ms;
     if matches!(

@@ -6,7 +6,7 @@
 //! empties it. It lives in the proxy, so a master that restarts and forgets its scripts never
 //! makes a client see `NOSCRIPT`.
 //!
-//! A recognised lock script becomes the matching quorum operation ([`super::lock::run`]),
+//! A recognised lock script becomes the matching quorum operation ([`super::lock::start`]),
 //! bound to this call's keys and arguments. A script the proxy does not understand (or a lock
 //! script called with arguments it cannot use) follows the `unknown_scripts` policy:
 //! `majority` runs it on every master and answers the reply a quorum agree on (or an error when
@@ -94,7 +94,7 @@ pub fn eval(proxy: &Arc<Proxy>, conn: &mut Conn, Eval { body, call }: Eval) -> A
         .insert(body.clone())
         .unwrap_or_else(|| Arc::new(proxy.scripts().script(body)));
     match call {
-        Ok(call) => run(proxy, conn, &script, call),
+        Ok(call) => perform(proxy, conn, &script, call),
         Err(e) => e.into(),
     }
 }
@@ -124,12 +124,12 @@ impl EvalSha {
 /// `EVALSHA sha1 numkeys [key ...] [arg ...]`: the script is looked up last.
 pub fn evalsha(proxy: &Arc<Proxy>, conn: &mut Conn, EvalSha { sha, call }: EvalSha) -> Action {
     match proxy.scripts().get(&sha) {
-        Some(script) => run(proxy, conn, &script, call),
+        Some(script) => perform(proxy, conn, &script, call),
         None => Reply::from(Error::NoScript).into(),
     }
 }
 
-fn run(proxy: &Arc<Proxy>, conn: &mut Conn, script: &Script, call: Call) -> Action {
+fn perform(proxy: &Arc<Proxy>, conn: &mut Conn, script: &Script, call: Call) -> Action {
     let (keys, argv) = (&call.keys[..], &call.argv[..]);
     let bound = match &script.meaning {
         Meaning::Lock(lock) => bind(lock, keys, argv).map(|op| op.map(Quorum::Lock)),
@@ -152,7 +152,7 @@ fn run(proxy: &Arc<Proxy>, conn: &mut Conn, script: &Script, call: Call) -> Acti
     };
     match bound {
         Some(Ok(op)) => match may_publish(conn, op.channel()) {
-            Ok(()) => op.run(proxy, conn),
+            Ok(()) => op.start(proxy, conn),
             Err(e) => e.into(),
         },
         Some(Err(e)) => e.into(),
@@ -181,11 +181,11 @@ impl Quorum {
         }
     }
 
-    fn run(self, proxy: &Arc<Proxy>, conn: &Conn) -> Action {
+    fn start(self, proxy: &Arc<Proxy>, conn: &Conn) -> Action {
         match self {
             Quorum::Lock(op) => leased_lock(proxy, conn, op),
             Quorum::Hash(op) => leased_hash_lock(proxy, conn, op),
-            Quorum::ReadWrite(op, _) => super::rwlock::run(proxy, op),
+            Quorum::ReadWrite(op, _) => super::rwlock::start(proxy, op),
         }
     }
 }
@@ -289,7 +289,7 @@ fn run_plain(
 fn leased_lock(proxy: &Arc<Proxy>, conn: &Conn, op: LockOp) -> Action {
     let leases = conn.leases_for(op.keys.iter().map(|k| k.as_ref()));
     match leases.filter(|_| super::lock::acquires(&op)) {
-        None => super::lock::run(proxy, op),
+        None => super::lock::start(proxy, op),
         Some(leases) => {
             let lock = Leased::Plain {
                 keys: op.keys.clone(),
@@ -297,7 +297,7 @@ fn leased_lock(proxy: &Arc<Proxy>, conn: &Conn, op: LockOp) -> Action {
                 ttl_ms: op.ttl_ms,
             };
             let granted = super::lock::is_granted_reply(&op);
-            let acquired = super::lock::run(proxy, op);
+            let acquired = super::lock::start(proxy, op);
             super::lease::on_grant(leases, proxy, acquired, lock, granted)
         }
     }
@@ -314,7 +314,7 @@ fn leased_hash_lock(proxy: &Arc<Proxy>, conn: &Conn, op: HashLockOp) -> Action {
         .leases_for(std::iter::once(op.key.as_ref()))
         .filter(|_| acquires)
     {
-        None => super::hashlock::run(proxy, op),
+        None => super::hashlock::start(proxy, op),
         Some(leases) => {
             let lock = Leased::Hash {
                 key: op.key.clone(),
@@ -324,7 +324,7 @@ fn leased_hash_lock(proxy: &Arc<Proxy>, conn: &Conn, op: HashLockOp) -> Action {
             // A grant answers nil, or `{-1, token}` for a fenced lock's token form, or the
             // script's own constant.
             let own = op.replies.map(|(ok, _)| super::lock::constant(ok));
-            let acquired = super::hashlock::run(proxy, op);
+            let acquired = super::hashlock::start(proxy, op);
             let granted = move |r: &Reply| match (&own, r) {
                 (Some(ok), r) => r == ok,
                 (None, Reply::Nil) => true,

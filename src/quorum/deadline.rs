@@ -138,7 +138,7 @@ impl Deadlines {
             match tokio::runtime::Handle::try_current() {
                 // The guard is made here, not in the task: a task dropped before its first poll
                 // (a runtime shutting down) must still mark the timer gone.
-                Ok(rt) => drop(rt.spawn(run(Running(Arc::downgrade(&self.queue))))),
+                Ok(rt) => drop(rt.spawn(keep_time(Running(Arc::downgrade(&self.queue))))),
                 Err(_) => lock(&self.queue).timer.running = false,
             }
         }
@@ -375,7 +375,7 @@ impl Watcher {
 
 /// The timer task: sleeps until the earliest deadline, expires what is due, and again. Ends
 /// when the masters are dropped.
-async fn run(running: Running) {
+async fn keep_time(running: Running) {
     let queue = running.0.clone();
     let mut due = Vec::new();
     // Reset to each earliest deadline; first polled only then.

@@ -85,7 +85,7 @@ pub fn acquire(proxy: &Arc<Proxy>, key: Bytes, token: Bytes, ttl_ms: i64) -> Act
 /// Runs compare-and-delete of `key`/`token` on all N masters; answers 1 when a quorum deleted
 /// the key, else 0.
 pub fn release(proxy: &Arc<Proxy>, key: Bytes, token: Bytes) -> Action {
-    run(
+    start(
         proxy,
         LockOp {
             op: Op::Release,
@@ -102,7 +102,7 @@ pub fn release(proxy: &Arc<Proxy>, key: Bytes, token: Bytes) -> Action {
 /// Runs compare-and-delete of every key in `keys` that holds `token`, on all N masters (a
 /// lease's release when its holder's connection closed).
 pub fn release_all(proxy: &Arc<Proxy>, keys: Vec<Bytes>, token: Bytes) -> Action {
-    run(
+    start(
         proxy,
         LockOp {
             op: Op::Release,
@@ -229,7 +229,7 @@ fn check(proxy: &Proxy, op: &LockOp) -> Result<(), Reply> {
 }
 
 /// Runs any lock operation as a quorum operation (see [`super::runner`]).
-pub fn run(proxy: &Arc<Proxy>, op: LockOp) -> Action {
+pub fn start(proxy: &Arc<Proxy>, op: LockOp) -> Action {
     if let Err(refused) = check(proxy, &op) {
         return refused.into();
     }
