@@ -8,7 +8,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures_util::FutureExt;
 
-use crate::keylock::{Held, Ticket};
 use crate::proxy::Proxy;
 use crate::wire::reply::Reply;
 
@@ -40,33 +39,13 @@ where
     F: FnOnce(Arc<Proxy>) -> Fut + Send + 'static,
     Fut: Future<Output = Reply> + Send + 'static,
 {
-    in_turn_held(proxy, keys, move |proxy, held| async move {
+    let proxy = proxy.clone();
+    let ticket = proxy.keylocks().enqueue(keys);
+    // `then`, not an `async` block: the operation's future takes the place of the wait for the
+    // turn instead of being stored beside it, so each request's one allocation stays small.
+    Action::Later(Box::pin(ticket.ready().then(move |held| async move {
         let reply = op(proxy).await;
         drop(held);
         reply
-    })
-}
-
-/// [`in_turn`] for an operation that keeps the turn beyond its reply (a lock acquisition
-/// answers early and cleans up in the background before the keys are free): `op` owns the
-/// turn, and the keys are free when it drops `held`.
-pub fn in_turn_held<F, Fut>(proxy: &Arc<Proxy>, keys: &[Bytes], op: F) -> Action
-where
-    F: FnOnce(Arc<Proxy>, Held) -> Fut + Send + 'static,
-    Fut: Future<Output = Reply> + Send + 'static,
-{
-    in_turn_of(proxy, proxy.keylocks().enqueue(keys), op)
-}
-
-/// [`in_turn_held`] for a turn already taken (`ticket`), so the caller need not own a copy of
-/// its keys.
-pub fn in_turn_of<F, Fut>(proxy: &Arc<Proxy>, ticket: Ticket, op: F) -> Action
-where
-    F: FnOnce(Arc<Proxy>, Held) -> Fut + Send + 'static,
-    Fut: Future<Output = Reply> + Send + 'static,
-{
-    let proxy = proxy.clone();
-    // `then`, not an `async` block: the operation's future takes the place of the wait for the
-    // turn instead of being stored beside it, so each request's one allocation stays small.
-    Action::Later(Box::pin(ticket.ready().then(move |held| op(proxy, held))))
+    })))
 }

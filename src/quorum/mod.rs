@@ -412,11 +412,6 @@ pub fn ask_timed(masters: &Masters, request: Request, replies: usize, deadline: 
     fan_out(masters.clone(), request, replies, deadline, true)
 }
 
-/// [`ask_timed`] on a snapshot the vote keeps (no second reference taken): the hot path.
-pub fn ask_timed_on(masters: Masters, request: Request, replies: usize, deadline: Instant) -> Vote {
-    fan_out(masters, request, replies, deadline, true)
-}
-
 /// [`ask`] or (`timed`) [`ask_timed`] on a snapshot the vote keeps, for one reply per member:
 /// the runner's ([`crate::command::runner`]) one way to ask.
 pub fn ask_on(masters: Masters, request: Request, deadline: Instant, timed: bool) -> Vote {
